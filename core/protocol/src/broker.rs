@@ -1,0 +1,2160 @@
+//! The broker machine: the checks, claims, deliveries, publishes and shutdown of every
+//! subscription of one database.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::dialect::{Arg, Dialect, Statement, Statements};
+use crate::keys::{mysql_lock_name, postgres_key_hash};
+use crate::spec::{DescError, Form, TableDesc};
+use crate::types::{
+    Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
+    Outcome, PublishId, PublisherId, Reply, Row, SettleError, SubId,
+};
+use crate::value::{DbError, ErrorKind, Time, Value};
+
+/// How long a dropped delivery may take to release its lock before its connection is closed.
+pub const DROP_GRACE: Duration = Duration::from_secs(5);
+
+/// The settings of one subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubscribeOptions {
+    /// How many messages may be in work at once.
+    pub workers: usize,
+    /// How long a subscription waits between claims that found nothing.
+    pub poll_interval: Duration,
+    /// The lease form: how long a lease lasts.
+    pub lease: Duration,
+    /// The lease form: how often a lease in work is extended.
+    pub extend_every: Duration,
+}
+
+impl Default for SubscribeOptions {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            poll_interval: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            extend_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A row to publish.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Publish {
+    /// The id, where the table's id is not generated.
+    pub id: Option<Value>,
+    /// The encoded message.
+    pub payload: Vec<u8>,
+    /// The values of the key's columns, by column name.
+    pub columns: Vec<(&'static str, Value)>,
+    /// When the row becomes due; now when `None`.
+    pub due: Option<Time>,
+}
+
+/// Why a call was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// The broker is shutting down or shut down: nothing is written.
+    #[error("the broker is shut down")]
+    Closed,
+    /// The description breaks a rule.
+    #[error(transparent)]
+    Desc(#[from] DescError),
+    /// A publish names no value for a column the table needs.
+    #[error("table `{table}`: the publish gives no value for column `{column}`")]
+    MissingValue {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+    },
+    /// No such subscription or publisher.
+    #[error("no such {0}")]
+    Unknown(&'static str),
+}
+
+/// How a subscription holds keys, in the advisory lock form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyMode {
+    /// Not the advisory lock form.
+    None,
+    /// The database's locks: PostgreSQL's hash, MySQL's names.
+    Database,
+    /// SQLite: the process's registry of keys in work.
+    Registry,
+    /// The service's own `Lock` and `Unlock`.
+    Custom,
+}
+
+impl KeyMode {
+    /// Whether a claim reads the first due rows alone and waits for a poll after a settlement.
+    fn first_rows_only(self) -> bool {
+        matches!(self, KeyMode::Registry | KeyMode::Custom)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SubState {
+    Checking,
+    Ready,
+    Failed,
+}
+
+#[derive(Debug)]
+struct Sub {
+    desc: TableDesc,
+    statements: Statements,
+    options: SubscribeOptions,
+    mode: KeyMode,
+    state: SubState,
+    /// MySQL and MariaDB: the database's name, for lock names.
+    database: Option<String>,
+    /// The connection the check runs on.
+    check_conn: Option<ConnId>,
+    in_work: usize,
+    /// Slots that claims in flight hold.
+    claiming: usize,
+    claims_in_flight: usize,
+    next_claim_at: Option<Time>,
+    last_full: bool,
+}
+
+impl Sub {
+    fn free(&self) -> usize {
+        self.options
+            .workers
+            .saturating_sub(self.in_work + self.claiming)
+    }
+}
+
+#[derive(Debug)]
+struct Candidate {
+    id: Value,
+    key: Arc<str>,
+}
+
+#[derive(Debug)]
+enum ClaimStage {
+    Acquire,
+    Begin,
+    LockRow,
+    CountAttempt,
+    ClaimLease,
+    SelectLease,
+    MarkLease,
+    Commit,
+    Rollback,
+    Candidates,
+    Lock,
+    Take,
+    TakeCount,
+    ReadRow,
+    Unlock,
+    Release,
+    Close,
+}
+
+/// A claim in flight. `R` rows wait in `taken` until the claim can deliver them.
+#[derive(Debug)]
+struct Claim<R> {
+    sub: SubId,
+    conn: Option<ConnId>,
+    limit: usize,
+    found: usize,
+    taken: Vec<Row<R>>,
+    candidates: VecDeque<Candidate>,
+    current: Option<Candidate>,
+    /// The row lock form: the row locked, waiting for its attempt to be counted.
+    locked_row: Option<Row<R>>,
+    /// The advisory lock form: the candidates have been read.
+    loaded: bool,
+    failed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DeliveryState {
+    /// The handler has it.
+    InWork,
+    /// A statement of its settlement, extension or release runs.
+    Busy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Settle(Outcome),
+    Drop,
+    Shutdown,
+}
+
+#[derive(Debug)]
+struct Delivery {
+    sub: SubId,
+    id: Value,
+    key: Option<Arc<str>>,
+    /// Row lock and advisory lock forms: the connection that holds the row or the key.
+    conn: Option<ConnId>,
+    /// The lease form: the expiry this process wrote last.
+    fence: Option<Time>,
+    state: DeliveryState,
+    ending: Option<Ending>,
+    extend_at: Option<Time>,
+    lease_lost: bool,
+    /// A dropped delivery's connection is closed by then.
+    deadline: Option<Time>,
+    /// A settlement asked for while an extension ran.
+    queued: Option<Ending>,
+    /// Whether its key or row is still held.
+    holds: bool,
+    /// Whether the settlement's statement took effect.
+    settled: bool,
+    /// Whether the runtime was handed it (a claim cut short by the shutdown hands nothing).
+    delivered: bool,
+}
+
+#[derive(Debug)]
+enum DeliveryStage {
+    Acquire,
+    Extend { until: Time },
+    Settle,
+    ReleaseLease,
+    Commit,
+    Rollback,
+    Unlock,
+    Release,
+    Close,
+}
+
+#[derive(Debug)]
+enum CheckStage {
+    Acquire,
+    Columns,
+    Database,
+    Isolation,
+    Release,
+    Close,
+}
+
+#[derive(Debug)]
+enum PublishStage {
+    Acquire,
+    Insert,
+    Release,
+    Close,
+}
+
+#[derive(Debug)]
+enum Step {
+    Check {
+        sub: SubId,
+        stage: CheckStage,
+    },
+    Claim {
+        claim: u64,
+        stage: ClaimStage,
+    },
+    Delivery {
+        delivery: DeliveryId,
+        stage: DeliveryStage,
+    },
+    Publish {
+        publish: PublishId,
+        stage: PublishStage,
+    },
+    /// A command whose flow has ended (a connection closed past its deadline): its reply is
+    /// only awaited.
+    Orphan,
+}
+
+#[derive(Debug)]
+struct PublishFlow {
+    publisher: PublisherId,
+    conn: ConnId,
+    binds: Vec<Value>,
+    result: Option<Result<(), DbError>>,
+}
+
+#[derive(Debug)]
+struct Publisher {
+    desc: TableDesc,
+    statement: Statement,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Running,
+    ShuttingDown,
+    Closed,
+}
+
+/// The broker of one database: every subscription's check, claims and deliveries, every
+/// publish, and the shutdown.
+///
+/// It does no IO, reads no clock and spawns nothing. Its methods fall in four groups:
+///
+/// - **getters** (`&self`): [`Broker::is_closed`], [`Broker::statements`], [`Broker::in_work`];
+/// - **inputs**, each with the time: [`Broker::handle_reply`], [`Broker::handle_timeout`],
+///   [`Broker::settle`], [`Broker::drop_delivery`], [`Broker::wake`], [`Broker::shutdown`];
+/// - **application calls**: [`Broker::subscribe`], [`Broker::publisher`], [`Broker::publish`];
+/// - **outputs**: [`Broker::poll_command`], [`Broker::poll_event`], [`Broker::poll_timeout`].
+///
+/// After any input, drain [`Broker::poll_command`] and [`Broker::poll_event`] until both are
+/// empty, then arm one timer for [`Broker::poll_timeout`]. A spurious `handle_timeout` is
+/// harmless. `R` is the adapter's row type, which the core carries to the runtime unread.
+#[derive(Debug)]
+pub struct Broker<R> {
+    dialect: Dialect,
+    state: State,
+    subs: Vec<Sub>,
+    publishers: Vec<Publisher>,
+    claims: BTreeMap<u64, Claim<R>>,
+    deliveries: BTreeMap<DeliveryId, Delivery>,
+    publishes: BTreeMap<PublishId, PublishFlow>,
+    pending: BTreeMap<CommandId, Step>,
+    /// Connections the core holds, acquired and not yet released or closed.
+    conns: BTreeSet<ConnId>,
+    /// Keys in work in this process: the registry on SQLite, a shortcut elsewhere.
+    keys: BTreeSet<Arc<str>>,
+    commands: VecDeque<Command>,
+    events: VecDeque<Event<R>>,
+    counts: ClosedCounts,
+    next_command: u64,
+    next_conn: u64,
+    next_claim: u64,
+    next_delivery: u64,
+    next_publish: u64,
+    now: Time,
+}
+
+impl<R> Broker<R> {
+    /// A broker for a database of this dialect.
+    pub fn new(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            state: State::Running,
+            subs: Vec::new(),
+            publishers: Vec::new(),
+            claims: BTreeMap::new(),
+            deliveries: BTreeMap::new(),
+            publishes: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            conns: BTreeSet::new(),
+            keys: BTreeSet::new(),
+            commands: VecDeque::new(),
+            events: VecDeque::new(),
+            counts: ClosedCounts::default(),
+            next_command: 0,
+            next_conn: 0,
+            next_claim: 0,
+            next_delivery: 0,
+            next_publish: 0,
+            now: Time(0),
+        }
+    }
+
+    // ----- getters -----
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Whether the shutdown is complete.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Whether the broker refuses new work: shutting down or shut down.
+    pub fn is_shutting_down(&self) -> bool {
+        self.state != State::Running
+    }
+
+    /// The statements of a subscription, rendered when it subscribed.
+    pub fn statements(&self, sub: SubId) -> Option<&Statements> {
+        self.subs.get(sub.0).map(|s| &s.statements)
+    }
+
+    /// The description of a subscription's table.
+    pub fn table(&self, sub: SubId) -> Option<&TableDesc> {
+        self.subs.get(sub.0).map(|s| &s.desc)
+    }
+
+    /// How many messages of a subscription are in work.
+    pub fn in_work(&self, sub: SubId) -> usize {
+        self.subs.get(sub.0).map_or(0, |s| s.in_work)
+    }
+
+    /// The connections the core holds now.
+    pub fn held_connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// What the shutdown has done so far to the advisory locks.
+    pub fn counts(&self) -> ClosedCounts {
+        self.counts
+    }
+
+    // ----- application calls -----
+
+    /// Adds a subscription to `desc`'s table. It checks the table first, then claims.
+    pub fn subscribe(
+        &mut self,
+        desc: TableDesc,
+        options: SubscribeOptions,
+        now: Time,
+    ) -> Result<SubId, BrokerError> {
+        self.now = now;
+        if self.state != State::Running {
+            return Err(BrokerError::Closed);
+        }
+        desc.validate()?;
+        if desc.form() == Form::RowLock && !self.dialect.has_row_locks() {
+            return Err(DescError::NoRowLocks {
+                table: desc.table,
+                dialect: self.dialect.name(),
+            }
+            .into());
+        }
+        let options = SubscribeOptions {
+            workers: options.workers.max(1),
+            ..options
+        };
+        let mode = match (desc.form(), desc.custom_lock(), self.dialect) {
+            (Form::Advisory, true, _) => KeyMode::Custom,
+            (Form::Advisory, false, Dialect::Sqlite) => KeyMode::Registry,
+            (Form::Advisory, false, _) => KeyMode::Database,
+            _ => KeyMode::None,
+        };
+        let id = SubId(self.subs.len());
+        self.subs.push(Sub {
+            desc,
+            statements: Statements::render(self.dialect, &desc, options.workers),
+            options,
+            mode,
+            state: SubState::Checking,
+            database: None,
+            check_conn: None,
+            in_work: 0,
+            claiming: 0,
+            claims_in_flight: 0,
+            next_claim_at: None,
+            last_full: false,
+        });
+        let conn = self.new_conn();
+        self.subs[id.0].check_conn = Some(conn);
+        self.send(
+            conn,
+            Action::Acquire,
+            Step::Check {
+                sub: id,
+                stage: CheckStage::Acquire,
+            },
+        );
+        Ok(id)
+    }
+
+    /// A publisher of rows into `desc`'s table; its statement is rendered once.
+    pub fn publisher(&mut self, desc: TableDesc) -> Result<PublisherId, BrokerError> {
+        desc.validate()?;
+        let statement = Statements::render(self.dialect, &desc, 1).publish;
+        self.publishers.push(Publisher { desc, statement });
+        Ok(PublisherId(self.publishers.len() - 1))
+    }
+
+    /// Publishes a row. Refused with [`BrokerError::Closed`] from the shutdown on: nothing is
+    /// written then.
+    pub fn publish(
+        &mut self,
+        publisher: PublisherId,
+        row: Publish,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
+        self.now = now;
+        if self.state != State::Running {
+            return Err(BrokerError::Closed);
+        }
+        let p = self
+            .publishers
+            .get(publisher.0)
+            .ok_or(BrokerError::Unknown("publisher"))?;
+        let table = p.desc.table;
+        let mut missing = None;
+        let binds = p.statement.binds(|arg| match arg {
+            Arg::Id => row.id.clone().unwrap_or_else(|| {
+                missing = Some(p.desc.id.name);
+                Value::Null
+            }),
+            Arg::Payload => Value::Bytes(row.payload.clone()),
+            Arg::Due => Value::Int(row.due.unwrap_or(now).micros()),
+            Arg::Column(name) => row
+                .columns
+                .iter()
+                .find(|(c, _)| *c == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| {
+                    missing = Some(name);
+                    Value::Null
+                }),
+            _ => Value::Null,
+        });
+        if let Some(column) = missing {
+            return Err(BrokerError::MissingValue { table, column });
+        }
+        let id = PublishId(self.next_publish);
+        self.next_publish += 1;
+        let conn = self.new_conn();
+        self.publishes.insert(
+            id,
+            PublishFlow {
+                publisher,
+                conn,
+                binds,
+                result: None,
+            },
+        );
+        self.send(
+            conn,
+            Action::Acquire,
+            Step::Publish {
+                publish: id,
+                stage: PublishStage::Acquire,
+            },
+        );
+        Ok(id)
+    }
+
+    // ----- inputs -----
+
+    /// A subscription's table has new rows: claim now rather than at the next poll.
+    pub fn wake(&mut self, sub: SubId, now: Time) {
+        self.now = now;
+        if let Some(s) = self.subs.get_mut(sub.0) {
+            s.next_claim_at = Some(now);
+        }
+        self.drive();
+    }
+
+    /// Time has passed: claims due, lease extensions due, deadlines of dropped deliveries.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.now = now;
+        let due: Vec<DeliveryId> = self
+            .deliveries
+            .iter()
+            .filter(|(_, d)| d.deadline.is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.force_close(id);
+        }
+        if self.state == State::Running {
+            let extend: Vec<DeliveryId> = self
+                .deliveries
+                .iter()
+                .filter(|(_, d)| {
+                    d.state == DeliveryState::InWork && d.extend_at.is_some_and(|t| t <= now)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in extend {
+                self.extend(id);
+            }
+        }
+        self.drive();
+    }
+
+    /// The handler settled a delivery.
+    pub fn settle(&mut self, delivery: DeliveryId, outcome: Outcome, now: Time) {
+        self.now = now;
+        self.end(delivery, Ending::Settle(outcome));
+        self.drive();
+    }
+
+    /// The runtime dropped a delivery without settling it: its row returns to the queue, and a
+    /// lock it holds is released (its connection closed) within [`DROP_GRACE`].
+    pub fn drop_delivery(&mut self, delivery: DeliveryId, now: Time) {
+        self.now = now;
+        self.end(delivery, Ending::Drop);
+        self.drive();
+    }
+
+    /// Begins the shutdown: no claim starts, no publish is taken, extensions stop, every
+    /// advisory lock in work is released and every row lock rolled back; lease deliveries keep
+    /// their leases. [`Event::Closed`] follows once every command has been answered.
+    pub fn shutdown(&mut self, now: Time) {
+        self.now = now;
+        if self.state != State::Running {
+            return;
+        }
+        self.state = State::ShuttingDown;
+        let held: Vec<DeliveryId> = self
+            .deliveries
+            .iter()
+            .filter(|(_, d)| d.state == DeliveryState::InWork)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in held {
+            self.end(id, Ending::Shutdown);
+        }
+        self.drive();
+    }
+
+    /// The reply to a command.
+    pub fn handle_reply(&mut self, id: CommandId, reply: Reply<R>, now: Time) {
+        self.now = now;
+        let Some(step) = self.pending.remove(&id) else {
+            return;
+        };
+        match step {
+            Step::Check { sub, stage } => self.on_check(sub, stage, reply),
+            Step::Claim { claim, stage } => self.on_claim(claim, stage, reply),
+            Step::Delivery { delivery, stage } => self.on_delivery(delivery, stage, reply),
+            Step::Publish { publish, stage } => self.on_publish(publish, stage, reply),
+            Step::Orphan => {}
+        }
+        self.drive();
+    }
+
+    // ----- outputs -----
+
+    /// The next command to run.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event<R>> {
+        self.events.pop_front()
+    }
+
+    /// When [`Broker::handle_timeout`] is next due, if anything waits for time.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let mut next: Option<Time> = None;
+        let mut consider = |t: Time| next = Some(next.map_or(t, |n: Time| n.min(t)));
+        for d in self.deliveries.values() {
+            if let Some(t) = d.deadline {
+                consider(t);
+            }
+            if self.state == State::Running
+                && d.state == DeliveryState::InWork
+                && let Some(t) = d.extend_at
+            {
+                consider(t);
+            }
+        }
+        if self.state == State::Running {
+            for s in &self.subs {
+                if let Some(t) = s.next_claim_at
+                    && self.may_claim(s)
+                {
+                    consider(t);
+                }
+            }
+        }
+        next
+    }
+
+    // ----- the machinery -----
+
+    fn new_conn(&mut self) -> ConnId {
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        conn
+    }
+
+    fn send(&mut self, conn: ConnId, action: Action, step: Step) {
+        let id = CommandId(self.next_command);
+        self.next_command += 1;
+        match action {
+            Action::Acquire => {
+                self.conns.insert(conn);
+            }
+            Action::Release | Action::Close => {
+                self.conns.remove(&conn);
+            }
+            _ => {}
+        }
+        self.pending.insert(id, step);
+        self.commands.push_back(Command { id, conn, action });
+    }
+
+    fn execute(&mut self, conn: ConnId, statement: &Statement, binds: Vec<Value>, step: Step) {
+        self.send(
+            conn,
+            Action::Execute {
+                statement: statement.clone(),
+                binds,
+            },
+            step,
+        );
+    }
+
+    fn may_claim(&self, s: &Sub) -> bool {
+        s.state == SubState::Ready
+            && s.free() > 0
+            && (s.statements.form == Form::RowLock || s.claims_in_flight == 0)
+    }
+
+    /// Starts the claims that are due, and ends the shutdown when nothing is left.
+    fn drive(&mut self) {
+        let now = self.now;
+        if self.state == State::Running {
+            for i in 0..self.subs.len() {
+                loop {
+                    let s = &self.subs[i];
+                    if !self.may_claim(s) || s.next_claim_at.is_none_or(|t| t > now) {
+                        break;
+                    }
+                    let started = self.start_claim(SubId(i));
+                    let s = &self.subs[i];
+                    if !started || s.statements.form != Form::RowLock || !s.last_full {
+                        break;
+                    }
+                }
+            }
+        }
+        if self.state == State::ShuttingDown && self.pending.is_empty() {
+            debug_assert!(self.conns.is_empty(), "a connection outlived the shutdown");
+            self.state = State::Closed;
+            self.events.push_back(Event::Closed(self.counts));
+        }
+    }
+
+    fn start_claim(&mut self, sub: SubId) -> bool {
+        let s = &mut self.subs[sub.0];
+        let free = s.free();
+        if free == 0 {
+            return false;
+        }
+        let limit = match (s.statements.form, s.mode) {
+            (Form::RowLock, _) => 1,
+            (_, mode) if mode.first_rows_only() => 1,
+            (Form::Advisory, _) => free,
+            _ => free,
+        };
+        s.claiming += limit;
+        s.claims_in_flight += 1;
+        s.next_claim_at = None;
+        let claim = self.next_claim;
+        self.next_claim += 1;
+        let conn = self.new_conn();
+        self.claims.insert(
+            claim,
+            Claim {
+                sub,
+                conn: Some(conn),
+                limit,
+                found: 0,
+                taken: Vec::new(),
+                candidates: VecDeque::new(),
+                current: None,
+                locked_row: None,
+                loaded: false,
+                failed: false,
+            },
+        );
+        self.send(
+            conn,
+            Action::Acquire,
+            Step::Claim {
+                claim,
+                stage: ClaimStage::Acquire,
+            },
+        );
+        true
+    }
+
+    // ----- checks -----
+
+    fn on_check(&mut self, sub: SubId, stage: CheckStage, reply: Reply<R>) {
+        let conn_of = |b: &Self| b.check_conn(sub);
+        let table = self.subs[sub.0].desc.table;
+        if let Reply::Failed(error) = reply {
+            let acquired = !matches!(stage, CheckStage::Acquire);
+            if matches!(stage, CheckStage::Release | CheckStage::Close) {
+                self.on_check_done(sub);
+                return;
+            }
+            let error = match error.kind {
+                ErrorKind::UndefinedTable => CheckError::MissingTable { table },
+                _ => CheckError::Db {
+                    table,
+                    error: error.clone(),
+                },
+            };
+            self.check_failed(sub, error);
+            let conn = conn_of(self);
+            if acquired {
+                self.send(
+                    conn,
+                    Action::Close,
+                    Step::Check {
+                        sub,
+                        stage: CheckStage::Close,
+                    },
+                );
+            } else {
+                self.conns.remove(&conn);
+                self.subs[sub.0].check_conn = None;
+            }
+            return;
+        }
+        let conn = conn_of(self);
+        match stage {
+            CheckStage::Acquire => {
+                let s = &self.subs[sub.0];
+                let statement = s.statements.list_columns.clone();
+                let (schema, name) = match s.desc.table.rsplit_once('.') {
+                    Some((schema, name)) => (schema, name),
+                    None => ("", s.desc.table),
+                };
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Schema => Value::Text(schema.to_owned()),
+                    _ => Value::Text(name.to_owned()),
+                });
+                self.execute(
+                    conn,
+                    &statement,
+                    binds,
+                    Step::Check {
+                        sub,
+                        stage: CheckStage::Columns,
+                    },
+                );
+            }
+            CheckStage::Columns => {
+                let rows = rows_of(reply);
+                let found: BTreeSet<String> = rows
+                    .iter()
+                    .filter_map(|r| {
+                        r.values
+                            .first()
+                            .and_then(|v| v.as_text())
+                            .map(str::to_owned)
+                    })
+                    .collect();
+                let desc = self.subs[sub.0].desc;
+                if found.is_empty() {
+                    self.check_failed(sub, CheckError::MissingTable { table });
+                    self.check_release(sub, conn);
+                    return;
+                }
+                if let Some((column, role)) = missing_column(&desc, &found) {
+                    self.check_failed(
+                        sub,
+                        CheckError::MissingColumn {
+                            table,
+                            column,
+                            role,
+                        },
+                    );
+                    self.check_release(sub, conn);
+                    return;
+                }
+                self.check_next(sub, conn, CheckStage::Columns);
+            }
+            CheckStage::Database => {
+                let db = rows_of(reply)
+                    .first()
+                    .and_then(|r| r.values.first())
+                    .and_then(|v| v.as_text().map(str::to_owned));
+                self.subs[sub.0].database = db;
+                self.check_next(sub, conn, CheckStage::Database);
+            }
+            CheckStage::Isolation => {
+                let level = rows_of(reply)
+                    .first()
+                    .and_then(|r| r.values.first())
+                    .and_then(|v| v.as_text().map(str::to_owned))
+                    .unwrap_or_default();
+                if !level.eq_ignore_ascii_case("read committed")
+                    && !level.eq_ignore_ascii_case("read uncommitted")
+                {
+                    self.check_failed(sub, CheckError::Isolation { table, level });
+                    self.check_release(sub, conn);
+                    return;
+                }
+                self.check_next(sub, conn, CheckStage::Isolation);
+            }
+            CheckStage::Release | CheckStage::Close => self.on_check_done(sub),
+        }
+    }
+
+    fn check_conn(&self, sub: SubId) -> ConnId {
+        self.subs[sub.0]
+            .check_conn
+            .expect("a check in flight holds its connection")
+    }
+}
+
+fn rows_of<R>(reply: Reply<R>) -> Vec<Row<R>> {
+    match reply {
+        Reply::Rows(rows) => rows,
+        _ => Vec::new(),
+    }
+}
+
+/// The first described column the table lacks, with its role.
+fn missing_column(
+    desc: &TableDesc,
+    found: &BTreeSet<String>,
+) -> Option<(&'static str, &'static str)> {
+    let mut roles: Vec<(&'static str, &'static str)> = vec![(desc.id.name, "the id")];
+    let described = [
+        (desc.payload, "the payload"),
+        (desc.attempt, "the attempt"),
+        (desc.locked_until, "the lease's `locked_until`"),
+        (desc.processed_at, "`processed_at`"),
+        (desc.due, "the due time"),
+    ];
+    for (column, role) in described {
+        if let Some(column) = column {
+            roles.push((column.name, role));
+        }
+    }
+    for column in desc.key_columns() {
+        roles.push((column, "a part of the advisory lock key"));
+    }
+    for order in desc.order {
+        roles.push((order.column, "a column of the claim order"));
+    }
+    roles.into_iter().find(|(column, _)| {
+        !found.contains(*column) && !found.iter().any(|f| f.eq_ignore_ascii_case(column))
+    })
+}
+
+// ----- checks, claims, deliveries and publishes -----
+
+impl<R> Broker<R> {
+    fn check_failed(&mut self, sub: SubId, error: CheckError) {
+        self.subs[sub.0].state = SubState::Failed;
+        self.events.push_back(Event::CheckFailed { sub, error });
+    }
+
+    fn check_release(&mut self, sub: SubId, conn: ConnId) {
+        self.send(
+            conn,
+            Action::Release,
+            Step::Check {
+                sub,
+                stage: CheckStage::Release,
+            },
+        );
+    }
+
+    /// The check's step after `after`: the database's name, the isolation level, then done.
+    fn check_next(&mut self, sub: SubId, conn: ConnId, after: CheckStage) {
+        let s = &self.subs[sub.0];
+        let next = match after {
+            CheckStage::Columns if s.statements.current_database.is_some() => {
+                Some((s.statements.current_database.clone(), CheckStage::Database))
+            }
+            CheckStage::Columns | CheckStage::Database if s.statements.isolation.is_some() => {
+                Some((s.statements.isolation.clone(), CheckStage::Isolation))
+            }
+            _ => None,
+        };
+        match next {
+            Some((Some(statement), stage)) => {
+                self.execute(conn, &statement, Vec::new(), Step::Check { sub, stage });
+            }
+            _ => self.check_release(sub, conn),
+        }
+    }
+
+    fn on_check_done(&mut self, sub: SubId) {
+        let now = self.now;
+        let s = &mut self.subs[sub.0];
+        s.check_conn = None;
+        if s.state == SubState::Checking {
+            s.state = SubState::Ready;
+            s.next_claim_at = Some(now);
+            self.events.push_back(Event::Ready { sub });
+        }
+    }
+
+    // ----- claims -----
+
+    fn claim_step(&mut self, claim: u64, conn: ConnId, action: Action, stage: ClaimStage) {
+        self.send(conn, action, Step::Claim { claim, stage });
+    }
+
+    fn claim_execute(
+        &mut self,
+        claim: u64,
+        conn: ConnId,
+        statement: &Statement,
+        binds: Vec<Value>,
+        stage: ClaimStage,
+    ) {
+        self.execute(conn, statement, binds, Step::Claim { claim, stage });
+    }
+
+    fn on_claim(&mut self, claim: u64, stage: ClaimStage, reply: Reply<R>) {
+        let Some(c) = self.claims.get(&claim) else {
+            return;
+        };
+        let sub = c.sub;
+        let conn = c.conn;
+        let now = self.now;
+        if let Reply::Failed(error) = reply {
+            self.on_claim_failed(claim, stage, error);
+            return;
+        }
+        if matches!(stage, ClaimStage::Release | ClaimStage::Close) {
+            let c = self.claims.get_mut(&claim).expect("claim in flight");
+            c.conn = None;
+            if c.failed || c.candidates.is_empty() && c.current.is_none() {
+                self.finish_claim(claim);
+            } else {
+                self.next_candidate(claim);
+            }
+            return;
+        }
+        let Some(conn) = conn else {
+            return;
+        };
+        let statements = &self.subs[sub.0].statements;
+        let form = statements.form;
+        let options = self.subs[sub.0].options;
+        match stage {
+            ClaimStage::Acquire => match form {
+                Form::RowLock => {
+                    let begin = statements.begin.clone();
+                    self.claim_execute(claim, conn, &begin, Vec::new(), ClaimStage::Begin);
+                }
+                Form::Lease if self.dialect.update_returning() => {
+                    let statement = statements.claim_lease.clone().expect("lease statements");
+                    let until = now.plus(options.lease);
+                    let limit = self.claims[&claim].limit;
+                    let binds = statement.binds(|arg| match arg {
+                        Arg::Until => Value::Int(until.micros()),
+                        Arg::Limit => Value::Int(limit as i64),
+                        _ => Value::Int(now.micros()),
+                    });
+                    self.claim_execute(claim, conn, &statement, binds, ClaimStage::ClaimLease);
+                }
+                Form::Lease => {
+                    let begin = statements.begin.clone();
+                    self.claim_execute(claim, conn, &begin, Vec::new(), ClaimStage::Begin);
+                }
+                Form::Advisory => {
+                    if !self.claims[&claim].loaded {
+                        let statement = statements.candidates.clone().expect("advisory");
+                        let s = &self.subs[sub.0];
+                        let limit = if s.mode.first_rows_only() {
+                            1
+                        } else {
+                            s.in_work + 2 * self.claims[&claim].limit
+                        };
+                        let binds = statement.binds(|arg| match arg {
+                            Arg::Limit => Value::Int(limit as i64),
+                            _ => Value::Int(now.micros()),
+                        });
+                        self.claim_execute(claim, conn, &statement, binds, ClaimStage::Candidates);
+                    } else {
+                        self.lock_current(claim);
+                    }
+                }
+            },
+            ClaimStage::Begin => {
+                let statement = match form {
+                    Form::RowLock => statements.lock_row.clone(),
+                    _ => statements.select_lease.clone(),
+                }
+                .expect("the form's claim statement");
+                let limit = self.claims[&claim].limit;
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Limit => Value::Int(limit as i64),
+                    _ => Value::Int(now.micros()),
+                });
+                let stage = if form == Form::RowLock {
+                    ClaimStage::LockRow
+                } else {
+                    ClaimStage::SelectLease
+                };
+                self.claim_execute(claim, conn, &statement, binds, stage);
+            }
+            ClaimStage::LockRow => {
+                let mut rows = rows_of(reply);
+                let Some(row) = rows.pop() else {
+                    let rollback = statements.rollback.clone();
+                    self.claim_execute(claim, conn, &rollback, Vec::new(), ClaimStage::Rollback);
+                    return;
+                };
+                match statements.count_attempt.clone() {
+                    Some(statement) => {
+                        let id = row.values.first().cloned().unwrap_or(Value::Null);
+                        let binds = statement.binds(|_| id.clone());
+                        let c = self.claims.get_mut(&claim).expect("claim in flight");
+                        c.locked_row = Some(row);
+                        self.claim_execute(
+                            claim,
+                            conn,
+                            &statement,
+                            binds,
+                            ClaimStage::CountAttempt,
+                        );
+                    }
+                    None => {
+                        self.claim_delivers_conn(claim, row, None, 0);
+                        self.finish_claim(claim);
+                    }
+                }
+            }
+            ClaimStage::CountAttempt => {
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                let row = c
+                    .locked_row
+                    .take()
+                    .expect("a locked row waits for its attempt");
+                self.claim_delivers_conn(claim, row, None, 1);
+                self.finish_claim(claim);
+            }
+            ClaimStage::ClaimLease => {
+                let rows = rows_of(reply);
+                let until = now.plus(options.lease);
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                c.found = rows.len();
+                for row in rows {
+                    self.deliver(sub, row, None, None, Some(until), 0);
+                }
+                self.claim_release(claim);
+            }
+            ClaimStage::SelectLease => {
+                let rows = rows_of(reply);
+                if rows.is_empty() {
+                    let commit = statements.commit.clone();
+                    self.claim_execute(claim, conn, &commit, Vec::new(), ClaimStage::Commit);
+                    return;
+                }
+                let statement = statements
+                    .mark_lease(rows.len())
+                    .cloned()
+                    .expect("a lease statement for every batch size up to the workers");
+                let until = now.plus(options.lease);
+                let ids: Vec<Value> = rows
+                    .iter()
+                    .map(|r| r.values.first().cloned().unwrap_or(Value::Null))
+                    .collect();
+                let binds = statement.binds(|arg| match arg {
+                    Arg::IdAt(i) => ids[i].clone(),
+                    _ => Value::Int(until.micros()),
+                });
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                c.taken = rows;
+                self.claim_execute(claim, conn, &statement, binds, ClaimStage::MarkLease);
+            }
+            ClaimStage::MarkLease => {
+                let commit = statements.commit.clone();
+                self.claim_execute(claim, conn, &commit, Vec::new(), ClaimStage::Commit);
+            }
+            ClaimStage::Commit => {
+                let until = now.plus(options.lease);
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                let rows = std::mem::take(&mut c.taken);
+                c.found = rows.len();
+                for row in rows {
+                    self.deliver(sub, row, None, None, Some(until), 1);
+                }
+                self.claim_release(claim);
+            }
+            ClaimStage::Rollback => self.claim_release(claim),
+            ClaimStage::Candidates => {
+                let rows = rows_of(reply);
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                for row in rows {
+                    let mut values = row.values.into_iter();
+                    let id = values.next().unwrap_or(Value::Null);
+                    let key = match values.next() {
+                        Some(Value::Text(t)) => t,
+                        Some(Value::Null) | None => String::new(),
+                        Some(other) => other.to_string(),
+                    };
+                    c.candidates.push_back(Candidate {
+                        id,
+                        key: key.into(),
+                    });
+                }
+                c.loaded = true;
+                self.next_candidate(claim);
+            }
+            ClaimStage::Lock => {
+                let locked = match reply {
+                    Reply::Bool(b) => b,
+                    Reply::Rows(rows) => rows
+                        .first()
+                        .and_then(|r| r.values.first())
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    _ => false,
+                };
+                let mode = self.subs[sub.0].mode;
+                if locked {
+                    let key = self.claims[&claim]
+                        .current
+                        .as_ref()
+                        .map(|c| c.key.clone())
+                        .expect("a candidate is being locked");
+                    if mode == KeyMode::Database {
+                        self.keys.insert(key);
+                    }
+                    self.take_current(claim);
+                } else if mode == KeyMode::Custom {
+                    // The first due row's key is held: the claim takes nothing more.
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.current = None;
+                    c.candidates.clear();
+                    self.next_candidate(claim);
+                } else {
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.current = None;
+                    self.next_candidate(claim);
+                }
+            }
+            ClaimStage::Take | ClaimStage::ReadRow => {
+                let mut rows = rows_of(reply);
+                match rows.pop() {
+                    Some(row) => {
+                        // The take's row already counts this attempt.
+                        let c = self.claims.get_mut(&claim).expect("claim in flight");
+                        let candidate = c.current.take().expect("a candidate is being taken");
+                        c.found += 1;
+                        self.claim_delivers_conn(claim, row, Some(candidate.key), 0);
+                        self.next_candidate(claim);
+                    }
+                    None => self.unlock_current(claim),
+                }
+            }
+            ClaimStage::TakeCount => {
+                if matches!(reply, Reply::Affected(n) if n > 0) {
+                    let statement = statements.read_row.clone();
+                    let id = self.claims[&claim]
+                        .current
+                        .as_ref()
+                        .map(|c| c.id.clone())
+                        .expect("a candidate is being taken");
+                    let binds = statement.binds(|_| id.clone());
+                    self.claim_execute(claim, conn, &statement, binds, ClaimStage::ReadRow);
+                } else {
+                    self.unlock_current(claim);
+                }
+            }
+            ClaimStage::Unlock => {
+                let released = match reply {
+                    Reply::Bool(b) => b,
+                    Reply::Rows(rows) => rows
+                        .first()
+                        .and_then(|r| r.values.first())
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    _ => false,
+                };
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                let candidate = c.current.take().expect("a candidate is being unlocked");
+                self.keys.remove(&candidate.key);
+                if released {
+                    self.next_candidate(claim);
+                } else {
+                    // The session may still hold the key: closing it ends the lock.
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.conn = None;
+                    self.claim_step(claim, conn, Action::Close, ClaimStage::Close);
+                }
+            }
+            ClaimStage::Release | ClaimStage::Close => {}
+        }
+    }
+
+    fn on_claim_failed(&mut self, claim: u64, stage: ClaimStage, error: DbError) {
+        let c = self.claims.get_mut(&claim).expect("claim in flight");
+        let sub = c.sub;
+        c.failed = true;
+        c.candidates.clear();
+        let current = c.current.take();
+        let conn = c.conn.take();
+        c.locked_row = None;
+        c.taken.clear();
+        if let Some(candidate) = current
+            && !matches!(stage, ClaimStage::Lock)
+        {
+            // A key locked on this connection ends with it; the registry forgets it.
+            self.keys.remove(&candidate.key);
+        }
+        let serialization = error.kind == ErrorKind::Serialization
+            && self.subs[sub.0].statements.form == Form::RowLock;
+        let error = if serialization {
+            DbError::new(
+                ErrorKind::Serialization,
+                format!(
+                    "table `{}`: {}; the row lock form needs `default_transaction_isolation` = 'read committed'",
+                    self.subs[sub.0].desc.table, error.message
+                ),
+            )
+        } else {
+            error
+        };
+        match stage {
+            ClaimStage::Release | ClaimStage::Close => {
+                self.finish_claim(claim);
+                return;
+            }
+            ClaimStage::Acquire => {
+                if let Some(conn) = conn {
+                    self.conns.remove(&conn);
+                }
+            }
+            _ => {
+                if let Some(conn) = conn {
+                    self.claim_step(claim, conn, Action::Close, ClaimStage::Close);
+                }
+            }
+        }
+        self.events.push_back(Event::Error { sub, error });
+        if !self
+            .pending
+            .values()
+            .any(|s| matches!(s, Step::Claim { claim: c, .. } if *c == claim))
+        {
+            self.finish_claim(claim);
+        }
+    }
+
+    /// The claim's connection goes to a delivery of `row`.
+    fn claim_delivers_conn(&mut self, claim: u64, row: Row<R>, key: Option<Arc<str>>, add: i64) {
+        let c = self.claims.get_mut(&claim).expect("claim in flight");
+        let sub = c.sub;
+        let conn = c.conn.take();
+        if c.found == 0 {
+            c.found = 1;
+        }
+        self.deliver(sub, row, conn, key, None, add);
+    }
+
+    fn claim_release(&mut self, claim: u64) {
+        let c = self.claims.get_mut(&claim).expect("claim in flight");
+        match c.conn.take() {
+            Some(conn) => self.claim_step(claim, conn, Action::Release, ClaimStage::Release),
+            None => self.finish_claim(claim),
+        }
+    }
+
+    /// The advisory claim's next candidate, or its end.
+    fn next_candidate(&mut self, claim: u64) {
+        loop {
+            let running = self.state == State::Running;
+            let c = self.claims.get_mut(&claim).expect("claim in flight");
+            let sub = c.sub;
+            if !running || c.found >= c.limit {
+                c.candidates.clear();
+            }
+            let Some(candidate) = c.candidates.pop_front() else {
+                self.claim_release(claim);
+                return;
+            };
+            let mode = self.subs[sub.0].mode;
+            match mode {
+                KeyMode::Database if self.keys.contains(&candidate.key) => continue,
+                KeyMode::Registry if self.keys.contains(&candidate.key) => {
+                    // The first due rows are in work: the claim takes nothing while they are.
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.candidates.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            let c = self.claims.get_mut(&claim).expect("claim in flight");
+            c.current = Some(candidate);
+            match c.conn {
+                Some(_) => self.lock_current(claim),
+                None => {
+                    let conn = self.new_conn();
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.conn = Some(conn);
+                    self.claim_step(claim, conn, Action::Acquire, ClaimStage::Acquire);
+                }
+            }
+            return;
+        }
+    }
+
+    fn lock_current(&mut self, claim: u64) {
+        let c = &self.claims[&claim];
+        let sub = c.sub;
+        let conn = c.conn.expect("a connection to lock on");
+        let key = c.current.as_ref().expect("a candidate to lock").key.clone();
+        match self.subs[sub.0].mode {
+            KeyMode::Registry => {
+                self.keys.insert(key);
+                self.take_current(claim);
+            }
+            KeyMode::Custom => {
+                self.claim_step(claim, conn, Action::Lock { sub, key }, ClaimStage::Lock);
+            }
+            KeyMode::Database | KeyMode::None => {
+                let statement = self.subs[sub.0]
+                    .statements
+                    .try_lock
+                    .clone()
+                    .expect("the advisory form locks keys");
+                let arg = self.key_arg(sub, &key);
+                let binds = statement.binds(|_| arg.clone());
+                self.claim_execute(claim, conn, &statement, binds, ClaimStage::Lock);
+            }
+        }
+    }
+
+    /// The bind that names a key's lock in the database.
+    fn key_arg(&self, sub: SubId, key: &str) -> Value {
+        match self.dialect {
+            Dialect::Postgres => Value::Int(postgres_key_hash(key)),
+            _ => Value::Text(mysql_lock_name(
+                self.subs[sub.0].database.as_deref().unwrap_or(""),
+                key,
+            )),
+        }
+    }
+
+    fn take_current(&mut self, claim: u64) {
+        let c = &self.claims[&claim];
+        let sub = c.sub;
+        let conn = c.conn.expect("a connection to take on");
+        let id = c.current.as_ref().expect("a candidate to take").id.clone();
+        let now = self.now;
+        let statements = &self.subs[sub.0].statements;
+        let (statement, stage) = match (&statements.take, &statements.take_count) {
+            (Some(take), _) => (take.clone(), ClaimStage::Take),
+            (None, Some(count)) => (count.clone(), ClaimStage::TakeCount),
+            (None, None) => unreachable!("the advisory form renders a take"),
+        };
+        let binds = statement.binds(|arg| match arg {
+            Arg::Id => id.clone(),
+            _ => Value::Int(now.micros()),
+        });
+        self.claim_execute(claim, conn, &statement, binds, stage);
+    }
+
+    /// The current candidate's row is no longer claimable: release its key.
+    fn unlock_current(&mut self, claim: u64) {
+        let c = &self.claims[&claim];
+        let sub = c.sub;
+        let conn = c.conn.expect("the connection that holds the key");
+        let key = c
+            .current
+            .as_ref()
+            .expect("a candidate to unlock")
+            .key
+            .clone();
+        match self.subs[sub.0].mode {
+            KeyMode::Registry => {
+                self.keys.remove(&key);
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                c.current = None;
+                self.next_candidate(claim);
+            }
+            KeyMode::Custom => {
+                self.claim_step(claim, conn, Action::Unlock { sub, key }, ClaimStage::Unlock);
+            }
+            KeyMode::Database | KeyMode::None => {
+                let statement = self.subs[sub.0]
+                    .statements
+                    .unlock
+                    .clone()
+                    .expect("the advisory form unlocks keys");
+                let arg = self.key_arg(sub, &key);
+                let binds = statement.binds(|_| arg.clone());
+                self.claim_execute(claim, conn, &statement, binds, ClaimStage::Unlock);
+            }
+        }
+    }
+
+    fn finish_claim(&mut self, claim: u64) {
+        let Some(c) = self.claims.remove(&claim) else {
+            return;
+        };
+        debug_assert!(c.conn.is_none(), "a claim ended holding a connection");
+        let now = self.now;
+        let s = &mut self.subs[c.sub.0];
+        s.claiming -= c.limit;
+        s.claims_in_flight -= 1;
+        s.last_full = !c.failed && c.found >= c.limit;
+        let next = if s.last_full {
+            now
+        } else {
+            now.plus(s.options.poll_interval)
+        };
+        // A wake that came while the claim ran keeps its earlier time.
+        s.next_claim_at = Some(s.next_claim_at.map_or(next, |t| t.min(next)));
+    }
+
+    // ----- deliveries -----
+
+    fn deliver(
+        &mut self,
+        sub: SubId,
+        row: Row<R>,
+        conn: Option<ConnId>,
+        key: Option<Arc<str>>,
+        fence: Option<Time>,
+        add: i64,
+    ) {
+        let id = DeliveryId(self.next_delivery);
+        self.next_delivery += 1;
+        let s = &mut self.subs[sub.0];
+        s.in_work += 1;
+        let attempt_at = s.desc.attempt.map(|_| 1);
+        let row_id = row.values.first().cloned().unwrap_or(Value::Null);
+        let attempt = attempt_at
+            .and_then(|i| row.values.get(i))
+            .and_then(Value::as_int)
+            .map(|a| a + add);
+        let extend_at = fence.map(|_| self.now.plus(s.options.extend_every));
+        self.deliveries.insert(
+            id,
+            Delivery {
+                sub,
+                id: row_id.clone(),
+                key: key.clone(),
+                conn,
+                fence,
+                state: DeliveryState::InWork,
+                ending: None,
+                extend_at,
+                lease_lost: false,
+                deadline: None,
+                queued: None,
+                holds: true,
+                settled: false,
+                delivered: self.state == State::Running,
+            },
+        );
+        if self.state == State::Running {
+            self.events.push_back(Event::Delivered(Delivered {
+                sub,
+                delivery: id,
+                id: row_id,
+                attempt,
+                key,
+                row: row.raw,
+            }));
+        } else {
+            self.end(id, Ending::Shutdown);
+        }
+    }
+
+    fn delivery_step(
+        &mut self,
+        delivery: DeliveryId,
+        conn: ConnId,
+        action: Action,
+        stage: DeliveryStage,
+    ) {
+        self.send(conn, action, Step::Delivery { delivery, stage });
+    }
+
+    fn delivery_execute(
+        &mut self,
+        delivery: DeliveryId,
+        conn: ConnId,
+        statement: &Statement,
+        binds: Vec<Value>,
+        stage: DeliveryStage,
+    ) {
+        self.execute(conn, statement, binds, Step::Delivery { delivery, stage });
+    }
+
+    fn end(&mut self, delivery: DeliveryId, ending: Ending) {
+        let now = self.now;
+        let running = self.state == State::Running;
+        let Some(d) = self.deliveries.get_mut(&delivery) else {
+            if matches!(ending, Ending::Settle(_)) {
+                let error = if running {
+                    SettleError::NotInWork
+                } else {
+                    SettleError::Closed
+                };
+                self.events
+                    .push_back(Event::SettleFailed { delivery, error });
+            }
+            return;
+        };
+        match d.state {
+            DeliveryState::Busy => {
+                if d.ending.is_none() && d.queued.is_none() {
+                    d.queued = Some(ending);
+                } else if matches!(ending, Ending::Settle(_)) {
+                    self.events.push_back(Event::SettleFailed {
+                        delivery,
+                        error: SettleError::NotInWork,
+                    });
+                }
+                return;
+            }
+            DeliveryState::InWork => {}
+        }
+        let sub = d.sub;
+        let form = self.subs[sub.0].statements.form;
+        if let Ending::Settle(_) = ending {
+            if !running && form == Form::Lease {
+                // The lease runs out unless settled before the shutdown; no new connection now.
+                self.events.push_back(Event::SettleFailed {
+                    delivery,
+                    error: SettleError::Closed,
+                });
+                return;
+            }
+            if d.lease_lost {
+                self.events.push_back(Event::SettleFailed {
+                    delivery,
+                    error: SettleError::LeaseLost,
+                });
+                d.ending = Some(ending);
+                self.finish_delivery(delivery);
+                return;
+            }
+        }
+        d.ending = Some(ending);
+        d.state = DeliveryState::Busy;
+        d.extend_at = None;
+        if ending == Ending::Drop && d.conn.is_some() {
+            d.deadline = Some(now.plus(DROP_GRACE));
+        }
+        let conn = d.conn;
+        let id = d.id.clone();
+        let delivered = d.delivered;
+        let statements = &self.subs[sub.0].statements;
+        match (form, ending) {
+            (Form::RowLock, Ending::Settle(Outcome::Ack | Outcome::Reject)) => {
+                let statement = statements.settle.clone();
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    _ => Value::Int(now.micros()),
+                });
+                let conn = conn.expect("a row lock delivery holds its connection");
+                self.delivery_execute(delivery, conn, &statement, binds, DeliveryStage::Settle);
+            }
+            (Form::RowLock, Ending::Settle(Outcome::Retry)) => {
+                let commit = statements.commit.clone();
+                let conn = conn.expect("a row lock delivery holds its connection");
+                self.delivery_execute(delivery, conn, &commit, Vec::new(), DeliveryStage::Commit);
+            }
+            (Form::RowLock, Ending::Drop | Ending::Shutdown) => {
+                let rollback = statements.rollback.clone();
+                let conn = conn.expect("a row lock delivery holds its connection");
+                self.delivery_execute(
+                    delivery,
+                    conn,
+                    &rollback,
+                    Vec::new(),
+                    DeliveryStage::Rollback,
+                );
+            }
+            (Form::Lease, Ending::Shutdown) if delivered => {
+                // The delivery keeps its lease, which runs out unless it settles first.
+                self.finish_delivery(delivery);
+            }
+            (Form::Lease, _) => {
+                let conn = self.new_conn();
+                self.delivery_step(delivery, conn, Action::Acquire, DeliveryStage::Acquire);
+                if let Some(d) = self.deliveries.get_mut(&delivery) {
+                    d.conn = Some(conn);
+                }
+            }
+            (Form::Advisory, Ending::Settle(Outcome::Ack | Outcome::Reject)) => {
+                let statement = statements.settle.clone();
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    _ => Value::Int(now.micros()),
+                });
+                let conn = conn.expect("an advisory delivery holds its connection");
+                self.delivery_execute(delivery, conn, &statement, binds, DeliveryStage::Settle);
+            }
+            (Form::Advisory, _) => self.delivery_unlock(delivery),
+        }
+    }
+
+    /// The lease form: extend a lease in work.
+    fn extend(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(&delivery) else {
+            return;
+        };
+        d.state = DeliveryState::Busy;
+        d.extend_at = None;
+        let conn = self.new_conn();
+        if let Some(d) = self.deliveries.get_mut(&delivery) {
+            d.conn = Some(conn);
+        }
+        self.delivery_step(delivery, conn, Action::Acquire, DeliveryStage::Acquire);
+    }
+
+    fn delivery_unlock(&mut self, delivery: DeliveryId) {
+        let d = &self.deliveries[&delivery];
+        let sub = d.sub;
+        let conn = d.conn.expect("an advisory delivery holds its connection");
+        let key = d.key.clone().expect("an advisory delivery has a key");
+        match self.subs[sub.0].mode {
+            KeyMode::Registry => {
+                self.keys.remove(&key);
+                self.after_unlock(delivery, true);
+            }
+            KeyMode::Custom => {
+                self.delivery_step(
+                    delivery,
+                    conn,
+                    Action::Unlock { sub, key },
+                    DeliveryStage::Unlock,
+                );
+            }
+            KeyMode::Database | KeyMode::None => {
+                let statement = self.subs[sub.0]
+                    .statements
+                    .unlock
+                    .clone()
+                    .expect("the advisory form unlocks keys");
+                let arg = self.key_arg(sub, &key);
+                let binds = statement.binds(|_| arg.clone());
+                self.delivery_execute(delivery, conn, &statement, binds, DeliveryStage::Unlock);
+            }
+        }
+    }
+
+    /// The key is released (`true`) or may still be held (`false`): the connection goes back
+    /// to the pool, or is closed.
+    fn after_unlock(&mut self, delivery: DeliveryId, released: bool) {
+        let d = self
+            .deliveries
+            .get_mut(&delivery)
+            .expect("delivery in flight");
+        if let Some(key) = &d.key {
+            self.keys.remove(key);
+        }
+        d.holds = false;
+        let conn = d
+            .conn
+            .take()
+            .expect("an advisory delivery holds its connection");
+        let shutdown = d.ending == Some(Ending::Shutdown);
+        let close = !released || d.ending == Some(Ending::Drop);
+        if shutdown {
+            if released {
+                self.counts.locks_released += 1;
+            } else {
+                self.counts.connections_closed += 1;
+            }
+        }
+        let (action, stage) = if close {
+            (Action::Close, DeliveryStage::Close)
+        } else {
+            (Action::Release, DeliveryStage::Release)
+        };
+        self.delivery_step(delivery, conn, action, stage);
+    }
+
+    fn on_delivery(&mut self, delivery: DeliveryId, stage: DeliveryStage, reply: Reply<R>) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(&delivery) else {
+            return;
+        };
+        let sub = d.sub;
+        let form = self.subs[sub.0].statements.form;
+        let ending = d.ending;
+        let conn = d.conn;
+        if let Reply::Failed(error) = reply {
+            self.on_delivery_failed(delivery, stage, error);
+            return;
+        }
+        let statements = &self.subs[sub.0].statements;
+        let options = self.subs[sub.0].options;
+        match stage {
+            DeliveryStage::Acquire => {
+                let conn = conn.expect("the lease's connection was asked for");
+                let d = &self.deliveries[&delivery];
+                let id = d.id.clone();
+                let fence = d.fence.unwrap_or_default();
+                match ending {
+                    None => {
+                        let statement = statements.extend_lease.clone().expect("lease");
+                        let until = now.plus(options.lease);
+                        let binds = statement.binds(|arg| match arg {
+                            Arg::Id => id.clone(),
+                            Arg::Fence => Value::Int(fence.micros()),
+                            _ => Value::Int(until.micros()),
+                        });
+                        self.delivery_execute(
+                            delivery,
+                            conn,
+                            &statement,
+                            binds,
+                            DeliveryStage::Extend { until },
+                        );
+                    }
+                    Some(Ending::Settle(Outcome::Ack | Outcome::Reject)) => {
+                        let statement = statements.settle.clone();
+                        let binds = statement.binds(|arg| match arg {
+                            Arg::Id => id.clone(),
+                            Arg::Fence => Value::Int(fence.micros()),
+                            _ => Value::Int(now.micros()),
+                        });
+                        self.delivery_execute(
+                            delivery,
+                            conn,
+                            &statement,
+                            binds,
+                            DeliveryStage::Settle,
+                        );
+                    }
+                    Some(_) => {
+                        let statement = statements.release_lease.clone().expect("lease");
+                        let binds = statement.binds(|arg| match arg {
+                            Arg::Id => id.clone(),
+                            _ => Value::Int(fence.micros()),
+                        });
+                        self.delivery_execute(
+                            delivery,
+                            conn,
+                            &statement,
+                            binds,
+                            DeliveryStage::ReleaseLease,
+                        );
+                    }
+                }
+            }
+            DeliveryStage::Extend { until } => {
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                if matches!(reply, Reply::Affected(n) if n > 0) {
+                    d.fence = Some(until);
+                    d.extend_at = Some(now.plus(options.extend_every));
+                } else {
+                    d.lease_lost = true;
+                    d.holds = false;
+                    self.events.push_back(Event::LeaseLost { delivery });
+                }
+                let conn = d.conn.take().expect("the extension's connection");
+                self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+            }
+            DeliveryStage::Settle => {
+                let affected = matches!(reply, Reply::Affected(n) if n > 0);
+                let outcome = match ending {
+                    Some(Ending::Settle(o)) => o,
+                    _ => Outcome::Ack,
+                };
+                match form {
+                    Form::RowLock => {
+                        let commit = statements.commit.clone();
+                        let conn = conn.expect("a row lock delivery holds its connection");
+                        self.delivery_execute(
+                            delivery,
+                            conn,
+                            &commit,
+                            Vec::new(),
+                            DeliveryStage::Commit,
+                        );
+                    }
+                    Form::Lease => {
+                        let d = self
+                            .deliveries
+                            .get_mut(&delivery)
+                            .expect("delivery in flight");
+                        d.holds = false;
+                        if affected {
+                            d.settled = true;
+                            self.events.push_back(Event::Settled { delivery, outcome });
+                        } else {
+                            self.events.push_back(Event::SettleFailed {
+                                delivery,
+                                error: SettleError::LeaseLost,
+                            });
+                        }
+                        let conn = d.conn.take().expect("the settlement's connection");
+                        self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+                    }
+                    Form::Advisory => {
+                        let d = self
+                            .deliveries
+                            .get_mut(&delivery)
+                            .expect("delivery in flight");
+                        d.settled = true;
+                        self.events.push_back(Event::Settled { delivery, outcome });
+                        self.delivery_unlock(delivery);
+                    }
+                }
+            }
+            DeliveryStage::ReleaseLease => {
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                d.holds = false;
+                if let Some(Ending::Settle(outcome)) = ending {
+                    if matches!(reply, Reply::Affected(n) if n > 0) {
+                        d.settled = true;
+                        self.events.push_back(Event::Settled { delivery, outcome });
+                    } else {
+                        self.events.push_back(Event::SettleFailed {
+                            delivery,
+                            error: SettleError::LeaseLost,
+                        });
+                    }
+                }
+                let conn = d.conn.take().expect("the release's connection");
+                self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+            }
+            DeliveryStage::Commit => {
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                d.holds = false;
+                d.settled = true;
+                if let Some(Ending::Settle(outcome)) = ending {
+                    self.events.push_back(Event::Settled { delivery, outcome });
+                }
+                let conn = d
+                    .conn
+                    .take()
+                    .expect("a row lock delivery holds its connection");
+                self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+            }
+            DeliveryStage::Rollback => {
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                d.holds = false;
+                let conn = d
+                    .conn
+                    .take()
+                    .expect("a row lock delivery holds its connection");
+                self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+            }
+            DeliveryStage::Unlock => {
+                let released = match reply {
+                    Reply::Bool(b) => b,
+                    Reply::Rows(rows) => rows
+                        .first()
+                        .and_then(|r| r.values.first())
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    _ => false,
+                };
+                self.after_unlock(delivery, released);
+            }
+            DeliveryStage::Release | DeliveryStage::Close => {
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                if d.ending.is_none() {
+                    // An extension ended: back to work, or to the settlement asked for meanwhile.
+                    d.state = DeliveryState::InWork;
+                    if let Some(queued) = d.queued.take() {
+                        self.end(delivery, queued);
+                    }
+                } else {
+                    self.finish_delivery(delivery);
+                }
+            }
+        }
+    }
+
+    fn on_delivery_failed(&mut self, delivery: DeliveryId, stage: DeliveryStage, error: DbError) {
+        let d = self
+            .deliveries
+            .get_mut(&delivery)
+            .expect("delivery in flight");
+        let sub = d.sub;
+        if matches!(stage, DeliveryStage::Release | DeliveryStage::Close) {
+            d.conn = None;
+            if d.ending.is_none() {
+                d.state = DeliveryState::InWork;
+                if let Some(queued) = d.queued.take() {
+                    self.end(delivery, queued);
+                }
+            } else {
+                self.finish_delivery(delivery);
+            }
+            return;
+        }
+        if matches!(d.ending, Some(Ending::Settle(_)))
+            && matches!(
+                stage,
+                DeliveryStage::Acquire
+                    | DeliveryStage::Settle
+                    | DeliveryStage::ReleaseLease
+                    | DeliveryStage::Commit
+            )
+        {
+            self.events.push_back(Event::SettleFailed {
+                delivery,
+                error: SettleError::Db(error.clone()),
+            });
+        } else {
+            self.events.push_back(Event::Error {
+                sub,
+                error: error.clone(),
+            });
+        }
+        let d = self
+            .deliveries
+            .get_mut(&delivery)
+            .expect("delivery in flight");
+        if let Some(key) = d.key.clone()
+            && d.holds
+        {
+            // The connection closes, and the key's lock with it.
+            self.keys.remove(&key);
+            if d.ending == Some(Ending::Shutdown) {
+                self.counts.connections_closed += 1;
+            }
+        }
+        d.holds = false;
+        let conn = d.conn.take();
+        match (stage, conn) {
+            (DeliveryStage::Acquire, Some(conn)) => {
+                self.conns.remove(&conn);
+                self.after_failed_step(delivery);
+            }
+            (_, Some(conn)) => {
+                self.delivery_step(delivery, conn, Action::Close, DeliveryStage::Close);
+            }
+            (_, None) => self.after_failed_step(delivery),
+        }
+    }
+
+    fn after_failed_step(&mut self, delivery: DeliveryId) {
+        let d = self
+            .deliveries
+            .get_mut(&delivery)
+            .expect("delivery in flight");
+        if d.ending.is_none() {
+            d.state = DeliveryState::InWork;
+            d.extend_at = Some(self.now.plus(Duration::from_secs(1)));
+            if let Some(queued) = d.queued.take() {
+                self.end(delivery, queued);
+            }
+        } else {
+            self.finish_delivery(delivery);
+        }
+    }
+
+    /// A dropped delivery's deadline passed: close its connection, whatever still runs on it.
+    fn force_close(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(&delivery) else {
+            return;
+        };
+        d.deadline = None;
+        let conn = d.conn.take();
+        let key = d.key.clone();
+        let holds = d.holds;
+        d.holds = false;
+        for step in self.pending.values_mut() {
+            if matches!(step, Step::Delivery { delivery: d, .. } if *d == delivery) {
+                *step = Step::Orphan;
+            }
+        }
+        if let Some(key) = key
+            && holds
+        {
+            self.keys.remove(&key);
+        }
+        if let Some(conn) = conn {
+            self.send(conn, Action::Close, Step::Orphan);
+        }
+        self.finish_delivery(delivery);
+    }
+
+    fn finish_delivery(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.remove(&delivery) else {
+            return;
+        };
+        debug_assert!(d.conn.is_none(), "a delivery ended holding a connection");
+        let s = &mut self.subs[d.sub.0];
+        s.in_work -= 1;
+        if !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown)) && d.delivered {
+            let kept_lease = s.statements.form == Form::Lease && d.ending == Some(Ending::Shutdown);
+            if !kept_lease {
+                self.events.push_back(Event::Returned { delivery });
+            }
+        }
+    }
+
+    // ----- publishes -----
+
+    fn on_publish(&mut self, publish: PublishId, stage: PublishStage, reply: Reply<R>) {
+        let conn_of = |b: &Self| b.publish_conn(publish);
+        let Some(flow) = self.publishes.get_mut(&publish) else {
+            return;
+        };
+        if let Reply::Failed(error) = reply {
+            if flow.result.is_none() {
+                flow.result = Some(Err(error));
+            }
+            match stage {
+                PublishStage::Acquire => {
+                    let conn = conn_of(self);
+                    self.conns.remove(&conn);
+                    self.end_publish(publish);
+                }
+                PublishStage::Insert => {
+                    let conn = conn_of(self);
+                    self.send(
+                        conn,
+                        Action::Close,
+                        Step::Publish {
+                            publish,
+                            stage: PublishStage::Close,
+                        },
+                    );
+                }
+                PublishStage::Release | PublishStage::Close => self.end_publish(publish),
+            }
+            return;
+        }
+        let conn = conn_of(self);
+        match stage {
+            PublishStage::Acquire => {
+                let flow = &self.publishes[&publish];
+                let statement = self.publishers[flow.publisher.0].statement.clone();
+                let binds = flow.binds.clone();
+                self.execute(
+                    conn,
+                    &statement,
+                    binds,
+                    Step::Publish {
+                        publish,
+                        stage: PublishStage::Insert,
+                    },
+                );
+            }
+            PublishStage::Insert => {
+                let flow = self.publishes.get_mut(&publish).expect("publish in flight");
+                flow.result = Some(Ok(()));
+                self.send(
+                    conn,
+                    Action::Release,
+                    Step::Publish {
+                        publish,
+                        stage: PublishStage::Release,
+                    },
+                );
+            }
+            PublishStage::Release | PublishStage::Close => self.end_publish(publish),
+        }
+    }
+
+    fn publish_conn(&self, publish: PublishId) -> ConnId {
+        self.publishes[&publish].conn
+    }
+
+    fn end_publish(&mut self, publish: PublishId) {
+        if let Some(flow) = self.publishes.remove(&publish) {
+            let result = flow.result.unwrap_or(Ok(()));
+            self.events.push_back(Event::Published { publish, result });
+        }
+    }
+}

@@ -1,0 +1,867 @@
+//! Every SQL text of the queue, per dialect, rendered once per subscription.
+//!
+//! [`Statements::render`] turns a [`TableDesc`] into the statements its form needs. Each
+//! [`Statement`] carries its text, its [`StatementKind`] (what it does, for tests and models),
+//! the logical arguments of its placeholders in order ([`Arg`]), and what its reply holds
+//! ([`Output`]). An adapter binds `statement.args` as the core fills them and reads the reply as
+//! `statement.output` says; it writes no SQL of its own.
+//!
+//! Times enter statements as bind parameters, microseconds since the Unix epoch, converted per
+//! dialect: PostgreSQL `timestamptz`, MySQL and MariaDB `DATETIME(6)` (UTC), SQLite `INTEGER`
+//! microseconds.
+
+use std::sync::Arc;
+
+use crate::spec::{Form, KeyPart, OrderBy, TableDesc};
+
+/// A SQL dialect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// PostgreSQL 9.5 and later.
+    Postgres,
+    /// MySQL 8.0.1 and later.
+    MySql,
+    /// MariaDB 10.6 and later.
+    MariaDb,
+    /// SQLite 3.35 and later.
+    Sqlite,
+}
+
+impl Dialect {
+    /// The database's name in messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::MySql => "MySQL",
+            Dialect::MariaDb => "MariaDB",
+            Dialect::Sqlite => "SQLite",
+        }
+    }
+
+    /// Whether the dialect has `FOR UPDATE SKIP LOCKED`.
+    pub const fn has_row_locks(self) -> bool {
+        !matches!(self, Dialect::Sqlite)
+    }
+
+    /// Whether an `UPDATE` can return the rows it changed.
+    pub const fn update_returning(self) -> bool {
+        matches!(self, Dialect::Postgres | Dialect::Sqlite)
+    }
+
+    const fn mysql_like(self) -> bool {
+        matches!(self, Dialect::MySql | Dialect::MariaDb)
+    }
+
+    /// `name` quoted as an identifier; a dotted name is quoted part by part.
+    pub fn quote(self, name: &str) -> String {
+        let (open, close) = if self.mysql_like() {
+            ('`', "``")
+        } else {
+            ('"', "\"\"")
+        };
+        name.split('.')
+            .map(|part| {
+                let mut out = String::with_capacity(part.len() + 2);
+                out.push(open);
+                out.push_str(&part.replace(open, close));
+                out.push(open);
+                out
+            })
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    fn text_literal(self, text: &str) -> String {
+        let escaped = text.replace('\'', "''");
+        if self.mysql_like() {
+            format!("'{}'", escaped.replace('\\', "\\\\"))
+        } else {
+            format!("'{escaped}'")
+        }
+    }
+}
+
+/// A logical argument of a statement; [`Statement::args`] lists one per placeholder, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arg {
+    /// The row's id.
+    Id,
+    /// The `n`th id of a batch.
+    IdAt(usize),
+    /// The current time.
+    Now,
+    /// A new lease expiry.
+    Until,
+    /// The lease expiry this process wrote, which proves it still holds the row.
+    Fence,
+    /// How many rows to select.
+    Limit,
+    /// An advisory lock's key: its PostgreSQL hash or its MySQL name.
+    Key,
+    /// The table's name, unquoted and without schema.
+    TableName,
+    /// The table's schema, where the name has one.
+    Schema,
+    /// The encoded payload.
+    Payload,
+    /// When a published row becomes due.
+    Due,
+    /// The value of a column that publishing writes.
+    Column(&'static str),
+}
+
+/// What a statement does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StatementKind {
+    /// Opens a transaction.
+    Begin,
+    /// Commits the transaction.
+    Commit,
+    /// Rolls the transaction back.
+    Rollback,
+    /// Lists the table's columns: rows of `column_name`.
+    ListColumns,
+    /// MySQL and MariaDB: the current database's name: a row of `db`.
+    CurrentDatabase,
+    /// PostgreSQL: the session's isolation level: a row of `isolation`.
+    Isolation,
+    /// Row lock form: locks the first claimable row, `FOR UPDATE SKIP LOCKED`, and reads it.
+    LockRow,
+    /// Adds one to the attempt column of a row: rows affected.
+    CountAttempt,
+    /// Lease form, in one statement: writes a lease into the first claimable rows and counts
+    /// their attempts, and reads them.
+    ClaimLease,
+    /// Lease form, MySQL and MariaDB: locks the first claimable rows, `FOR UPDATE SKIP
+    /// LOCKED`, and reads them.
+    SelectLease,
+    /// Lease form, MySQL and MariaDB: writes the lease into this many locked rows and counts
+    /// their attempts.
+    MarkLease(usize),
+    /// Lease form: moves a held lease's expiry: rows affected.
+    ExtendLease,
+    /// Lease form: gives a held row back to the queue at once: rows affected.
+    ReleaseLease,
+    /// Advisory lock form: the first claimable rows' ids and keys: rows of `rs_id`, `rs_key`.
+    Candidates,
+    /// Advisory lock form: takes a key's lock without waiting: a row of `locked`.
+    TryLock,
+    /// Advisory lock form: releases a key's lock: a row of `unlocked`.
+    Unlock,
+    /// Advisory lock form: takes the row while it is still claimable (counting the attempt
+    /// where the table has the column) and reads it.
+    Take,
+    /// Advisory lock form, MySQL and MariaDB: counts the attempt while the row is still
+    /// claimable: rows affected.
+    TakeCount,
+    /// Reads the row by id.
+    ReadRow,
+    /// Settles a row by deleting it; `fenced` in the lease form.
+    Delete {
+        /// Only while this process's lease holds the row.
+        fenced: bool,
+    },
+    /// Settles a row by marking its `processed_at`; `fenced` in the lease form.
+    MarkProcessed {
+        /// Only while this process's lease holds the row.
+        fenced: bool,
+    },
+    /// Inserts a row.
+    Publish,
+}
+
+/// What the reply to a statement holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Nothing.
+    Nothing,
+    /// The number of rows affected.
+    Affected,
+    /// Rows: for each, the values of these columns by name, and the driver's row itself when
+    /// `raw` is set (the runtime decodes the message from it).
+    Rows {
+        /// The columns the core reads.
+        columns: Arc<[&'static str]>,
+        /// Whether the adapter keeps the driver's row.
+        raw: bool,
+    },
+}
+
+/// One statement of a subscription, rendered once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statement {
+    /// What it does.
+    pub kind: StatementKind,
+    /// Its text.
+    pub sql: Arc<str>,
+    /// The logical argument of each placeholder, in order.
+    pub args: Arc<[Arg]>,
+    /// What its reply holds.
+    pub output: Output,
+}
+
+impl Statement {
+    /// The binds of this statement: `value(arg)` for each of its placeholders, in order.
+    pub fn binds(&self, mut value: impl FnMut(Arg) -> crate::Value) -> Vec<crate::Value> {
+        self.args.iter().map(|&arg| value(arg)).collect()
+    }
+}
+
+struct Sql {
+    dialect: Dialect,
+    text: String,
+    args: Vec<Arg>,
+}
+
+impl Sql {
+    fn new(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            text: String::new(),
+            args: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+
+    fn arg(&mut self, arg: Arg) -> &mut Self {
+        match self.dialect {
+            Dialect::MySql | Dialect::MariaDb => {
+                self.args.push(arg);
+                self.text.push('?');
+            }
+            Dialect::Postgres | Dialect::Sqlite => {
+                let n = match self.args.iter().position(|a| *a == arg) {
+                    Some(i) => i + 1,
+                    None => {
+                        self.args.push(arg);
+                        self.args.len()
+                    }
+                };
+                let mark = if self.dialect == Dialect::Postgres {
+                    '$'
+                } else {
+                    '?'
+                };
+                self.text.push(mark);
+                self.text.push_str(&n.to_string());
+            }
+        }
+        self
+    }
+
+    /// A time argument converted to the dialect's column type.
+    fn time(&mut self, arg: Arg) -> &mut Self {
+        match self.dialect {
+            Dialect::Postgres => self
+                .push("(TIMESTAMPTZ 'epoch' + CAST(")
+                .arg(arg)
+                .push(" AS BIGINT) * INTERVAL '1 microsecond')"),
+            Dialect::MySql | Dialect::MariaDb => self
+                .push("TIMESTAMPADD(MICROSECOND, ")
+                .arg(arg)
+                .push(", TIMESTAMP'1970-01-01 00:00:00')"),
+            Dialect::Sqlite => self.arg(arg),
+        }
+    }
+
+    fn finish(self, kind: StatementKind, output: Output) -> Statement {
+        Statement {
+            kind,
+            sql: self.text.into(),
+            args: self.args.into(),
+            output,
+        }
+    }
+}
+
+/// The statements of one subscription's table, in its dialect and form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statements {
+    /// The dialect.
+    pub dialect: Dialect,
+    /// The form.
+    pub form: Form,
+    /// Opens a transaction.
+    pub begin: Statement,
+    /// Commits.
+    pub commit: Statement,
+    /// Rolls back.
+    pub rollback: Statement,
+    /// Lists the table's columns.
+    pub list_columns: Statement,
+    /// MySQL and MariaDB: the current database.
+    pub current_database: Option<Statement>,
+    /// PostgreSQL, row lock form: the isolation level.
+    pub isolation: Option<Statement>,
+    /// Row lock form: lock and read the first claimable row.
+    pub lock_row: Option<Statement>,
+    /// Row lock form with an attempt column: count the attempt.
+    pub count_attempt: Option<Statement>,
+    /// Lease form, PostgreSQL and SQLite: the claim in one statement.
+    pub claim_lease: Option<Statement>,
+    /// Lease form, MySQL and MariaDB: lock and read the first claimable rows.
+    pub select_lease: Option<Statement>,
+    /// Lease form, MySQL and MariaDB: write the lease into `n` rows, at index `n - 1`.
+    pub mark_lease: Vec<Statement>,
+    /// Lease form: extend a lease.
+    pub extend_lease: Option<Statement>,
+    /// Lease form: give a row back at once.
+    pub release_lease: Option<Statement>,
+    /// Advisory lock form: the candidates.
+    pub candidates: Option<Statement>,
+    /// Advisory lock form, PostgreSQL, MySQL and MariaDB: take a key's lock.
+    pub try_lock: Option<Statement>,
+    /// Advisory lock form, PostgreSQL, MySQL and MariaDB: release a key's lock.
+    pub unlock: Option<Statement>,
+    /// Advisory lock form: take the row while it is claimable.
+    pub take: Option<Statement>,
+    /// Advisory lock form, MySQL and MariaDB with an attempt column: count the attempt while
+    /// the row is claimable; [`Statements::read_row`] then reads it.
+    pub take_count: Option<Statement>,
+    /// Read a row by id.
+    pub read_row: Statement,
+    /// Settle a row as done (an acknowledgement or a rejection): delete it, or mark it.
+    pub settle: Statement,
+    /// Insert a row.
+    pub publish: Statement,
+}
+
+impl Statements {
+    /// Renders every statement `desc` needs in `dialect`; `batch` is the most rows one claim
+    /// takes (the subscription's workers).
+    pub fn render(dialect: Dialect, desc: &TableDesc, batch: usize) -> Statements {
+        let form = desc.form();
+        let r = Renderer { dialect, desc };
+        let row_columns = r.row_columns();
+        let rows = Output::Rows {
+            columns: row_columns.clone(),
+            raw: true,
+        };
+        let mysql_like = dialect.mysql_like();
+        Statements {
+            dialect,
+            form,
+            begin: r.fixed(
+                StatementKind::Begin,
+                match dialect {
+                    Dialect::Postgres => "BEGIN",
+                    Dialect::MySql | Dialect::MariaDb => "START TRANSACTION",
+                    Dialect::Sqlite => "BEGIN IMMEDIATE",
+                },
+            ),
+            commit: r.fixed(StatementKind::Commit, "COMMIT"),
+            rollback: r.fixed(StatementKind::Rollback, "ROLLBACK"),
+            list_columns: r.list_columns(),
+            current_database: mysql_like.then(|| {
+                let mut s = Sql::new(dialect);
+                s.push("SELECT DATABASE() AS db");
+                s.finish(StatementKind::CurrentDatabase, named(&["db"]))
+            }),
+            isolation: (dialect == Dialect::Postgres && form == Form::RowLock).then(|| {
+                let mut s = Sql::new(dialect);
+                s.push("SELECT current_setting('transaction_isolation') AS isolation");
+                s.finish(StatementKind::Isolation, named(&["isolation"]))
+            }),
+            lock_row: (form == Form::RowLock).then(|| r.lock_row(rows.clone())),
+            count_attempt: (form == Form::RowLock)
+                .then(|| r.count_attempt(false))
+                .flatten(),
+            claim_lease: (form == Form::Lease && dialect.update_returning())
+                .then(|| r.claim_lease(rows.clone())),
+            select_lease: (form == Form::Lease && mysql_like).then(|| r.select_lease(rows.clone())),
+            mark_lease: if form == Form::Lease && mysql_like {
+                (1..=batch.max(1)).map(|n| r.mark_lease(n)).collect()
+            } else {
+                Vec::new()
+            },
+            extend_lease: (form == Form::Lease).then(|| r.extend_lease()),
+            release_lease: (form == Form::Lease).then(|| r.release_lease()),
+            candidates: (form == Form::Advisory).then(|| r.candidates()),
+            try_lock: (form == Form::Advisory && dialect != Dialect::Sqlite)
+                .then(|| r.lock_fn(true)),
+            unlock: (form == Form::Advisory && dialect != Dialect::Sqlite)
+                .then(|| r.lock_fn(false)),
+            take: (form == Form::Advisory
+                && (dialect.update_returning() || desc.attempt.is_none()))
+            .then(|| r.take(rows.clone())),
+            take_count: (form == Form::Advisory && mysql_like)
+                .then(|| r.count_attempt(true))
+                .flatten(),
+            read_row: r.read_row(rows),
+            settle: r.settle(form == Form::Lease),
+            publish: r.publish(),
+        }
+    }
+
+    /// The lease statement that writes `n` rows (MySQL and MariaDB).
+    pub fn mark_lease(&self, n: usize) -> Option<&Statement> {
+        n.checked_sub(1).and_then(|i| self.mark_lease.get(i))
+    }
+
+    /// Every statement rendered, for listing and tests.
+    pub fn all(&self) -> Vec<&Statement> {
+        let mut out = vec![
+            &self.begin,
+            &self.commit,
+            &self.rollback,
+            &self.list_columns,
+        ];
+        let optional = [
+            &self.current_database,
+            &self.isolation,
+            &self.lock_row,
+            &self.count_attempt,
+            &self.claim_lease,
+            &self.select_lease,
+            &self.extend_lease,
+            &self.release_lease,
+            &self.candidates,
+            &self.try_lock,
+            &self.unlock,
+            &self.take,
+            &self.take_count,
+        ];
+        out.extend(optional.into_iter().flatten());
+        out.extend(self.mark_lease.iter());
+        out.extend([&self.read_row, &self.settle, &self.publish]);
+        out
+    }
+}
+
+fn named(columns: &[&'static str]) -> Output {
+    Output::Rows {
+        columns: columns.into(),
+        raw: false,
+    }
+}
+
+struct Renderer<'a> {
+    dialect: Dialect,
+    desc: &'a TableDesc,
+}
+
+impl Renderer<'_> {
+    fn q(&self, name: &str) -> String {
+        self.dialect.quote(name)
+    }
+
+    fn table(&self) -> String {
+        self.q(self.desc.table)
+    }
+
+    fn id(&self) -> String {
+        self.q(self.desc.id.name)
+    }
+
+    fn fixed(&self, kind: StatementKind, text: &str) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push(text);
+        s.finish(kind, Output::Nothing)
+    }
+
+    /// The columns the core reads from a taken row: the id, then the attempt.
+    fn row_columns(&self) -> Arc<[&'static str]> {
+        let mut columns = vec![self.desc.id.name];
+        if let Some(attempt) = self.desc.attempt {
+            columns.push(attempt.name);
+        }
+        columns.into()
+    }
+
+    /// `WHERE` and the conditions under which a row is claimable at `Now`, or nothing.
+    fn claimable(&self, s: &mut Sql, first: bool) {
+        let mut lead = if first { " WHERE " } else { " AND " };
+        if let Some(processed) = self.desc.processed_at {
+            s.push(lead).push(&self.q(processed.name)).push(" IS NULL");
+            lead = " AND ";
+        }
+        if let Some(due) = self.desc.due {
+            s.push(lead).push(&self.q(due.name)).push(" <= ");
+            s.time(Arg::Now);
+            lead = " AND ";
+        }
+        if let Some(lease) = self.desc.locked_until {
+            let lease = self.q(lease.name);
+            s.push(lead)
+                .push("(")
+                .push(&lease)
+                .push(" IS NULL OR ")
+                .push(&lease)
+                .push(" <= ");
+            s.time(Arg::Now).push(")");
+        }
+    }
+
+    fn order(&self, s: &mut Sql) {
+        let mut order: Vec<OrderBy> = self.desc.order.to_vec();
+        if order.is_empty()
+            && let Some(due) = self.desc.due
+        {
+            order.push(OrderBy::asc(due.name));
+        }
+        if !order.iter().any(|o| o.column == self.desc.id.name) {
+            order.push(OrderBy::asc(self.desc.id.name));
+        }
+        s.push(" ORDER BY ");
+        for (i, o) in order.iter().enumerate() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.push(&self.q(o.column));
+            s.push(if o.descending { " DESC" } else { " ASC" });
+        }
+    }
+
+    fn list_columns(&self) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        let schema = self.desc.table.rsplit_once('.').map(|(schema, _)| schema);
+        match self.dialect {
+            Dialect::Postgres => {
+                s.push("SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns WHERE table_schema = ");
+                if schema.is_some() {
+                    s.arg(Arg::Schema);
+                } else {
+                    s.push("current_schema()");
+                }
+                s.push(" AND table_name = ").arg(Arg::TableName);
+            }
+            Dialect::MySql | Dialect::MariaDb => {
+                s.push("SELECT column_name AS column_name FROM information_schema.columns WHERE table_schema = ");
+                if schema.is_some() {
+                    s.arg(Arg::Schema);
+                } else {
+                    s.push("DATABASE()");
+                }
+                s.push(" AND table_name = ").arg(Arg::TableName);
+            }
+            Dialect::Sqlite => {
+                s.push("SELECT name AS column_name FROM pragma_table_info(")
+                    .arg(Arg::TableName);
+                if schema.is_some() {
+                    s.push(", ").arg(Arg::Schema);
+                }
+                s.push(")");
+            }
+        }
+        s.finish(StatementKind::ListColumns, named(&["column_name"]))
+    }
+
+    fn lock_row(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT * FROM ").push(&self.table());
+        self.claimable(&mut s, true);
+        self.order(&mut s);
+        s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
+        s.finish(StatementKind::LockRow, rows)
+    }
+
+    /// Counts the attempt; `claimable` adds the row's claimable conditions (the advisory
+    /// take on MySQL and MariaDB).
+    fn count_attempt(&self, claimable: bool) -> Option<Statement> {
+        let attempt = self.q(self.desc.attempt?.name);
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&attempt)
+            .push(" = ")
+            .push(&attempt)
+            .push(" + 1 WHERE ")
+            .push(&self.id())
+            .push(" = ")
+            .arg(Arg::Id);
+        let kind = if claimable {
+            self.claimable(&mut s, false);
+            StatementKind::TakeCount
+        } else {
+            StatementKind::CountAttempt
+        };
+        Some(s.finish(kind, Output::Affected))
+    }
+
+    fn lease_set(&self, s: &mut Sql) {
+        let lease = self.q(self
+            .desc
+            .locked_until
+            .expect("the lease form has locked_until")
+            .name);
+        s.push(" SET ").push(&lease).push(" = ");
+        s.time(Arg::Until);
+        if let Some(attempt) = self.desc.attempt {
+            let attempt = self.q(attempt.name);
+            s.push(", ")
+                .push(&attempt)
+                .push(" = ")
+                .push(&attempt)
+                .push(" + 1");
+        }
+    }
+
+    fn claim_lease(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ").push(&self.table());
+        self.lease_set(&mut s);
+        s.push(" WHERE ")
+            .push(&self.id())
+            .push(" IN (SELECT ")
+            .push(&self.id());
+        s.push(" FROM ").push(&self.table());
+        self.claimable(&mut s, true);
+        self.order(&mut s);
+        s.push(" LIMIT ").arg(Arg::Limit);
+        if self.dialect == Dialect::Postgres {
+            s.push(" FOR UPDATE SKIP LOCKED");
+        }
+        s.push(") RETURNING *");
+        s.finish(StatementKind::ClaimLease, rows)
+    }
+
+    fn select_lease(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT * FROM ").push(&self.table());
+        self.claimable(&mut s, true);
+        self.order(&mut s);
+        s.push(" LIMIT ")
+            .arg(Arg::Limit)
+            .push(" FOR UPDATE SKIP LOCKED");
+        s.finish(StatementKind::SelectLease, rows)
+    }
+
+    fn mark_lease(&self, n: usize) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ").push(&self.table());
+        self.lease_set(&mut s);
+        s.push(" WHERE ").push(&self.id()).push(" IN (");
+        for i in 0..n {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.arg(Arg::IdAt(i));
+        }
+        s.push(")");
+        s.finish(StatementKind::MarkLease(n), Output::Affected)
+    }
+
+    fn fence(&self, s: &mut Sql) {
+        let lease = self.q(self
+            .desc
+            .locked_until
+            .expect("the lease form has locked_until")
+            .name);
+        s.push(" AND ").push(&lease).push(" = ");
+        s.time(Arg::Fence);
+    }
+
+    fn extend_lease(&self) -> Statement {
+        let lease = self.q(self
+            .desc
+            .locked_until
+            .expect("the lease form has locked_until")
+            .name);
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&lease)
+            .push(" = ");
+        s.time(Arg::Until);
+        s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
+        self.fence(&mut s);
+        s.finish(StatementKind::ExtendLease, Output::Affected)
+    }
+
+    fn release_lease(&self) -> Statement {
+        let lease = self.q(self
+            .desc
+            .locked_until
+            .expect("the lease form has locked_until")
+            .name);
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&lease)
+            .push(" = NULL WHERE ")
+            .push(&self.id())
+            .push(" = ")
+            .arg(Arg::Id);
+        self.fence(&mut s);
+        s.finish(StatementKind::ReleaseLease, Output::Affected)
+    }
+
+    /// The key as text, rendered by the database.
+    fn key_expr(&self) -> String {
+        let parts = self.desc.advisory.unwrap_or(&[]);
+        let texts: Vec<String> = parts
+            .iter()
+            .map(|part| match part {
+                KeyPart::Literal(text) => self.dialect.text_literal(text),
+                KeyPart::Column(column) => {
+                    let cast = match self.dialect {
+                        Dialect::MySql | Dialect::MariaDb => "CHAR",
+                        Dialect::Postgres | Dialect::Sqlite => "TEXT",
+                    };
+                    format!("COALESCE(CAST({} AS {cast}), '')", self.q(column))
+                }
+            })
+            .collect();
+        match (self.dialect, texts.len()) {
+            (_, 1) => texts.into_iter().next().expect("one part"),
+            (Dialect::MySql | Dialect::MariaDb, _) => format!("CONCAT({})", texts.join(", ")),
+            (Dialect::Postgres | Dialect::Sqlite, _) => format!("({})", texts.join(" || ")),
+        }
+    }
+
+    fn candidates(&self) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT ")
+            .push(&self.id())
+            .push(" AS rs_id, ")
+            .push(&self.key_expr())
+            .push(" AS rs_key FROM ")
+            .push(&self.table());
+        self.claimable(&mut s, true);
+        self.order(&mut s);
+        s.push(" LIMIT ").arg(Arg::Limit);
+        s.finish(StatementKind::Candidates, named(&["rs_id", "rs_key"]))
+    }
+
+    fn lock_fn(&self, lock: bool) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        let (kind, column) = if lock {
+            (StatementKind::TryLock, "locked")
+        } else {
+            (StatementKind::Unlock, "unlocked")
+        };
+        match (self.dialect, lock) {
+            (Dialect::Postgres, true) => s.push("SELECT pg_try_advisory_lock(").arg(Arg::Key),
+            (Dialect::Postgres, false) => s.push("SELECT pg_advisory_unlock(").arg(Arg::Key),
+            (_, true) => s.push("SELECT GET_LOCK(").arg(Arg::Key).push(", 0"),
+            (_, false) => s.push("SELECT RELEASE_LOCK(").arg(Arg::Key),
+        };
+        s.push(") AS ").push(column);
+        s.finish(kind, named(&[column]))
+    }
+
+    fn take(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        match self.desc.attempt {
+            Some(attempt) => {
+                let attempt = self.q(attempt.name);
+                s.push("UPDATE ")
+                    .push(&self.table())
+                    .push(" SET ")
+                    .push(&attempt)
+                    .push(" = ")
+                    .push(&attempt)
+                    .push(" + 1 WHERE ")
+                    .push(&self.id())
+                    .push(" = ")
+                    .arg(Arg::Id);
+                self.claimable(&mut s, false);
+                s.push(" RETURNING *");
+            }
+            None => {
+                s.push("SELECT * FROM ")
+                    .push(&self.table())
+                    .push(" WHERE ")
+                    .push(&self.id())
+                    .push(" = ")
+                    .arg(Arg::Id);
+                self.claimable(&mut s, false);
+            }
+        }
+        s.finish(StatementKind::Take, rows)
+    }
+
+    fn read_row(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT * FROM ")
+            .push(&self.table())
+            .push(" WHERE ")
+            .push(&self.id())
+            .push(" = ")
+            .arg(Arg::Id);
+        s.finish(StatementKind::ReadRow, rows)
+    }
+
+    fn settle(&self, fenced: bool) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        let kind = match self.desc.processed_at {
+            Some(processed) => {
+                s.push("UPDATE ")
+                    .push(&self.table())
+                    .push(" SET ")
+                    .push(&self.q(processed.name))
+                    .push(" = ");
+                s.time(Arg::Now);
+                if let Some(lease) = self.desc.locked_until {
+                    s.push(", ").push(&self.q(lease.name)).push(" = NULL");
+                }
+                StatementKind::MarkProcessed { fenced }
+            }
+            None => {
+                s.push("DELETE FROM ").push(&self.table());
+                StatementKind::Delete { fenced }
+            }
+        };
+        s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
+        if fenced {
+            self.fence(&mut s);
+        }
+        s.finish(kind, Output::Affected)
+    }
+
+    /// The columns publishing writes, with their arguments.
+    fn publish(&self) -> Statement {
+        let mut columns: Vec<(&'static str, Arg)> = Vec::new();
+        if !self.desc.id.generated {
+            columns.push((self.desc.id.name, Arg::Id));
+        }
+        if let Some(payload) = self.desc.payload.filter(|c| !c.generated) {
+            columns.push((payload.name, Arg::Payload));
+        }
+        for column in self.desc.key_columns() {
+            if !columns.iter().any(|(c, _)| *c == column) {
+                columns.push((column, Arg::Column(column)));
+            }
+        }
+        if let Some(due) = self.desc.due.filter(|c| !c.generated) {
+            columns.push((due.name, Arg::Due));
+        }
+        let mut s = Sql::new(self.dialect);
+        s.push("INSERT INTO ").push(&self.table());
+        if columns.is_empty() {
+            s.push(if self.dialect.mysql_like() {
+                " () VALUES ()"
+            } else {
+                " DEFAULT VALUES"
+            });
+        } else {
+            s.push(" (");
+            for (i, (column, _)) in columns.iter().enumerate() {
+                if i > 0 {
+                    s.push(", ");
+                }
+                s.push(&self.q(column));
+            }
+            s.push(") VALUES (");
+            for (i, (_, arg)) in columns.iter().enumerate() {
+                if i > 0 {
+                    s.push(", ");
+                }
+                if *arg == Arg::Due {
+                    s.time(Arg::Due);
+                } else {
+                    s.arg(*arg);
+                }
+            }
+            s.push(")");
+        }
+        s.finish(StatementKind::Publish, Output::Affected)
+    }
+}

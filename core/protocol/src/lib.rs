@@ -1,0 +1,38 @@
+//! The sans-IO core of ruststream: a database table as a message queue.
+//!
+//! This crate decides everything and does nothing: it performs no IO, reads no clock, never
+//! sleeps, spawns nothing, and depends on no async runtime and no database driver. Its outputs
+//! are plain data an adapter executes; its inputs carry the time. The same inputs always give
+//! the same outputs.
+//!
+//! - [`spec`]: table descriptions ([`InboxSpec`]) and the rules they keep, checked at compile
+//!   time.
+//! - [`dialect`]: every SQL text of the queue, per dialect, rendered once per subscription.
+//! - [`keys`]: advisory lock keys: templates, PostgreSQL's 64-bit hash, MySQL's lock names.
+//! - [`Broker`]: the machine of one database's subscriptions, deliveries, publishes and
+//!   shutdown, driven by [`Broker::handle_reply`], [`Broker::handle_timeout`],
+//!   [`Broker::settle`], [`Broker::drop_delivery`] and [`Broker::shutdown`], and drained
+//!   through [`Broker::poll_command`], [`Broker::poll_event`] and [`Broker::poll_timeout`].
+//!
+//! An adapter's loop: after any input, run each [`Command`] from `poll_command` (a command
+//! names the connection it runs on, and its reply comes back with its id), hand each [`Event`]
+//! to the runtime, and arm one timer for `poll_timeout`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod broker;
+pub mod dialect;
+pub mod keys;
+pub mod spec;
+mod types;
+mod value;
+
+pub use broker::{Broker, BrokerError, DROP_GRACE, Publish, SubscribeOptions};
+pub use dialect::{Arg, Dialect, Output, Statement, StatementKind, Statements};
+pub use spec::{Column, DescError, Form, InboxSpec, KeyPart, OrderBy, TableDesc};
+pub use types::{
+    Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
+    Outcome, PublishId, PublisherId, Reply, Row, SettleError, SubId,
+};
+pub use value::{DbError, ErrorKind, Time, Value};

@@ -1,0 +1,735 @@
+//! Table descriptions: which columns a queue table has and which form takes its rows.
+//!
+//! A description is built in a `const`, and its features are written into its type:
+//!
+//! ```
+//! use ruststream_core::spec::{Advisory, Attempt, Column, InboxSpec, KeyPart, Payload};
+//!
+//! const TABLE: InboxSpec<(Advisory, Attempt, Payload)> =
+//!     InboxSpec::new("video_jobs", Column::new("id").generated())
+//!         .advisory(&[KeyPart::Literal("video_jobs-"), KeyPart::Column("channel")])
+//!         .attempt(Column::new("attempt").generated())
+//!         .payload(Column::new("payload"));
+//!
+//! assert_eq!(TABLE.desc().form(), ruststream_core::spec::Form::Advisory);
+//! ```
+//!
+//! The rules a description must keep are checked by the type system, each with a message that
+//! names the rule: [`own::Lock`] and [`own::Unlock`] come together and only in the advisory
+//! lock form, a description names at most one form, and a dialect without row locks (SQLite)
+//! does not take the row lock form. See [`Described`] and [`ValidOn`].
+
+use std::marker::PhantomData;
+
+/// A column of a queue table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Column {
+    /// The column's name, unquoted.
+    pub name: &'static str,
+    /// Whether the database fills the column (an identity, a serial or a default): publishing
+    /// does not write it.
+    pub generated: bool,
+}
+
+impl Column {
+    /// A column of this name, written by the service.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            generated: false,
+        }
+    }
+
+    /// The same column, filled by the database.
+    pub const fn generated(self) -> Self {
+        Self {
+            name: self.name,
+            generated: true,
+        }
+    }
+}
+
+/// A part of an advisory lock key: literal text or the text of a column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyPart {
+    /// Text written into every key as it stands.
+    Literal(&'static str),
+    /// The value of this column, rendered as text by the database.
+    Column(&'static str),
+}
+
+/// One column of the claim order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OrderBy {
+    /// The column's name.
+    pub column: &'static str,
+    /// Largest first, instead of smallest first.
+    pub descending: bool,
+}
+
+impl OrderBy {
+    /// Smallest first.
+    pub const fn asc(column: &'static str) -> Self {
+        Self {
+            column,
+            descending: false,
+        }
+    }
+
+    /// Largest first.
+    pub const fn desc(column: &'static str) -> Self {
+        Self {
+            column,
+            descending: true,
+        }
+    }
+}
+
+/// The form in which a table's rows are held while in work (forms.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// `FOR UPDATE SKIP LOCKED` in a transaction held while the handler runs: the default.
+    RowLock,
+    /// An expiry written into the row (`locked_until`), extended while in work.
+    Lease,
+    /// A lock on the row's key, held by the delivery's own connection.
+    Advisory,
+}
+
+impl Form {
+    /// The form's name as the documentation writes it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Form::RowLock => "row lock",
+            Form::Lease => "lease",
+            Form::Advisory => "advisory lock",
+        }
+    }
+}
+
+/// The untyped content of a description: what the machines and the dialects read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableDesc {
+    /// The table's name, unquoted. A `schema.table` name is quoted part by part.
+    pub table: &'static str,
+    /// The primary key.
+    pub id: Column,
+    /// The message's encoded body.
+    pub payload: Option<Column>,
+    /// The number of takes so far; each take adds one.
+    pub attempt: Option<Column>,
+    /// The lease's expiry: its presence selects the lease form.
+    pub locked_until: Option<Column>,
+    /// Settling marks this column with the time instead of deleting the row.
+    pub processed_at: Option<Column>,
+    /// A row is claimable once this time has come.
+    pub due: Option<Column>,
+    /// The advisory key's parts: their presence selects the advisory lock form.
+    pub advisory: Option<&'static [KeyPart]>,
+    /// The claim order; empty means the due column (if any), then the id.
+    pub order: &'static [OrderBy],
+    /// The service locks keys with its own `Lock`.
+    pub own_lock: bool,
+    /// The service unlocks keys with its own `Unlock`.
+    pub own_unlock: bool,
+}
+
+impl TableDesc {
+    /// The form the description selects.
+    pub const fn form(&self) -> Form {
+        if self.advisory.is_some() {
+            Form::Advisory
+        } else if self.locked_until.is_some() {
+            Form::Lease
+        } else {
+            Form::RowLock
+        }
+    }
+
+    /// Whether the service's own `Lock` and `Unlock` replace the dialect's.
+    pub const fn custom_lock(&self) -> bool {
+        self.own_lock && self.own_unlock
+    }
+
+    /// Every column the description names, each once, in a stable order: the id, the
+    /// described columns, the key's columns, then the order's columns.
+    pub fn columns(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = vec![self.id.name];
+        let described = [
+            self.payload,
+            self.attempt,
+            self.locked_until,
+            self.processed_at,
+            self.due,
+        ];
+        for column in described.into_iter().flatten() {
+            push_unique(&mut out, column.name);
+        }
+        for column in self.key_columns() {
+            push_unique(&mut out, column);
+        }
+        for order in self.order {
+            push_unique(&mut out, order.column);
+        }
+        out
+    }
+
+    /// The columns the advisory key reads, each once, in the key's order.
+    pub fn key_columns(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        for part in self.advisory.unwrap_or(&[]) {
+            if let KeyPart::Column(name) = part {
+                push_unique(&mut out, name);
+            }
+        }
+        out
+    }
+
+    /// Checks what the type system cannot: names that are empty or repeated in two roles, a
+    /// key with no parts, a key column that is empty.
+    pub fn validate(&self) -> Result<(), DescError> {
+        let table = self.table;
+        if table.trim().is_empty() {
+            return Err(DescError::EmptyName {
+                table,
+                role: "table",
+            });
+        }
+        let roles = [
+            ("id", Some(self.id)),
+            ("payload", self.payload),
+            ("attempt", self.attempt),
+            ("locked_until", self.locked_until),
+            ("processed_at", self.processed_at),
+            ("due", self.due),
+        ];
+        for (i, (role, column)) in roles.iter().enumerate() {
+            let Some(column) = column else { continue };
+            if column.name.trim().is_empty() {
+                return Err(DescError::EmptyName { table, role });
+            }
+            for (other_role, other) in &roles[i + 1..] {
+                if other.is_some_and(|o| o.name == column.name) {
+                    return Err(DescError::SameColumn {
+                        table,
+                        column: column.name,
+                        first: role,
+                        second: other_role,
+                    });
+                }
+            }
+        }
+        if self.advisory.is_some() && self.locked_until.is_some() {
+            return Err(DescError::TwoForms { table });
+        }
+        if self.own_lock != self.own_unlock {
+            return Err(DescError::LockWithoutUnlock { table });
+        }
+        if self.own_lock && self.advisory.is_none() {
+            return Err(DescError::CustomLockOutsideAdvisory { table });
+        }
+        if let Some(parts) = self.advisory {
+            if parts.is_empty() {
+                return Err(DescError::EmptyKey { table });
+            }
+            for part in parts {
+                if let KeyPart::Column(name) = part
+                    && name.trim().is_empty()
+                {
+                    return Err(DescError::EmptyName {
+                        table,
+                        role: "advisory key column",
+                    });
+                }
+            }
+        }
+        for order in self.order {
+            if order.column.trim().is_empty() {
+                return Err(DescError::EmptyName {
+                    table,
+                    role: "order",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn push_unique(out: &mut Vec<&'static str>, name: &'static str) {
+    if !out.contains(&name) {
+        out.push(name);
+    }
+}
+
+/// A description that breaks a rule, found when it is checked at run time.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DescError {
+    /// A name is empty.
+    #[error("table `{table}`: the {role} name is empty")]
+    EmptyName {
+        /// The table.
+        table: &'static str,
+        /// What the name is for.
+        role: &'static str,
+    },
+    /// One column is named in two roles.
+    #[error("table `{table}`: column `{column}` is named both as {first} and as {second}")]
+    SameColumn {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+        /// Its first role.
+        first: &'static str,
+        /// Its second role.
+        second: &'static str,
+    },
+    /// The description selects the lease and the advisory lock form at once.
+    #[error(
+        "table `{table}`: a table takes its rows in one form, and this description names both `locked_until` (lease) and `advisory_lock`"
+    )]
+    TwoForms {
+        /// The table.
+        table: &'static str,
+    },
+    /// `own::Lock` without `own::Unlock`, or the other way round.
+    #[error("table `{table}`: `own::Lock` and `own::Unlock` come together")]
+    LockWithoutUnlock {
+        /// The table.
+        table: &'static str,
+    },
+    /// A custom lock outside the advisory lock form.
+    #[error(
+        "table `{table}`: a custom lock (`own::Lock`, `own::Unlock`) is only for the advisory lock form"
+    )]
+    CustomLockOutsideAdvisory {
+        /// The table.
+        table: &'static str,
+    },
+    /// An advisory key with no parts.
+    #[error("table `{table}`: the advisory lock key has no parts")]
+    EmptyKey {
+        /// The table.
+        table: &'static str,
+    },
+    /// The row lock form on a dialect without row locks.
+    #[error(
+        "table `{table}`: {dialect} has no row locks; name `locked_until` (the lease form) or `advisory_lock` (the advisory lock form)"
+    )]
+    NoRowLocks {
+        /// The table.
+        table: &'static str,
+        /// The dialect.
+        dialect: &'static str,
+    },
+}
+
+/// A table description whose features are written into its type `F`, a tuple of feature
+/// markers such as `(Advisory, Attempt, Payload)`. Each builder method appends its marker.
+pub struct InboxSpec<F = ()> {
+    desc: TableDesc,
+    features: PhantomData<fn() -> F>,
+}
+
+impl<F> Clone for InboxSpec<F> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<F> Copy for InboxSpec<F> {}
+
+impl<F> std::fmt::Debug for InboxSpec<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("InboxSpec").field(&self.desc).finish()
+    }
+}
+
+impl InboxSpec<()> {
+    /// A table of this name whose primary key is `id`. Without more, its rows are taken by
+    /// row lock.
+    pub const fn new(table: &'static str, id: Column) -> Self {
+        Self {
+            desc: TableDesc {
+                table,
+                id,
+                payload: None,
+                attempt: None,
+                locked_until: None,
+                processed_at: None,
+                due: None,
+                advisory: None,
+                order: &[],
+                own_lock: false,
+                own_unlock: false,
+            },
+            features: PhantomData,
+        }
+    }
+}
+
+impl<F> InboxSpec<F> {
+    /// The untyped description.
+    pub const fn desc(&self) -> &TableDesc {
+        &self.desc
+    }
+
+    const fn with<G>(desc: TableDesc) -> InboxSpec<G> {
+        InboxSpec {
+            desc,
+            features: PhantomData,
+        }
+    }
+
+    /// The column that holds the message's encoded body.
+    pub const fn payload(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<Payload>,
+    {
+        let mut desc = self.desc;
+        desc.payload = Some(column);
+        Self::with(desc)
+    }
+
+    /// The column that counts takes.
+    pub const fn attempt(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<Attempt>,
+    {
+        let mut desc = self.desc;
+        desc.attempt = Some(column);
+        Self::with(desc)
+    }
+
+    /// The lease form: the column that holds the lease's expiry.
+    pub const fn lease(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<Lease>,
+    {
+        let mut desc = self.desc;
+        desc.locked_until = Some(column);
+        Self::with(desc)
+    }
+
+    /// The advisory lock form: the key's parts.
+    pub const fn advisory(self, parts: &'static [KeyPart]) -> InboxSpec<F::Out>
+    where
+        F: Append<Advisory>,
+    {
+        let mut desc = self.desc;
+        desc.advisory = Some(parts);
+        Self::with(desc)
+    }
+
+    /// Settle by writing the time into this column instead of deleting the row.
+    pub const fn processed_at(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<Processed>,
+    {
+        let mut desc = self.desc;
+        desc.processed_at = Some(column);
+        Self::with(desc)
+    }
+
+    /// A row is claimable once the time in this column has come.
+    pub const fn due(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<Due>,
+    {
+        let mut desc = self.desc;
+        desc.due = Some(column);
+        Self::with(desc)
+    }
+
+    /// The claim order, instead of the due column and then the id.
+    pub const fn order(self, order: &'static [OrderBy]) -> Self {
+        let mut desc = self.desc;
+        desc.order = order;
+        Self::with(desc)
+    }
+
+    /// The service's own lock or unlock: `.own::<own::Lock>()`, `.own::<own::Unlock>()`.
+    pub const fn own<O: own::Own>(self) -> InboxSpec<F::Out>
+    where
+        F: Append<O>,
+    {
+        let mut desc = self.desc;
+        if O::LOCK {
+            desc.own_lock = true;
+        } else {
+            desc.own_unlock = true;
+        }
+        Self::with(desc)
+    }
+}
+
+/// The marker of a payload column.
+#[derive(Clone, Copy, Debug)]
+pub struct Payload;
+/// The marker of an attempt column.
+#[derive(Clone, Copy, Debug)]
+pub struct Attempt;
+/// The marker of the lease form.
+#[derive(Clone, Copy, Debug)]
+pub struct Lease;
+/// The marker of the advisory lock form.
+#[derive(Clone, Copy, Debug)]
+pub struct Advisory;
+/// The marker of a `processed_at` column.
+#[derive(Clone, Copy, Debug)]
+pub struct Processed;
+/// The marker of a due column.
+#[derive(Clone, Copy, Debug)]
+pub struct Due;
+
+/// The service's own lock and unlock (lock.md).
+pub mod own {
+    /// The marker of the service's own `Lock`.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Lock;
+    /// The marker of the service's own `Unlock`.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Unlock;
+
+    /// `Lock` or `Unlock`.
+    pub trait Own: super::Feature {
+        /// `true` for `Lock`, `false` for `Unlock`.
+        const LOCK: bool;
+    }
+    impl Own for Lock {
+        const LOCK: bool = true;
+    }
+    impl Own for Unlock {
+        const LOCK: bool = false;
+    }
+}
+
+/// Type-level booleans for the description rules.
+pub mod bits {
+    /// Yes.
+    #[derive(Clone, Copy, Debug)]
+    pub struct True;
+    /// No.
+    #[derive(Clone, Copy, Debug)]
+    pub struct False;
+
+    /// A type-level boolean.
+    pub trait Bit {
+        /// Its value.
+        const VALUE: bool;
+        /// `Self or B`.
+        type Or<B: Bit>: Bit;
+    }
+    impl Bit for True {
+        const VALUE: bool = true;
+        type Or<B: Bit> = True;
+    }
+    impl Bit for False {
+        const VALUE: bool = false;
+        type Or<B: Bit> = B;
+    }
+}
+
+use bits::{Bit, False, True};
+
+/// A feature marker, and what it selects.
+pub trait Feature {
+    /// The advisory lock form.
+    type Advisory: Bit;
+    /// The lease form.
+    type Lease: Bit;
+    /// The service's own lock.
+    type Lock: Bit;
+    /// The service's own unlock.
+    type Unlock: Bit;
+}
+
+macro_rules! feature {
+    ($t:ty, $a:ty, $l:ty, $lock:ty, $unlock:ty) => {
+        impl Feature for $t {
+            type Advisory = $a;
+            type Lease = $l;
+            type Lock = $lock;
+            type Unlock = $unlock;
+        }
+    };
+}
+
+feature!(Payload, False, False, False, False);
+feature!(Attempt, False, False, False, False);
+feature!(Processed, False, False, False, False);
+feature!(Due, False, False, False, False);
+feature!(Lease, False, True, False, False);
+feature!(Advisory, True, False, False, False);
+feature!(own::Lock, False, False, True, False);
+feature!(own::Unlock, False, False, False, True);
+
+/// A tuple of feature markers, read as the union of what they select.
+pub trait Features {
+    /// The advisory lock form.
+    type Advisory: Bit;
+    /// The lease form.
+    type Lease: Bit;
+    /// The service's own lock.
+    type Lock: Bit;
+    /// The service's own unlock.
+    type Unlock: Bit;
+}
+
+/// A tuple of features to which `T` can be appended.
+pub trait Append<T> {
+    /// The tuple with `T` at its end.
+    type Out;
+}
+
+impl Features for () {
+    type Advisory = False;
+    type Lease = False;
+    type Lock = False;
+    type Unlock = False;
+}
+
+impl<T> Append<T> for () {
+    type Out = (T,);
+}
+
+macro_rules! tuples {
+    ($($name:ident)+) => {
+        impl<$($name: Feature),+> Features for ($($name,)+) {
+            type Advisory = tuples!(@or Advisory $($name)+);
+            type Lease = tuples!(@or Lease $($name)+);
+            type Lock = tuples!(@or Lock $($name)+);
+            type Unlock = tuples!(@or Unlock $($name)+);
+        }
+
+        impl<$($name,)+ T> Append<T> for ($($name,)+) {
+            type Out = ($($name,)+ T);
+        }
+    };
+    (@or $bit:ident $first:ident $($rest:ident)*) => {
+        <$first::$bit as Bit>::Or<tuples!(@or $bit $($rest)*)>
+    };
+    (@or $bit:ident) => { False };
+}
+
+tuples!(A);
+tuples!(A B);
+tuples!(A B C);
+tuples!(A B C D);
+tuples!(A B C D E);
+tuples!(A B C D E G);
+tuples!(A B C D E G H);
+tuples!(A B C D E G H I);
+
+/// Rule: `own::Lock` and `own::Unlock` come together. Implemented for (lock, unlock) pairs
+/// that keep it.
+#[diagnostic::on_unimplemented(
+    message = "rule: `own::Lock` and `own::Unlock` come together: this description names one without the other",
+    label = "a custom lock needs both `own::Lock` and `own::Unlock` (`custom(lock, unlock)`)"
+)]
+pub trait LockWithUnlock {}
+impl LockWithUnlock for (True, True) {}
+impl LockWithUnlock for (False, False) {}
+
+/// Rule: a custom lock only in the advisory lock form. Implemented for (custom, advisory)
+/// pairs that keep it.
+#[diagnostic::on_unimplemented(
+    message = "rule: a custom lock (`own::Lock`, `own::Unlock`) belongs to the advisory lock form: this description names no `advisory_lock`",
+    label = "add `.advisory(..)` (`advisory_lock = \"..\"`) or remove the custom lock"
+)]
+pub trait CustomLockInAdvisory {}
+impl CustomLockInAdvisory for (False, False) {}
+impl CustomLockInAdvisory for (False, True) {}
+impl CustomLockInAdvisory for (True, True) {}
+
+/// Rule: a table takes its rows in one form. Implemented for (advisory, lease) pairs that
+/// keep it.
+#[diagnostic::on_unimplemented(
+    message = "rule: a table takes its rows in one form: this description names both `locked_until` (lease) and `advisory_lock`",
+    label = "keep `.lease(..)` or `.advisory(..)`, not both"
+)]
+pub trait OneForm {}
+impl OneForm for (False, False) {}
+impl OneForm for (True, False) {}
+impl OneForm for (False, True) {}
+
+/// A description that keeps every rule that does not depend on the database.
+pub trait Described {
+    /// The untyped description.
+    fn table_desc(&self) -> &TableDesc;
+}
+
+impl<F> Described for InboxSpec<F>
+where
+    F: Features,
+    (F::Lock, F::Unlock): LockWithUnlock,
+    (<F::Lock as Bit>::Or<F::Unlock>, F::Advisory): CustomLockInAdvisory,
+    (F::Advisory, F::Lease): OneForm,
+{
+    fn table_desc(&self) -> &TableDesc {
+        &self.desc
+    }
+}
+
+/// A database family, as the type system sees it: whether it has row locks.
+pub trait Database {
+    /// Whether `FOR UPDATE SKIP LOCKED` exists.
+    type RowLocks: Bit;
+    /// The database's name in messages.
+    const NAME: &'static str;
+}
+
+/// PostgreSQL 9.5 and later.
+#[derive(Clone, Copy, Debug)]
+pub struct Postgres;
+/// MySQL 8.0.1 and later, MariaDB 10.6 and later.
+#[derive(Clone, Copy, Debug)]
+pub struct MySql;
+/// SQLite.
+#[derive(Clone, Copy, Debug)]
+pub struct Sqlite;
+
+impl Database for Postgres {
+    type RowLocks = True;
+    const NAME: &'static str = "PostgreSQL";
+}
+impl Database for MySql {
+    type RowLocks = True;
+    const NAME: &'static str = "MySQL";
+}
+impl Database for Sqlite {
+    type RowLocks = False;
+    const NAME: &'static str = "SQLite";
+}
+
+/// Rule: the row lock form needs row locks. Implemented for (names another form, has row
+/// locks) pairs that keep it.
+#[diagnostic::on_unimplemented(
+    message = "rule: SQLite has no row locks, so a table on SQLite must name another form: this description names neither `locked_until` (lease) nor `advisory_lock`",
+    label = "add `.lease(..)` (`#[field(locked_until)]`) or `.advisory(..)` (`advisory_lock = \"..\"`)"
+)]
+pub trait RowLockSupported {}
+impl RowLockSupported for (True, True) {}
+impl RowLockSupported for (True, False) {}
+impl RowLockSupported for (False, True) {}
+
+/// A description that keeps every rule on the database `D`.
+pub trait ValidOn<D: Database>: Described {}
+
+impl<F, D> ValidOn<D> for InboxSpec<F>
+where
+    D: Database,
+    InboxSpec<F>: Described,
+    F: Features,
+    (<F::Advisory as Bit>::Or<F::Lease>, D::RowLocks): RowLockSupported,
+{
+}
+
+/// The untyped description of `spec`, checked at compile time for the database `D` and at run
+/// time by [`TableDesc::validate`].
+pub fn describe<D: Database, S: ValidOn<D>>(spec: &S) -> Result<TableDesc, DescError> {
+    let desc = *spec.table_desc();
+    desc.validate()?;
+    Ok(desc)
+}

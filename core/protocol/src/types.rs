@@ -1,0 +1,285 @@
+//! The boundary between the core and an adapter: ids, commands, replies and events.
+
+use std::sync::Arc;
+
+use crate::dialect::Statement;
+use crate::value::{DbError, Value};
+
+macro_rules! id {
+    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub $inner);
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}#{}", stringify!($name), self.0)
+            }
+        }
+    };
+}
+
+id!(
+    /// A command; its reply comes back with the same id.
+    CommandId(u64)
+);
+id!(
+    /// A connection the core named when it asked for it; the adapter keeps the driver's
+    /// connection under this id until the core releases or closes it.
+    ConnId(u64)
+);
+id!(
+    /// A message in work.
+    DeliveryId(u64)
+);
+id!(
+    /// A subscription.
+    SubId(usize)
+);
+id!(
+    /// A table a publisher writes.
+    PublisherId(usize)
+);
+id!(
+    /// A publish in flight.
+    PublishId(u64)
+);
+
+/// Something the adapter does for the core. Every command gets exactly one reply, through
+/// [`crate::Broker::handle_reply`], even when the adapter cut it short.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    /// Its id.
+    pub id: CommandId,
+    /// The connection it runs on.
+    pub conn: ConnId,
+    /// What to do.
+    pub action: Action,
+}
+
+/// What a command does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Take a connection from the pool and keep it as `conn`. Reply: [`Reply::Done`], or
+    /// [`Reply::Failed`] when the pool gives none.
+    Acquire,
+    /// Run a statement with these binds on `conn`. Reply: as [`Statement::output`] says
+    /// ([`Reply::Done`], [`Reply::Affected`] or [`Reply::Rows`]), or [`Reply::Failed`].
+    Execute {
+        /// The statement.
+        statement: Statement,
+        /// Its binds, one per placeholder.
+        binds: Vec<Value>,
+    },
+    /// Run the service's own `Lock` for this subscription's table on `conn`. Reply:
+    /// [`Reply::Bool`], whether the key was taken, or [`Reply::Failed`].
+    Lock {
+        /// The subscription whose table's `Lock` runs.
+        sub: crate::SubId,
+        /// The key.
+        key: Arc<str>,
+    },
+    /// Run the service's own `Unlock` on `conn`. Reply: [`Reply::Bool`], whether the session
+    /// held the key, or [`Reply::Failed`].
+    Unlock {
+        /// The subscription whose table's `Unlock` runs.
+        sub: crate::SubId,
+        /// The key.
+        key: Arc<str>,
+    },
+    /// Give `conn` back to the pool. Reply: [`Reply::Done`].
+    Release,
+    /// Close `conn`, ending its session, its locks and its transaction; a command still
+    /// running on it is cut short and answers [`Reply::Failed`]. Reply: [`Reply::Done`] once
+    /// the connection is closed.
+    Close,
+}
+
+/// A driver's row: the values the core asked for, and the row itself for the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row<R> {
+    /// The values of the statement's `Output::Rows` columns, in that order.
+    pub values: Vec<Value>,
+    /// The driver's row, when the statement asked for it.
+    pub raw: Option<R>,
+}
+
+impl<R> Row<R> {
+    /// A row of these values without a driver row.
+    pub fn values(values: Vec<Value>) -> Self {
+        Self { values, raw: None }
+    }
+}
+
+/// The answer to a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply<R> {
+    /// Done, with nothing to tell.
+    Done,
+    /// The rows a statement affected.
+    Affected(u64),
+    /// The rows a statement returned.
+    Rows(Vec<Row<R>>),
+    /// The answer of the service's own `Lock` or `Unlock`.
+    Bool(bool),
+    /// It failed.
+    Failed(DbError),
+}
+
+/// How a handler settled its message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done: delete the row, or mark its `processed_at`.
+    Ack,
+    /// Not now: the row returns to the queue, its attempt counted.
+    Retry,
+    /// Never: settle the row as failed, without retrying it (it is deleted, or marked).
+    Reject,
+}
+
+/// A message the core hands to the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered<R> {
+    /// The subscription.
+    pub sub: crate::SubId,
+    /// The delivery, to settle or drop.
+    pub delivery: DeliveryId,
+    /// The row's id.
+    pub id: Value,
+    /// The attempt this take counted, where the table has the column.
+    pub attempt: Option<i64>,
+    /// The advisory lock's key, in that form.
+    pub key: Option<Arc<str>>,
+    /// The driver's row, to decode the message from.
+    pub row: Option<R>,
+}
+
+/// Why a subscription's table does not pass its check.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The table does not exist.
+    #[error("table `{table}` does not exist")]
+    MissingTable {
+        /// The table.
+        table: &'static str,
+    },
+    /// A described column does not exist.
+    #[error("table `{table}` has no column `{column}`, which its description names as {role}")]
+    MissingColumn {
+        /// The table.
+        table: &'static str,
+        /// The missing column.
+        column: &'static str,
+        /// What the description names it as.
+        role: &'static str,
+    },
+    /// PostgreSQL's isolation level is stricter than read committed, where the row lock form
+    /// fails with serialization errors.
+    #[error(
+        "table `{table}`: the row lock form needs the isolation level read committed, but the session runs at {level}; set `default_transaction_isolation` to 'read committed' for the service's connections"
+    )]
+    Isolation {
+        /// The table.
+        table: &'static str,
+        /// The level found.
+        level: String,
+    },
+    /// The check's statement failed.
+    #[error("table `{table}`: the check failed: {error}")]
+    Db {
+        /// The table.
+        table: &'static str,
+        /// The error.
+        error: DbError,
+    },
+}
+
+/// Why a settlement did not take effect. The row returns to the queue: at once, or when its
+/// lease runs out.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// The broker is shut down.
+    #[error("the broker is shut down; the row returns to the queue")]
+    Closed,
+    /// The lease ran out and the row went to another delivery.
+    #[error("the lease ran out before the settlement; the row went back to the queue")]
+    LeaseLost,
+    /// The delivery was dropped, or already settled.
+    #[error("the delivery is no longer in work")]
+    NotInWork,
+    /// The settlement's statement failed.
+    #[error("the settlement failed: {0}")]
+    Db(DbError),
+}
+
+/// What the shutdown did to the advisory locks of the deliveries in work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClosedCounts {
+    /// Locks the shutdown released with an unlock that answered yes.
+    pub locks_released: usize,
+    /// Connections the shutdown closed to end their locks, where an unlock answered no or
+    /// failed (or the delivery held a transaction it could not roll back).
+    pub connections_closed: usize,
+}
+
+/// What the core tells the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event<R> {
+    /// The subscription's table passed its check; claims begin.
+    Ready {
+        /// The subscription.
+        sub: crate::SubId,
+    },
+    /// The subscription's table failed its check; the subscription claims nothing.
+    CheckFailed {
+        /// The subscription.
+        sub: crate::SubId,
+        /// Why.
+        error: CheckError,
+    },
+    /// A message to hand to a handler.
+    Delivered(Delivered<R>),
+    /// A settlement took effect.
+    Settled {
+        /// The delivery.
+        delivery: DeliveryId,
+        /// How it was settled.
+        outcome: Outcome,
+    },
+    /// A settlement did not take effect.
+    SettleFailed {
+        /// The delivery.
+        delivery: DeliveryId,
+        /// Why.
+        error: SettleError,
+    },
+    /// A lease ran out while its delivery was in work: another delivery may take the row.
+    LeaseLost {
+        /// The delivery.
+        delivery: DeliveryId,
+    },
+    /// A delivery left work without a settlement (dropped, or released by the shutdown): its
+    /// row returns to the queue.
+    Returned {
+        /// The delivery.
+        delivery: DeliveryId,
+    },
+    /// A claim or a release failed; the subscription goes on.
+    Error {
+        /// The subscription.
+        sub: crate::SubId,
+        /// The error.
+        error: DbError,
+    },
+    /// A publish ended.
+    Published {
+        /// The publish.
+        publish: PublishId,
+        /// Whether the row was written.
+        result: Result<(), DbError>,
+    },
+    /// The shutdown is complete: nothing of the broker is held on the server.
+    Closed(ClosedCounts),
+}
