@@ -115,6 +115,8 @@ struct Sub {
     database: Option<String>,
     /// The connection the check runs on.
     check_conn: Option<ConnId>,
+    /// When a check that failed on a passing error runs again.
+    next_check_at: Option<Time>,
     in_work: usize,
     /// Slots that claims in flight hold.
     claiming: usize,
@@ -172,6 +174,8 @@ struct Claim<R> {
     locked_row: Option<Row<R>>,
     /// The advisory lock form: the candidates have been read.
     loaded: bool,
+    /// The lease form: the expiry the claim wrote.
+    until: Option<Time>,
     failed: bool,
 }
 
@@ -437,22 +441,14 @@ impl<R> Broker<R> {
             state: SubState::Checking,
             database: None,
             check_conn: None,
+            next_check_at: None,
             in_work: 0,
             claiming: 0,
             claims_in_flight: 0,
             next_claim_at: None,
             last_full: false,
         });
-        let conn = self.new_conn();
-        self.subs[id.0].check_conn = Some(conn);
-        self.send(
-            conn,
-            Action::Acquire,
-            Step::Check {
-                sub: id,
-                stage: CheckStage::Acquire,
-            },
-        );
+        self.start_check(id);
         Ok(id)
     }
 
@@ -646,6 +642,11 @@ impl<R> Broker<R> {
         }
         if self.state == State::Running {
             for s in &self.subs {
+                if let Some(t) = s.next_check_at
+                    && s.check_conn.is_none()
+                {
+                    consider(t);
+                }
                 if let Some(t) = s.next_claim_at
                     && self.may_claim(s)
                 {
@@ -702,6 +703,13 @@ impl<R> Broker<R> {
         let now = self.now;
         if self.state == State::Running {
             for i in 0..self.subs.len() {
+                let s = &self.subs[i];
+                if s.state == SubState::Checking
+                    && s.check_conn.is_none()
+                    && s.next_check_at.is_some_and(|t| t <= now)
+                {
+                    self.start_check(SubId(i));
+                }
                 loop {
                     let s = &self.subs[i];
                     if !self.may_claim(s) || s.next_claim_at.is_none_or(|t| t > now) {
@@ -752,6 +760,7 @@ impl<R> Broker<R> {
                 current: None,
                 locked_row: None,
                 loaded: false,
+                until: None,
                 failed: false,
             },
         );
@@ -777,14 +786,14 @@ impl<R> Broker<R> {
                 self.on_check_done(sub);
                 return;
             }
-            let error = match error.kind {
-                ErrorKind::UndefinedTable => CheckError::MissingTable { table },
-                _ => CheckError::Db {
-                    table,
-                    error: error.clone(),
-                },
-            };
-            self.check_failed(sub, error);
+            if error.kind == ErrorKind::UndefinedTable {
+                self.check_failed(sub, CheckError::MissingTable { table });
+            } else {
+                // A passing failure: the check runs again after a poll interval.
+                let s = &mut self.subs[sub.0];
+                s.next_check_at = Some(self.now.plus(s.options.poll_interval));
+                self.events.push_back(Event::Error { sub, error });
+            }
             let conn = conn_of(self);
             if acquired {
                 self.send(
@@ -889,6 +898,10 @@ impl<R> Broker<R> {
     }
 }
 
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
 fn rows_of<R>(reply: Reply<R>) -> Vec<Row<R>> {
     match reply {
         Reply::Rows(rows) => rows,
@@ -928,6 +941,21 @@ fn missing_column(
 // ----- checks, claims, deliveries and publishes -----
 
 impl<R> Broker<R> {
+    fn start_check(&mut self, sub: SubId) {
+        let conn = self.new_conn();
+        let s = &mut self.subs[sub.0];
+        s.check_conn = Some(conn);
+        s.next_check_at = None;
+        self.send(
+            conn,
+            Action::Acquire,
+            Step::Check {
+                sub,
+                stage: CheckStage::Acquire,
+            },
+        );
+    }
+
     fn check_failed(&mut self, sub: SubId, error: CheckError) {
         self.subs[sub.0].state = SubState::Failed;
         self.events.push_back(Event::CheckFailed { sub, error });
@@ -968,7 +996,7 @@ impl<R> Broker<R> {
         let now = self.now;
         let s = &mut self.subs[sub.0];
         s.check_conn = None;
-        if s.state == SubState::Checking {
+        if s.state == SubState::Checking && s.next_check_at.is_none() {
             s.state = SubState::Ready;
             s.next_claim_at = Some(now);
             self.events.push_back(Event::Ready { sub });
@@ -1028,7 +1056,9 @@ impl<R> Broker<R> {
                 Form::Lease if self.dialect.update_returning() => {
                     let statement = statements.claim_lease.clone().expect("lease statements");
                     let until = now.plus(options.lease);
-                    let limit = self.claims[&claim].limit;
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.until = Some(until);
+                    let limit = c.limit;
                     let binds = statement.binds(|arg| match arg {
                         Arg::Until => Value::Int(until.micros()),
                         Arg::Limit => Value::Int(limit as i64),
@@ -1115,12 +1145,7 @@ impl<R> Broker<R> {
             }
             ClaimStage::ClaimLease => {
                 let rows = rows_of(reply);
-                let until = now.plus(options.lease);
-                let c = self.claims.get_mut(&claim).expect("claim in flight");
-                c.found = rows.len();
-                for row in rows {
-                    self.deliver(sub, row, None, None, Some(until), 0);
-                }
+                self.deliver_leased(claim, rows, 0);
                 self.claim_release(claim);
             }
             ClaimStage::SelectLease => {
@@ -1145,6 +1170,7 @@ impl<R> Broker<R> {
                 });
                 let c = self.claims.get_mut(&claim).expect("claim in flight");
                 c.taken = rows;
+                c.until = Some(until);
                 self.claim_execute(claim, conn, &statement, binds, ClaimStage::MarkLease);
             }
             ClaimStage::MarkLease => {
@@ -1152,13 +1178,10 @@ impl<R> Broker<R> {
                 self.claim_execute(claim, conn, &commit, Vec::new(), ClaimStage::Commit);
             }
             ClaimStage::Commit => {
-                let until = now.plus(options.lease);
                 let c = self.claims.get_mut(&claim).expect("claim in flight");
                 let rows = std::mem::take(&mut c.taken);
-                c.found = rows.len();
-                for row in rows {
-                    self.deliver(sub, row, None, None, Some(until), 1);
-                }
+                // The rows were read before their attempts were counted.
+                self.deliver_leased(claim, rows, 1);
                 self.claim_release(claim);
             }
             ClaimStage::Rollback => self.claim_release(claim),
@@ -1319,6 +1342,37 @@ impl<R> Broker<R> {
             .any(|s| matches!(s, Step::Claim { claim: c, .. } if *c == claim))
         {
             self.finish_claim(claim);
+        }
+    }
+
+    /// Delivers the rows a lease claim took, under the lease it wrote. A reply that comes
+    /// after the lease ran out delivers nothing: another claim may hold the rows by now, and
+    /// the attempt is spent.
+    fn deliver_leased(&mut self, claim: u64, rows: Vec<Row<R>>, add: i64) {
+        let now = self.now;
+        let c = self.claims.get_mut(&claim).expect("claim in flight");
+        let sub = c.sub;
+        c.found = rows.len();
+        let Some(until) = c.until else {
+            debug_assert!(rows.is_empty(), "rows taken without a lease");
+            return;
+        };
+        if now >= until {
+            let table = self.subs[sub.0].desc.table;
+            self.events.push_back(Event::Error {
+                sub,
+                error: DbError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "table `{table}`: the claim of {} rows answered after their lease ran out; they return to the queue",
+                        rows.len()
+                    ),
+                ),
+            });
+            return;
+        }
+        for row in rows {
+            self.deliver(sub, row, None, None, Some(until), add);
         }
     }
 
@@ -1510,7 +1564,10 @@ impl<R> Broker<R> {
             .and_then(|i| row.values.get(i))
             .and_then(Value::as_int)
             .map(|a| a + add);
-        let extend_at = fence.map(|_| self.now.plus(s.options.extend_every));
+        // Extend when `extend_every` has passed since the lease was written.
+        let early = s.options.lease.saturating_sub(s.options.extend_every);
+        let extend_at =
+            fence.map(|until| Time(until.micros().saturating_sub(micros(early))).max(self.now));
         self.deliveries.insert(
             id,
             Delivery {

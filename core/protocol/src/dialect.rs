@@ -366,8 +366,11 @@ impl Statements {
                 s.push("SELECT current_setting('transaction_isolation') AS isolation");
                 s.finish(StatementKind::Isolation, named(&["isolation"]))
             }),
-            lock_row: (form == Form::RowLock).then(|| r.lock_row(rows.clone())),
-            count_attempt: (form == Form::RowLock)
+            // SQLite has no row locks: it renders no statement of the form (a subscription
+            // to such a table is refused before it renders anything).
+            lock_row: (form == Form::RowLock && dialect.has_row_locks())
+                .then(|| r.lock_row(rows.clone())),
+            count_attempt: (form == Form::RowLock && dialect.has_row_locks())
                 .then(|| r.count_attempt(false))
                 .flatten(),
             claim_lease: (form == Form::Lease && dialect.update_returning())
@@ -825,8 +828,19 @@ impl Renderer<'_> {
         if let Some(payload) = self.desc.payload.filter(|c| !c.generated) {
             columns.push((payload.name, Arg::Payload));
         }
+        // A key column that the description names in a role (the id, most often: a key on
+        // the row's id) is written by that role, or not at all when the database fills it.
+        let described = [
+            Some(self.desc.id),
+            self.desc.payload,
+            self.desc.attempt,
+            self.desc.locked_until,
+            self.desc.processed_at,
+            self.desc.due,
+        ];
         for column in self.desc.key_columns() {
-            if !columns.iter().any(|(c, _)| *c == column) {
+            let in_role = described.iter().flatten().any(|c| c.name == column);
+            if !in_role && !columns.iter().any(|(c, _)| *c == column) {
                 columns.push((column, Arg::Column(column)));
             }
         }

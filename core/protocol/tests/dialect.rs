@@ -1,0 +1,1119 @@
+//! The statement text of every dialect: exact SQL for a representative set of statements, and
+//! properties that hold for every statement of every description in every dialect (quoting,
+//! placeholders against `args`, `FOR UPDATE SKIP LOCKED` only where the form calls for it).
+//! Then the broker: it renders a subscription's statements once and hands out that text.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream_core::spec::{
+    Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
+};
+use ruststream_core::{
+    Action, Arg, Broker, Dialect, Event, Form, Output, Publish, Reply, Row, Statement,
+    StatementKind, Statements, SubscribeOptions, TableDesc, Time, Value,
+};
+
+const DIALECTS: [Dialect; 4] = [
+    Dialect::Postgres,
+    Dialect::MySql,
+    Dialect::MariaDb,
+    Dialect::Sqlite,
+];
+
+const ROW_LOCK: InboxSpec<(Payload, Attempt)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated());
+
+const LEASE: InboxSpec<(Payload, Attempt, Lease, Processed, Due)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"));
+
+const LEASE_PLAIN: InboxSpec<(Payload, Lease)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .lease(Column::new("locked_until"));
+
+const VIDEO_KEY: &[KeyPart] = &[KeyPart::Literal("video_jobs-"), KeyPart::Column("channel")];
+
+const ADVISORY: InboxSpec<(Advisory, Attempt, Payload)> =
+    InboxSpec::new("video_jobs", Column::new("id").generated())
+        .advisory(VIDEO_KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"));
+
+const ADVISORY_PLAIN: InboxSpec<(Advisory, Payload, Processed, Due)> =
+    InboxSpec::new("video_jobs", Column::new("id").generated())
+        .advisory(VIDEO_KEY)
+        .payload(Column::new("payload"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"));
+
+const CUSTOM: InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)> =
+    InboxSpec::new("payouts", Column::new("id").generated())
+        .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+        .payload(Column::new("payload"))
+        .own::<own::Lock>()
+        .own::<own::Unlock>();
+
+/// A key on the row's generated id: publishing must not write the id.
+const ADVISORY_ON_ID: InboxSpec<(Advisory, Payload)> =
+    InboxSpec::new("single_jobs", Column::new("id").generated())
+        .advisory(&[KeyPart::Literal("single-"), KeyPart::Column("id")])
+        .payload(Column::new("payload"));
+
+const SCHEMA: InboxSpec<(Payload,)> =
+    InboxSpec::new("app.jobs", Column::new("id")).payload(Column::new("payload"));
+
+const ORDER: InboxSpec<(Payload, Due)> = InboxSpec::new("jobs", Column::new("id").generated())
+    .payload(Column::new("payload"))
+    .due(Column::new("due_at"))
+    .order(&[OrderBy::desc("priority"), OrderBy::asc("due_at")]);
+
+/// Names that hold both quote characters.
+const QUOTED: InboxSpec<(Payload, Attempt, Lease)> =
+    InboxSpec::new("odd\"na`me", Column::new("i\"d").generated())
+        .payload(Column::new("pay`load"))
+        .attempt(Column::new("att\"empt"))
+        .lease(Column::new("lock`ed"));
+
+const QUOTED_ADVISORY: InboxSpec<(Advisory,)> =
+    InboxSpec::new("odd\"na`me", Column::new("i\"d").generated())
+        .advisory(&[KeyPart::Literal("it's-\\"), KeyPart::Column("ch`an\"nel")]);
+
+fn descs() -> Vec<(&'static str, TableDesc)> {
+    vec![
+        ("row lock", *ROW_LOCK.desc()),
+        ("lease", *LEASE.desc()),
+        ("plain lease", *LEASE_PLAIN.desc()),
+        ("advisory", *ADVISORY.desc()),
+        ("plain advisory", *ADVISORY_PLAIN.desc()),
+        ("custom lock", *CUSTOM.desc()),
+        ("advisory on id", *ADVISORY_ON_ID.desc()),
+        ("schema.table", *SCHEMA.desc()),
+        ("order", *ORDER.desc()),
+        ("quoted", *QUOTED.desc()),
+        ("quoted advisory", *QUOTED_ADVISORY.desc()),
+    ]
+}
+
+fn render(dialect: Dialect, desc: &InboxSpec<impl Sized>) -> Statements {
+    Statements::render(dialect, desc.desc(), 2)
+}
+
+fn sql(statement: &Option<Statement>) -> &str {
+    &statement.as_ref().expect("the statement is rendered").sql
+}
+
+// ----- exact text -----
+
+#[test]
+fn postgres_row_lock_statements() {
+    let s = render(Dialect::Postgres, &ROW_LOCK);
+    assert_eq!(s.form, Form::RowLock);
+    assert_eq!(&*s.begin.sql, "BEGIN");
+    assert_eq!(&*s.commit.sql, "COMMIT");
+    assert_eq!(&*s.rollback.sql, "ROLLBACK");
+    assert_eq!(
+        sql(&s.lock_row),
+        r#"SELECT * FROM "jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
+    );
+    assert_eq!(
+        sql(&s.count_attempt),
+        r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1"#
+    );
+    assert_eq!(
+        sql(&s.isolation),
+        "SELECT current_setting('transaction_isolation') AS isolation"
+    );
+    assert_eq!(&*s.settle.sql, r#"DELETE FROM "jobs" WHERE "id" = $1"#);
+    assert_eq!(
+        s.settle.kind,
+        StatementKind::Delete { fenced: false },
+        "the row lock form settles without a fence"
+    );
+    assert_eq!(
+        &*s.publish.sql,
+        r#"INSERT INTO "jobs" ("payload") VALUES ($1)"#
+    );
+    assert_eq!(
+        &*s.list_columns.sql,
+        "SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = $1"
+    );
+    assert_eq!(&*s.list_columns.args, &[Arg::TableName]);
+    assert!(s.current_database.is_none());
+    assert!(s.claim_lease.is_none() && s.candidates.is_none() && s.try_lock.is_none());
+}
+
+#[test]
+fn mysql_row_lock_statements() {
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        let s = render(dialect, &ROW_LOCK);
+        assert_eq!(&*s.begin.sql, "START TRANSACTION");
+        assert_eq!(
+            sql(&s.lock_row),
+            "SELECT * FROM `jobs` ORDER BY `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+        );
+        assert_eq!(
+            sql(&s.count_attempt),
+            "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+        );
+        assert_eq!(sql(&s.current_database), "SELECT DATABASE() AS db");
+        assert!(s.isolation.is_none(), "{dialect:?} has no isolation check");
+        assert_eq!(
+            &*s.list_columns.sql,
+            "SELECT column_name AS column_name FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ?"
+        );
+    }
+}
+
+#[test]
+fn sqlite_renders_no_row_lock_statement() {
+    let s = render(Dialect::Sqlite, &ROW_LOCK);
+    assert!(s.lock_row.is_none(), "SQLite has no row locks");
+    assert!(s.count_attempt.is_none());
+    assert!(s.isolation.is_none());
+    assert!(s.current_database.is_none());
+    assert_eq!(&*s.begin.sql, "BEGIN IMMEDIATE");
+    for statement in s.all() {
+        assert!(
+            !statement.sql.contains("FOR UPDATE"),
+            "SQLite statement {:?} locks rows: {}",
+            statement.kind,
+            statement.sql
+        );
+    }
+}
+
+#[test]
+fn postgres_lease_statements() {
+    let s = render(Dialect::Postgres, &LEASE);
+    let t =
+        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
+    assert_eq!(
+        sql(&s.claim_lease),
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = {}, "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} AND ("locked_until" IS NULL OR "locked_until" <= {}) ORDER BY "due_at" ASC, "id" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING *"#,
+            t(1),
+            t(2),
+            t(2)
+        )
+    );
+    assert_eq!(
+        &*s.claim_lease.as_ref().unwrap().args,
+        &[Arg::Until, Arg::Now, Arg::Limit]
+    );
+    assert_eq!(
+        sql(&s.extend_lease),
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = {} WHERE "id" = $2 AND "locked_until" = {}"#,
+            t(1),
+            t(3)
+        )
+    );
+    assert_eq!(
+        &*s.extend_lease.as_ref().unwrap().args,
+        &[Arg::Until, Arg::Id, Arg::Fence]
+    );
+    assert_eq!(
+        sql(&s.release_lease),
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = NULL WHERE "id" = $1 AND "locked_until" = {}"#,
+            t(2)
+        )
+    );
+    assert_eq!(
+        &*s.settle.sql,
+        format!(
+            r#"UPDATE "jobs" SET "processed_at" = {}, "locked_until" = NULL WHERE "id" = $2 AND "locked_until" = {}"#,
+            t(1),
+            t(3)
+        )
+    );
+    assert_eq!(s.settle.kind, StatementKind::MarkProcessed { fenced: true });
+    assert_eq!(&*s.settle.args, &[Arg::Now, Arg::Id, Arg::Fence]);
+    assert_eq!(
+        &*s.publish.sql,
+        format!(
+            r#"INSERT INTO "jobs" ("payload", "due_at") VALUES ($1, {})"#,
+            t(2)
+        )
+    );
+    assert_eq!(&*s.publish.args, &[Arg::Payload, Arg::Due]);
+    assert!(s.select_lease.is_none() && s.mark_lease.is_empty());
+    assert!(
+        s.isolation.is_none(),
+        "only the row lock form checks isolation"
+    );
+}
+
+#[test]
+fn mysql_lease_statements() {
+    let t = "TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')";
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        let s = render(dialect, &LEASE);
+        assert!(
+            s.claim_lease.is_none(),
+            "{dialect:?} has no UPDATE .. RETURNING"
+        );
+        assert_eq!(
+            sql(&s.select_lease),
+            format!(
+                "SELECT * FROM `jobs` WHERE `processed_at` IS NULL AND `due_at` <= {t} AND (`locked_until` IS NULL OR `locked_until` <= {t}) ORDER BY `due_at` ASC, `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+            )
+        );
+        assert_eq!(
+            &*s.select_lease.as_ref().unwrap().args,
+            &[Arg::Now, Arg::Now, Arg::Limit]
+        );
+        assert_eq!(
+            &*s.mark_lease(2).unwrap().sql,
+            format!(
+                "UPDATE `jobs` SET `locked_until` = {t}, `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)"
+            )
+        );
+        assert_eq!(
+            &*s.mark_lease(2).unwrap().args,
+            &[Arg::Until, Arg::IdAt(0), Arg::IdAt(1)]
+        );
+        assert_eq!(
+            sql(&s.extend_lease),
+            format!(
+                "UPDATE `jobs` SET `locked_until` = {t} WHERE `id` = ? AND `locked_until` = {t}"
+            )
+        );
+        assert_eq!(
+            &*s.settle.sql,
+            format!(
+                "UPDATE `jobs` SET `processed_at` = {t}, `locked_until` = NULL WHERE `id` = ? AND `locked_until` = {t}"
+            )
+        );
+        assert_eq!(
+            &*s.publish.sql,
+            format!("INSERT INTO `jobs` (`payload`, `due_at`) VALUES (?, {t})")
+        );
+    }
+}
+
+#[test]
+fn sqlite_lease_statements() {
+    let s = render(Dialect::Sqlite, &LEASE);
+    assert_eq!(
+        sql(&s.claim_lease),
+        r#"UPDATE "jobs" SET "locked_until" = ?1, "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= ?2 AND ("locked_until" IS NULL OR "locked_until" <= ?2) ORDER BY "due_at" ASC, "id" ASC LIMIT ?3) RETURNING *"#
+    );
+    assert_eq!(
+        sql(&s.extend_lease),
+        r#"UPDATE "jobs" SET "locked_until" = ?1 WHERE "id" = ?2 AND "locked_until" = ?3"#
+    );
+    assert_eq!(
+        sql(&s.release_lease),
+        r#"UPDATE "jobs" SET "locked_until" = NULL WHERE "id" = ?1 AND "locked_until" = ?2"#
+    );
+    assert_eq!(
+        &*s.settle.sql,
+        r#"UPDATE "jobs" SET "processed_at" = ?1, "locked_until" = NULL WHERE "id" = ?2 AND "locked_until" = ?3"#
+    );
+    let plain = render(Dialect::Sqlite, &LEASE_PLAIN);
+    assert_eq!(
+        &*plain.settle.sql,
+        r#"DELETE FROM "jobs" WHERE "id" = ?1 AND "locked_until" = ?2"#
+    );
+    assert_eq!(plain.settle.kind, StatementKind::Delete { fenced: true });
+    assert_eq!(
+        sql(&plain.claim_lease),
+        r#"UPDATE "jobs" SET "locked_until" = ?1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= ?2) ORDER BY "id" ASC LIMIT ?3) RETURNING *"#
+    );
+}
+
+#[test]
+fn postgres_advisory_statements() {
+    let s = render(Dialect::Postgres, &ADVISORY);
+    assert_eq!(
+        sql(&s.candidates),
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" ORDER BY "id" ASC LIMIT $1"#
+    );
+    assert_eq!(
+        s.candidates.as_ref().unwrap().output,
+        Output::Rows {
+            columns: vec!["rs_id", "rs_key"].into(),
+            raw: false
+        }
+    );
+    assert_eq!(
+        sql(&s.try_lock),
+        "SELECT pg_try_advisory_lock($1) AS locked"
+    );
+    assert_eq!(&*s.try_lock.as_ref().unwrap().args, &[Arg::Key]);
+    assert_eq!(sql(&s.unlock), "SELECT pg_advisory_unlock($1) AS unlocked");
+    assert_eq!(
+        sql(&s.take),
+        r#"UPDATE "video_jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 RETURNING *"#
+    );
+    assert!(s.take_count.is_none());
+    assert_eq!(
+        &*s.publish.sql,
+        r#"INSERT INTO "video_jobs" ("payload", "channel") VALUES ($1, $2)"#
+    );
+    assert_eq!(&*s.publish.args, &[Arg::Payload, Arg::Column("channel")]);
+    assert!(s.lock_row.is_none() && s.isolation.is_none() && s.claim_lease.is_none());
+
+    let plain = render(Dialect::Postgres, &ADVISORY_PLAIN);
+    let t =
+        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
+    assert_eq!(
+        sql(&plain.candidates),
+        format!(
+            r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} ORDER BY "due_at" ASC, "id" ASC LIMIT $2"#,
+            t(1)
+        )
+    );
+    assert_eq!(
+        sql(&plain.take),
+        format!(
+            r#"SELECT * FROM "video_jobs" WHERE "id" = $1 AND "processed_at" IS NULL AND "due_at" <= {}"#,
+            t(2)
+        ),
+        "without an attempt column the take reads the row while it is claimable"
+    );
+}
+
+#[test]
+fn mysql_advisory_statements() {
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        let s = render(dialect, &ADVISORY);
+        assert_eq!(
+            sql(&s.candidates),
+            "SELECT `id` AS rs_id, CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) AS rs_key FROM `video_jobs` ORDER BY `id` ASC LIMIT ?"
+        );
+        assert_eq!(sql(&s.try_lock), "SELECT GET_LOCK(?, 0) AS locked");
+        assert_eq!(sql(&s.unlock), "SELECT RELEASE_LOCK(?) AS unlocked");
+        assert!(s.take.is_none(), "{dialect:?} counts, then reads");
+        assert_eq!(
+            sql(&s.take_count),
+            "UPDATE `video_jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+        );
+        assert_eq!(
+            &*s.read_row.sql,
+            "SELECT * FROM `video_jobs` WHERE `id` = ?"
+        );
+        let plain = render(dialect, &ADVISORY_PLAIN);
+        assert_eq!(
+            sql(&plain.take),
+            "SELECT * FROM `video_jobs` WHERE `id` = ? AND `processed_at` IS NULL AND `due_at` <= TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')"
+        );
+        assert!(plain.take_count.is_none());
+    }
+}
+
+#[test]
+fn sqlite_advisory_statements() {
+    let s = render(Dialect::Sqlite, &ADVISORY);
+    assert_eq!(
+        sql(&s.candidates),
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" ORDER BY "id" ASC LIMIT ?1"#
+    );
+    assert!(s.try_lock.is_none(), "SQLite has no session locks");
+    assert!(s.unlock.is_none(), "SQLite has no session locks");
+    assert_eq!(
+        sql(&s.take),
+        r#"UPDATE "video_jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ?1 RETURNING *"#
+    );
+}
+
+#[test]
+fn custom_lock_keeps_the_dialect_claim() {
+    let s = render(Dialect::Sqlite, &CUSTOM);
+    assert_eq!(s.form, Form::Advisory);
+    assert_eq!(
+        sql(&s.candidates),
+        r#"SELECT "id" AS rs_id, ('accounts-' || COALESCE(CAST("account_id" AS TEXT), '')) AS rs_key FROM "payouts" ORDER BY "id" ASC LIMIT ?1"#
+    );
+    assert_eq!(sql(&s.take), r#"SELECT * FROM "payouts" WHERE "id" = ?1"#);
+    let s = render(Dialect::MariaDb, &CUSTOM);
+    assert_eq!(
+        sql(&s.candidates),
+        "SELECT `id` AS rs_id, CONCAT('accounts-', COALESCE(CAST(`account_id` AS CHAR), '')) AS rs_key FROM `payouts` ORDER BY `id` ASC LIMIT ?"
+    );
+}
+
+#[test]
+fn a_key_on_the_generated_id_is_not_published() {
+    for dialect in DIALECTS {
+        let s = render(dialect, &ADVISORY_ON_ID);
+        assert_eq!(
+            &*s.publish.args,
+            &[Arg::Payload],
+            "{dialect:?}: {}",
+            s.publish.sql
+        );
+        assert!(
+            !s.publish.sql.contains(&dialect.quote("id")),
+            "{dialect:?} writes the generated id: {}",
+            s.publish.sql
+        );
+        let key = sql(&s.candidates);
+        assert!(
+            key.contains(&format!("CAST({} AS", dialect.quote("id"))),
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn schema_qualified_names() {
+    let pg = render(Dialect::Postgres, &SCHEMA);
+    assert_eq!(
+        &*pg.list_columns.sql,
+        "SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name = $2"
+    );
+    assert_eq!(&*pg.list_columns.args, &[Arg::Schema, Arg::TableName]);
+    assert_eq!(
+        sql(&pg.lock_row),
+        r#"SELECT * FROM "app"."jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
+    );
+    assert_eq!(
+        &*pg.publish.sql, r#"INSERT INTO "app"."jobs" ("id", "payload") VALUES ($1, $2)"#,
+        "an id the service writes is published"
+    );
+    let my = render(Dialect::MySql, &SCHEMA);
+    assert_eq!(
+        &*my.list_columns.sql,
+        "SELECT column_name AS column_name FROM information_schema.columns \
+         WHERE table_schema = ? AND table_name = ?"
+    );
+    assert_eq!(&*my.settle.sql, "DELETE FROM `app`.`jobs` WHERE `id` = ?");
+    let lite = render(Dialect::Sqlite, &SCHEMA);
+    assert_eq!(
+        &*lite.list_columns.sql,
+        "SELECT name AS column_name FROM pragma_table_info(?1, ?2)"
+    );
+    assert_eq!(&*lite.list_columns.args, &[Arg::TableName, Arg::Schema]);
+    assert_eq!(
+        &*lite.read_row.sql,
+        r#"SELECT * FROM "app"."jobs" WHERE "id" = ?1"#
+    );
+}
+
+#[test]
+fn custom_order() {
+    assert_eq!(
+        sql(&render(Dialect::Postgres, &ORDER).lock_row),
+        r#"SELECT * FROM "jobs" WHERE "due_at" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') ORDER BY "priority" DESC, "due_at" ASC, "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
+    );
+    assert_eq!(
+        sql(&render(Dialect::MariaDb, &ORDER).lock_row),
+        "SELECT * FROM `jobs` WHERE `due_at` <= TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00') ORDER BY `priority` DESC, `due_at` ASC, `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+    );
+    const BY_ID_DESC: InboxSpec<(Payload, Lease)> =
+        InboxSpec::new("jobs", Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .lease(Column::new("locked_until"))
+            .order(&[OrderBy::desc("id")]);
+    let s = render(Dialect::Sqlite, &BY_ID_DESC);
+    assert!(
+        sql(&s.claim_lease).contains(r#"ORDER BY "id" DESC LIMIT ?3"#),
+        "an order that names the id is not extended: {}",
+        sql(&s.claim_lease)
+    );
+}
+
+#[test]
+fn names_with_quote_characters_are_escaped() {
+    let pg = render(Dialect::Postgres, &QUOTED);
+    assert_eq!(
+        sql(&pg.claim_lease),
+        r#"UPDATE "odd""na`me" SET "lock`ed" = (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond'), "att""empt" = "att""empt" + 1 WHERE "i""d" IN (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= (TIMESTAMPTZ 'epoch' + CAST($2 AS BIGINT) * INTERVAL '1 microsecond')) ORDER BY "i""d" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING *"#
+    );
+    let my = render(Dialect::MySql, &QUOTED);
+    assert_eq!(
+        &*my.publish.sql,
+        "INSERT INTO `odd\"na``me` (`pay``load`) VALUES (?)"
+    );
+    let my = render(Dialect::MariaDb, &QUOTED_ADVISORY);
+    assert_eq!(
+        sql(&my.candidates),
+        "SELECT `i\"d` AS rs_id, CONCAT('it''s-\\\\', COALESCE(CAST(`ch``an\"nel` AS CHAR), '')) AS rs_key FROM `odd\"na``me` ORDER BY `i\"d` ASC LIMIT ?",
+        "MySQL escapes a quote and a backslash in a key literal"
+    );
+    let lite = render(Dialect::Sqlite, &QUOTED_ADVISORY);
+    assert_eq!(
+        sql(&lite.candidates),
+        r#"SELECT "i""d" AS rs_id, ('it''s-\' || COALESCE(CAST("ch`an""nel" AS TEXT), '')) AS rs_key FROM "odd""na`me" ORDER BY "i""d" ASC LIMIT ?1"#
+    );
+    assert_eq!(Dialect::Postgres.quote("a.b\"c"), r#""a"."b""c""#);
+    assert_eq!(Dialect::MySql.quote("a.b`c"), "`a`.`b``c`");
+}
+
+// ----- properties over every description and dialect -----
+
+/// A placeholder found outside quoted text: `$n`, `?n` or a bare `?`.
+#[derive(Debug, PartialEq, Eq)]
+enum Mark {
+    Dollar(usize),
+    Numbered(usize),
+    Bare,
+}
+
+/// The placeholders of `sql`, skipping string literals and quoted identifiers (a doubled
+/// quote inside them is an escaped quote; on MySQL a backslash escapes inside a string).
+fn placeholders(dialect: Dialect, sql: &str) -> Vec<Mark> {
+    let chars: Vec<char> = sql.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let number = |i: &mut usize| {
+        let start = *i;
+        while *i < chars.len() && chars[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        chars[start..*i]
+            .iter()
+            .collect::<String>()
+            .parse::<usize>()
+            .ok()
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\'' | '"' | '`' => {
+                i += 1;
+                loop {
+                    assert!(i < chars.len(), "unterminated {c} in {sql}");
+                    if c == '\'' && chars[i] == '\\' && dialect_is_mysql(dialect) {
+                        i += 2;
+                        continue;
+                    }
+                    if chars[i] == c {
+                        if chars.get(i + 1) == Some(&c) {
+                            i += 2;
+                            continue;
+                        }
+                        i += 1;
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            '$' => {
+                i += 1;
+                let n = number(&mut i).unwrap_or_else(|| panic!("a bare `$` in {sql}"));
+                out.push(Mark::Dollar(n));
+            }
+            '?' => {
+                i += 1;
+                match number(&mut i) {
+                    Some(n) => out.push(Mark::Numbered(n)),
+                    None => out.push(Mark::Bare),
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+fn dialect_is_mysql(dialect: Dialect) -> bool {
+    matches!(dialect, Dialect::MySql | Dialect::MariaDb)
+}
+
+#[test]
+fn placeholders_match_args_in_every_statement() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Statements::render(dialect, &desc, 3);
+            for st in s.all() {
+                let marks = placeholders(dialect, &st.sql);
+                let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
+                match dialect {
+                    Dialect::MySql | Dialect::MariaDb => {
+                        assert!(marks.iter().all(|m| *m == Mark::Bare), "{what}");
+                        assert_eq!(marks.len(), st.args.len(), "one arg per `?`: {what}");
+                    }
+                    Dialect::Postgres | Dialect::Sqlite => {
+                        let numbers: Vec<usize> = marks
+                            .iter()
+                            .map(|m| match (dialect, m) {
+                                (Dialect::Postgres, Mark::Dollar(n)) => *n,
+                                (Dialect::Sqlite, Mark::Numbered(n)) => *n,
+                                _ => panic!("wrong placeholder {m:?}: {what}"),
+                            })
+                            .collect();
+                        let mut used: Vec<usize> = numbers.clone();
+                        used.sort_unstable();
+                        used.dedup();
+                        let expected: Vec<usize> = (1..=st.args.len()).collect();
+                        assert_eq!(used, expected, "every arg used, none past the last: {what}");
+                        for (i, a) in st.args.iter().enumerate() {
+                            assert!(
+                                !st.args[..i].contains(a),
+                                "{a:?} listed twice instead of its number reused: {what}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn args_are_the_ones_each_statement_needs() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Statements::render(dialect, &desc, 2);
+            for st in s.all() {
+                let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
+                for arg in st.args.iter() {
+                    let allowed = match st.kind {
+                        StatementKind::Begin
+                        | StatementKind::Commit
+                        | StatementKind::Rollback
+                        | StatementKind::CurrentDatabase
+                        | StatementKind::Isolation => false,
+                        StatementKind::ListColumns => {
+                            matches!(arg, Arg::TableName | Arg::Schema)
+                        }
+                        StatementKind::LockRow | StatementKind::Candidates => {
+                            matches!(arg, Arg::Now | Arg::Limit)
+                        }
+                        StatementKind::ClaimLease | StatementKind::SelectLease => {
+                            matches!(arg, Arg::Now | Arg::Limit | Arg::Until)
+                        }
+                        StatementKind::MarkLease(n) => {
+                            matches!(arg, Arg::Until) || matches!(arg, Arg::IdAt(i) if *i < n)
+                        }
+                        StatementKind::ExtendLease => {
+                            matches!(arg, Arg::Until | Arg::Id | Arg::Fence)
+                        }
+                        StatementKind::ReleaseLease => matches!(arg, Arg::Id | Arg::Fence),
+                        StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
+                        StatementKind::CountAttempt | StatementKind::ReadRow => *arg == Arg::Id,
+                        StatementKind::Take | StatementKind::TakeCount => {
+                            matches!(arg, Arg::Id | Arg::Now)
+                        }
+                        StatementKind::Delete { fenced }
+                        | StatementKind::MarkProcessed { fenced } => {
+                            matches!(arg, Arg::Id | Arg::Now) || fenced && *arg == Arg::Fence
+                        }
+                        StatementKind::Publish => {
+                            matches!(arg, Arg::Id | Arg::Payload | Arg::Due | Arg::Column(_))
+                        }
+                    };
+                    assert!(allowed, "unexpected {arg:?}: {what}");
+                }
+                if matches!(
+                    st.kind,
+                    StatementKind::Delete { .. }
+                        | StatementKind::MarkProcessed { .. }
+                        | StatementKind::ReadRow
+                        | StatementKind::Take
+                        | StatementKind::TakeCount
+                        | StatementKind::CountAttempt
+                        | StatementKind::ExtendLease
+                        | StatementKind::ReleaseLease
+                ) {
+                    assert!(st.args.contains(&Arg::Id), "names its row: {what}");
+                }
+                if matches!(
+                    st.kind,
+                    StatementKind::Delete { fenced: true }
+                        | StatementKind::MarkProcessed { fenced: true }
+                        | StatementKind::ExtendLease
+                        | StatementKind::ReleaseLease
+                ) {
+                    assert!(st.args.contains(&Arg::Fence), "fenced: {what}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn identifiers_are_quoted_per_dialect() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Statements::render(dialect, &desc, 2);
+            let table = dialect.quote(desc.table);
+            let (open, other) = if dialect_is_mysql(dialect) {
+                ('`', '"')
+            } else {
+                ('"', '`')
+            };
+            assert!(table.starts_with(open) && table.ends_with(open), "{table}");
+            for st in s.all() {
+                let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
+                let touches_table = !matches!(
+                    st.kind,
+                    StatementKind::Begin
+                        | StatementKind::Commit
+                        | StatementKind::Rollback
+                        | StatementKind::ListColumns
+                        | StatementKind::CurrentDatabase
+                        | StatementKind::Isolation
+                        | StatementKind::TryLock
+                        | StatementKind::Unlock
+                );
+                if touches_table {
+                    assert!(st.sql.contains(&table), "quotes the table: {what}");
+                    if st.kind != StatementKind::Publish {
+                        assert!(
+                            st.sql.contains(&dialect.quote(desc.id.name)),
+                            "quotes the id: {what}"
+                        );
+                    }
+                }
+                // The other dialect's identifier quote appears only inside a quoted name.
+                if !desc.table.contains(other) && !desc.columns().iter().any(|c| c.contains(other))
+                {
+                    assert!(!st.sql.contains(other), "foreign quote: {what}");
+                }
+            }
+            // Every described column is written, quoted, in some statement.
+            if desc.form() == Form::RowLock && dialect == Dialect::Sqlite {
+                continue;
+            }
+            for column in desc.columns() {
+                let quoted = dialect.quote(column);
+                assert!(
+                    s.all().iter().any(|st| st.sql.contains(&quoted)),
+                    "{name}, {dialect:?}: column {column} is never written as {quoted}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Statements::render(dialect, &desc, 2);
+            for st in s.all() {
+                let expected = match (st.kind, dialect) {
+                    (_, Dialect::Sqlite) => false,
+                    (StatementKind::LockRow, _) => true,
+                    (StatementKind::SelectLease, Dialect::MySql | Dialect::MariaDb) => true,
+                    (StatementKind::ClaimLease, Dialect::Postgres) => true,
+                    _ => false,
+                };
+                let n = st.sql.matches("FOR UPDATE SKIP LOCKED").count();
+                assert_eq!(
+                    n,
+                    usize::from(expected),
+                    "{name}, {dialect:?}, {:?}: {}",
+                    st.kind,
+                    st.sql
+                );
+                assert_eq!(
+                    st.sql.matches("FOR UPDATE").count(),
+                    n,
+                    "FOR UPDATE without SKIP LOCKED would wait: {}",
+                    st.sql
+                );
+            }
+            let claim = match (desc.form(), dialect) {
+                (Form::RowLock, Dialect::Sqlite) => None,
+                (Form::RowLock, _) => s.lock_row.as_ref(),
+                (Form::Lease, Dialect::Postgres | Dialect::Sqlite) => s.claim_lease.as_ref(),
+                (Form::Lease, _) => s.select_lease.as_ref(),
+                (Form::Advisory, _) => s.candidates.as_ref(),
+            };
+            if !(desc.form() == Form::RowLock && dialect == Dialect::Sqlite) {
+                assert!(claim.is_some(), "{name}, {dialect:?}: a claim statement");
+            }
+        }
+    }
+}
+
+#[test]
+fn statements_match_the_form() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Statements::render(dialect, &desc, 2);
+            let form = desc.form();
+            let what = format!("{name}, {dialect:?}");
+            assert_eq!(s.form, form, "{what}");
+            assert_eq!(s.dialect, dialect, "{what}");
+            let mysql = dialect_is_mysql(dialect);
+            assert_eq!(s.current_database.is_some(), mysql, "{what}");
+            assert_eq!(
+                s.isolation.is_some(),
+                dialect == Dialect::Postgres && form == Form::RowLock,
+                "{what}"
+            );
+            assert_eq!(
+                s.lock_row.is_some(),
+                form == Form::RowLock && dialect != Dialect::Sqlite,
+                "{what}"
+            );
+            assert_eq!(
+                s.count_attempt.is_some(),
+                s.lock_row.is_some() && desc.attempt.is_some(),
+                "{what}"
+            );
+            assert_eq!(
+                s.claim_lease.is_some(),
+                form == Form::Lease && !mysql,
+                "{what}"
+            );
+            assert_eq!(
+                s.select_lease.is_some(),
+                form == Form::Lease && mysql,
+                "{what}"
+            );
+            assert_eq!(s.extend_lease.is_some(), form == Form::Lease, "{what}");
+            assert_eq!(s.release_lease.is_some(), form == Form::Lease, "{what}");
+            assert_eq!(s.candidates.is_some(), form == Form::Advisory, "{what}");
+            assert_eq!(
+                s.try_lock.is_some(),
+                form == Form::Advisory && dialect != Dialect::Sqlite,
+                "{what}"
+            );
+            assert_eq!(s.unlock.is_some(), s.try_lock.is_some(), "{what}");
+            assert_eq!(
+                s.take.is_some() || s.take_count.is_some(),
+                form == Form::Advisory,
+                "{what}"
+            );
+            assert!(!(s.take.is_some() && s.take_count.is_some()), "{what}");
+            assert_eq!(
+                s.settle.kind,
+                match (desc.processed_at.is_some(), form == Form::Lease) {
+                    (true, fenced) => StatementKind::MarkProcessed { fenced },
+                    (false, fenced) => StatementKind::Delete { fenced },
+                },
+                "{what}"
+            );
+            // Each statement sits in the field of its kind.
+            let pairs: [(&Option<Statement>, StatementKind); 4] = [
+                (&s.lock_row, StatementKind::LockRow),
+                (&s.claim_lease, StatementKind::ClaimLease),
+                (&s.candidates, StatementKind::Candidates),
+                (&s.try_lock, StatementKind::TryLock),
+            ];
+            for (statement, kind) in pairs {
+                if let Some(statement) = statement {
+                    assert_eq!(statement.kind, kind, "{what}");
+                }
+            }
+            assert_eq!(s.read_row.kind, StatementKind::ReadRow);
+            assert_eq!(s.publish.kind, StatementKind::Publish);
+            assert_eq!(s.list_columns.kind, StatementKind::ListColumns);
+            // Rows of taken rows carry the id, then the attempt, and the driver's row.
+            let row_columns: Vec<&str> = std::iter::once(desc.id.name)
+                .chain(desc.attempt.map(|a| a.name))
+                .collect();
+            for st in [&s.lock_row, &s.claim_lease, &s.select_lease, &s.take]
+                .into_iter()
+                .flatten()
+                .chain([&s.read_row])
+            {
+                assert_eq!(
+                    st.output,
+                    Output::Rows {
+                        columns: row_columns.clone().into(),
+                        raw: true
+                    },
+                    "{what}, {:?}",
+                    st.kind
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn mark_lease_for_each_batch_size_on_mysql_and_mariadb_only() {
+    for workers in 1..=6 {
+        for dialect in DIALECTS {
+            for desc in [LEASE.desc(), LEASE_PLAIN.desc(), QUOTED.desc()] {
+                let s = Statements::render(dialect, desc, workers);
+                if !dialect_is_mysql(dialect) {
+                    assert!(s.mark_lease.is_empty(), "{dialect:?}");
+                    assert!(s.mark_lease(1).is_none());
+                    continue;
+                }
+                assert_eq!(s.mark_lease.len(), workers, "{dialect:?}");
+                assert!(s.mark_lease(0).is_none());
+                assert!(s.mark_lease(workers + 1).is_none());
+                for n in 1..=workers {
+                    let st = s.mark_lease(n).expect("a statement for every batch size");
+                    assert_eq!(st.kind, StatementKind::MarkLease(n));
+                    assert_eq!(st.output, Output::Affected);
+                    let mut args = vec![Arg::Until];
+                    args.extend((0..n).map(Arg::IdAt));
+                    assert_eq!(&*st.args, &args[..], "{}", st.sql);
+                    let list = vec!["?"; n].join(", ");
+                    assert!(
+                        st.sql.ends_with(&format!(" IN ({list})")),
+                        "{n} ids: {}",
+                        st.sql
+                    );
+                    assert!(s.all().contains(&st), "listed in all()");
+                }
+            }
+        }
+    }
+    // A batch of zero workers still renders the one-row statement.
+    let s = Statements::render(Dialect::MySql, LEASE.desc(), 0);
+    assert_eq!(s.mark_lease.len(), 1);
+}
+
+#[test]
+fn render_is_deterministic() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let a = Statements::render(dialect, &desc, 4);
+            let b = Statements::render(dialect, &desc, 4);
+            assert_eq!(a, b, "{name}, {dialect:?}");
+            let text = |s: &Statements| {
+                s.all()
+                    .iter()
+                    .map(|st| format!("{:?} {} {:?}", st.kind, st.sql, st.args))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(text(&a), text(&b), "{name}, {dialect:?}");
+            assert!(
+                !Arc::ptr_eq(&a.publish.sql, &b.publish.sql),
+                "two renders are two allocations; the broker keeps one"
+            );
+        }
+    }
+}
+
+// ----- the broker renders once per subscription -----
+
+/// Answers a command as a table with every described column and no claimable row would.
+fn answer(desc: &TableDesc, action: &Action) -> Reply<()> {
+    match action {
+        Action::Execute { statement, .. } => match statement.kind {
+            StatementKind::ListColumns => Reply::Rows(
+                desc.columns()
+                    .into_iter()
+                    .map(|c| Row::values(vec![Value::Text(c.to_owned())]))
+                    .collect(),
+            ),
+            StatementKind::CurrentDatabase => {
+                Reply::Rows(vec![Row::values(vec![Value::Text("test".into())])])
+            }
+            StatementKind::Isolation => Reply::Rows(vec![Row::values(vec![Value::Text(
+                "read committed".into(),
+            )])]),
+            _ => match statement.output {
+                Output::Nothing => Reply::Done,
+                Output::Affected => Reply::Affected(1),
+                Output::Rows { .. } => Reply::Rows(Vec::new()),
+            },
+        },
+        Action::Lock { .. } | Action::Unlock { .. } => Reply::Bool(true),
+        Action::Acquire | Action::Release | Action::Close => Reply::Done,
+    }
+}
+
+#[test]
+fn broker_renders_statements_once_per_subscription() {
+    let cases = [
+        ("row lock", *ROW_LOCK.desc()),
+        ("lease", *LEASE.desc()),
+        ("advisory", *ADVISORY.desc()),
+        ("custom lock", *CUSTOM.desc()),
+    ];
+    for (name, desc) in cases {
+        for dialect in DIALECTS {
+            if desc.form() == Form::RowLock && dialect == Dialect::Sqlite {
+                continue;
+            }
+            let mut broker: Broker<()> = Broker::new(dialect);
+            let options = SubscribeOptions {
+                workers: 2,
+                poll_interval: Duration::from_secs(1),
+                ..SubscribeOptions::default()
+            };
+            let sub = broker
+                .subscribe(desc, options, Time(1_000_000))
+                .expect("the description is valid");
+            let publisher = broker.publisher(desc).expect("a publisher");
+            let mut seen: BTreeMap<String, Vec<Arc<str>>> = BTreeMap::new();
+            let mut now = Time(1_000_000);
+            for round in 0..4 {
+                while let Some(command) = broker.poll_command() {
+                    if let Action::Execute { statement, binds } = &command.action {
+                        assert_eq!(binds.len(), statement.args.len(), "{}", statement.sql);
+                        seen.entry(format!("{:?}", statement.kind))
+                            .or_default()
+                            .push(statement.sql.clone());
+                    }
+                    let reply = answer(&desc, &command.action);
+                    broker.handle_reply(command.id, reply, now);
+                }
+                while let Some(event) = broker.poll_event() {
+                    if let Event::CheckFailed { error, .. } = event {
+                        panic!("{name}, {dialect:?}: the check failed: {error}");
+                    }
+                }
+                if round < 2 {
+                    let row = Publish {
+                        payload: b"x".to_vec(),
+                        columns: desc
+                            .key_columns()
+                            .into_iter()
+                            .map(|c| (c, Value::Int(7)))
+                            .collect(),
+                        ..Publish::default()
+                    };
+                    broker.publish(publisher, row, now).expect("a publish");
+                }
+                now = now.plus(Duration::from_secs(1));
+                broker.handle_timeout(now);
+            }
+            let statements = broker
+                .statements(sub)
+                .expect("the subscription's statements");
+            let claim = match (desc.form(), dialect) {
+                (Form::RowLock, _) => statements.lock_row.clone(),
+                (Form::Lease, Dialect::MySql | Dialect::MariaDb) => statements.select_lease.clone(),
+                (Form::Lease, _) => statements.claim_lease.clone(),
+                (Form::Advisory, _) => statements.candidates.clone(),
+            }
+            .expect("a claim statement");
+            let claims = &seen[&format!("{:?}", claim.kind)];
+            assert!(
+                claims.len() >= 2,
+                "{name}, {dialect:?}: the claim ran {} times",
+                claims.len()
+            );
+            let publishes = &seen["Publish"];
+            assert_eq!(publishes.len(), 2, "{name}, {dialect:?}");
+            assert!(
+                Arc::ptr_eq(&publishes[0], &publishes[1]),
+                "{name}, {dialect:?}: a publisher renders its statement once"
+            );
+            for (kind, texts) in &seen {
+                if kind == "Publish" {
+                    continue;
+                }
+                let rendered = statements
+                    .all()
+                    .into_iter()
+                    .find(|st| format!("{:?}", st.kind) == *kind)
+                    .unwrap_or_else(|| panic!("{kind} is among the subscription's statements"));
+                for text in texts {
+                    assert!(
+                        Arc::ptr_eq(text, &rendered.sql),
+                        "{name}, {dialect:?}: {kind} was rendered again"
+                    );
+                }
+            }
+            assert!(!broker.is_closed());
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! An in-memory database that executes the core's statements by their kind and binds: rows,
+//! row locks held by transactions, advisory locks held by sessions, a pool of sessions per
+//! process, and sessions that die.
+
+use std::collections::BTreeMap;
+
+use ruststream_core::keys::{mysql_lock_name, postgres_key_hash};
+use ruststream_core::{
+    Arg, DbError, Dialect, ErrorKind, Output, Reply, Row, Statement, StatementKind, TableDesc,
+    Value,
+};
+
+pub type SessId = u64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbRow {
+    pub attempt: i64,
+    pub locked_until: Option<i64>,
+    pub processed_at: Option<i64>,
+    pub due: i64,
+    pub channel: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Session {
+    pub process: usize,
+    pub alive: bool,
+    pub idle: bool,
+    pub in_tx: bool,
+    undo: Vec<(i64, Option<DbRow>)>,
+}
+
+#[derive(Debug, Default)]
+pub struct Db {
+    pub rows: BTreeMap<i64, DbRow>,
+    pub sessions: BTreeMap<SessId, Session>,
+    /// Row locks: the row and the session whose transaction holds it.
+    pub row_locks: BTreeMap<i64, SessId>,
+    /// Advisory locks by the database's lock argument: the session and how many times it took it.
+    pub advisory: BTreeMap<Value, (SessId, u32)>,
+    /// The service's own locks, by key text, held by a session.
+    pub custom: BTreeMap<String, SessId>,
+    /// Attempts counted and committed, per row, as the model saw them.
+    pub next_id: i64,
+    next_session: SessId,
+    /// Violations the database saw: a statement that would have waited for a lock.
+    pub violations: Vec<String>,
+}
+
+pub fn key_text(channel: i64) -> String {
+    format!("jobs-{channel}")
+}
+
+pub fn lock_arg(dialect: Dialect, key: &str) -> Value {
+    match dialect {
+        Dialect::Postgres => Value::Int(postgres_key_hash(key)),
+        _ => Value::Text(mysql_lock_name("test", key)),
+    }
+}
+
+impl Db {
+    pub fn insert(&mut self, channel: i64, due: i64) -> i64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.rows.insert(
+            id,
+            DbRow {
+                attempt: 0,
+                locked_until: None,
+                processed_at: None,
+                due,
+                channel,
+            },
+        );
+        id
+    }
+
+    /// A session for `process`: an idle one of its pool, or a new one.
+    pub fn acquire(&mut self, process: usize) -> SessId {
+        if let Some((&id, s)) = self
+            .sessions
+            .iter_mut()
+            .find(|(_, s)| s.alive && s.idle && s.process == process)
+        {
+            s.idle = false;
+            return id;
+        }
+        self.next_session += 1;
+        let id = self.next_session;
+        self.sessions.insert(
+            id,
+            Session {
+                process,
+                alive: true,
+                idle: false,
+                in_tx: false,
+                undo: Vec::new(),
+            },
+        );
+        id
+    }
+
+    pub fn release(&mut self, sess: SessId) {
+        let s = self.sessions.get_mut(&sess).expect("known session");
+        if s.in_tx {
+            self.violations.push(format!(
+                "session {sess} went back to the pool inside a transaction"
+            ));
+        }
+        s.idle = true;
+    }
+
+    /// The session ends: its transaction rolls back, its locks are released.
+    pub fn kill(&mut self, sess: SessId) {
+        let Some(s) = self.sessions.get(&sess) else {
+            return;
+        };
+        if !s.alive {
+            return;
+        }
+        self.rollback(sess);
+        let s = self.sessions.get_mut(&sess).expect("known session");
+        s.alive = false;
+        self.advisory.retain(|_, (holder, _)| *holder != sess);
+        self.custom.retain(|_, holder| *holder != sess);
+    }
+
+    pub fn kill_process(&mut self, process: usize) {
+        let ids: Vec<SessId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.process == process && s.alive)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.kill(id);
+        }
+    }
+
+    fn rollback(&mut self, sess: SessId) {
+        let s = self.sessions.get_mut(&sess).expect("known session");
+        let undo = std::mem::take(&mut s.undo);
+        s.in_tx = false;
+        for (id, before) in undo.into_iter().rev() {
+            match before {
+                Some(row) => {
+                    self.rows.insert(id, row);
+                }
+                None => {
+                    self.rows.remove(&id);
+                }
+            }
+        }
+        self.row_locks.retain(|_, holder| *holder != sess);
+    }
+
+    fn commit(&mut self, sess: SessId) {
+        let s = self.sessions.get_mut(&sess).expect("known session");
+        s.undo.clear();
+        s.in_tx = false;
+        self.row_locks.retain(|_, holder| *holder != sess);
+    }
+
+    fn claimable(&self, desc: &TableDesc, row: &DbRow, now: i64) -> bool {
+        (desc.processed_at.is_none() || row.processed_at.is_none())
+            && (desc.due.is_none() || row.due <= now)
+            && (desc.locked_until.is_none() || row.locked_until.is_none_or(|t| t <= now))
+    }
+
+    /// Claimable rows in claim order: due, then id.
+    fn ordered(&self, desc: &TableDesc, now: i64) -> Vec<i64> {
+        let mut ids: Vec<(i64, i64)> = self
+            .rows
+            .iter()
+            .filter(|(_, r)| self.claimable(desc, r, now))
+            .map(|(id, r)| (if desc.due.is_some() { r.due } else { 0 }, *id))
+            .collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    fn locked_by_other(&self, id: i64, sess: SessId) -> bool {
+        self.row_locks.get(&id).is_some_and(|h| *h != sess)
+    }
+
+    /// Changes a row inside the session's transaction, if one is open; a row another
+    /// transaction holds would make the statement wait: that is a violation.
+    fn write(&mut self, sess: SessId, id: i64, change: impl FnOnce(&mut Option<DbRow>)) {
+        if self.locked_by_other(id, sess) {
+            self.violations.push(format!(
+                "session {sess} wrote row {id}, which session {} holds: the statement would wait",
+                self.row_locks[&id]
+            ));
+        }
+        let before = self.rows.get(&id).cloned();
+        let mut after = before.clone();
+        change(&mut after);
+        let s = self.sessions.get_mut(&sess).expect("known session");
+        if s.in_tx {
+            s.undo.push((id, before));
+        }
+        match after {
+            Some(row) => {
+                self.rows.insert(id, row);
+            }
+            None => {
+                self.rows.remove(&id);
+            }
+        }
+    }
+
+    fn row_reply(&self, desc: &TableDesc, id: i64, output: &Output) -> Row<i64> {
+        let row = &self.rows[&id];
+        let columns = match output {
+            Output::Rows { columns, .. } => columns.clone(),
+            _ => unreachable!("a row statement reads rows"),
+        };
+        let values = columns
+            .iter()
+            .map(|c| {
+                if *c == desc.id.name {
+                    Value::Int(id)
+                } else if Some(*c) == desc.attempt.map(|a| a.name) {
+                    Value::Int(row.attempt)
+                } else {
+                    panic!("the model has no column `{c}`")
+                }
+            })
+            .collect();
+        Row {
+            values,
+            raw: Some(id),
+        }
+    }
+
+    /// Runs a statement on a session.
+    pub fn execute(
+        &mut self,
+        dialect: Dialect,
+        desc: &TableDesc,
+        sess: SessId,
+        statement: &Statement,
+        binds: &[Value],
+    ) -> Reply<i64> {
+        if !self.sessions.get(&sess).is_some_and(|s| s.alive) {
+            return Reply::Failed(DbError::new(ErrorKind::ConnectionLost, "session is gone"));
+        }
+        assert_eq!(
+            statement.args.len(),
+            binds.len(),
+            "{:?}: one bind per placeholder",
+            statement.kind
+        );
+        let arg = |a: Arg| -> Value {
+            statement
+                .args
+                .iter()
+                .position(|x| *x == a)
+                .map(|i| binds[i].clone())
+                .unwrap_or_else(|| panic!("{:?} has no argument {a:?}", statement.kind))
+        };
+        let int = |a: Arg| arg(a).as_int().expect("an integer bind");
+        // A table with no due, lease or processed column renders no time into its claims.
+        let now_or_none = || {
+            statement
+                .args
+                .iter()
+                .position(|x| *x == Arg::Now)
+                .and_then(|i| binds[i].as_int())
+                .unwrap_or(0)
+        };
+        let in_tx = self.sessions[&sess].in_tx;
+        match statement.kind {
+            StatementKind::Begin => {
+                assert!(!in_tx, "BEGIN inside a transaction");
+                self.sessions.get_mut(&sess).expect("session").in_tx = true;
+                Reply::Done
+            }
+            StatementKind::Commit => {
+                self.commit(sess);
+                Reply::Done
+            }
+            StatementKind::Rollback => {
+                self.rollback(sess);
+                Reply::Done
+            }
+            StatementKind::ListColumns => Reply::Rows(
+                desc.columns()
+                    .into_iter()
+                    .map(|c| Row::values(vec![Value::Text(c.to_owned())]))
+                    .collect(),
+            ),
+            StatementKind::CurrentDatabase => {
+                Reply::Rows(vec![Row::values(vec![Value::Text("test".into())])])
+            }
+            StatementKind::Isolation => Reply::Rows(vec![Row::values(vec![Value::Text(
+                "read committed".into(),
+            )])]),
+            StatementKind::LockRow => {
+                assert!(in_tx, "FOR UPDATE outside a transaction");
+                let now = now_or_none();
+                let id = self
+                    .ordered(desc, now)
+                    .into_iter()
+                    .find(|id| !self.locked_by_other(*id, sess));
+                match id {
+                    Some(id) => {
+                        self.row_locks.insert(id, sess);
+                        Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
+                    }
+                    None => Reply::Rows(Vec::new()),
+                }
+            }
+            StatementKind::CountAttempt => {
+                let id = int(Arg::Id);
+                if !self.rows.contains_key(&id) {
+                    return Reply::Affected(0);
+                }
+                self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                Reply::Affected(1)
+            }
+            StatementKind::ClaimLease => {
+                let now = now_or_none();
+                let until = int(Arg::Until);
+                let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
+                let ids: Vec<i64> = self
+                    .ordered(desc, now)
+                    .into_iter()
+                    .filter(|id| !self.locked_by_other(*id, sess))
+                    .take(limit)
+                    .collect();
+                let mut rows = Vec::new();
+                for id in ids {
+                    let counts = desc.attempt.is_some();
+                    self.write(sess, id, |r| {
+                        let r = r.as_mut().expect("row");
+                        r.locked_until = Some(until);
+                        if counts {
+                            r.attempt += 1;
+                        }
+                    });
+                    rows.push(self.row_reply(desc, id, &statement.output));
+                }
+                Reply::Rows(rows)
+            }
+            StatementKind::SelectLease => {
+                assert!(in_tx, "FOR UPDATE outside a transaction");
+                let now = now_or_none();
+                let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
+                let ids: Vec<i64> = self
+                    .ordered(desc, now)
+                    .into_iter()
+                    .filter(|id| !self.locked_by_other(*id, sess))
+                    .take(limit)
+                    .collect();
+                let mut rows = Vec::new();
+                for id in ids {
+                    self.row_locks.insert(id, sess);
+                    rows.push(self.row_reply(desc, id, &statement.output));
+                }
+                Reply::Rows(rows)
+            }
+            StatementKind::MarkLease(n) => {
+                let until = int(Arg::Until);
+                let mut affected = 0;
+                for i in 0..n {
+                    let id = int(Arg::IdAt(i));
+                    if self.rows.contains_key(&id) {
+                        let counts = desc.attempt.is_some();
+                        self.write(sess, id, |r| {
+                            let r = r.as_mut().expect("row");
+                            r.locked_until = Some(until);
+                            if counts {
+                                r.attempt += 1;
+                            }
+                        });
+                        affected += 1;
+                    }
+                }
+                Reply::Affected(affected)
+            }
+            StatementKind::ExtendLease | StatementKind::ReleaseLease => {
+                let id = int(Arg::Id);
+                let fence = int(Arg::Fence);
+                let holds = self
+                    .rows
+                    .get(&id)
+                    .is_some_and(|r| r.locked_until == Some(fence));
+                if !holds || self.locked_by_other(id, sess) {
+                    return Reply::Affected(0);
+                }
+                let until = if statement.kind == StatementKind::ExtendLease {
+                    Some(int(Arg::Until))
+                } else {
+                    None
+                };
+                self.write(sess, id, |r| r.as_mut().expect("row").locked_until = until);
+                Reply::Affected(1)
+            }
+            StatementKind::Candidates => {
+                let now = now_or_none();
+                let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
+                Reply::Rows(
+                    self.ordered(desc, now)
+                        .into_iter()
+                        .take(limit)
+                        .map(|id| {
+                            Row::values(vec![
+                                Value::Int(id),
+                                Value::Text(key_text(self.rows[&id].channel)),
+                            ])
+                        })
+                        .collect(),
+                )
+            }
+            StatementKind::TryLock => {
+                let key = arg(Arg::Key);
+                let taken = match self.advisory.get_mut(&key) {
+                    Some((holder, n)) if *holder == sess => {
+                        *n += 1;
+                        true
+                    }
+                    Some(_) => false,
+                    None => {
+                        self.advisory.insert(key, (sess, 1));
+                        true
+                    }
+                };
+                let _ = dialect;
+                Reply::Rows(vec![Row::values(vec![Value::Bool(taken)])])
+            }
+            StatementKind::Unlock => {
+                let key = arg(Arg::Key);
+                let released = match self.advisory.get_mut(&key) {
+                    Some((holder, n)) if *holder == sess => {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.advisory.remove(&key);
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+                Reply::Rows(vec![Row::values(vec![Value::Bool(released)])])
+            }
+            StatementKind::Take | StatementKind::TakeCount => {
+                let id = int(Arg::Id);
+                let now = now_or_none();
+                let claimable = self
+                    .rows
+                    .get(&id)
+                    .is_some_and(|r| self.claimable(desc, r, now));
+                if !claimable {
+                    return if statement.kind == StatementKind::Take {
+                        Reply::Rows(Vec::new())
+                    } else {
+                        Reply::Affected(0)
+                    };
+                }
+                if desc.attempt.is_some() {
+                    self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                }
+                if statement.kind == StatementKind::Take {
+                    Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
+                } else {
+                    Reply::Affected(1)
+                }
+            }
+            StatementKind::ReadRow => {
+                let id = int(Arg::Id);
+                if self.rows.contains_key(&id) {
+                    Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
+                } else {
+                    Reply::Rows(Vec::new())
+                }
+            }
+            StatementKind::Delete { fenced } | StatementKind::MarkProcessed { fenced } => {
+                let id = int(Arg::Id);
+                let Some(row) = self.rows.get(&id) else {
+                    return Reply::Affected(0);
+                };
+                if fenced && row.locked_until != Some(int(Arg::Fence)) {
+                    return Reply::Affected(0);
+                }
+                if fenced && self.locked_by_other(id, sess) {
+                    return Reply::Affected(0);
+                }
+                if matches!(statement.kind, StatementKind::Delete { .. }) {
+                    self.write(sess, id, |r| *r = None);
+                } else {
+                    let now = int(Arg::Now);
+                    let lease = desc.locked_until.is_some();
+                    self.write(sess, id, |r| {
+                        let r = r.as_mut().expect("row");
+                        r.processed_at = Some(now);
+                        if lease {
+                            r.locked_until = None;
+                        }
+                    });
+                }
+                Reply::Affected(1)
+            }
+            StatementKind::Publish => {
+                let channel = statement
+                    .args
+                    .iter()
+                    .position(|x| *x == Arg::Column("channel"))
+                    .and_then(|i| binds[i].as_int())
+                    .unwrap_or(0);
+                let due = if desc.due.is_some() { int(Arg::Due) } else { 0 };
+                let id = self.insert(channel, due);
+                if in_tx {
+                    self.sessions
+                        .get_mut(&sess)
+                        .expect("session")
+                        .undo
+                        .push((id, None));
+                }
+                Reply::Affected(1)
+            }
+        }
+    }
+
+    /// The service's own lock: a key held by a session, released when the session ends.
+    pub fn custom_lock(&mut self, sess: SessId, key: &str) -> Reply<i64> {
+        if !self.sessions.get(&sess).is_some_and(|s| s.alive) {
+            return Reply::Failed(DbError::new(ErrorKind::ConnectionLost, "session is gone"));
+        }
+        match self.custom.get(key) {
+            Some(_) => Reply::Bool(false),
+            None => {
+                self.custom.insert(key.to_owned(), sess);
+                Reply::Bool(true)
+            }
+        }
+    }
+
+    /// The service's own unlock: whether the session held the key.
+    pub fn custom_unlock(&mut self, sess: SessId, key: &str) -> Reply<i64> {
+        if !self.sessions.get(&sess).is_some_and(|s| s.alive) {
+            return Reply::Failed(DbError::new(ErrorKind::ConnectionLost, "session is gone"));
+        }
+        if self.custom.get(key) == Some(&sess) {
+            self.custom.remove(key);
+            Reply::Bool(true)
+        } else {
+            Reply::Bool(false)
+        }
+    }
+
+    /// What a process still holds on the server: open transactions, row locks, advisory and
+    /// custom locks.
+    pub fn held_by(&self, process: usize) -> Vec<String> {
+        let mine =
+            |sess: &SessId| self.sessions[sess].process == process && self.sessions[sess].alive;
+        let mut out = Vec::new();
+        for (id, s) in &self.sessions {
+            if s.process == process && s.alive && s.in_tx {
+                out.push(format!("session {id} has an open transaction"));
+            }
+        }
+        for (row, sess) in &self.row_locks {
+            if mine(sess) {
+                out.push(format!("session {sess} holds row {row}"));
+            }
+        }
+        for (key, (sess, _)) in &self.advisory {
+            if mine(sess) {
+                out.push(format!("session {sess} holds advisory lock {key}"));
+            }
+        }
+        for (key, sess) in &self.custom {
+            if mine(sess) {
+                out.push(format!("session {sess} holds custom lock {key}"));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,798 @@
+//! Model-based tests of the broker machine: several processes, each a `Broker`, run against one
+//! in-memory database under random interleavings of statements and replies, failed
+//! statements, lost connections, crashed processes, dropped deliveries and shutdowns. After
+//! every step the invariants of the design hold:
+//!
+//! - a row is in work with at most one delivery; in the advisory form, a key is in work with at
+//!   most one delivery, across every process;
+//! - a delivery is handed out only while its row or key is held, and its attempt is the row's;
+//! - every claimed row ends settled or returns to the queue: after the chaos, a clean process
+//!   drains every row that was not settled;
+//! - after shutdown the broker holds no lock and no transaction, and publishing is refused.
+//!
+//! A shrunk failure prints the schedule: the list of steps, each readable. With
+//! `RUSTSTREAM_MODEL_LOG=1`, each failing run also prints the commands it ran and the events
+//! it saw, newest first.
+
+mod db;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use db::{Db, SessId, key_text, lock_arg};
+use proptest::prelude::*;
+use ruststream_core::spec::{
+    Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, Payload, Processed, own,
+};
+use ruststream_core::{
+    Action, Broker, BrokerError, Command, CommandId, ConnId, DbError, DeliveryId, Dialect,
+    ErrorKind, Event, Form, Outcome, Publish, PublisherId, Reply, SubId, SubscribeOptions,
+    TableDesc, Time, Value,
+};
+
+const ROW_LOCK: InboxSpec<(Payload, Attempt, Due)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .due(Column::new("due_at"));
+
+const LEASE: InboxSpec<(Payload, Attempt, Due, Lease)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .due(Column::new("due_at"))
+        .lease(Column::new("locked_until"));
+
+const LEASE_MARKED: InboxSpec<(Payload, Attempt, Lease, Processed)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"));
+
+const KEY: &[KeyPart] = &[KeyPart::Literal("jobs-"), KeyPart::Column("channel")];
+
+const ADVISORY: InboxSpec<(Advisory, Attempt, Payload)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .advisory(KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"));
+
+const CUSTOM: InboxSpec<(Advisory, Attempt, Payload, own::Lock, own::Unlock)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .advisory(KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .own::<own::Lock>()
+        .own::<own::Unlock>();
+
+const LEASE_TIME: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_secs(1);
+
+/// A table, a dialect and a number of workers.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    dialect: Dialect,
+    table: Table,
+    workers: usize,
+    processes: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Table {
+    RowLock,
+    Lease,
+    LeaseMarked,
+    Advisory,
+    Custom,
+}
+
+impl Table {
+    fn desc(self) -> TableDesc {
+        *match self {
+            Table::RowLock => ROW_LOCK.desc(),
+            Table::Lease => LEASE.desc(),
+            Table::LeaseMarked => LEASE_MARKED.desc(),
+            Table::Advisory => ADVISORY.desc(),
+            Table::Custom => CUSTOM.desc(),
+        }
+    }
+}
+
+/// One step of a schedule. Indices pick among what exists then, modulo its number.
+#[derive(Clone, Debug)]
+enum Step {
+    /// A process's adapter runs one of its waiting commands on the database.
+    Run { process: usize, command: usize },
+    /// The same, but the statement fails; `lost` drops the connection too.
+    Fail {
+        process: usize,
+        command: usize,
+        lost: bool,
+    },
+    /// A reply reaches a process's broker.
+    Reply { process: usize, reply: usize },
+    /// A handler settles its message.
+    Settle {
+        process: usize,
+        handler: usize,
+        outcome: Outcome,
+    },
+    /// A handler is dropped unsettled.
+    Drop { process: usize, handler: usize },
+    /// Time passes.
+    Advance { millis: u64 },
+    /// A process dies (SIGKILL) and starts again.
+    Crash { process: usize },
+    /// A process shuts down.
+    Shutdown { process: usize },
+    /// A row is published, with this channel.
+    Publish { process: usize, channel: i64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let outcome = prop_oneof![
+        6 => Just(Outcome::Ack),
+        3 => Just(Outcome::Retry),
+        1 => Just(Outcome::Reject),
+    ];
+    prop_oneof![
+        30 => (0..4usize, 0..8usize).prop_map(|(process, command)| Step::Run { process, command }),
+        3 => (0..4usize, 0..8usize, any::<bool>())
+            .prop_map(|(process, command, lost)| Step::Fail { process, command, lost }),
+        30 => (0..4usize, 0..8usize).prop_map(|(process, reply)| Step::Reply { process, reply }),
+        8 => (0..4usize, 0..8usize, outcome)
+            .prop_map(|(process, handler, outcome)| Step::Settle { process, handler, outcome }),
+        1 => (0..4usize, 0..8usize).prop_map(|(process, handler)| Step::Drop { process, handler }),
+        6 => prop_oneof![0..2_000u64, 0..70_000u64].prop_map(|millis| Step::Advance { millis }),
+        1 => (0..4usize).prop_map(|process| Step::Crash { process }),
+        1 => (0..4usize).prop_map(|process| Step::Shutdown { process }),
+        4 => (0..4usize, 0..4i64).prop_map(|(process, channel)| Step::Publish { process, channel }),
+    ]
+}
+
+#[derive(Debug)]
+struct Handler {
+    row: i64,
+    key: Option<String>,
+    /// The session that held the row or the key when the message was delivered.
+    holder: Option<SessId>,
+}
+
+struct Process {
+    broker: Broker<i64>,
+    sub: SubId,
+    publisher: PublisherId,
+    /// Commands polled and not yet run.
+    waiting: Vec<Command>,
+    /// Replies computed and not yet handed to the broker.
+    replies: Vec<(CommandId, Reply<i64>)>,
+    conns: BTreeMap<ConnId, SessId>,
+    closed_conns: std::collections::BTreeSet<ConnId>,
+    handlers: BTreeMap<DeliveryId, Handler>,
+    /// Advisory deliveries in work when the shutdown began.
+    held_at_shutdown: usize,
+    shutdown: bool,
+    closed: bool,
+}
+
+struct World {
+    config: Config,
+    desc: TableDesc,
+    db: Db,
+    now: Time,
+    processes: Vec<Process>,
+    /// The process number of each slot, which changes when it restarts.
+    ids: Vec<usize>,
+    next_id: usize,
+    /// The last attempt delivered per row.
+    attempts: BTreeMap<i64, i64>,
+    settled: BTreeMap<i64, u32>,
+    log: Vec<String>,
+}
+
+fn start(desc: TableDesc, config: Config, now: Time) -> Process {
+    let mut broker = Broker::new(config.dialect);
+    let options = SubscribeOptions {
+        workers: config.workers,
+        poll_interval: POLL,
+        lease: LEASE_TIME,
+        extend_every: Duration::from_secs(10),
+    };
+    let sub = broker.subscribe(desc, options, now).expect("subscribes");
+    let publisher = broker.publisher(desc).expect("publishes");
+    Process {
+        broker,
+        sub,
+        publisher,
+        waiting: Vec::new(),
+        replies: Vec::new(),
+        conns: BTreeMap::new(),
+        closed_conns: Default::default(),
+        handlers: BTreeMap::new(),
+        held_at_shutdown: 0,
+        shutdown: false,
+        closed: false,
+    }
+}
+
+impl World {
+    fn new(config: Config) -> Self {
+        let desc = config.table.desc();
+        let now = Time(1_700_000_000_000_000);
+        let mut world = World {
+            config,
+            desc,
+            db: Db::default(),
+            now,
+            processes: Vec::new(),
+            ids: Vec::new(),
+            next_id: 0,
+            attempts: BTreeMap::new(),
+            settled: BTreeMap::new(),
+            log: Vec::new(),
+        };
+        for _ in 0..config.processes {
+            world.processes.push(start(desc, config, now));
+            world.ids.push(world.next_id);
+            world.next_id += 1;
+        }
+        for slot in 0..world.processes.len() {
+            world.pump(slot);
+        }
+        for channel in 0..6 {
+            world.db.insert(channel % 3, now.micros());
+        }
+        world
+    }
+
+    fn form(&self) -> Form {
+        self.desc.form()
+    }
+
+    /// Drains a process's broker: commands wait to run, events are handled.
+    fn pump(&mut self, slot: usize) {
+        loop {
+            let p = &mut self.processes[slot];
+            let mut progressed = false;
+            while let Some(command) = p.broker.poll_command() {
+                p.waiting.push(command);
+                progressed = true;
+            }
+            while let Some(event) = self.processes[slot].broker.poll_event() {
+                self.on_event(slot, event);
+                progressed = true;
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn holder_of(&self, slot: usize, row: i64, key: Option<&str>) -> Option<SessId> {
+        let process = self.ids[slot];
+        let mine = |sess: &SessId| {
+            self.db.sessions[sess].process == process && self.db.sessions[sess].alive
+        };
+        match (self.form(), self.config.table) {
+            (Form::RowLock, _) => self.db.row_locks.get(&row).copied().filter(mine),
+            (Form::Advisory, Table::Custom) => self
+                .db
+                .custom
+                .get(key.expect("a key"))
+                .copied()
+                .filter(mine),
+            (Form::Advisory, _) if self.config.dialect != Dialect::Sqlite => {
+                let arg = lock_arg(self.config.dialect, key.expect("a key"));
+                self.db.advisory.get(&arg).map(|(s, _)| *s).filter(mine)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a handler's row or key is still held for it.
+    fn still_held(&self, slot: usize, handler: &Handler) -> bool {
+        let p = &self.processes[slot];
+        if p.shutdown {
+            return false;
+        }
+        match self.form() {
+            Form::Lease => false,
+            Form::Advisory
+                if self.config.dialect == Dialect::Sqlite && self.config.table != Table::Custom =>
+            {
+                true
+            }
+            _ => handler.holder.is_some_and(|h| {
+                self.holder_of(slot, handler.row, handler.key.as_deref()) == Some(h)
+            }),
+        }
+    }
+
+    fn on_event(&mut self, slot: usize, event: Event<i64>) {
+        self.log
+            .push(format!("  p{} event {event:?}", self.ids[slot]));
+        match event {
+            Event::Delivered(d) => {
+                let row = d.row.expect("the row");
+                assert_eq!(d.id, Value::Int(row));
+                let key = d.key.as_deref().map(str::to_owned);
+                let db_row = self
+                    .db
+                    .rows
+                    .get(&row)
+                    .unwrap_or_else(|| panic!("row {row} delivered but not in the table"));
+                if self.desc.advisory.is_some() {
+                    assert_eq!(key.as_deref(), Some(key_text(db_row.channel).as_str()));
+                }
+                // The attempt handed out is the row's, and grows with every take.
+                let attempt = d.attempt.expect("the table counts attempts");
+                assert_eq!(
+                    attempt, db_row.attempt,
+                    "row {row}: the attempt delivered is the row's"
+                );
+                if self.form() != Form::RowLock
+                    && let Some(last) = self.attempts.get(&row)
+                {
+                    assert!(attempt > *last, "row {row}: attempt {attempt} after {last}");
+                }
+                self.attempts.insert(row, attempt);
+                // Delivered only while held.
+                let holder = self.holder_of(slot, row, key.as_deref());
+                match self.form() {
+                    Form::Lease => {
+                        let until = db_row.locked_until.expect("a leased row has an expiry");
+                        assert!(
+                            until > self.now.micros(),
+                            "row {row} delivered with a lease that ran out"
+                        );
+                    }
+                    Form::Advisory
+                        if self.config.dialect == Dialect::Sqlite
+                            && self.config.table != Table::Custom => {}
+                    _ => assert!(
+                        holder.is_some(),
+                        "row {row} delivered without its {} held by the process",
+                        if self.form() == Form::RowLock {
+                            "row lock"
+                        } else {
+                            "key"
+                        }
+                    ),
+                }
+                // No other live delivery of the row, or of the key, anywhere.
+                for (other_slot, p) in self.processes.iter().enumerate() {
+                    for h in p.handlers.values() {
+                        if !self.still_held(other_slot, h) {
+                            continue;
+                        }
+                        assert_ne!(h.row, row, "row {row} is in work twice");
+                        if self.form() == Form::Advisory {
+                            assert_ne!(h.key, key, "key {key:?} is in work twice");
+                        }
+                    }
+                }
+                let handler = Handler { row, key, holder };
+                self.processes[slot].handlers.insert(d.delivery, handler);
+            }
+            Event::Settled { .. } | Event::SettleFailed { .. } | Event::Returned { .. } => {}
+            Event::LeaseLost { .. } | Event::Error { .. } | Event::Published { .. } => {}
+            Event::Ready { .. } => {}
+            Event::CheckFailed { error, .. } => panic!("the check failed: {error}"),
+            Event::Closed(counts) => {
+                let form = self.form();
+                let p = &mut self.processes[slot];
+                assert!(!p.closed, "closed twice");
+                p.closed = true;
+                assert_eq!(p.broker.held_connections(), 0);
+                let held = self.db.held_by(self.ids[slot]);
+                assert!(
+                    held.is_empty(),
+                    "after shutdown the process holds: {held:?}"
+                );
+                if form == Form::Advisory {
+                    // The deliveries in work, and the rows claims cut short had taken.
+                    let bound = p.held_at_shutdown + self.config.workers;
+                    assert!(
+                        counts.locks_released + counts.connections_closed <= bound,
+                        "{counts:?} counts more than the {bound} keys the process could hold"
+                    );
+                } else {
+                    assert_eq!(counts.locks_released + counts.connections_closed, 0);
+                }
+            }
+        }
+    }
+
+    fn run_command(&mut self, slot: usize, index: usize, fail: Option<bool>) {
+        let p = &mut self.processes[slot];
+        if p.waiting.is_empty() {
+            return;
+        }
+        let command = p.waiting.remove(index % p.waiting.len());
+        let process = self.ids[slot];
+        self.log.push(format!(
+            "  p{process} runs {:?} on {}{}",
+            short(&command.action),
+            command.conn,
+            match fail {
+                Some(true) => " (connection lost)",
+                Some(false) => " (fails)",
+                None => "",
+            }
+        ));
+        if p.closed_conns.contains(&command.conn) {
+            // Closed while this command waited: the adapter cuts it short.
+            assert!(
+                !matches!(
+                    command.action,
+                    Action::Acquire | Action::Release | Action::Close
+                ),
+                "{:?} on {} after it was closed",
+                command.action,
+                command.conn
+            );
+            let lost = DbError::new(ErrorKind::ConnectionLost, "the connection was closed");
+            self.processes[slot]
+                .replies
+                .push((command.id, Reply::Failed(lost)));
+            return;
+        }
+        let reply = match (&command.action, fail) {
+            (Action::Acquire, Some(_)) => {
+                Reply::Failed(DbError::new(ErrorKind::PoolClosed, "no connection"))
+            }
+            (Action::Acquire, None) => {
+                let sess = self.db.acquire(process);
+                p.conns.insert(command.conn, sess);
+                Reply::Done
+            }
+            (Action::Release, _) => {
+                let sess = p.conns.remove(&command.conn).expect("a held connection");
+                if self.db.sessions[&sess].alive {
+                    self.db.release(sess);
+                }
+                Reply::Done
+            }
+            (Action::Close, _) => {
+                p.closed_conns.insert(command.conn);
+                let sess = p.conns.remove(&command.conn).expect("a held connection");
+                self.db.kill(sess);
+                Reply::Done
+            }
+            (_, Some(lost)) => {
+                let sess = p.conns[&command.conn];
+                if lost {
+                    self.db.kill(sess);
+                    Reply::Failed(DbError::new(ErrorKind::ConnectionLost, "connection lost"))
+                } else {
+                    Reply::Failed(DbError::new(ErrorKind::Other, "statement failed"))
+                }
+            }
+            (Action::Execute { statement, binds }, None) => {
+                let sess = *p
+                    .conns
+                    .get(&command.conn)
+                    .unwrap_or_else(|| panic!("{} was never acquired", command.conn));
+                self.db
+                    .execute(self.config.dialect, &self.desc, sess, statement, binds)
+            }
+            (Action::Lock { key, .. }, None) => {
+                let sess = p.conns[&command.conn];
+                self.db.custom_lock(sess, key)
+            }
+            (Action::Unlock { key, .. }, None) => {
+                let sess = p.conns[&command.conn];
+                self.db.custom_unlock(sess, key)
+            }
+        };
+        assert!(self.db.violations.is_empty(), "{:?}", self.db.violations);
+        self.processes[slot].replies.push((command.id, reply));
+    }
+
+    fn deliver_reply(&mut self, slot: usize, index: usize) {
+        let p = &mut self.processes[slot];
+        if p.replies.is_empty() {
+            return;
+        }
+        let (id, reply) = p.replies.remove(index % p.replies.len());
+        p.broker.handle_reply(id, reply, self.now);
+        self.pump(slot);
+    }
+
+    fn apply(&mut self, step: &Step) {
+        self.log.push(format!("{step:?}"));
+        let slots = self.processes.len();
+        match *step {
+            Step::Run { process, command } => self.run_command(process % slots, command, None),
+            Step::Fail {
+                process,
+                command,
+                lost,
+            } => self.run_command(process % slots, command, Some(lost)),
+            Step::Reply { process, reply } => self.deliver_reply(process % slots, reply),
+            Step::Settle {
+                process,
+                handler,
+                outcome,
+            } => {
+                let slot = process % slots;
+                let p = &mut self.processes[slot];
+                if p.handlers.is_empty() {
+                    return;
+                }
+                let id = *p
+                    .handlers
+                    .keys()
+                    .nth(handler % p.handlers.len())
+                    .expect("a handler");
+                let h = p.handlers.remove(&id).expect("a handler");
+                if outcome != Outcome::Retry {
+                    *self.settled.entry(h.row).or_default() += 1;
+                }
+                p.broker.settle(id, outcome, self.now);
+                self.pump(slot);
+            }
+            Step::Drop { process, handler } => {
+                let slot = process % slots;
+                let p = &mut self.processes[slot];
+                if p.handlers.is_empty() {
+                    return;
+                }
+                let id = *p
+                    .handlers
+                    .keys()
+                    .nth(handler % p.handlers.len())
+                    .expect("a handler");
+                p.handlers.remove(&id);
+                p.broker.drop_delivery(id, self.now);
+                self.pump(slot);
+            }
+            Step::Advance { millis } => {
+                self.now = self.now.plus(Duration::from_millis(millis));
+                for slot in 0..slots {
+                    let due = self.processes[slot]
+                        .broker
+                        .poll_timeout()
+                        .is_some_and(|t| t <= self.now);
+                    if due {
+                        self.processes[slot].broker.handle_timeout(self.now);
+                        self.pump(slot);
+                    }
+                }
+            }
+            Step::Crash { process } => {
+                let slot = process % slots;
+                self.db.kill_process(self.ids[slot]);
+                self.ids[slot] = self.next_id;
+                self.next_id += 1;
+                self.processes[slot] = start(self.desc, self.config, self.now);
+                self.pump(slot);
+            }
+            Step::Shutdown { process } => {
+                let slot = process % slots;
+                let p = &mut self.processes[slot];
+                if p.shutdown {
+                    return;
+                }
+                p.shutdown = true;
+                p.held_at_shutdown = p.handlers.len();
+                p.broker.shutdown(self.now);
+                self.pump(slot);
+                // A publisher kept past the shutdown writes nothing.
+                let rows = self.db.rows.len();
+                let p = &mut self.processes[slot];
+                let refused = p.broker.publish(p.publisher, publish(0), self.now);
+                assert_eq!(refused, Err(BrokerError::Closed));
+                assert_eq!(self.db.rows.len(), rows);
+            }
+            Step::Publish { process, channel } => {
+                let slot = process % slots;
+                let p = &mut self.processes[slot];
+                if p.shutdown {
+                    self.db.insert(channel, self.now.micros());
+                    return;
+                }
+                p.broker
+                    .publish(p.publisher, publish(channel), self.now)
+                    .expect("a running broker publishes");
+                p.broker.wake(p.sub, self.now);
+                self.pump(slot);
+            }
+        }
+    }
+
+    /// Every process shuts down; commands run and replies arrive until all are closed.
+    fn finish(&mut self) {
+        for slot in 0..self.processes.len() {
+            let p = &mut self.processes[slot];
+            // Handlers still running when the service stops are abandoned.
+            if !p.shutdown {
+                p.shutdown = true;
+                p.held_at_shutdown = p.handlers.len();
+                p.broker.shutdown(self.now);
+                self.pump(slot);
+            }
+        }
+        for _ in 0..10_000 {
+            let mut progressed = false;
+            for slot in 0..self.processes.len() {
+                if !self.processes[slot].waiting.is_empty() {
+                    self.run_command(slot, 0, None);
+                    progressed = true;
+                }
+                if !self.processes[slot].replies.is_empty() {
+                    self.deliver_reply(slot, 0);
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        for (slot, p) in self.processes.iter().enumerate() {
+            assert!(
+                p.closed,
+                "process slot {slot} did not close: {} waiting, {} replies",
+                p.waiting.len(),
+                p.replies.len()
+            );
+        }
+    }
+
+    /// A new process with no failures drains every row left: nothing was lost.
+    fn drain(&mut self) {
+        self.now = self.now.plus(LEASE_TIME * 2);
+        let slot = self.processes.len();
+        self.processes.push(start(self.desc, self.config, self.now));
+        self.ids.push(self.next_id);
+        self.next_id += 1;
+        self.pump(slot);
+        for _ in 0..200_000 {
+            let p = &mut self.processes[slot];
+            if let Some(&id) = p.handlers.keys().next() {
+                let h = p.handlers.remove(&id).expect("a handler");
+                *self.settled.entry(h.row).or_default() += 1;
+                p.broker.settle(id, Outcome::Ack, self.now);
+                self.pump(slot);
+                continue;
+            }
+            if !self.processes[slot].waiting.is_empty() {
+                self.run_command(slot, 0, None);
+                continue;
+            }
+            if !self.processes[slot].replies.is_empty() {
+                self.deliver_reply(slot, 0);
+                continue;
+            }
+            let left = self
+                .db
+                .rows
+                .values()
+                .filter(|r| r.processed_at.is_none())
+                .count();
+            if left == 0 {
+                return;
+            }
+            let p = &mut self.processes[slot];
+            let next = p
+                .broker
+                .poll_timeout()
+                .expect("a subscription with rows left polls");
+            self.now = self.now.max(next);
+            p.broker.handle_timeout(self.now);
+            self.pump(slot);
+        }
+        panic!("rows never drained: {:?}", self.db.rows);
+    }
+}
+
+fn publish(channel: i64) -> Publish {
+    Publish {
+        payload: b"{}".to_vec(),
+        columns: vec![("channel", Value::Int(channel))],
+        ..Publish::default()
+    }
+}
+
+fn short(action: &Action) -> String {
+    match action {
+        Action::Execute { statement, binds } => format!("{:?} {binds:?}", statement.kind),
+        other => format!("{other:?}"),
+    }
+}
+
+fn configs(table: Table) -> impl Strategy<Value = Config> {
+    let dialects = if table == Table::RowLock {
+        prop_oneof![
+            Just(Dialect::Postgres),
+            Just(Dialect::MySql),
+            Just(Dialect::MariaDb)
+        ]
+        .boxed()
+    } else {
+        prop_oneof![
+            Just(Dialect::Postgres),
+            Just(Dialect::MySql),
+            Just(Dialect::MariaDb),
+            Just(Dialect::Sqlite)
+        ]
+        .boxed()
+    };
+    (
+        dialects,
+        1..4usize,
+        prop_oneof![1 => Just(1usize), 3 => 2..4usize],
+    )
+        .prop_map(move |(dialect, workers, processes)| Config {
+            dialect,
+            table,
+            workers,
+            // One process serves a SQLite database.
+            processes: if dialect == Dialect::Sqlite {
+                1
+            } else {
+                processes
+            },
+        })
+}
+
+fn run(config: Config, steps: &[Step]) {
+    let mut world = World::new(config);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for step in steps {
+            world.apply(step);
+        }
+        world.finish();
+        world.drain();
+    }));
+    if let Err(panic) = result {
+        if std::env::var_os("RUSTSTREAM_MODEL_LOG").is_none() {
+            std::panic::resume_unwind(panic);
+        }
+        let tail: Vec<&String> = world.log.iter().rev().take(60).collect();
+        eprintln!("config: {config:?}\nlast steps, newest first:");
+        for line in tail {
+            eprintln!("{line}");
+        }
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn schedule() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(step(), 0..150)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 600,
+        max_shrink_iters: 4_000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn row_lock(config in configs(Table::RowLock), steps in schedule()) {
+        run(config, &steps);
+    }
+
+    #[test]
+    fn lease(config in configs(Table::Lease), steps in schedule()) {
+        run(config, &steps);
+    }
+
+    #[test]
+    fn lease_marking_processed(config in configs(Table::LeaseMarked), steps in schedule()) {
+        run(config, &steps);
+    }
+
+    #[test]
+    fn advisory(config in configs(Table::Advisory), steps in schedule()) {
+        run(config, &steps);
+    }
+
+    #[test]
+    fn custom_lock(config in configs(Table::Custom), steps in schedule()) {
+        run(config, &steps);
+    }
+}

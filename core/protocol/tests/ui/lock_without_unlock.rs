@@ -1,0 +1,14 @@
+// Rule: `own::Lock` and `own::Unlock` come together (lock.md).
+use ruststream_core::spec::{
+    describe, own, Advisory, Column, InboxSpec, KeyPart, Payload, Postgres,
+};
+
+const SPEC: InboxSpec<(Advisory, Payload, own::Lock)> =
+    InboxSpec::new("payouts", Column::new("id").generated())
+        .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+        .payload(Column::new("payload"))
+        .own::<own::Lock>();
+
+fn main() {
+    let _ = describe::<Postgres, _>(&SPEC);
+}
