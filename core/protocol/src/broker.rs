@@ -121,6 +121,8 @@ struct Sub {
     /// Slots that claims in flight hold.
     claiming: usize,
     claims_in_flight: usize,
+    /// Claims no more: the runtime stopped it.
+    stopped: bool,
     next_claim_at: Option<Time>,
     last_full: bool,
 }
@@ -386,6 +388,11 @@ impl<R> Broker<R> {
         self.subs.get(sub.0).map(|s| &s.desc)
     }
 
+    /// How many messages are in work, over every subscription.
+    pub fn in_work_total(&self) -> usize {
+        self.subs.iter().map(|s| s.in_work).sum()
+    }
+
     /// How many messages of a subscription are in work.
     pub fn in_work(&self, sub: SubId) -> usize {
         self.subs.get(sub.0).map_or(0, |s| s.in_work)
@@ -445,6 +452,7 @@ impl<R> Broker<R> {
             in_work: 0,
             claiming: 0,
             claims_in_flight: 0,
+            stopped: false,
             next_claim_at: None,
             last_full: false,
         });
@@ -527,7 +535,9 @@ impl<R> Broker<R> {
     /// A subscription's table has new rows: claim now rather than at the next poll.
     pub fn wake(&mut self, sub: SubId, now: Time) {
         self.now = now;
-        if let Some(s) = self.subs.get_mut(sub.0) {
+        if let Some(s) = self.subs.get_mut(sub.0)
+            && !s.stopped
+        {
             s.next_claim_at = Some(now);
         }
         self.drive();
@@ -573,6 +583,17 @@ impl<R> Broker<R> {
     pub fn drop_delivery(&mut self, delivery: DeliveryId, now: Time) {
         self.now = now;
         self.end(delivery, Ending::Drop);
+        self.drive();
+    }
+
+    /// Stops a subscription's claims. Its deliveries in work go on and settle as usual; the
+    /// runtime stops every subscription this way before it shuts the broker down.
+    pub fn stop(&mut self, sub: SubId, now: Time) {
+        self.now = now;
+        if let Some(s) = self.subs.get_mut(sub.0) {
+            s.stopped = true;
+            s.next_claim_at = None;
+        }
         self.drive();
     }
 
@@ -694,6 +715,7 @@ impl<R> Broker<R> {
 
     fn may_claim(&self, s: &Sub) -> bool {
         s.state == SubState::Ready
+            && !s.stopped
             && s.free() > 0
             && (s.statements.form == Form::RowLock || s.claims_in_flight == 0)
     }
@@ -998,7 +1020,9 @@ impl<R> Broker<R> {
         s.check_conn = None;
         if s.state == SubState::Checking && s.next_check_at.is_none() {
             s.state = SubState::Ready;
-            s.next_claim_at = Some(now);
+            if !s.stopped {
+                s.next_claim_at = Some(now);
+            }
             self.events.push_back(Event::Ready { sub });
         }
     }
@@ -1540,7 +1564,9 @@ impl<R> Broker<R> {
             now.plus(s.options.poll_interval)
         };
         // A wake that came while the claim ran keeps its earlier time.
-        s.next_claim_at = Some(s.next_claim_at.map_or(next, |t| t.min(next)));
+        if !s.stopped {
+            s.next_claim_at = Some(s.next_claim_at.map_or(next, |t| t.min(next)));
+        }
     }
 
     // ----- deliveries -----

@@ -9,6 +9,12 @@
 //! Times enter statements as bind parameters, microseconds since the Unix epoch, converted per
 //! dialect: PostgreSQL `timestamptz`, MySQL and MariaDB `DATETIME(6)` (UTC), SQLite `INTEGER`
 //! microseconds.
+//!
+//! On MySQL and MariaDB (InnoDB) a locking read locks each row as it reads it, before any sort.
+//! A claim whose order no index serves sorts every claimable row and so locks them all, and a
+//! concurrent claim finds nothing to take until the first commits. Such a table indexes the
+//! claim order's columns, then the id: `(due_at, id)` for the default order with a due column.
+//! PostgreSQL locks rows after the sort and the limit, and needs no index for it.
 
 use std::sync::Arc;
 

@@ -656,6 +656,9 @@ impl OneForm for (False, True) {}
 
 /// A description that keeps every rule that does not depend on the database.
 pub trait Described {
+    /// The description's features, such as `(Advisory, Payload, own::Lock, own::Unlock)`.
+    type Features: Features;
+
     /// The untyped description.
     fn table_desc(&self) -> &TableDesc;
 }
@@ -667,6 +670,8 @@ where
     (<F::Lock as Bit>::Or<F::Unlock>, F::Advisory): CustomLockInAdvisory,
     (F::Advisory, F::Lease): OneForm,
 {
+    type Features = F;
+
     fn table_desc(&self) -> &TableDesc {
         &self.desc
     }

@@ -1,5 +1,56 @@
-//! The ruststream runtime: the service that runs subscriptions on a database table used as a
-//! message queue. It will drive the sans-IO core (`ruststream-core`) through a driver adapter,
-//! start handlers on workers, settle rows by their outcome, and order shutdown.
+//! ruststream: a database table as a message queue.
 //!
-//! The runtime is not written yet; the crate holds its place in the workspace.
+//! A service publishes rows; subscriptions claim due rows, hand each decoded message to a
+//! handler, and settle the row by the handler's outcome. The decisions live in the sans-IO
+//! core, [`ruststream_core`]; a driver adapter runs its statements; this crate schedules:
+//! it drives the core through the adapter, starts handlers, settles rows, and orders the
+//! shutdown. It reaches an executor only through [`exec::Executor`], with implementations
+//! for tokio (feature `tokio`, default) and async-std (feature `async-std`).
+//!
+//! The three forms, the custom lock and the shutdown are described in the crate's
+//! documentation pages and in `ruststream_core`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod adapter;
+mod app;
+pub mod codec;
+mod driver;
+pub mod exec;
+mod handle;
+mod outcome;
+mod subscriber;
+mod table;
+
+#[cfg(feature = "tokio")]
+pub use app::run_app;
+pub use app::{App, AppInfo, BoxError, RunError, RustStream, termination};
+pub use driver::{PublishError, StartError, now};
+pub use handle::{BrokerHandle, BrokerScope, IntoBroker, Message, Publisher, RunningBroker};
+pub use outcome::{
+    Context, ContextKind, Ctx, CtxKey, DeliveryInfo, Handle, HandlerOutcome, InboxContext,
+    Provides, keys,
+};
+pub use ruststream_core as core;
+pub use ruststream_core::spec::{
+    Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
+};
+pub use ruststream_core::{ClosedCounts, Value};
+pub use subscriber::{
+    InboxQueue, IntoSubscription, Subscriber, SubscriberBuilder, Subscription, subscriber,
+};
+pub use table::{AttemptRow, InboxTable, PayloadRow};
+
+/// A `NonZeroUsize` from a constant, checked at compile time: `nonzero!(4)`.
+#[macro_export]
+macro_rules! nonzero {
+    ($n:expr) => {
+        const {
+            match ::std::num::NonZeroUsize::new($n) {
+                Some(n) => n,
+                None => panic!("nonzero!(0): the value must not be zero"),
+            }
+        }
+    };
+}

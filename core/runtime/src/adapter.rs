@@ -1,0 +1,55 @@
+//! The contract between the runtime and a driver adapter.
+
+use ruststream_core::{Command, Dialect, Reply};
+
+use crate::exec::BoxFuture;
+
+/// Why an adapter could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct AdapterError {
+    /// What went wrong, naming the URL, the setting or the table at fault.
+    pub message: String,
+}
+
+impl AdapterError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+/// A driver adapter: it opens connections, runs the core's commands on them, and maps driver
+/// rows and errors into the core's types. It holds no queue logic.
+pub trait Adapter: Send + Sync + 'static {
+    /// The driver's row, carried to the runtime to decode the message from.
+    type Row: Send + 'static;
+    /// A custom lock and unlock of a table (lock.md), ready to run on the adapter's
+    /// connections.
+    type Lock: Clone + Send + Sync + 'static;
+
+    /// Opens what the adapter needs (a pool it builds, for one) and answers the database's
+    /// dialect.
+    fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>>;
+
+    /// Runs one command and answers it. Every command gets exactly one reply; a command cut
+    /// short answers [`Reply::Failed`].
+    fn execute(&self, command: Command, lock: Option<Self::Lock>) -> BoxFuture<Reply<Self::Row>>;
+
+    /// Closes what `start` opened: a pool the adapter built lends no new connection, and a
+    /// connection still held closes when it comes back. A pool the service passed in stays
+    /// open.
+    fn close(&self) -> BoxFuture<()>;
+}
+
+/// An adapter that can take rows of `T`: it decodes its rows into `T` and knows `T`'s custom
+/// lock, if the table has one.
+pub trait TakesRows<T>: Adapter {
+    /// The row as `T`.
+    fn decode(row: Self::Row) -> Result<T, String>;
+
+    /// The table's custom lock, where its description names one.
+    fn custom_lock() -> Option<Self::Lock>;
+}

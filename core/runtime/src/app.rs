@@ -1,0 +1,303 @@
+//! The service: its startup hooks, its brokers and their subscriptions, and the graceful
+//! shutdown on SIGINT and SIGTERM.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::channel::oneshot;
+
+use crate::adapter::Adapter;
+use crate::driver::StartError;
+use crate::exec::{BoxFuture, Executor};
+use crate::handle::{BrokerHandle, BrokerScope, IntoBroker, RunningBroker};
+
+/// An error of a startup hook.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The service's name and version, for logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppInfo {
+    /// The name.
+    pub name: &'static str,
+    /// The version.
+    pub version: &'static str,
+}
+
+impl AppInfo {
+    /// A service of this name and version.
+    pub const fn new(name: &'static str, version: &'static str) -> Self {
+        Self { name, version }
+    }
+}
+
+/// Why the service stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A startup hook failed.
+    #[error("a startup hook failed: {0}")]
+    Startup(BoxError),
+    /// A broker did not start.
+    #[error("a broker did not start: {0}")]
+    Start(#[from] StartError),
+}
+
+type Hook = Box<dyn FnOnce() -> BoxFuture<Result<(), BoxError>> + Send>;
+
+trait StartBroker: Send {
+    fn start(
+        self: Box<Self>,
+        exec: Arc<dyn Executor>,
+    ) -> BoxFuture<Result<Box<dyn Running>, StartError>>;
+}
+
+trait Running: Send + Sync {
+    fn stop(&self);
+    fn drained(&self) -> BoxFuture<()>;
+    fn shutdown(self: Box<Self>) -> BoxFuture<()>;
+}
+
+struct Pending<A: Adapter> {
+    handle: BrokerHandle<A>,
+    scope: BrokerScope<A>,
+}
+
+impl<A: Adapter> StartBroker for Pending<A> {
+    fn start(
+        self: Box<Self>,
+        exec: Arc<dyn Executor>,
+    ) -> BoxFuture<Result<Box<dyn Running>, StartError>> {
+        Box::pin(async move {
+            let running = self.handle.start(self.scope.subscriptions, exec).await?;
+            Ok(Box::new(Arc::new(running)) as Box<dyn Running>)
+        })
+    }
+}
+
+impl<A: Adapter> Running for Arc<RunningBroker<A>> {
+    fn stop(&self) {
+        RunningBroker::stop(self);
+    }
+
+    fn drained(&self) -> BoxFuture<()> {
+        let me = self.clone();
+        Box::pin(async move { me.drained().await })
+    }
+
+    fn shutdown(self: Box<Self>) -> BoxFuture<()> {
+        Box::pin(async move {
+            match Arc::try_unwrap(*self) {
+                Ok(running) => {
+                    let counts = running.shutdown().await;
+                    tracing::info!(
+                        locks_released = counts.locks_released,
+                        connections_closed = counts.connections_closed,
+                        "broker shut down"
+                    );
+                }
+                Err(_) => tracing::error!("a broker is still shared at shutdown"),
+            }
+        })
+    }
+}
+
+/// A service: startup hooks, brokers and their subscriptions.
+pub struct RustStream {
+    info: AppInfo,
+    hooks: Vec<Hook>,
+    brokers: Vec<Box<dyn StartBroker>>,
+    shutdown_timeout: Duration,
+    executor: Option<Arc<dyn Executor>>,
+}
+
+impl std::fmt::Debug for RustStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RustStream")
+            .field("info", &self.info)
+            .field("brokers", &self.brokers.len())
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish()
+    }
+}
+
+impl RustStream {
+    /// A service with no broker yet.
+    pub fn new(info: AppInfo) -> Self {
+        Self {
+            info,
+            hooks: Vec::new(),
+            brokers: Vec::new(),
+            shutdown_timeout: Duration::from_secs(30),
+            executor: None,
+        }
+    }
+
+    /// Runs `hook` before any broker starts, such as to create a table. An error stops the
+    /// service before it starts.
+    pub fn on_startup<F, Fut, E>(mut self, hook: F) -> Self
+    where
+        F: FnOnce(()) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        self.hooks.push(Box::new(move || {
+            let run = hook(());
+            Box::pin(async move { run.await.map_err(Into::into) })
+        }));
+        self
+    }
+
+    /// Adds a broker, and its subscriptions as `scope` includes them.
+    pub fn with_broker<B: IntoBroker>(
+        mut self,
+        broker: B,
+        scope: impl FnOnce(&mut BrokerScope<B::Adapter>),
+    ) -> Self {
+        let mut subscriptions = BrokerScope {
+            subscriptions: Vec::new(),
+        };
+        scope(&mut subscriptions);
+        self.brokers.push(Box::new(Pending {
+            handle: broker.into_broker(),
+            scope: subscriptions,
+        }));
+        self
+    }
+
+    /// How long the handlers in work may take to finish at shutdown (default 30 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Runs on this executor instead of the calling context's.
+    pub fn executor(mut self, executor: Arc<dyn Executor>) -> Self {
+        self.executor = Some(executor);
+        self
+    }
+
+    /// The service's name and version.
+    pub fn info(&self) -> AppInfo {
+        self.info
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down gracefully.
+    pub async fn run(self) -> Result<(), RunError> {
+        self.run_until(termination()).await
+    }
+
+    /// Runs until `stop` completes, then shuts down gracefully: the subscriptions stop
+    /// claiming, the handlers in work finish (up to the shutdown timeout), then every broker
+    /// shuts down and closes what it opened.
+    pub async fn run_until(self, stop: impl Future<Output = ()> + Send) -> Result<(), RunError> {
+        let exec = self.executor.clone().unwrap_or_else(crate::exec::current);
+        let info = self.info;
+        for hook in self.hooks {
+            hook().await.map_err(RunError::Startup)?;
+        }
+        let mut running: Vec<Box<dyn Running>> = Vec::new();
+        for broker in self.brokers {
+            match broker.start(exec.clone()).await {
+                Ok(r) => running.push(r),
+                Err(error) => {
+                    for r in running {
+                        r.shutdown().await;
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+        tracing::info!(name = info.name, version = info.version, "service started");
+        stop.await;
+        tracing::info!(name = info.name, "service stopping");
+        for r in &running {
+            r.stop();
+        }
+        let drained = futures::future::join_all(running.iter().map(|r| r.drained()));
+        futures::select! {
+            _ = drained.fuse() => {}
+            () = exec.sleep(self.shutdown_timeout).fuse() => {
+                tracing::warn!(timeout = ?self.shutdown_timeout, "handlers still in work at the shutdown timeout");
+            }
+        }
+        for r in running {
+            r.shutdown().await;
+        }
+        tracing::info!(name = info.name, "service stopped");
+        Ok(())
+    }
+}
+
+/// A runnable service.
+pub trait App {
+    /// Runs until SIGINT or SIGTERM.
+    fn run(self) -> impl Future<Output = Result<(), RunError>> + Send;
+}
+
+impl App for RustStream {
+    fn run(self) -> impl Future<Output = Result<(), RunError>> + Send {
+        RustStream::run(self)
+    }
+}
+
+type Waiters = Mutex<(bool, Vec<oneshot::Sender<()>>)>;
+
+fn signals() -> &'static Arc<Waiters> {
+    static SIGNALS: OnceLock<Arc<Waiters>> = OnceLock::new();
+    SIGNALS.get_or_init(|| {
+        let waiters: Arc<Waiters> = Arc::new(Mutex::new((false, Vec::new())));
+        let on_signal = waiters.clone();
+        let installed = ctrlc::set_handler(move || {
+            let mut w = on_signal.lock().expect("the signal list is never poisoned");
+            w.0 = true;
+            for waiter in w.1.drain(..) {
+                let _ = waiter.send(());
+            }
+        });
+        if let Err(error) = installed {
+            tracing::warn!("SIGINT and SIGTERM are not handled: {error}");
+        }
+        waiters
+    })
+}
+
+/// Completes at the first SIGINT or SIGTERM.
+pub fn termination() -> impl Future<Output = ()> + Send {
+    let (tx, rx) = oneshot::channel();
+    {
+        let mut w = signals().lock().expect("the signal list is never poisoned");
+        if w.0 {
+            let _ = tx.send(());
+        } else {
+            w.1.push(tx);
+        }
+    }
+    async move {
+        let _ = rx.await;
+    }
+}
+
+/// Runs an app on a new multi-threaded tokio runtime: what `#[ruststream::app]` generates
+/// for `main`. Prints the error and exits with 1 if the app fails.
+#[cfg(feature = "tokio")]
+pub fn run_app<A: App>(app: A) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: could not start the tokio runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(app.run()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

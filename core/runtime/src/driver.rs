@@ -1,0 +1,375 @@
+//! The broker's driver: one task that owns the core's machine, runs its commands through the
+//! adapter, starts handlers, feeds replies, outcomes and time back, and re-arms one timer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::channel::{mpsc, oneshot};
+use futures::{FutureExt, StreamExt};
+use ruststream_core::{
+    Action, Broker, BrokerError, CheckError, ClosedCounts, CommandId, DbError, DeliveryId, Dialect,
+    Event, Outcome, Publish, PublishId, PublisherId, Reply, SubId, TableDesc, Time,
+};
+
+use crate::adapter::{Adapter, AdapterError};
+use crate::exec::{BoxFuture, Executor};
+use crate::subscriber::Subscription;
+
+/// The wall clock, as the core reads time.
+pub fn now() -> Time {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    Time(i64::try_from(micros).unwrap_or(i64::MAX))
+}
+
+/// Why a publish did not write its row.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The broker is shut down, or not started: nothing was written.
+    #[error("the broker is closed: nothing was written")]
+    Closed,
+    /// The message did not encode.
+    #[error("the message does not encode: {0}")]
+    Encode(String),
+    /// The publish names no value for a column the table needs, or the description is wrong.
+    #[error(transparent)]
+    Invalid(BrokerError),
+    /// The insert failed.
+    #[error("the insert failed: {0}")]
+    Db(DbError),
+}
+
+/// Why a broker did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The adapter could not open its connections.
+    #[error(transparent)]
+    Adapter(#[from] AdapterError),
+    /// A subscription's description breaks a rule.
+    #[error(transparent)]
+    Description(BrokerError),
+    /// A subscription's table failed its check.
+    #[error(transparent)]
+    Check(CheckError),
+    /// The broker was started twice.
+    #[error("the broker is already started or closed")]
+    AlreadyStarted,
+}
+
+pub(crate) enum Input<R> {
+    Reply(CommandId, Reply<R>),
+    Settle(DeliveryId, Outcome),
+    Drop(DeliveryId),
+    Publish(Box<(TableDesc, Publish)>, PublishReply),
+    Stop,
+    Drained(oneshot::Sender<()>),
+    Shutdown,
+}
+
+pub(crate) type Sender<R> = mpsc::UnboundedSender<Input<R>>;
+
+/// Where a publish's answer goes.
+pub(crate) type PublishReply = oneshot::Sender<Result<(), PublishError>>;
+
+/// Sends a drop for a delivery whose task ended without settling it.
+struct Guard<R: Send + 'static> {
+    tx: Sender<R>,
+    delivery: DeliveryId,
+    armed: bool,
+}
+
+impl<R: Send + 'static> Drop for Guard<R> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.tx.unbounded_send(Input::Drop(self.delivery));
+        }
+    }
+}
+
+/// The state a broker's handle shares with its driver.
+pub(crate) enum HandleState<R> {
+    Idle,
+    Running(Sender<R>),
+    Closed,
+}
+
+pub(crate) struct Driver<A: Adapter> {
+    core: Broker<A::Row>,
+    adapter: Arc<A>,
+    exec: Arc<dyn Executor>,
+    tx: Sender<A::Row>,
+    rx: mpsc::UnboundedReceiver<Input<A::Row>>,
+    subs: Vec<Subscription<A>>,
+    publishers: HashMap<&'static str, PublisherId>,
+    waiters: BTreeMap<PublishId, (&'static str, PublishReply)>,
+    drained: Vec<oneshot::Sender<()>>,
+    ready: Option<oneshot::Sender<Result<(), CheckError>>>,
+    not_ready: usize,
+    state: Arc<Mutex<HandleState<A::Row>>>,
+}
+
+/// A started broker, driven by its task.
+pub(crate) struct Started<R> {
+    pub(crate) tx: Sender<R>,
+    pub(crate) closed: oneshot::Receiver<ClosedCounts>,
+}
+
+/// Starts a broker: opens the adapter, subscribes, spawns the driver, and waits until every
+/// subscription's table passed its check.
+pub(crate) async fn start<A: Adapter>(
+    adapter: Arc<A>,
+    subs: Vec<Subscription<A>>,
+    exec: Arc<dyn Executor>,
+    state: Arc<Mutex<HandleState<A::Row>>>,
+) -> Result<Started<A::Row>, StartError> {
+    {
+        let state = state.lock().expect("the handle's state is never poisoned");
+        if !matches!(*state, HandleState::Idle) {
+            return Err(StartError::AlreadyStarted);
+        }
+    }
+    let dialect: Dialect = adapter.start().await?;
+    let mut core = Broker::new(dialect);
+    let now = now();
+    for sub in &subs {
+        if let Err(error) = core.subscribe(sub.desc, sub.options, now) {
+            adapter.close().await;
+            return Err(StartError::Description(error));
+        }
+    }
+    let (tx, rx) = mpsc::unbounded();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let (closed_tx, closed_rx) = oneshot::channel();
+    let not_ready = subs.len();
+    let driver = Driver {
+        core,
+        adapter,
+        exec: exec.clone(),
+        tx: tx.clone(),
+        rx,
+        subs,
+        publishers: HashMap::new(),
+        waiters: BTreeMap::new(),
+        drained: Vec::new(),
+        ready: (not_ready > 0).then_some(ready_tx),
+        not_ready,
+        state: state.clone(),
+    };
+    *state.lock().expect("the handle's state is never poisoned") = HandleState::Running(tx.clone());
+    exec.spawn(Box::pin(async move {
+        let counts = driver.run().await;
+        let _ = closed_tx.send(counts);
+    }));
+    if not_ready > 0 {
+        match ready_rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                let _ = tx.unbounded_send(Input::Shutdown);
+                let _ = closed_rx.await;
+                return Err(StartError::Check(error));
+            }
+            Err(_) => return Err(StartError::AlreadyStarted),
+        }
+    }
+    Ok(Started {
+        tx,
+        closed: closed_rx,
+    })
+}
+
+impl<A: Adapter> Driver<A> {
+    async fn run(mut self) -> ClosedCounts {
+        loop {
+            let counts = self.flush();
+            if let Some(counts) = counts {
+                *self
+                    .state
+                    .lock()
+                    .expect("the handle's state is never poisoned") = HandleState::Closed;
+                self.adapter.close().await;
+                for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
+                    let _ = waiter.send(Err(PublishError::Closed));
+                }
+                return counts;
+            }
+            if self.core.in_work_total() == 0 {
+                for waiter in self.drained.drain(..) {
+                    let _ = waiter.send(());
+                }
+            }
+            let wait: BoxFuture<()> = match self.core.poll_timeout() {
+                Some(at) => {
+                    let now = now();
+                    if at <= now {
+                        self.core.handle_timeout(now);
+                        continue;
+                    }
+                    // Wake a little late rather than early, so one wake-up does the work.
+                    self.exec.sleep(at.since(now) + Duration::from_micros(50))
+                }
+                None => Box::pin(futures::future::pending()),
+            };
+            futures::select! {
+                input = self.rx.next() => {
+                    if let Some(input) = input {
+                        self.input(input);
+                        // Take what else is waiting before the next flush.
+                        while let Ok(input) = self.rx.try_recv() {
+                            self.input(input);
+                        }
+                    }
+                }
+                () = wait.fuse() => self.core.handle_timeout(now()),
+            }
+        }
+    }
+
+    fn input(&mut self, input: Input<A::Row>) {
+        let now = now();
+        match input {
+            Input::Reply(id, reply) => self.core.handle_reply(id, reply, now),
+            Input::Settle(delivery, outcome) => self.core.settle(delivery, outcome, now),
+            Input::Drop(delivery) => self.core.drop_delivery(delivery, now),
+            Input::Publish(publish, reply) => {
+                let (desc, row) = *publish;
+                let publisher = match self.publishers.get(desc.table) {
+                    Some(p) => *p,
+                    None => match self.core.publisher(desc) {
+                        Ok(p) => {
+                            self.publishers.insert(desc.table, p);
+                            p
+                        }
+                        Err(error) => {
+                            let _ = reply.send(Err(PublishError::Invalid(error)));
+                            return;
+                        }
+                    },
+                };
+                match self.core.publish(publisher, row, now) {
+                    Ok(id) => {
+                        self.waiters.insert(id, (desc.table, reply));
+                    }
+                    Err(BrokerError::Closed) => {
+                        let _ = reply.send(Err(PublishError::Closed));
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(PublishError::Invalid(error)));
+                    }
+                }
+            }
+            Input::Stop => {
+                for i in 0..self.subs.len() {
+                    self.core.stop(SubId(i), now);
+                }
+            }
+            Input::Drained(waiter) => self.drained.push(waiter),
+            Input::Shutdown => self.core.shutdown(now),
+        }
+    }
+
+    /// Runs what the core asks for; answers the shutdown's counts once it is complete.
+    fn flush(&mut self) -> Option<ClosedCounts> {
+        let mut closed = None;
+        loop {
+            let mut progressed = false;
+            while let Some(command) = self.core.poll_command() {
+                progressed = true;
+                let lock = match &command.action {
+                    Action::Lock { sub, .. } | Action::Unlock { sub, .. } => {
+                        self.subs.get(sub.0).and_then(|s| s.lock.clone())
+                    }
+                    _ => None,
+                };
+                let id = command.id;
+                let run = self.adapter.execute(command, lock);
+                let tx = self.tx.clone();
+                self.exec.spawn(Box::pin(async move {
+                    let reply = run.await;
+                    let _ = tx.unbounded_send(Input::Reply(id, reply));
+                }));
+            }
+            while let Some(event) = self.core.poll_event() {
+                progressed = true;
+                if let Some(counts) = self.event(event) {
+                    closed = Some(counts);
+                }
+            }
+            if !progressed {
+                return closed;
+            }
+        }
+    }
+
+    fn event(&mut self, event: Event<A::Row>) -> Option<ClosedCounts> {
+        match event {
+            Event::Ready { sub } => {
+                tracing::debug!(subscription = self.subs[sub.0].name, "subscription ready");
+                self.not_ready = self.not_ready.saturating_sub(1);
+                if self.not_ready == 0
+                    && let Some(ready) = self.ready.take()
+                {
+                    let _ = ready.send(Ok(()));
+                }
+            }
+            Event::CheckFailed { sub, error } => {
+                tracing::error!(subscription = self.subs[sub.0].name, "{error}");
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(Err(error));
+                }
+            }
+            Event::Delivered(delivered) => {
+                let delivery = delivered.delivery;
+                let dispatch = self.subs[delivered.sub.0].dispatch.clone();
+                let mut guard = Guard {
+                    tx: self.tx.clone(),
+                    delivery,
+                    armed: true,
+                };
+                let work = dispatch.run(delivered);
+                self.exec.spawn(Box::pin(async move {
+                    let outcome = work.await;
+                    guard.armed = false;
+                    let _ = guard
+                        .tx
+                        .unbounded_send(Input::Settle(guard.delivery, outcome.outcome()));
+                }));
+            }
+            Event::Settled { delivery, outcome } => {
+                tracing::trace!(%delivery, ?outcome, "settled");
+            }
+            Event::SettleFailed { delivery, error } => {
+                tracing::warn!(%delivery, "{error}");
+            }
+            Event::LeaseLost { delivery } => {
+                tracing::warn!(%delivery, "the lease ran out while the message was in work");
+            }
+            Event::Returned { delivery } => {
+                tracing::debug!(%delivery, "returned to the queue unsettled");
+            }
+            Event::Error { sub, error } => {
+                tracing::warn!(subscription = self.subs[sub.0].name, "{error}");
+            }
+            Event::Published { publish, result } => {
+                if let Some((table, waiter)) = self.waiters.remove(&publish) {
+                    if result.is_ok() {
+                        // The publisher wakes its own subscribers of the table.
+                        let now = now();
+                        for (i, sub) in self.subs.iter().enumerate() {
+                            if sub.desc.table == table {
+                                self.core.wake(SubId(i), now);
+                            }
+                        }
+                    }
+                    let _ = waiter.send(result.map_err(PublishError::Db));
+                }
+            }
+            Event::Closed(counts) => return Some(counts),
+        }
+        None
+    }
+}

@@ -1,0 +1,244 @@
+//! A broker as the service holds it: started by the runtime or by hand, and the publishers
+//! taken from it.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use futures::channel::oneshot;
+use ruststream_core::spec::Described;
+use ruststream_core::{ClosedCounts, Publish, Time, Value};
+use serde::Serialize;
+
+use crate::adapter::Adapter;
+use crate::codec::{Codec, Json};
+use crate::driver::{self, HandleState, Input, PublishError, Sender, StartError};
+use crate::exec::Executor;
+use crate::subscriber::{IntoSubscription, Subscription};
+use crate::table::InboxTable;
+
+/// A broker over an adapter. Cloning it shares the broker.
+pub struct BrokerHandle<A: Adapter> {
+    adapter: Arc<A>,
+    state: Arc<Mutex<HandleState<A::Row>>>,
+}
+
+impl<A: Adapter> Clone for BrokerHandle<A> {
+    fn clone(&self) -> Self {
+        Self {
+            adapter: self.adapter.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<A: Adapter> BrokerHandle<A> {
+    /// A broker over `adapter`; nothing connects until it starts.
+    pub fn new(adapter: A) -> Self {
+        Self {
+            adapter: Arc::new(adapter),
+            state: Arc::new(Mutex::new(HandleState::Idle)),
+        }
+    }
+
+    /// The adapter.
+    pub fn adapter(&self) -> &A {
+        &self.adapter
+    }
+
+    /// Starts the broker by hand with these subscriptions: opens the adapter, checks every
+    /// table, and starts claiming.
+    pub async fn start(
+        &self,
+        subscriptions: Vec<Subscription<A>>,
+        executor: Arc<dyn Executor>,
+    ) -> Result<RunningBroker<A>, StartError> {
+        let started = driver::start(
+            self.adapter.clone(),
+            subscriptions,
+            executor,
+            self.state.clone(),
+        )
+        .await?;
+        Ok(RunningBroker {
+            tx: started.tx,
+            closed: started.closed,
+            handle: self.clone(),
+        })
+    }
+
+    /// A publisher of `T` rows. It refuses every publish once the broker is shut down.
+    pub fn publisher<T: InboxTable>(&self) -> Publisher<T, A> {
+        Publisher {
+            state: self.state.clone(),
+            row: PhantomData,
+        }
+    }
+
+    /// Whether the broker is shut down.
+    pub fn is_closed(&self) -> bool {
+        matches!(
+            *self
+                .state
+                .lock()
+                .expect("the handle's state is never poisoned"),
+            HandleState::Closed
+        )
+    }
+}
+
+/// A started broker, driven in the background until it shuts down.
+pub struct RunningBroker<A: Adapter> {
+    tx: Sender<A::Row>,
+    closed: oneshot::Receiver<ClosedCounts>,
+    handle: BrokerHandle<A>,
+}
+
+impl<A: Adapter> RunningBroker<A> {
+    /// Stops every subscription's claims; deliveries in work go on and settle.
+    pub fn stop(&self) {
+        let _ = self.tx.unbounded_send(Input::Stop);
+    }
+
+    /// Completes when no message is in work.
+    pub async fn drained(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.unbounded_send(Input::Drained(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
+    /// every advisory lock in work is released, settlements in flight are waited for, then the
+    /// adapter closes what it opened. Answers what the shutdown did to the advisory locks.
+    pub async fn shutdown(self) -> ClosedCounts {
+        let _ = self.tx.unbounded_send(Input::Shutdown);
+        self.closed.await.unwrap_or_default()
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<A> {
+        &self.handle
+    }
+}
+
+/// Publishes rows into `T`'s table.
+pub struct Publisher<T, A: Adapter> {
+    state: Arc<Mutex<HandleState<A::Row>>>,
+    row: PhantomData<fn() -> T>,
+}
+
+impl<T, A: Adapter> Clone for Publisher<T, A> {
+    fn clone(&self) -> Self {
+        Self {
+            state: self.state.clone(),
+            row: PhantomData,
+        }
+    }
+}
+
+/// A row to publish: the message, the values of the key's columns, when it is due.
+#[derive(Clone, Debug, Default)]
+pub struct Message {
+    payload: Vec<u8>,
+    columns: Vec<(&'static str, Value)>,
+    due: Option<SystemTime>,
+}
+
+impl Message {
+    /// A message encoded as JSON.
+    pub fn json<M: Serialize>(message: &M) -> Result<Self, PublishError> {
+        Self::encoded::<Json, M>(message)
+    }
+
+    /// A message encoded with `K`.
+    pub fn encoded<K: Codec, M: Serialize>(message: &M) -> Result<Self, PublishError> {
+        Ok(Self {
+            payload: K::encode(message).map_err(PublishError::Encode)?,
+            ..Self::default()
+        })
+    }
+
+    /// A message of these bytes.
+    pub fn bytes(payload: Vec<u8>) -> Self {
+        Self {
+            payload,
+            ..Self::default()
+        }
+    }
+
+    /// The value of a column the key reads, such as `channel`.
+    pub fn column(mut self, name: &'static str, value: impl Into<Value>) -> Self {
+        self.columns.push((name, value.into()));
+        self
+    }
+
+    /// Due at this time instead of now.
+    pub fn due_at(mut self, at: SystemTime) -> Self {
+        self.due = Some(at);
+        self
+    }
+}
+
+impl<T: InboxTable, A: Adapter> Publisher<T, A> {
+    /// Publishes one row. Answers [`PublishError::Closed`] without writing once the broker is
+    /// shut down.
+    pub async fn publish(&self, message: Message) -> Result<(), PublishError> {
+        let tx = match &*self
+            .state
+            .lock()
+            .expect("the handle's state is never poisoned")
+        {
+            HandleState::Running(tx) => tx.clone(),
+            HandleState::Idle | HandleState::Closed => return Err(PublishError::Closed),
+        };
+        let desc = *T::TABLE.table_desc();
+        let due = message.due.map(|at| {
+            let micros = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_micros())
+                .unwrap_or(0);
+            Time(i64::try_from(micros).unwrap_or(i64::MAX))
+        });
+        let row = Publish {
+            id: None,
+            payload: message.payload,
+            columns: message.columns,
+            due,
+        };
+        let (reply, answer) = oneshot::channel();
+        tx.unbounded_send(Input::Publish(Box::new((desc, row)), reply))
+            .map_err(|_| PublishError::Closed)?;
+        answer.await.unwrap_or(Err(PublishError::Closed))
+    }
+}
+
+/// The subscriptions of one broker, as `with_broker`'s closure adds them.
+pub struct BrokerScope<A: Adapter> {
+    pub(crate) subscriptions: Vec<Subscription<A>>,
+}
+
+impl<A: Adapter> BrokerScope<A> {
+    /// Adds a subscription.
+    pub fn include<S: IntoSubscription<A>>(&mut self, subscription: S) -> &mut Self {
+        self.subscriptions.push(subscription.into_subscription());
+        self
+    }
+}
+
+/// Something that is, or names, a broker: an adapter's broker type, or a route of it.
+pub trait IntoBroker {
+    /// The adapter.
+    type Adapter: Adapter;
+
+    /// The broker.
+    fn into_broker(self) -> BrokerHandle<Self::Adapter>;
+}
+
+impl<A: Adapter> IntoBroker for BrokerHandle<A> {
+    type Adapter = A;
+
+    fn into_broker(self) -> BrokerHandle<A> {
+        self
+    }
+}

@@ -1,0 +1,274 @@
+//! Subscriptions: a handler bound to a source, with its workers and timings.
+
+use std::marker::PhantomData;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream_core::spec::Described;
+use ruststream_core::{Delivered, SubscribeOptions, TableDesc};
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::adapter::{Adapter, TakesRows};
+use crate::codec::{Codec, Json};
+use crate::exec::BoxFuture;
+use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome};
+use crate::table::{InboxTable, PayloadRow};
+
+/// Marks types a value is generic over without holding them.
+type Types<T> = PhantomData<fn() -> T>;
+
+/// The source of an inbox table's rows: `InboxQueue::<IssueInvoice>::new("invoices")`.
+pub struct InboxQueue<T> {
+    name: &'static str,
+    row: PhantomData<fn() -> T>,
+}
+
+impl<T> InboxQueue<T> {
+    /// The queue of `T`'s table, under this name.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            row: PhantomData,
+        }
+    }
+
+    /// The queue's name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<T> std::fmt::Debug for InboxQueue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("InboxQueue").field(&self.name).finish()
+    }
+}
+
+/// A subscription under construction: `subscriber(name, handler).map_source(..).workers(..)`.
+pub struct SubscriberBuilder<H, S, M, O, X, C> {
+    name: &'static str,
+    handler: H,
+    source: S,
+    options: SubscribeOptions,
+    decode: fn(&[u8]) -> Result<M, String>,
+    types: Types<(O, X, C)>,
+}
+
+/// Starts a subscription named `name` that hands messages to `handler`.
+pub fn subscriber<H, M, O, X, C>(
+    name: &'static str,
+    handler: H,
+) -> SubscriberBuilder<H, (), M, O, X, C>
+where
+    H: Handle<M, O, X, C>,
+    M: DeserializeOwned,
+{
+    SubscriberBuilder {
+        name,
+        handler,
+        source: (),
+        options: SubscribeOptions::default(),
+        decode: Json::decode::<M>,
+        types: PhantomData,
+    }
+}
+
+impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
+    /// Replaces the source, such as with an [`InboxQueue`].
+    pub fn map_source<S2>(self, f: impl FnOnce(S) -> S2) -> SubscriberBuilder<H, S2, M, O, X, C> {
+        SubscriberBuilder {
+            name: self.name,
+            handler: self.handler,
+            source: f(self.source),
+            options: self.options,
+            decode: self.decode,
+            types: PhantomData,
+        }
+    }
+
+    /// How many messages may be in work at once (default 1).
+    pub fn workers(mut self, workers: NonZeroUsize) -> Self {
+        self.options.workers = workers.get();
+        self
+    }
+
+    /// How long to wait between claims that find nothing (default 1 s).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.options.poll_interval = interval;
+        self
+    }
+
+    /// The lease form: how long a lease lasts (default 30 s), and how often a lease in work is
+    /// extended (default a third of it).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.options.lease = lease;
+        self.options.extend_every = lease / 3;
+        self
+    }
+
+    /// Decodes payloads with `K` instead of JSON.
+    pub fn codec<K: Codec>(mut self) -> Self
+    where
+        M: DeserializeOwned,
+    {
+        self.decode = K::decode::<M>;
+        self
+    }
+
+    /// The subscription's settings.
+    pub fn options(&self) -> &SubscribeOptions {
+        &self.options
+    }
+
+    /// The finished subscription.
+    pub fn build(self) -> Subscriber<H, S, M, O, X, C> {
+        Subscriber(self)
+    }
+}
+
+/// A finished subscription, to include in a broker.
+pub struct Subscriber<H, S, M, O, X, C>(SubscriberBuilder<H, S, M, O, X, C>);
+
+/// A subscription as the broker runs it.
+pub struct Subscription<A: Adapter> {
+    pub(crate) name: &'static str,
+    pub(crate) desc: TableDesc,
+    pub(crate) options: SubscribeOptions,
+    pub(crate) lock: Option<A::Lock>,
+    pub(crate) dispatch: Arc<dyn Dispatch<A>>,
+}
+
+impl<A: Adapter> Subscription<A> {
+    /// The subscription's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its table.
+    pub fn table(&self) -> &TableDesc {
+        &self.desc
+    }
+}
+
+/// Something a broker of `A` can run as a subscription.
+pub trait IntoSubscription<A: Adapter> {
+    /// The subscription.
+    fn into_subscription(self) -> Subscription<A>;
+}
+
+impl<A, T, H, M, X, C> IntoSubscription<A> for SubscriberBuilder<H, InboxQueue<T>, M, (), X, C>
+where
+    A: TakesRows<T>,
+    T: InboxTable + PayloadRow,
+    H: Handle<M, (), X, C>,
+    M: Send + Sync + 'static,
+    X: 'static,
+    C: ContextKind,
+{
+    fn into_subscription(self) -> Subscription<A> {
+        let desc = *T::TABLE.table_desc();
+        Subscription {
+            name: self.name,
+            desc,
+            options: self.options,
+            lock: A::custom_lock(),
+            dispatch: Arc::new(InboxDispatch::<T, H, M, X, C> {
+                name: self.name,
+                table: desc.table,
+                handler: Arc::new(self.handler),
+                decode: self.decode,
+                types: PhantomData,
+            }),
+        }
+    }
+}
+
+impl<A, T, H, M, X, C> IntoSubscription<A> for Subscriber<H, InboxQueue<T>, M, (), X, C>
+where
+    SubscriberBuilder<H, InboxQueue<T>, M, (), X, C>: IntoSubscription<A>,
+    A: Adapter,
+{
+    fn into_subscription(self) -> Subscription<A> {
+        self.0.into_subscription()
+    }
+}
+
+/// Runs one delivery: decodes the row and its message, calls the handler.
+pub(crate) trait Dispatch<A: Adapter>: Send + Sync {
+    fn run(&self, delivered: Delivered<A::Row>) -> BoxFuture<HandlerOutcome>;
+}
+
+struct InboxDispatch<T, H, M, X, C> {
+    name: &'static str,
+    table: &'static str,
+    handler: Arc<H>,
+    decode: fn(&[u8]) -> Result<M, String>,
+    types: Types<(T, X, C)>,
+}
+
+impl<A, T, H, M, X, C> Dispatch<A> for InboxDispatch<T, H, M, X, C>
+where
+    A: TakesRows<T>,
+    T: InboxTable + PayloadRow,
+    H: Handle<M, (), X, C>,
+    M: Send + Sync + 'static,
+    X: 'static,
+    C: ContextKind,
+{
+    fn run(&self, delivered: Delivered<A::Row>) -> BoxFuture<HandlerOutcome> {
+        let info = DeliveryInfo {
+            table: self.table,
+            subscription: self.name,
+            id: delivered.id,
+            attempt: delivered.attempt,
+            key: delivered.key,
+        };
+        let span = tracing::info_span!(
+            "delivery",
+            subscription = self.name,
+            table = self.table,
+            id = %info.id,
+            attempt = info.attempt,
+            key = info.key.as_deref(),
+        );
+        let handler = self.handler.clone();
+        let decode = self.decode;
+        let row = delivered.row;
+        Box::pin(async move {
+            let table = info.table;
+            let id = &info.id;
+            let Some(row) = row else {
+                tracing::error!(parent: &span, "table `{table}`: row {id} came without its data; rejected");
+                return HandlerOutcome::reject();
+            };
+            let row: T = match A::decode(row) {
+                Ok(row) => row,
+                Err(error) => {
+                    tracing::error!(parent: &span, "table `{table}`: row {id} does not decode into its row type: {error}; rejected");
+                    return HandlerOutcome::reject();
+                }
+            };
+            let message = match decode(row.payload()) {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::error!(parent: &span, "table `{table}`: the payload of row {id} does not decode: {error}; rejected, not retried");
+                    return HandlerOutcome::reject();
+                }
+            };
+            let mut kind = C::from_delivery(&info);
+            let outcome = {
+                let mut ctx = Context::new(&mut kind, &span);
+                handler
+                    .handle(&message, &(), &mut ctx)
+                    .instrument(span.clone())
+                    .await
+            };
+            match outcome {
+                Ok(()) => HandlerOutcome::ack(),
+                Err(outcome) => outcome,
+            }
+        })
+    }
+}
