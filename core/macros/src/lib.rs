@@ -1,5 +1,365 @@
-//! Procedural macros for ruststream: `#[derive(Inbox)]`, `#[subscriber]` and
-//! `#[ruststream::app]`, which will turn a table description into a checked queue
-//! description and reject descriptions that break a rule at compile time.
+//! Procedural macros for ruststream, used through the runtime's re-exports:
+//! [`ruststream::Inbox`](macro@Inbox), [`ruststream::subscriber`](macro@subscriber) and
+//! [`ruststream::app`](macro@app).
 //!
-//! No macro is written yet; the crate holds its place in the workspace.
+//! Each macro writes what the spec's manual examples write by hand: `#[derive(Inbox)]` the
+//! `InboxTable`, `PayloadRow` and `AttemptRow` impls with their `InboxSpec` chain,
+//! `#[subscriber]` a unit struct that implements `Handle` and includes itself as a
+//! subscription, `#[ruststream::app]` a `main` that runs the service. A description or a
+//! handler that breaks a rule is a compile error at the attribute or token at fault, with a
+//! message that names the rule.
+//!
+//! The generated code names the runtime as `::ruststream`, so a crate that uses the macros
+//! depends on `ruststream`.
+
+use proc_macro::TokenStream;
+
+mod app;
+mod inbox;
+mod subscriber;
+
+/// A row type's table description: `impl InboxTable`, and `impl PayloadRow` and
+/// `impl AttemptRow` for its payload and attempt fields.
+///
+/// On the struct, `#[inbox(..)]` takes:
+///
+/// - `table = "name"`: the table (required).
+/// - `advisory_lock = "template"`: the advisory lock form. Each `{field}` placeholder names a
+///   field of the struct, and the key reads that field's column; `{{` and `}}` are literal
+///   braces. The template is parsed at compile time.
+/// - `custom(lock, unlock)`: the service's own `Lock` and `Unlock` replace the lock and
+///   release of each key (advisory lock form only).
+/// - `order = "field, other desc"`: the claim order, instead of the due column and then the id.
+///
+/// On a field, `#[field(..)]` takes one role, `id`, `attempt`, `payload`, `locked_until` (the
+/// lease form), `processed_at` or `due`, and optionally `generated` (the database fills the
+/// column, so publishing does not write it) and `rename = "column"` (the column's name, by
+/// default the field's). Exactly one field is the `id`. A field without a role is a column
+/// the advisory key or the order may read.
+///
+/// The description's type lists its features in this order: `Advisory`, `Attempt`,
+/// `Payload`, `Lease`, `Processed`, `Due`, `own::Lock`, `own::Unlock`.
+///
+/// # Example
+///
+/// The spec's `Transcode` (advisory.md): the videos of one channel go into work one at a
+/// time.
+///
+/// ```
+/// use ruststream::{Inbox, InboxTable};
+///
+/// /// One row of `video_jobs`, held by a lock on its channel's key while it is in work.
+/// #[derive(Inbox)]
+/// #[inbox(table = "video_jobs", advisory_lock = "video_jobs-{channel}")]
+/// struct Transcode {
+///     #[field(id, generated)]
+///     id: i64,
+///     channel: String,
+///     #[field(attempt, generated)]
+///     attempt: i16,
+///     #[field(payload)]
+///     payload: Vec<u8>,
+/// }
+/// ```
+///
+/// expands to what `examples/manual/sqlx_forms_advisory.rs` writes by hand:
+///
+/// ```
+/// # use ruststream::*;
+/// # struct Transcode { id: i64, channel: String, attempt: i16, payload: Vec<u8> }
+/// impl InboxTable for Transcode {
+///     type Id = i64;
+///     type Table = InboxSpec<(Advisory, Attempt, Payload)>;
+///     const TABLE: Self::Table = InboxSpec::new("video_jobs", Column::new("id").generated())
+///         .advisory(&[KeyPart::Literal("video_jobs-"), KeyPart::Column("channel")])
+///         .attempt(Column::new("attempt").generated())
+///         .payload(Column::new("payload"));
+///
+///     fn id(&self) -> &i64 {
+///         &self.id
+///     }
+/// }
+///
+/// impl AttemptRow for Transcode {
+///     type Attempt = i16;
+///
+///     fn attempt(&self) -> &i16 {
+///         &self.attempt
+///     }
+/// }
+///
+/// impl PayloadRow for Transcode {
+///     type Column = Vec<u8>;
+///
+///     fn payload(&self) -> &[u8] {
+///         &self.payload
+///     }
+/// }
+/// ```
+///
+/// The spec's `Payout` (lock.md) takes its keys with the service's own lock:
+///
+/// ```
+/// use ruststream::Inbox;
+///
+/// /// One row of `payouts`, held by the key of its account.
+/// #[derive(Inbox)]
+/// #[inbox(
+///     table = "payouts",
+///     advisory_lock = "accounts-{account_id}",
+///     custom(lock, unlock)
+/// )]
+/// struct Payout {
+///     #[field(id, generated)]
+///     id: i64,
+///     account_id: i64,
+///     #[field(payload)]
+///     payload: Vec<u8>,
+/// }
+/// # use ruststream::{InboxTable, InboxSpec, Advisory, Payload, own};
+/// # let _: InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)> = Payout::TABLE;
+/// ```
+///
+/// # Errors
+///
+/// A description that breaks a rule does not compile, and the error points at the attribute
+/// at fault: a missing `table`, no `#[field(id)]` or two, an unknown field attribute, an
+/// `advisory_lock` placeholder that names no field (the message lists the fields) or that is
+/// empty or unbalanced, `custom(lock)` without `unlock`, `custom(..)` without
+/// `advisory_lock`, and `#[field(locked_until)]` together with `advisory_lock`.
+///
+/// ```compile_fail
+/// use ruststream::Inbox;
+///
+/// #[derive(Inbox)]
+/// #[inbox(table = "video_jobs", advisory_lock = "video_jobs-{chanel}")]
+/// struct Transcode {
+///     #[field(id, generated)]
+///     id: i64,
+///     channel: String,
+///     #[field(payload)]
+///     payload: Vec<u8>,
+/// }
+/// ```
+///
+/// A table without a lease or an advisory lock takes its rows by row lock, which SQLite does
+/// not have: that rule is checked where the broker's database is known, not here.
+#[proc_macro_derive(Inbox, attributes(inbox, field))]
+pub fn derive_inbox(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    inbox::derive(input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// A subscriber: an `async fn` that handles one message, bound to its source.
+///
+/// `#[subscriber(SOURCE)]` goes on `async fn name(message: &M, extractors..) -> HandlerOutcome`,
+/// where `SOURCE` is a constructor call of the source's type, such as
+/// `InboxQueue::<Row>::new("name")`. Each argument after the message is an extractor,
+/// `PATTERN: Ctx<K>`, which reads the value the delivery's context provides under the key
+/// `K`, such as `Ctx(attempt): Ctx<keys::Attempt>`.
+///
+/// It generates, in place of the function:
+///
+/// - a unit struct `name` (with the function's documentation), which implements
+///   `Handle<M, (), (), C>`: `C` is `InboxContext` if the function takes an extractor, `()`
+///   if not. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?`,
+///   runs the function's body, and turns its `HandlerOutcome` into the trait's
+///   `Result<(), HandlerOutcome>` with `into_result`;
+/// - `impl IntoSubscription<A>` for it, so a broker includes it as it stands,
+///   `b.include(name)`: the subscription `subscriber("name", name).map_source(|_| SOURCE)`;
+/// - inherent methods `builder`, `workers`, `poll_interval` and `lease`, which answer that
+///   subscription's `SubscriberBuilder`, so `b.include(name.workers(nonzero!(4)))` sets its
+///   workers.
+///
+/// # Example
+///
+/// The spec's `transcode` (advisory.md):
+///
+/// ```
+/// use ruststream::{Ctx, HandlerOutcome, Inbox, InboxQueue, keys, subscriber};
+/// # #[derive(Inbox)]
+/// # #[inbox(table = "video_jobs", advisory_lock = "video_jobs-{channel}")]
+/// # struct Transcode {
+/// #     #[field(id, generated)]
+/// #     id: i64,
+/// #     channel: String,
+/// #     #[field(attempt, generated)]
+/// #     attempt: i16,
+/// #     #[field(payload)]
+/// #     payload: Vec<u8>,
+/// # }
+/// # #[derive(serde::Deserialize)]
+/// # struct Video;
+/// # async fn encode(_: &Video, _: i64) -> bool { true }
+///
+/// /// A video takes minutes to encode. The delivery's connection keeps the channel's key while the
+/// /// handler runs, with no transaction open; a retry runs no statement and releases the key.
+/// #[subscriber(InboxQueue::<Transcode>::new("videos"))]
+/// async fn transcode(video: &Video, Ctx(attempt): Ctx<keys::Attempt>) -> HandlerOutcome {
+///     if encode(video, attempt).await {
+///         return HandlerOutcome::ack();
+///     }
+///     HandlerOutcome::retry()
+/// }
+/// ```
+///
+/// expands to the handler `examples/manual/sqlx_forms_advisory.rs` writes by hand, and to
+/// the subscription it builds:
+///
+/// ```
+/// # use ruststream::*;
+/// # #[derive(Inbox)]
+/// # #[inbox(table = "video_jobs")]
+/// # struct Transcode { #[field(id)] id: i64, #[field(payload)] payload: Vec<u8> }
+/// # #[derive(serde::Deserialize)]
+/// # struct Video;
+/// # async fn encode(_: &Video, _: i64) -> bool { true }
+/// #[allow(non_camel_case_types)]
+/// struct transcode;
+///
+/// impl Handle<Video, (), (), InboxContext> for transcode {
+///     async fn handle(
+///         &self,
+///         video: &Video,
+///         _outs: &(),
+///         ctx: &mut Context<'_, InboxContext>,
+///     ) -> Result<(), HandlerOutcome> {
+///         let Ctx(attempt) = Ctx::<keys::Attempt>::from_context(ctx).await?;
+///         if encode(video, attempt).await {
+///             return Ok(());
+///         }
+///         Err(HandlerOutcome::retry())
+///     }
+/// }
+///
+/// # let _ =
+/// subscriber("transcode", transcode).map_source(|_| InboxQueue::<Transcode>::new("videos"))
+/// # ;
+/// ```
+///
+/// A service includes it as it stands, or with its workers set (forms.md):
+///
+/// ```ignore
+/// .with_broker(broker.route::<Transcode>("videos"), |b| {
+///     b.include(transcode);
+/// })
+/// .with_broker(broker.route::<IssueInvoice>("invoices"), |b| {
+///     // Each of the four workers holds a connection while its invoice is in work.
+///     b.include(issue.workers(nonzero!(4)));
+/// })
+/// ```
+///
+/// # Errors
+///
+/// A function that is not `async`, that takes no message, that takes its message by value,
+/// or that takes an argument after the message that is not `Ctx<..>` does not compile; the
+/// error points at the token at fault.
+///
+/// ```compile_fail
+/// use ruststream::{HandlerOutcome, Inbox, InboxQueue, subscriber};
+/// # #[derive(Inbox)]
+/// # #[inbox(table = "invoice_jobs")]
+/// # struct IssueInvoice { #[field(id)] id: i64, #[field(payload)] payload: Vec<u8> }
+///
+/// #[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
+/// fn issue(invoice: &String) -> HandlerOutcome {
+///     HandlerOutcome::ack()
+/// }
+/// ```
+#[proc_macro_attribute]
+pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
+    let (args, item): (proc_macro2::TokenStream, proc_macro2::TokenStream) =
+        (args.into(), item.into());
+    match subscriber::expand(args.clone(), item.clone()) {
+        Ok(out) => out.into(),
+        Err(error) => subscriber::fallback(error, args, item).into(),
+    }
+}
+
+/// The service's `main`: `#[ruststream::app]` on `fn app() -> impl App { .. }` keeps the
+/// function and adds `fn main() -> ExitCode { ruststream::run_app(app()) }`, which runs the
+/// service on a new multi-threaded tokio runtime until SIGINT or SIGTERM.
+///
+/// # Example
+///
+/// The spec's shutdown example (shutdown.md):
+///
+/// ```no_run
+/// use ruststream::{App, AppInfo, RustStream};
+///
+/// /// The service on the database `url` names.
+/// fn service(url: &str) -> RustStream {
+///     // The spec's example adds its broker and subscriptions here.
+/// #   let _ = url;
+///     RustStream::new(AppInfo::new("exports", "0.1.0"))
+/// }
+///
+/// #[ruststream::app]
+/// fn app() -> impl App {
+///     service("sqlite:exports.db?mode=rwc")
+/// }
+/// ```
+///
+/// which adds
+///
+/// ```no_run
+/// # fn app() -> impl ruststream::App {
+/// #     ruststream::RustStream::new(ruststream::AppInfo::new("exports", "0.1.0"))
+/// # }
+/// fn main() -> std::process::ExitCode {
+///     ruststream::run_app(app())
+/// }
+/// ```
+///
+/// # Errors
+///
+/// The function takes no arguments and is not `async`: `main` calls it and runs what it
+/// answers.
+///
+/// ```compile_fail
+/// use ruststream::{App, AppInfo, RustStream};
+///
+/// #[ruststream::app]
+/// async fn app() -> impl App {
+///     RustStream::new(AppInfo::new("exports", "0.1.0"))
+/// }
+/// ```
+#[proc_macro_attribute]
+pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item = proc_macro2::TokenStream::from(item);
+    match app::expand(args.into(), item.clone()) {
+        Ok(out) => out.into(),
+        // The function stays as it is written, beside an empty `main`, so the error is the
+        // only one.
+        Err(error) => {
+            let mut out = error.into_compile_error();
+            out.extend(item);
+            out.extend(quote::quote!(
+                fn main() {}
+            ));
+            out.into()
+        }
+    }
+}
+
+/// Errors gathered so that one expansion reports every mistake it finds.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(first) => first.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    fn finish(&mut self) -> syn::Result<()> {
+        match self.0.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}

@@ -147,6 +147,12 @@ enum ClaimStage {
     Begin,
     LockRow,
     CountAttempt,
+    CountRow,
+    BeginCount,
+    SelectRowId,
+    CountCommit,
+    BeginLock,
+    LockRowById,
     ClaimLease,
     SelectLease,
     MarkLease,
@@ -172,8 +178,8 @@ struct Claim<R> {
     taken: Vec<Row<R>>,
     candidates: VecDeque<Candidate>,
     current: Option<Candidate>,
-    /// The row lock form: the row locked, waiting for its attempt to be counted.
-    locked_row: Option<Row<R>>,
+    /// The row lock form: the row whose attempt was counted, and the count, to lock next.
+    row_id: Option<(Value, i64)>,
     /// The advisory lock form: the candidates have been read.
     loaded: bool,
     /// The lease form: the expiry the claim wrote.
@@ -780,7 +786,7 @@ impl<R> Broker<R> {
                 taken: Vec::new(),
                 candidates: VecDeque::new(),
                 current: None,
-                locked_row: None,
+                row_id: None,
                 loaded: false,
                 until: None,
                 failed: false,
@@ -1018,7 +1024,10 @@ impl<R> Broker<R> {
         let now = self.now;
         let s = &mut self.subs[sub.0];
         s.check_conn = None;
-        if s.state == SubState::Checking && s.next_check_at.is_none() {
+        if s.state == SubState::Checking
+            && s.next_check_at.is_none()
+            && self.state == State::Running
+        {
             s.state = SubState::Ready;
             if !s.stopped {
                 s.next_claim_at = Some(now);
@@ -1074,8 +1083,20 @@ impl<R> Broker<R> {
         match stage {
             ClaimStage::Acquire => match form {
                 Form::RowLock => {
-                    let begin = statements.begin.clone();
-                    self.claim_execute(claim, conn, &begin, Vec::new(), ClaimStage::Begin);
+                    // With an attempt column, the attempt is counted and committed before the
+                    // row is locked for the handler, so a crash spends it.
+                    if let Some(count) = statements.count_row.clone() {
+                        let binds = count.binds(|_| Value::Int(now.micros()));
+                        self.claim_execute(claim, conn, &count, binds, ClaimStage::CountRow);
+                    } else {
+                        let stage = if statements.select_row_id.is_some() {
+                            ClaimStage::BeginCount
+                        } else {
+                            ClaimStage::Begin
+                        };
+                        let begin = statements.begin.clone();
+                        self.claim_execute(claim, conn, &begin, Vec::new(), stage);
+                    }
                 }
                 Form::Lease if self.dialect.update_returning() => {
                     let statement = statements.claim_lease.clone().expect("lease statements");
@@ -1131,41 +1152,87 @@ impl<R> Broker<R> {
                 };
                 self.claim_execute(claim, conn, &statement, binds, stage);
             }
-            ClaimStage::LockRow => {
+            ClaimStage::LockRow | ClaimStage::LockRowById => {
                 let mut rows = rows_of(reply);
                 let Some(row) = rows.pop() else {
+                    if matches!(stage, ClaimStage::LockRowById) {
+                        // Another claim took the counted row first: claim again at once.
+                        let c = self.claims.get_mut(&claim).expect("claim in flight");
+                        c.found = c.limit;
+                    }
                     let rollback = statements.rollback.clone();
                     self.claim_execute(claim, conn, &rollback, Vec::new(), ClaimStage::Rollback);
                     return;
                 };
-                match statements.count_attempt.clone() {
-                    Some(statement) => {
-                        let id = row.values.first().cloned().unwrap_or(Value::Null);
-                        let binds = statement.binds(|_| id.clone());
-                        let c = self.claims.get_mut(&claim).expect("claim in flight");
-                        c.locked_row = Some(row);
+                self.claim_delivers_conn(claim, row, None, 0);
+                self.finish_claim(claim);
+            }
+            ClaimStage::CountRow | ClaimStage::SelectRowId => {
+                let row = rows_of(reply).pop().map(|r| {
+                    let mut values = r.values.into_iter();
+                    let id = values.next().unwrap_or(Value::Null);
+                    let attempt = values.next().and_then(|v| v.as_int()).unwrap_or(0);
+                    (id, attempt)
+                });
+                let Some((id, attempt)) = row else {
+                    if matches!(stage, ClaimStage::SelectRowId) {
+                        let rollback = statements.rollback.clone();
                         self.claim_execute(
                             claim,
                             conn,
-                            &statement,
-                            binds,
-                            ClaimStage::CountAttempt,
+                            &rollback,
+                            Vec::new(),
+                            ClaimStage::Rollback,
                         );
+                    } else {
+                        self.claim_release(claim);
                     }
-                    None => {
-                        self.claim_delivers_conn(claim, row, None, 0);
-                        self.finish_claim(claim);
-                    }
+                    return;
+                };
+                let c = self.claims.get_mut(&claim).expect("claim in flight");
+                // MySQL reads the attempt before it counts it.
+                let counted = if matches!(stage, ClaimStage::SelectRowId) {
+                    attempt + 1
+                } else {
+                    attempt
+                };
+                c.row_id = Some((id.clone(), counted));
+                if matches!(stage, ClaimStage::SelectRowId) {
+                    let statement = statements
+                        .count_attempt
+                        .clone()
+                        .expect("a table with an attempt column counts it");
+                    let binds = statement.binds(|_| id.clone());
+                    self.claim_execute(claim, conn, &statement, binds, ClaimStage::CountAttempt);
+                } else {
+                    self.claim_lock_counted(claim, conn);
                 }
             }
             ClaimStage::CountAttempt => {
-                let c = self.claims.get_mut(&claim).expect("claim in flight");
-                let row = c
-                    .locked_row
-                    .take()
-                    .expect("a locked row waits for its attempt");
-                self.claim_delivers_conn(claim, row, None, 1);
-                self.finish_claim(claim);
+                let commit = statements.commit.clone();
+                self.claim_execute(claim, conn, &commit, Vec::new(), ClaimStage::CountCommit);
+            }
+            ClaimStage::CountCommit => self.claim_lock_counted(claim, conn),
+            ClaimStage::BeginCount => {
+                let statement = statements
+                    .select_row_id
+                    .clone()
+                    .expect("MySQL counts the attempt in a transaction of its own");
+                let binds = statement.binds(|_| Value::Int(now.micros()));
+                self.claim_execute(claim, conn, &statement, binds, ClaimStage::SelectRowId);
+            }
+            ClaimStage::BeginLock => {
+                let statement = statements
+                    .lock_row_by_id
+                    .clone()
+                    .expect("a table with an attempt column locks the counted row");
+                let (id, attempt) = self.claims[&claim].row_id.clone().expect("the counted row");
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    Arg::Attempt => Value::Int(attempt),
+                    _ => Value::Int(now.micros()),
+                });
+                self.claim_execute(claim, conn, &statement, binds, ClaimStage::LockRowById);
             }
             ClaimStage::ClaimLease => {
                 let rows = rows_of(reply);
@@ -1322,7 +1389,7 @@ impl<R> Broker<R> {
         c.candidates.clear();
         let current = c.current.take();
         let conn = c.conn.take();
-        c.locked_row = None;
+        c.row_id = None;
         c.taken.clear();
         if let Some(candidate) = current
             && !matches!(stage, ClaimStage::Lock)
@@ -1367,6 +1434,18 @@ impl<R> Broker<R> {
         {
             self.finish_claim(claim);
         }
+    }
+
+    /// The row lock form: the counted row is locked for the handler in a new transaction,
+    /// unless the broker is shutting down (the attempt is spent and the row is free).
+    fn claim_lock_counted(&mut self, claim: u64, conn: ConnId) {
+        if self.state != State::Running {
+            self.claim_release(claim);
+            return;
+        }
+        let sub = self.claims[&claim].sub;
+        let begin = self.subs[sub.0].statements.begin.clone();
+        self.claim_execute(claim, conn, &begin, Vec::new(), ClaimStage::BeginLock);
     }
 
     /// Delivers the rows a lease claim took, under the lease it wrote. A reply that comes
@@ -1668,10 +1747,13 @@ impl<R> Broker<R> {
                 if d.ending.is_none() && d.queued.is_none() {
                     d.queued = Some(ending);
                 } else if matches!(ending, Ending::Settle(_)) {
-                    self.events.push_back(Event::SettleFailed {
-                        delivery,
-                        error: SettleError::NotInWork,
-                    });
+                    let error = if !running || d.ending == Some(Ending::Shutdown) {
+                        SettleError::Closed
+                    } else {
+                        SettleError::NotInWork
+                    };
+                    self.events
+                        .push_back(Event::SettleFailed { delivery, error });
                 }
                 return;
             }
@@ -1814,6 +1896,14 @@ impl<R> Broker<R> {
             self.keys.remove(key);
         }
         d.holds = false;
+        if d.ending == Some(Ending::Settle(Outcome::Retry)) {
+            // A retry runs no statement: the release returns the row.
+            d.settled = true;
+            self.events.push_back(Event::Settled {
+                delivery,
+                outcome: Outcome::Retry,
+            });
+        }
         let conn = d
             .conn
             .take()

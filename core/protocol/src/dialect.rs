@@ -58,23 +58,26 @@ impl Dialect {
         matches!(self, Dialect::MySql | Dialect::MariaDb)
     }
 
-    /// `name` quoted as an identifier; a dotted name is quoted part by part.
+    /// `name` quoted as an identifier; a dotted name (`schema.table`) is quoted part by part.
     pub fn quote(self, name: &str) -> String {
+        name.split('.')
+            .map(|part| self.quote_one(part))
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    /// `name` quoted as one identifier, dots and all: a column's name.
+    fn quote_one(self, name: &str) -> String {
         let (open, close) = if self.mysql_like() {
             ('`', "``")
         } else {
             ('"', "\"\"")
         };
-        name.split('.')
-            .map(|part| {
-                let mut out = String::with_capacity(part.len() + 2);
-                out.push(open);
-                out.push_str(&part.replace(open, close));
-                out.push(open);
-                out
-            })
-            .collect::<Vec<_>>()
-            .join(".")
+        let mut out = String::with_capacity(name.len() + 2);
+        out.push(open);
+        out.push_str(&name.replace(open, close));
+        out.push(open);
+        out
     }
 
     fn text_literal(self, text: &str) -> String {
@@ -92,6 +95,8 @@ impl Dialect {
 pub enum Arg {
     /// The row's id.
     Id,
+    /// The attempt count this claim wrote into the row.
+    Attempt,
     /// The `n`th id of a batch.
     IdAt(usize),
     /// The current time.
@@ -135,6 +140,16 @@ pub enum StatementKind {
     LockRow,
     /// Adds one to the attempt column of a row: rows affected.
     CountAttempt,
+    /// Row lock form with an attempt column, PostgreSQL: counts the attempt of the first
+    /// claimable row no transaction holds, and commits: a row of its id.
+    CountRow,
+    /// Row lock form with an attempt column, MySQL and MariaDB: locks the first claimable row,
+    /// `FOR UPDATE SKIP LOCKED`, to count its attempt: a row of its id.
+    SelectRowId,
+    /// Row lock form with an attempt column: locks this row while it is still claimable and
+    /// its attempt is still the one this claim counted, `FOR UPDATE SKIP LOCKED`, and reads
+    /// it.
+    LockRowById,
     /// Lease form, in one statement: writes a lease into the first claimable rows and counts
     /// their attempts, and reads them.
     ClaimLease,
@@ -307,6 +322,12 @@ pub struct Statements {
     pub lock_row: Option<Statement>,
     /// Row lock form with an attempt column: count the attempt.
     pub count_attempt: Option<Statement>,
+    /// Row lock form with an attempt column, PostgreSQL: count the first row's attempt.
+    pub count_row: Option<Statement>,
+    /// Row lock form with an attempt column, MySQL and MariaDB: lock the first row's id.
+    pub select_row_id: Option<Statement>,
+    /// Row lock form with an attempt column: lock a counted row and read it.
+    pub lock_row_by_id: Option<Statement>,
     /// Lease form, PostgreSQL and SQLite: the claim in one statement.
     pub claim_lease: Option<Statement>,
     /// Lease form, MySQL and MariaDB: lock and read the first claimable rows.
@@ -379,6 +400,16 @@ impl Statements {
             count_attempt: (form == Form::RowLock && dialect.has_row_locks())
                 .then(|| r.count_attempt(false))
                 .flatten(),
+            count_row: (form == Form::RowLock
+                && dialect == Dialect::Postgres
+                && desc.attempt.is_some())
+            .then(|| r.count_row()),
+            select_row_id: (form == Form::RowLock && mysql_like && desc.attempt.is_some())
+                .then(|| r.select_row_id()),
+            lock_row_by_id: (form == Form::RowLock
+                && dialect.has_row_locks()
+                && desc.attempt.is_some())
+            .then(|| r.lock_row_by_id(rows.clone())),
             claim_lease: (form == Form::Lease && dialect.update_returning())
                 .then(|| r.claim_lease(rows.clone())),
             select_lease: (form == Form::Lease && mysql_like).then(|| r.select_lease(rows.clone())),
@@ -424,6 +455,9 @@ impl Statements {
             &self.isolation,
             &self.lock_row,
             &self.count_attempt,
+            &self.count_row,
+            &self.select_row_id,
+            &self.lock_row_by_id,
             &self.claim_lease,
             &self.select_lease,
             &self.extend_lease,
@@ -454,12 +488,14 @@ struct Renderer<'a> {
 }
 
 impl Renderer<'_> {
+    /// A column's name, quoted as one identifier.
     fn q(&self, name: &str) -> String {
-        self.dialect.quote(name)
+        self.dialect.quote_one(name)
     }
 
+    /// The table's name, quoted part by part.
     fn table(&self) -> String {
-        self.q(self.desc.table)
+        self.dialect.quote(self.desc.table)
     }
 
     fn id(&self) -> String {
@@ -566,6 +602,76 @@ impl Renderer<'_> {
         self.order(&mut s);
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
         s.finish(StatementKind::LockRow, rows)
+    }
+
+    /// The first claimable row's id, `FOR UPDATE SKIP LOCKED`, as a subquery.
+    fn first_row_id(&self, s: &mut Sql) {
+        s.push("SELECT ")
+            .push(&self.id())
+            .push(" FROM ")
+            .push(&self.table());
+        self.claimable(s, true);
+        self.order(s);
+        s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
+    }
+
+    fn count_row(&self) -> Statement {
+        let attempt = self.q(self.desc.attempt.expect("an attempt column").name);
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&attempt)
+            .push(" = ")
+            .push(&attempt)
+            .push(" + 1 WHERE ")
+            .push(&self.id())
+            .push(" = (");
+        self.first_row_id(&mut s);
+        s.push(") RETURNING ")
+            .push(&self.id())
+            .push(", ")
+            .push(&attempt);
+        let attempt = self.desc.attempt.expect("an attempt column").name;
+        s.finish(
+            StatementKind::CountRow,
+            named(&[self.desc.id.name, attempt]),
+        )
+    }
+
+    fn select_row_id(&self) -> Statement {
+        let attempt = self.desc.attempt.expect("an attempt column").name;
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT ")
+            .push(&self.id())
+            .push(", ")
+            .push(&self.q(attempt))
+            .push(" FROM ")
+            .push(&self.table());
+        self.claimable(&mut s, true);
+        self.order(&mut s);
+        s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
+        s.finish(
+            StatementKind::SelectRowId,
+            named(&[self.desc.id.name, attempt]),
+        )
+    }
+
+    fn lock_row_by_id(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT * FROM ")
+            .push(&self.table())
+            .push(" WHERE ")
+            .push(&self.id())
+            .push(" = ")
+            .arg(Arg::Id)
+            .push(" AND ")
+            .push(&self.q(self.desc.attempt.expect("an attempt column").name))
+            .push(" = ")
+            .arg(Arg::Attempt);
+        self.claimable(&mut s, false);
+        s.push(" FOR UPDATE SKIP LOCKED");
+        s.finish(StatementKind::LockRowById, rows)
     }
 
     /// Counts the attempt; `claimable` adds the row's claimable conditions (the advisory

@@ -554,6 +554,28 @@ fn names_with_quote_characters_are_escaped() {
     assert_eq!(Dialect::MySql.quote("a.b`c"), "`a`.`b``c`");
 }
 
+#[test]
+fn a_dotted_column_is_one_identifier() {
+    const DOTTED: InboxSpec<(Advisory, Payload)> =
+        InboxSpec::new("app.jobs", Column::new("id").generated())
+            .advisory(&[KeyPart::Column("meta.channel")])
+            .payload(Column::new("body.bytes"));
+    let pg = render(Dialect::Postgres, &DOTTED);
+    assert_eq!(
+        sql(&pg.candidates),
+        r#"SELECT "id" AS rs_id, COALESCE(CAST("meta.channel" AS TEXT), '') AS rs_key FROM "app"."jobs" ORDER BY "id" ASC LIMIT $1"#
+    );
+    assert_eq!(
+        &*pg.publish.sql,
+        r#"INSERT INTO "app"."jobs" ("body.bytes", "meta.channel") VALUES ($1, $2)"#
+    );
+    let my = render(Dialect::MySql, &DOTTED);
+    assert_eq!(
+        &*my.publish.sql,
+        "INSERT INTO `app`.`jobs` (`body.bytes`, `meta.channel`) VALUES (?, ?)"
+    );
+}
+
 // ----- properties over every description and dialect -----
 
 /// A placeholder found outside quoted text: `$n`, `?n` or a bare `?`.
@@ -697,6 +719,8 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::ReleaseLease => matches!(arg, Arg::Id | Arg::Fence),
                         StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
                         StatementKind::CountAttempt | StatementKind::ReadRow => *arg == Arg::Id,
+                        StatementKind::CountRow | StatementKind::SelectRowId => *arg == Arg::Now,
+                        StatementKind::LockRowById => matches!(arg, Arg::Id | Arg::Now),
                         StatementKind::Take | StatementKind::TakeCount => {
                             matches!(arg, Arg::Id | Arg::Now)
                         }
@@ -800,7 +824,13 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
             for st in s.all() {
                 let expected = match (st.kind, dialect) {
                     (_, Dialect::Sqlite) => false,
-                    (StatementKind::LockRow, _) => true,
+                    (
+                        StatementKind::LockRow
+                        | StatementKind::LockRowById
+                        | StatementKind::CountRow
+                        | StatementKind::SelectRowId,
+                        _,
+                    ) => true,
                     (StatementKind::SelectLease, Dialect::MySql | Dialect::MariaDb) => true,
                     (StatementKind::ClaimLease, Dialect::Postgres) => true,
                     _ => false,
@@ -855,6 +885,19 @@ fn statements_match_the_form() {
                 form == Form::RowLock && dialect != Dialect::Sqlite,
                 "{what}"
             );
+            let counted_row_lock =
+                form == Form::RowLock && dialect != Dialect::Sqlite && desc.attempt.is_some();
+            assert_eq!(
+                s.count_row.is_some(),
+                counted_row_lock && dialect == Dialect::Postgres,
+                "{what}"
+            );
+            assert_eq!(
+                s.select_row_id.is_some(),
+                counted_row_lock && mysql,
+                "{what}"
+            );
+            assert_eq!(s.lock_row_by_id.is_some(), counted_row_lock, "{what}");
             assert_eq!(
                 s.count_attempt.is_some(),
                 s.lock_row.is_some() && desc.attempt.is_some(),
@@ -912,10 +955,40 @@ fn statements_match_the_form() {
             let row_columns: Vec<&str> = std::iter::once(desc.id.name)
                 .chain(desc.attempt.map(|a| a.name))
                 .collect();
-            for st in [&s.lock_row, &s.claim_lease, &s.select_lease, &s.take]
-                .into_iter()
-                .flatten()
-                .chain([&s.read_row])
+            for (statement, kind) in [
+                (&s.count_row, StatementKind::CountRow),
+                (&s.select_row_id, StatementKind::SelectRowId),
+                (&s.lock_row_by_id, StatementKind::LockRowById),
+            ] {
+                if let Some(statement) = statement {
+                    assert_eq!(statement.kind, kind, "{what}");
+                }
+            }
+            for (statement, column) in [
+                (&s.count_row, desc.id.name),
+                (&s.select_row_id, desc.id.name),
+            ] {
+                if let Some(statement) = statement {
+                    assert_eq!(
+                        statement.output,
+                        Output::Rows {
+                            columns: vec![column].into(),
+                            raw: false
+                        },
+                        "{what}"
+                    );
+                }
+            }
+            for st in [
+                &s.lock_row,
+                &s.lock_row_by_id,
+                &s.claim_lease,
+                &s.select_lease,
+                &s.take,
+            ]
+            .into_iter()
+            .flatten()
+            .chain([&s.read_row])
             {
                 assert_eq!(
                     st.output,
@@ -1079,13 +1152,20 @@ fn broker_renders_statements_once_per_subscription() {
                 .statements(sub)
                 .expect("the subscription's statements");
             let claim = match (desc.form(), dialect) {
-                (Form::RowLock, _) => statements.lock_row.clone(),
+                // With an attempt column the row lock claim counts the attempt first.
+                (Form::RowLock, _) => statements
+                    .count_row
+                    .clone()
+                    .or_else(|| statements.select_row_id.clone())
+                    .or_else(|| statements.lock_row.clone()),
                 (Form::Lease, Dialect::MySql | Dialect::MariaDb) => statements.select_lease.clone(),
                 (Form::Lease, _) => statements.claim_lease.clone(),
                 (Form::Advisory, _) => statements.candidates.clone(),
             }
             .expect("a claim statement");
-            let claims = &seen[&format!("{:?}", claim.kind)];
+            let claims = seen
+                .get(&format!("{:?}", claim.kind))
+                .unwrap_or_else(|| panic!("{name}, {dialect:?}: {:?} never ran", claim.kind));
             assert!(
                 claims.len() >= 2,
                 "{name}, {dialect:?}: the claim ran {} times",

@@ -83,7 +83,9 @@ impl<A: Adapter> Running for Arc<RunningBroker<A>> {
 
     fn drained(&self) -> BoxFuture<()> {
         let me = self.clone();
-        Box::pin(async move { me.drained().await })
+        // The inherent method: `me.drained()` would resolve to this trait method on the `Arc`
+        // again and recurse until the stack overflows.
+        Box::pin(async move { RunningBroker::drained(&me).await })
     }
 
     fn shutdown(self: Box<Self>) -> BoxFuture<()> {

@@ -37,6 +37,9 @@ pub use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
 };
 pub use ruststream_core::{ClosedCounts, Value};
+// The macros: `#[derive(Inbox)]`, `#[subscriber(..)]` (beside the function `subscriber`, which
+// shares its name in another namespace) and `#[ruststream::app]`.
+pub use ruststream_macros::{Inbox, app, subscriber};
 pub use subscriber::{
     InboxQueue, IntoSubscription, Subscriber, SubscriberBuilder, Subscription, subscriber,
 };

@@ -93,7 +93,9 @@ pub struct Context<'a, C = ()> {
 }
 
 impl<'a, C> Context<'a, C> {
-    pub(crate) fn new(kind: &'a mut C, span: &'a tracing::Span) -> Self {
+    /// A context over `kind`, in `span`: what the runtime hands a handler, and what a test
+    /// builds to call a handler directly.
+    pub fn new(kind: &'a mut C, span: &'a tracing::Span) -> Self {
         Self { kind, span }
     }
 

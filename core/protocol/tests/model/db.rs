@@ -2,12 +2,12 @@
 //! row locks held by transactions, advisory locks held by sessions, a pool of sessions per
 //! process, and sessions that die.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use ruststream_core::keys::{mysql_lock_name, postgres_key_hash};
 use ruststream_core::{
-    Arg, DbError, Dialect, ErrorKind, Output, Reply, Row, Statement, StatementKind, TableDesc,
-    Value,
+    Arg, DbError, Dialect, ErrorKind, KeyPart, Output, Reply, Row, Statement, StatementKind,
+    TableDesc, Value,
 };
 
 pub type SessId = u64;
@@ -45,10 +45,33 @@ pub struct Db {
     next_session: SessId,
     /// Violations the database saw: a statement that would have waited for a lock.
     pub violations: Vec<String>,
+    /// Statements run on a live session, per kind.
+    pub executed: HashMap<StatementKind, usize>,
+    /// The isolation level the server answers; read committed when `None`.
+    pub isolation: Option<String>,
+    /// Columns the table lacks: listing its columns leaves them out.
+    pub missing_columns: Vec<&'static str>,
+    /// The table does not exist: listing its columns finds none.
+    pub missing_table: bool,
 }
 
 pub fn key_text(channel: i64) -> String {
     format!("jobs-{channel}")
+}
+
+/// The key a row renders from the description's parts, as the database computes it: the
+/// literals, the row's id and its `channel`.
+pub fn render_key(desc: &TableDesc, id: i64, row: &DbRow) -> String {
+    let mut key = String::new();
+    for part in desc.advisory.unwrap_or(&[]) {
+        match part {
+            KeyPart::Literal(text) => key.push_str(text),
+            KeyPart::Column(column) if *column == desc.id.name => key.push_str(&id.to_string()),
+            KeyPart::Column("channel") => key.push_str(&row.channel.to_string()),
+            KeyPart::Column(column) => panic!("the model has no key column `{column}`"),
+        }
+    }
+    key
 }
 
 pub fn lock_arg(dialect: Dialect, key: &str) -> Value {
@@ -270,6 +293,7 @@ impl Db {
                 .unwrap_or(0)
         };
         let in_tx = self.sessions[&sess].in_tx;
+        *self.executed.entry(statement.kind).or_default() += 1;
         match statement.kind {
             StatementKind::Begin => {
                 assert!(!in_tx, "BEGIN inside a transaction");
@@ -284,9 +308,11 @@ impl Db {
                 self.rollback(sess);
                 Reply::Done
             }
+            StatementKind::ListColumns if self.missing_table => Reply::Rows(Vec::new()),
             StatementKind::ListColumns => Reply::Rows(
                 desc.columns()
                     .into_iter()
+                    .filter(|c| !self.missing_columns.contains(c))
                     .map(|c| Row::values(vec![Value::Text(c.to_owned())]))
                     .collect(),
             ),
@@ -294,7 +320,9 @@ impl Db {
                 Reply::Rows(vec![Row::values(vec![Value::Text("test".into())])])
             }
             StatementKind::Isolation => Reply::Rows(vec![Row::values(vec![Value::Text(
-                "read committed".into(),
+                self.isolation
+                    .clone()
+                    .unwrap_or_else(|| "read committed".into()),
             )])]),
             StatementKind::LockRow => {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
@@ -310,6 +338,41 @@ impl Db {
                     }
                     None => Reply::Rows(Vec::new()),
                 }
+            }
+            StatementKind::CountRow | StatementKind::SelectRowId => {
+                let now = now_or_none();
+                let id = self
+                    .ordered(desc, now)
+                    .into_iter()
+                    .find(|id| !self.locked_by_other(*id, sess));
+                let Some(id) = id else {
+                    return Reply::Rows(Vec::new());
+                };
+                if statement.kind == StatementKind::CountRow {
+                    assert!(!in_tx, "the count commits on its own");
+                    self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                } else {
+                    assert!(in_tx, "FOR UPDATE outside a transaction");
+                    self.row_locks.insert(id, sess);
+                }
+                let attempt = self.rows[&id].attempt;
+                Reply::Rows(vec![Row::values(vec![Value::Int(id), Value::Int(attempt)])])
+            }
+            StatementKind::LockRowById => {
+                assert!(in_tx, "FOR UPDATE outside a transaction");
+                let id = int(Arg::Id);
+                let now = now_or_none();
+                let attempt = int(Arg::Attempt);
+                let lockable = self
+                    .rows
+                    .get(&id)
+                    .is_some_and(|r| self.claimable(desc, r, now) && r.attempt == attempt)
+                    && !self.locked_by_other(id, sess);
+                if !lockable {
+                    return Reply::Rows(Vec::new());
+                }
+                self.row_locks.insert(id, sess);
+                Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
             }
             StatementKind::CountAttempt => {
                 let id = int(Arg::Id);
@@ -407,7 +470,7 @@ impl Db {
                         .map(|id| {
                             Row::values(vec![
                                 Value::Int(id),
-                                Value::Text(key_text(self.rows[&id].channel)),
+                                Value::Text(render_key(desc, id, &self.rows[&id])),
                             ])
                         })
                         .collect(),

@@ -15,6 +15,7 @@
 //! it saw, newest first.
 
 mod db;
+mod scenarios;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -331,9 +332,7 @@ impl World {
                     attempt, db_row.attempt,
                     "row {row}: the attempt delivered is the row's"
                 );
-                if self.form() != Form::RowLock
-                    && let Some(last) = self.attempts.get(&row)
-                {
+                if let Some(last) = self.attempts.get(&row) {
                     assert!(attempt > *last, "row {row}: attempt {attempt} after {last}");
                 }
                 self.attempts.insert(row, attempt);
@@ -757,6 +756,158 @@ fn run(config: Config, steps: &[Step]) {
         }
         std::panic::resume_unwind(panic);
     }
+}
+
+#[test]
+fn regression_row_lock_counted_row_taken_in_the_gap() {
+    let config = Config {
+        dialect: Dialect::Postgres,
+        table: Table::RowLock,
+        workers: 1,
+        processes: 2,
+    };
+    run(
+        config,
+        &[
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Settle {
+                process: 0,
+                handler: 0,
+                outcome: Outcome::Retry,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 0,
+            },
+        ],
+    );
 }
 
 fn schedule() -> impl Strategy<Value = Vec<Step>> {

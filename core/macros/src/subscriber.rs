@@ -1,0 +1,368 @@
+//! `#[subscriber(SOURCE)]`: an `async fn` handler turned into a unit struct that implements
+//! `Handle` and includes itself as a subscription.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, PathArguments, ReturnType, Type, TypePath};
+
+use crate::Errors;
+
+const SHAPE: &str =
+    "async fn name(message: &Message, Ctx(value): Ctx<keys::Key>, ..) -> HandlerOutcome";
+
+pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    if args.is_empty() {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "`#[subscriber(..)]` names the source of its messages, such as `#[subscriber(InboxQueue::<Row>::new(\"name\"))]`",
+        ));
+    }
+    let source: Expr = syn::parse2(args)?;
+    let source_ty = source_type(&source)?;
+    let function: ItemFn = syn::parse2(item)?;
+    let sig = &function.sig;
+
+    let mut errors = Errors::default();
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span(),
+            format!("a subscriber is an `async fn`: `{SHAPE}`"),
+        ));
+    }
+    if let Some(constness) = &sig.constness {
+        errors.push(syn::Error::new(
+            constness.span(),
+            "a subscriber is an `async fn`, not a `const fn`",
+        ));
+    }
+    if let Some(unsafety) = &sig.unsafety {
+        errors.push(syn::Error::new(
+            unsafety.span(),
+            "a subscriber is a safe `async fn`",
+        ));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(syn::Error::new(
+            abi.span(),
+            "a subscriber is a Rust `async fn`, with no `extern`",
+        ));
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(syn::Error::new_spanned(
+            &sig.generics,
+            "a subscriber takes no generic parameters: it handles one message type",
+        ));
+    }
+    if let Some(variadic) = &sig.variadic {
+        errors.push(syn::Error::new(
+            variadic.span(),
+            "a subscriber takes no variadic arguments",
+        ));
+    }
+
+    // The message: `pattern: &Message`.
+    let mut inputs = sig.inputs.iter();
+    let message = match inputs.next() {
+        None => {
+            errors.push(syn::Error::new(
+                sig.paren_token.span.join(),
+                format!("a subscriber takes its message first, by reference: `{SHAPE}`"),
+            ));
+            None
+        }
+        Some(FnArg::Receiver(receiver)) => {
+            errors.push(syn::Error::new_spanned(
+                receiver,
+                "a subscriber is a free `async fn`, without `self`",
+            ));
+            None
+        }
+        Some(FnArg::Typed(arg)) => match &*arg.ty {
+            Type::Reference(reference) if reference.mutability.is_none() => {
+                Some((arg.pat.clone(), reference.elem.clone()))
+            }
+            Type::Reference(reference) => {
+                errors.push(syn::Error::new(
+                    reference.mutability.span(),
+                    "the message is lent to the handler shared, not mutable: write `&Message`",
+                ));
+                None
+            }
+            other => {
+                errors.push(syn::Error::new_spanned(
+                    other,
+                    "a subscriber takes its message by reference: write `&Message`",
+                ));
+                None
+            }
+        },
+    };
+
+    // The extractors: `pattern: Ctx<Key>`.
+    let mut extractors = Vec::new();
+    for input in inputs {
+        match input {
+            FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
+                receiver,
+                "a subscriber is a free `async fn`, without `self`",
+            )),
+            FnArg::Typed(arg) => match ctx_key(&arg.ty) {
+                Some(key) => extractors.push((arg.pat.clone(), arg.ty.clone(), key)),
+                None => errors.push(syn::Error::new_spanned(
+                    &arg.ty,
+                    "a subscriber's arguments after the message are extractors, `Ctx<key>`, such as `Ctx(attempt): Ctx<keys::Attempt>`",
+                )),
+            },
+        }
+    }
+
+    let output = match &sig.output {
+        ReturnType::Type(_, ty) => Some(ty.clone()),
+        ReturnType::Default => {
+            errors.push(syn::Error::new(
+                sig.paren_token.span.close(),
+                "a subscriber returns its `HandlerOutcome`: add `-> HandlerOutcome`",
+            ));
+            None
+        }
+    };
+    errors.finish()?;
+    let (Some((message_pat, message_ty)), Some(output)) = (message, output) else {
+        return Err(syn::Error::new(sig.span(), "reported above"));
+    };
+
+    let name = &sig.ident;
+    let name_text = name.unraw().to_string();
+    let vis = &function.vis;
+    let (docs, attrs): (Vec<_>, Vec<_>) = function
+        .attrs
+        .iter()
+        .partition(|attr| attr.path().is_ident("doc"));
+    let cfgs: Vec<_> = attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("cfg"))
+        .collect();
+    let attrs: Vec<_> = attrs
+        .iter()
+        .filter(|attr| !attr.path().is_ident("cfg"))
+        .collect();
+    let block = &function.block;
+
+    let context = if extractors.is_empty() {
+        quote!(())
+    } else {
+        quote!(::ruststream::InboxContext)
+    };
+    let ctx = Ident::new("ctx", Span::mixed_site());
+    let ctx_param = if extractors.is_empty() {
+        quote!(_)
+    } else {
+        quote!(#ctx)
+    };
+    // Spanned at the return type, so a body that answers something else is an error there.
+    let outcome = format_ident!("__ruststream_outcome", span = output.span());
+    let extract = extractors.iter().map(|(pat, ty, key)| {
+        quote_spanned! {ty.span()=>
+            let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
+        }
+    });
+    let into_result = quote_spanned!(output.span()=> ::ruststream::HandlerOutcome::into_result);
+    let builder = quote! {
+        ::ruststream::SubscriberBuilder<#name, #source_ty, #message_ty, (), (), #context>
+    };
+    let builder_doc = format!(
+        "The subscription `{name_text}` as a builder, to set its workers and timings before it is included."
+    );
+
+    Ok(quote! {
+        #(#cfgs)*
+        #(#docs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug)]
+        #vis struct #name;
+
+        #(#cfgs)*
+        impl ::ruststream::Handle<#message_ty, (), (), #context> for #name {
+            #(#attrs)*
+            async fn handle(
+                &self,
+                #message_pat: &#message_ty,
+                _: &(),
+                #ctx_param: &mut ::ruststream::Context<'_, #context>,
+            ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
+                #(#extract)*
+                let #outcome: #output = async move #block.await;
+                #into_result(#outcome)
+            }
+        }
+
+        #(#cfgs)*
+        #[allow(dead_code)]
+        impl #name {
+            #[doc = #builder_doc]
+            #vis fn builder(self) -> #builder {
+                ::ruststream::subscriber::<Self, #message_ty, (), (), #context>(#name_text, self)
+                    .map_source(|_| #source)
+            }
+
+            /// How many messages may be in work at once (default 1).
+            #vis fn workers(self, workers: ::std::num::NonZeroUsize) -> #builder {
+                self.builder().workers(workers)
+            }
+
+            /// How long to wait between claims that find nothing (default 1 s).
+            #vis fn poll_interval(self, interval: ::std::time::Duration) -> #builder {
+                self.builder().poll_interval(interval)
+            }
+
+            /// The lease form: how long a lease lasts (default 30 s); a lease in work is
+            /// extended every third of it.
+            #vis fn lease(self, lease: ::std::time::Duration) -> #builder {
+                self.builder().lease(lease)
+            }
+        }
+
+        #(#cfgs)*
+        impl<A: ::ruststream::adapter::Adapter> ::ruststream::IntoSubscription<A> for #name
+        where
+            #builder: ::ruststream::IntoSubscription<A>,
+        {
+            fn into_subscription(self) -> ::ruststream::Subscription<A> {
+                ::ruststream::IntoSubscription::<A>::into_subscription(self.builder())
+            }
+        }
+    })
+}
+
+/// What a failed expansion leaves: its errors, the function as it is written, and the source
+/// in a closure nothing calls, so the errors are the only ones.
+pub(crate) fn fallback(error: syn::Error, args: TokenStream, item: TokenStream) -> TokenStream {
+    let error = error.into_compile_error();
+    let source = match syn::parse2::<Expr>(args) {
+        Ok(source) => quote! {
+            const _: () = {
+                #[allow(dead_code)]
+                fn source() {
+                    let _ = || #source;
+                }
+            };
+        },
+        Err(_) => TokenStream::new(),
+    };
+    quote!(#error #item #source)
+}
+
+/// `K` of `Ctx<K>` (or `path::Ctx<K>`).
+fn ctx_key(ty: &Type) -> Option<Type> {
+    let Type::Path(TypePath { qself: None, path }) = ty else {
+        return None;
+    };
+    let last = path.segments.last()?;
+    if last.ident != "Ctx" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut args = args.args.iter();
+    match (args.next(), args.next()) {
+        (Some(GenericArgument::Type(key)), None) => Some(key.clone()),
+        _ => None,
+    }
+}
+
+/// The type of the source expression, read from its form: `Type::constructor(..)`,
+/// `<Type>::constructor(..)` or `Type { .. }`.
+fn source_type(source: &Expr) -> syn::Result<TokenStream> {
+    let unreadable = || {
+        syn::Error::new_spanned(
+            source,
+            "the source is written as a constructor call of its type, `Type::constructor(..)` or `<Type>::constructor(..)`, such as `InboxQueue::<Row>::new(\"name\")`, so the subscription can name its type",
+        )
+    };
+    let path = match source {
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => path,
+            _ => return Err(unreadable()),
+        },
+        Expr::Struct(lit) if lit.qself.is_none() => return Ok(type_path(lit.path.clone())),
+        Expr::Paren(inner) => return source_type(&inner.expr),
+        _ => return Err(unreadable()),
+    };
+    if let Some(qself) = &path.qself {
+        // `<Type>::new(..)`; `<Type as Trait>::new(..)` names a trait's constructor, whose
+        // type is the trait's to say.
+        if qself.position == 0 {
+            let ty = &qself.ty;
+            return Ok(quote!(#ty));
+        }
+        return Err(unreadable());
+    }
+    let mut path = path.path.clone();
+    if path.segments.len() < 2 {
+        return Err(unreadable());
+    }
+    path.segments.pop();
+    // Drop the trailing `::` the pop leaves.
+    let last = path.segments.pop().map(|pair| pair.into_value());
+    if let Some(last) = last {
+        path.segments.push(last);
+    }
+    Ok(type_path(path))
+}
+
+/// A path as a type: turbofish arguments written as plain generics.
+fn type_path(mut path: syn::Path) -> TokenStream {
+    for segment in &mut path.segments {
+        if let PathArguments::AngleBracketed(args) = &mut segment.arguments {
+            args.colon2_token = None;
+        }
+    }
+    quote!(#path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(source: &str) -> syn::Result<String> {
+        source_type(&syn::parse_str(source).unwrap()).map(|ty| ty.to_string())
+    }
+
+    #[test]
+    fn reads_the_source_type_from_its_constructor() {
+        assert_eq!(
+            read("InboxQueue::<Transcode>::new(\"videos\")").unwrap(),
+            "InboxQueue < Transcode >"
+        );
+        assert_eq!(
+            read("ruststream::InboxQueue::<a::Row>::new(\"x\")").unwrap(),
+            "ruststream :: InboxQueue < a :: Row >"
+        );
+        assert_eq!(
+            read("<InboxQueue<Row>>::new(\"x\")").unwrap(),
+            "InboxQueue < Row >"
+        );
+        assert_eq!(read("(Queue::default())").unwrap(), "Queue");
+        assert_eq!(read("Queue { name: \"x\" }").unwrap(), "Queue");
+        for unreadable in ["queue()", "QUEUE", "make().queue()", "<T as Make>::new()"] {
+            assert!(read(unreadable).is_err(), "{unreadable}");
+        }
+    }
+
+    #[test]
+    fn finds_the_key_of_an_extractor() {
+        let key = |ty: &str| ctx_key(&syn::parse_str(ty).unwrap()).map(|k| quote!(#k).to_string());
+        assert_eq!(
+            key("Ctx<keys::Attempt>").as_deref(),
+            Some("keys :: Attempt")
+        );
+        assert_eq!(key("ruststream::Ctx<K>").as_deref(), Some("K"));
+        assert_eq!(key("Ctx"), None);
+        assert_eq!(key("Ctx<A, B>"), None);
+        assert_eq!(key("i64"), None);
+        assert_eq!(key("&Ctx<K>"), None);
+    }
+}

@@ -1,0 +1,2899 @@
+//! Deterministic scenarios of the broker: one named test per sentence of the spec pages
+//! (`forms.md`, `advisory.md`, `lock.md`, `shutdown.md`) that the core decides.
+//!
+//! A [`Sim`] drives one or more brokers (processes) against the in-memory [`Db`]: it runs every
+//! polled command in order and hands its reply back until all is quiet, advances a clock to
+//! `poll_timeout()`, and records every command it ran (connection, action, statement, binds,
+//! reply) and every event it saw, so a test asserts exactly which statements ran, on which
+//! connection, in which order. A hook can hold a command back (it never answers until the test
+//! says so) or answer it in the database's place.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use ruststream_core::spec::own;
+use ruststream_core::{
+    Action, Arg, Broker, BrokerError, CheckError, ClosedCounts, Column, Command, ConnId,
+    DROP_GRACE, DbError, Delivered, DeliveryId, DescError, Dialect, ErrorKind, Event, Form,
+    InboxSpec, KeyPart, Outcome, Publish, PublishId, PublisherId, Reply, Row, SettleError,
+    Statement, StatementKind, SubId, SubscribeOptions, TableDesc, Time, Value,
+};
+use sha2::{Digest, Sha256};
+
+use crate::db::{Db, DbRow, SessId, lock_arg};
+
+const T0: Time = Time(1_700_000_000_000_000);
+const POLL: Duration = Duration::from_secs(1);
+const LEASE_TIME: Duration = Duration::from_secs(30);
+const EXTEND: Duration = Duration::from_secs(10);
+
+/// Every dialect.
+const ALL: [Dialect; 4] = [
+    Dialect::Postgres,
+    Dialect::MySql,
+    Dialect::MariaDb,
+    Dialect::Sqlite,
+];
+/// The dialects with row locks and with advisory locks a session holds.
+const SERVERS: [Dialect; 3] = [Dialect::Postgres, Dialect::MySql, Dialect::MariaDb];
+
+/// A process of another system, which holds locks the broker must pass over.
+const OTHER_SYSTEM: usize = 99;
+
+const KEY: &[KeyPart] = &[KeyPart::Literal("jobs-"), KeyPart::Column("channel")];
+/// `test.` + this + one digit is 64 characters: MySQL's longest lock name.
+const KEY_64: &[KeyPart] = &[
+    KeyPart::Literal("video_transcoding_jobs_of_the_channel_whose_key_is_long_x-"),
+    KeyPart::Column("channel"),
+];
+/// `test.` + this + one digit is 65 characters: one past MySQL's longest lock name.
+const KEY_65: &[KeyPart] = &[
+    KeyPart::Literal("video_transcoding_jobs_of_the_channel_whose_key_is_long_xy-"),
+    KeyPart::Column("channel"),
+];
+
+fn row_lock() -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .due(Column::new("due_at"))
+        .desc()
+}
+
+fn row_lock_marked() -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .processed_at(Column::new("processed_at"))
+        .desc()
+}
+
+fn lease() -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .due(Column::new("due_at"))
+        .lease(Column::new("locked_until"))
+        .desc()
+}
+
+fn lease_marked() -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"))
+        .desc()
+}
+
+fn advisory_keyed(key: &'static [KeyPart]) -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .advisory(key)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .desc()
+}
+
+fn advisory() -> TableDesc {
+    advisory_keyed(KEY)
+}
+
+fn custom() -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .advisory(KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .own::<own::Lock>()
+        .own::<own::Unlock>()
+        .desc()
+}
+
+// ----- the driver -----
+
+/// What a command did, as a test names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Op {
+    Acquire,
+    Release,
+    Close,
+    Exec(StatementKind),
+    Lock(String),
+    Unlock(String),
+}
+
+use Op::{Acquire, Close, Exec, Release};
+
+fn op_of(action: &Action) -> (Op, Option<Statement>, Vec<Value>) {
+    match action {
+        Action::Acquire => (Acquire, None, Vec::new()),
+        Action::Release => (Release, None, Vec::new()),
+        Action::Close => (Close, None, Vec::new()),
+        Action::Execute { statement, binds } => {
+            (Exec(statement.kind), Some(statement.clone()), binds.clone())
+        }
+        Action::Lock { key, .. } => (Op::Lock(key.to_string()), None, Vec::new()),
+        Action::Unlock { key, .. } => (Op::Unlock(key.to_string()), None, Vec::new()),
+    }
+}
+
+fn kind_of(command: &Command) -> Option<StatementKind> {
+    match &command.action {
+        Action::Execute { statement, .. } => Some(statement.kind),
+        _ => None,
+    }
+}
+
+/// A command that ran (or that the hook answered), with its reply.
+#[derive(Clone, Debug)]
+struct Ran {
+    proc: usize,
+    conn: ConnId,
+    op: Op,
+    statement: Option<Statement>,
+    binds: Vec<Value>,
+    reply: Reply<i64>,
+    at: Time,
+}
+
+impl Ran {
+    /// The value bound for `arg`.
+    fn bind(&self, arg: Arg) -> Value {
+        let statement = self.statement.as_ref().expect("a statement");
+        let i = statement
+            .args
+            .iter()
+            .position(|a| *a == arg)
+            .unwrap_or_else(|| panic!("{:?} binds no {arg:?}", statement.kind));
+        self.binds[i].clone()
+    }
+
+    /// The driver rows of its reply.
+    fn raw_rows(&self) -> Vec<i64> {
+        match &self.reply {
+            Reply::Rows(rows) => rows.iter().filter_map(|r| r.raw).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Entry {
+    Ran(Ran),
+    Event {
+        proc: usize,
+        event: Event<i64>,
+        /// The connections the broker held when the event was polled.
+        held: usize,
+        at: Time,
+    },
+}
+
+/// What the hook does with a command.
+enum Intercept {
+    /// Run it on the database.
+    Run,
+    /// Keep it: it never answers until the test runs it.
+    Hold,
+    /// Answer it in the database's place.
+    Answer(Reply<i64>),
+}
+
+type Hook = Box<dyn FnMut(usize, &Command) -> Intercept>;
+
+struct Proc {
+    broker: Broker<i64>,
+    /// The database's process number of its sessions.
+    process: usize,
+    sub: SubId,
+    publisher: PublisherId,
+    queue: VecDeque<Command>,
+    held: Vec<Command>,
+    conns: BTreeMap<ConnId, SessId>,
+    closed: BTreeSet<ConnId>,
+    alive: bool,
+    /// Its timers do not fire (a stalled process).
+    paused: bool,
+}
+
+struct Sim {
+    dialect: Dialect,
+    desc: TableDesc,
+    workers: usize,
+    db: Db,
+    now: Time,
+    procs: Vec<Proc>,
+    journal: Vec<Entry>,
+    hook: Option<Hook>,
+}
+
+impl Sim {
+    fn new(dialect: Dialect, desc: TableDesc, workers: usize) -> Self {
+        Sim {
+            dialect,
+            desc,
+            workers,
+            db: Db::default(),
+            now: T0,
+            procs: Vec::new(),
+            journal: Vec::new(),
+            hook: None,
+        }
+    }
+
+    /// A database with rows of these channels, and one process whose subscription passed its
+    /// check and ran its first claims.
+    fn start(dialect: Dialect, desc: TableDesc, workers: usize, channels: &[i64]) -> Self {
+        let mut sim = Sim::new(dialect, desc, workers);
+        for &channel in channels {
+            sim.insert(channel);
+        }
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        assert!(
+            sim.events(p, 0).contains(&Event::Ready { sub }),
+            "{dialect:?}: the subscription is ready: {:?}",
+            sim.events(p, 0)
+        );
+        sim
+    }
+
+    fn options(&self) -> SubscribeOptions {
+        SubscribeOptions {
+            workers: self.workers,
+            poll_interval: POLL,
+            lease: LEASE_TIME,
+            extend_every: EXTEND,
+        }
+    }
+
+    fn insert(&mut self, channel: i64) -> i64 {
+        self.db.insert(channel, self.now.micros())
+    }
+
+    /// A new process with the subscription and a publisher; its check's commands wait.
+    fn spawn(&mut self) -> usize {
+        let mut broker = Broker::new(self.dialect);
+        let sub = broker
+            .subscribe(self.desc, self.options(), self.now)
+            .expect("subscribes");
+        let publisher = broker.publisher(self.desc).expect("a publisher");
+        self.procs.push(Proc {
+            broker,
+            process: self.procs.len() + 1,
+            sub,
+            publisher,
+            queue: VecDeque::new(),
+            held: Vec::new(),
+            conns: BTreeMap::new(),
+            closed: BTreeSet::new(),
+            alive: true,
+            paused: false,
+        });
+        let p = self.procs.len() - 1;
+        self.poll(p);
+        p
+    }
+
+    fn hook(&mut self, hook: impl FnMut(usize, &Command) -> Intercept + 'static) {
+        self.hook = Some(Box::new(hook));
+    }
+
+    /// Drains a broker's commands into its queue and its events into the journal.
+    fn poll(&mut self, p: usize) {
+        let now = self.now;
+        let proc = &mut self.procs[p];
+        while let Some(command) = proc.broker.poll_command() {
+            proc.queue.push_back(command);
+        }
+        while let Some(event) = proc.broker.poll_event() {
+            let held = proc.broker.held_connections();
+            self.journal.push(Entry::Event {
+                proc: p,
+                event,
+                held,
+                at: now,
+            });
+        }
+    }
+
+    /// Runs every command of every live process, in order, until all is quiet.
+    fn run(&mut self) {
+        for _ in 0..100_000 {
+            let mut progressed = false;
+            for p in 0..self.procs.len() {
+                if self.procs[p].alive && self.step(p) {
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                return;
+            }
+        }
+        panic!("the simulation never went quiet");
+    }
+
+    /// Runs the next command of a process, through the hook.
+    fn step(&mut self, p: usize) -> bool {
+        let Some(command) = self.procs[p].queue.pop_front() else {
+            return false;
+        };
+        let decision = match self.hook.as_mut() {
+            Some(hook) => hook(p, &command),
+            None => Intercept::Run,
+        };
+        match decision {
+            Intercept::Run => self.run_command(p, command),
+            Intercept::Hold => self.procs[p].held.push(command),
+            Intercept::Answer(reply) => self.answer(p, command, reply),
+        }
+        true
+    }
+
+    /// Runs a process's commands until the next one matches, and leaves that one unrun.
+    fn run_until(&mut self, p: usize, matches: impl Fn(&Command) -> bool) -> Command {
+        loop {
+            let front = self.procs[p]
+                .queue
+                .front()
+                .cloned()
+                .expect("the awaited command never came");
+            if matches(&front) {
+                return front;
+            }
+            self.step(p);
+        }
+    }
+
+    /// The commands the hook held, taken back to run or answer by hand.
+    fn take_held(&mut self, p: usize) -> Vec<Command> {
+        std::mem::take(&mut self.procs[p].held)
+    }
+
+    fn run_command(&mut self, p: usize, command: Command) {
+        let reply = self.exec(p, &command);
+        self.answer(p, command, reply);
+    }
+
+    fn answer(&mut self, p: usize, command: Command, reply: Reply<i64>) {
+        let (op, statement, binds) = op_of(&command.action);
+        self.journal.push(Entry::Ran(Ran {
+            proc: p,
+            conn: command.conn,
+            op,
+            statement,
+            binds,
+            reply: reply.clone(),
+            at: self.now,
+        }));
+        self.procs[p]
+            .broker
+            .handle_reply(command.id, reply, self.now);
+        self.poll(p);
+    }
+
+    /// Runs a command on the database, as an adapter would.
+    fn exec(&mut self, p: usize, command: &Command) -> Reply<i64> {
+        let (dialect, desc) = (self.dialect, self.desc);
+        let proc = &mut self.procs[p];
+        if proc.closed.contains(&command.conn) {
+            assert!(
+                !matches!(
+                    command.action,
+                    Action::Acquire | Action::Release | Action::Close
+                ),
+                "{:?} on {} after it was closed",
+                command.action,
+                command.conn
+            );
+            return Reply::Failed(DbError::new(
+                ErrorKind::ConnectionLost,
+                "the connection was closed",
+            ));
+        }
+        let reply = match &command.action {
+            Action::Acquire => {
+                let sess = self.db.acquire(proc.process);
+                proc.conns.insert(command.conn, sess);
+                Reply::Done
+            }
+            Action::Release => {
+                let sess = proc.conns.remove(&command.conn).expect("a held connection");
+                if self.db.sessions[&sess].alive {
+                    self.db.release(sess);
+                }
+                Reply::Done
+            }
+            Action::Close => {
+                proc.closed.insert(command.conn);
+                let sess = proc.conns.remove(&command.conn).expect("a held connection");
+                self.db.kill(sess);
+                Reply::Done
+            }
+            Action::Execute { statement, binds } => {
+                let sess = *proc
+                    .conns
+                    .get(&command.conn)
+                    .unwrap_or_else(|| panic!("{} was never acquired", command.conn));
+                self.db.execute(dialect, &desc, sess, statement, binds)
+            }
+            Action::Lock { key, .. } => {
+                let sess = proc.conns[&command.conn];
+                self.db.custom_lock(sess, key)
+            }
+            Action::Unlock { key, .. } => {
+                let sess = proc.conns[&command.conn];
+                self.db.custom_unlock(sess, key)
+            }
+        };
+        assert!(self.db.violations.is_empty(), "{:?}", self.db.violations);
+        reply
+    }
+
+    /// Moves the clock to `target`, firing every timer due on the way, each at its time.
+    fn advance_to(&mut self, target: Time) {
+        for _ in 0..100_000 {
+            let next = self
+                .procs
+                .iter()
+                .filter(|p| p.alive && !p.paused)
+                .filter_map(|p| p.broker.poll_timeout())
+                .min();
+            match next {
+                Some(t) if t <= target => {
+                    self.now = self.now.max(t);
+                    for p in 0..self.procs.len() {
+                        let proc = &self.procs[p];
+                        let due = proc.alive
+                            && !proc.paused
+                            && proc.broker.poll_timeout().is_some_and(|t| t <= self.now);
+                        if due {
+                            self.procs[p].broker.handle_timeout(self.now);
+                            self.poll(p);
+                        }
+                    }
+                    self.run();
+                }
+                _ => {
+                    self.now = self.now.max(target);
+                    return;
+                }
+            }
+        }
+        panic!("the timers never went quiet");
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.advance_to(self.now.plus(d));
+    }
+
+    /// Fires a process's timers now, whatever `poll_timeout` says, and runs.
+    fn fire(&mut self, p: usize) {
+        self.procs[p].broker.handle_timeout(self.now);
+        self.poll(p);
+        self.run();
+    }
+
+    fn timeout(&self, p: usize) -> Option<Time> {
+        self.procs[p].broker.poll_timeout()
+    }
+
+    // ----- inputs: each polls, none runs -----
+
+    fn settle(&mut self, p: usize, delivery: DeliveryId, outcome: Outcome) {
+        self.procs[p].broker.settle(delivery, outcome, self.now);
+        self.poll(p);
+    }
+
+    fn drop_delivery(&mut self, p: usize, delivery: DeliveryId) {
+        self.procs[p].broker.drop_delivery(delivery, self.now);
+        self.poll(p);
+    }
+
+    fn shutdown(&mut self, p: usize) {
+        self.procs[p].broker.shutdown(self.now);
+        self.poll(p);
+    }
+
+    fn wake(&mut self, p: usize) {
+        let sub = self.procs[p].sub;
+        self.procs[p].broker.wake(sub, self.now);
+        self.poll(p);
+    }
+
+    fn publish(&mut self, p: usize, channel: i64) -> Result<PublishId, BrokerError> {
+        let publisher = self.procs[p].publisher;
+        let row = Publish {
+            payload: b"{}".to_vec(),
+            columns: vec![("channel", Value::Int(channel))],
+            ..Publish::default()
+        };
+        let result = self.procs[p].broker.publish(publisher, row, self.now);
+        self.poll(p);
+        result
+    }
+
+    /// The process dies: the database ends its sessions, and it runs nothing more.
+    fn crash(&mut self, p: usize) {
+        self.db.kill_process(self.procs[p].process);
+        self.procs[p].alive = false;
+    }
+
+    // ----- what happened -----
+
+    fn mark(&self) -> usize {
+        self.journal.len()
+    }
+
+    fn runs(&self, p: usize, since: usize) -> Vec<&Ran> {
+        self.journal[since..]
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Ran(r) if r.proc == p => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ops(&self, p: usize, since: usize) -> Vec<Op> {
+        self.runs(p, since)
+            .into_iter()
+            .map(|r| r.op.clone())
+            .collect()
+    }
+
+    fn ops_on(&self, p: usize, conn: ConnId, since: usize) -> Vec<Op> {
+        self.runs(p, since)
+            .into_iter()
+            .filter(|r| r.conn == conn)
+            .map(|r| r.op.clone())
+            .collect()
+    }
+
+    /// The runs of a statement kind.
+    fn runs_of(&self, p: usize, since: usize, kind: StatementKind) -> Vec<&Ran> {
+        self.runs(p, since)
+            .into_iter()
+            .filter(|r| r.op == Exec(kind))
+            .collect()
+    }
+
+    fn events(&self, p: usize, since: usize) -> Vec<Event<i64>> {
+        self.journal[since..]
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Event { proc, event, .. } if *proc == p => Some(event.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The index in the journal of the first event of `p` that matches.
+    fn event_index(&self, p: usize, matches: impl Fn(&Event<i64>) -> bool) -> Option<usize> {
+        self.journal.iter().position(
+            |e| matches!(e, Entry::Event { proc, event, .. } if *proc == p && matches(event)),
+        )
+    }
+
+    fn delivered(&self, p: usize, since: usize) -> Vec<Delivered<i64>> {
+        self.events(p, since)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Delivered(d) => Some(d),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn delivered_rows(&self, p: usize, since: usize) -> Vec<i64> {
+        self.delivered(p, since)
+            .iter()
+            .map(|d| d.row.expect("the driver row"))
+            .collect()
+    }
+
+    /// The time of the first delivery of `row` by `p` since `since`.
+    fn delivered_at(&self, p: usize, since: usize, row: i64) -> Option<Time> {
+        self.journal[since..].iter().find_map(|e| match e {
+            Entry::Event {
+                proc,
+                event: Event::Delivered(d),
+                at,
+                ..
+            } if *proc == p && d.row == Some(row) => Some(*at),
+            _ => None,
+        })
+    }
+
+    /// The last delivery of `row` by `p`.
+    fn delivery(&self, p: usize, row: i64) -> DeliveryId {
+        self.delivered(p, 0)
+            .iter()
+            .rev()
+            .find(|d| d.row == Some(row))
+            .unwrap_or_else(|| panic!("row {row} was never delivered"))
+            .delivery
+    }
+
+    /// The connection whose claim statement read `row` last: the delivery's connection.
+    fn conn_of(&self, p: usize, row: i64) -> ConnId {
+        self.runs(p, 0)
+            .into_iter()
+            .rev()
+            .find(|r| {
+                matches!(
+                    r.op,
+                    Exec(
+                        StatementKind::LockRow
+                            | StatementKind::LockRowById
+                            | StatementKind::Take
+                            | StatementKind::ReadRow
+                    )
+                ) && r.raw_rows().contains(&row)
+            })
+            .unwrap_or_else(|| panic!("no claim read row {row}"))
+            .conn
+    }
+
+    fn sess_of(&self, p: usize, conn: ConnId) -> SessId {
+        self.procs[p].conns[&conn]
+    }
+
+    /// Every `Closed` event of `p`, with the connections held then.
+    fn closed(&self, p: usize) -> Vec<(ClosedCounts, usize)> {
+        self.journal
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Event {
+                    proc,
+                    event: Event::Closed(counts),
+                    held,
+                    ..
+                } if *proc == p => Some((*counts, *held)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn row(&self, id: i64) -> &DbRow {
+        self.db
+            .rows
+            .get(&id)
+            .unwrap_or_else(|| panic!("row {id} is not in the table"))
+    }
+
+    fn executed(&self, kind: StatementKind) -> usize {
+        self.db.executed.get(&kind).copied().unwrap_or(0)
+    }
+
+    fn in_work(&self, p: usize) -> usize {
+        self.procs[p].broker.in_work(self.procs[p].sub)
+    }
+
+    fn statements(&self, p: usize) -> &ruststream_core::Statements {
+        self.procs[p]
+            .broker
+            .statements(self.procs[p].sub)
+            .expect("the subscription's statements")
+    }
+
+    /// A session of another system that holds the advisory lock of `key`.
+    fn hold_elsewhere(&mut self, key: &str) -> SessId {
+        let sess = self.db.acquire(OTHER_SYSTEM);
+        self.db
+            .advisory
+            .insert(lock_arg(self.dialect, key), (sess, 1));
+        sess
+    }
+}
+
+#[track_caller]
+fn only<T: std::fmt::Debug>(mut items: Vec<T>) -> T {
+    assert_eq!(items.len(), 1, "exactly one: {items:?}");
+    items.pop().expect("one")
+}
+
+/// A microsecond before `t`.
+fn just_before(t: Time) -> Time {
+    Time(t.micros() - 1)
+}
+
+fn bool_reply(value: bool) -> Reply<i64> {
+    Reply::Rows(vec![Row::values(vec![Value::Bool(value)])])
+}
+
+/// A settlement's, extension's or release's statement (not a claim's).
+fn touches_a_held_row(op: &Op) -> bool {
+    matches!(
+        op,
+        Exec(
+            StatementKind::Delete { .. }
+                | StatementKind::MarkProcessed { .. }
+                | StatementKind::ReleaseLease
+                | StatementKind::ExtendLease
+                | StatementKind::Unlock
+        ) | Op::Unlock(_)
+    )
+}
+
+fn delete(fenced: bool) -> Op {
+    Exec(StatementKind::Delete { fenced })
+}
+
+/// The advisory form's take, per dialect: one statement, or a count then a read.
+fn take_ops(dialect: Dialect) -> Vec<Op> {
+    match dialect {
+        Dialect::MySql | Dialect::MariaDb => {
+            vec![Exec(StatementKind::TakeCount), Exec(StatementKind::ReadRow)]
+        }
+        Dialect::Postgres | Dialect::Sqlite => vec![Exec(StatementKind::Take)],
+    }
+}
+
+fn take_kind(dialect: Dialect) -> StatementKind {
+    match dialect {
+        Dialect::MySql | Dialect::MariaDb => StatementKind::TakeCount,
+        Dialect::Postgres | Dialect::Sqlite => StatementKind::Take,
+    }
+}
+
+fn lease_claim_kind(dialect: Dialect) -> StatementKind {
+    match dialect {
+        Dialect::MySql | Dialect::MariaDb => StatementKind::SelectLease,
+        Dialect::Postgres | Dialect::Sqlite => StatementKind::ClaimLease,
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+// ===== forms.md: the row lock form =====
+
+/// "A row lock claim locks each row with FOR UPDATE SKIP LOCKED in a transaction that stays
+/// open while the handler runs."
+#[test]
+fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 1, &[0]);
+        let d = only(sim.delivered(0, 0));
+        let row = d.row.expect("a row");
+        assert_eq!(d.attempt, Some(1), "{dialect:?}");
+        let conn = sim.conn_of(0, row);
+        // The attempt is counted and committed first, so a crash spends it; then the row is
+        // locked for the handler in a transaction of its own.
+        let expected: Vec<_> = if dialect == Dialect::Postgres {
+            vec![
+                Acquire,
+                Exec(StatementKind::CountRow),
+                Exec(StatementKind::Begin),
+                Exec(StatementKind::LockRowById),
+            ]
+        } else {
+            vec![
+                Acquire,
+                Exec(StatementKind::Begin),
+                Exec(StatementKind::SelectRowId),
+                Exec(StatementKind::CountAttempt),
+                Exec(StatementKind::Commit),
+                Exec(StatementKind::Begin),
+                Exec(StatementKind::LockRowById),
+            ]
+        };
+        assert_eq!(sim.ops_on(0, conn, 0), expected, "{dialect:?}");
+        let lock_row = sim
+            .statements(0)
+            .lock_row_by_id
+            .clone()
+            .expect("lock_row_by_id");
+        assert!(
+            lock_row.sql.contains("FOR UPDATE SKIP LOCKED"),
+            "{dialect:?}: {}",
+            lock_row.sql
+        );
+        // The handler runs: the transaction is open and holds the row.
+        sim.advance(Duration::from_secs(5));
+        let sess = sim.sess_of(0, conn);
+        assert_eq!(sim.db.row_locks.get(&row), Some(&sess), "{dialect:?}");
+        assert!(sim.db.sessions[&sess].in_tx, "{dialect:?}");
+        assert_eq!(
+            sim.ops_on(0, conn, 0).len(),
+            expected.len(),
+            "{dialect:?}: nothing more ran"
+        );
+    }
+}
+
+/// "Rows that another claim holds are passed over, so claims of several workers and
+/// processes never wait for each other."
+#[test]
+fn row_lock_rows_another_claim_holds_are_passed_over() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 1, &[0, 0]);
+        assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
+        let second = sim.spawn();
+        sim.run();
+        // The database model records a statement that would wait as a violation, and the
+        // driver fails on any.
+        assert_eq!(sim.delivered_rows(second, 0), [2], "{dialect:?}");
+        assert!(sim.db.violations.is_empty());
+        assert_eq!(sim.db.row_locks.len(), 2, "{dialect:?}");
+    }
+}
+
+/// "The settlement's statement, a delete or the processed_at mark, commits that transaction,
+/// so a row and its outcome change together."
+#[test]
+fn row_lock_ack_runs_the_settle_statement_then_commit_on_the_same_connection() {
+    for dialect in SERVERS {
+        for outcome in [Outcome::Ack, Outcome::Reject] {
+            let mut sim = Sim::start(dialect, row_lock(), 1, &[0]);
+            let delivery = sim.delivery(0, 1);
+            let conn = sim.conn_of(0, 1);
+            let mark = sim.mark();
+            sim.settle(0, delivery, outcome);
+            // Before the commit, the delete is inside the claim's transaction, which still
+            // holds the row.
+            sim.run_until(0, |c| kind_of(c) == Some(StatementKind::Commit));
+            let sess = sim.sess_of(0, conn);
+            assert!(
+                sim.db.sessions[&sess].in_tx,
+                "{dialect:?}: not yet committed"
+            );
+            assert_eq!(sim.db.row_locks.get(&1), Some(&sess), "{dialect:?}");
+            sim.run();
+            assert_eq!(
+                sim.ops_on(0, conn, mark),
+                [delete(false), Exec(StatementKind::Commit), Release],
+                "{dialect:?} {outcome:?}"
+            );
+            assert!(
+                sim.events(0, mark)
+                    .contains(&Event::Settled { delivery, outcome }),
+                "{dialect:?} {outcome:?}"
+            );
+            assert!(
+                !sim.db.rows.contains_key(&1),
+                "{dialect:?}: the row is deleted"
+            );
+            assert!(sim.db.row_locks.is_empty());
+        }
+    }
+}
+
+/// "... a delete or the processed_at mark ...": with `processed_at`, the settlement marks the
+/// row inside the transaction instead of deleting it, and the row is never claimed again.
+#[test]
+fn row_lock_ack_marks_processed_at_instead_of_deleting() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock_marked(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let mark = sim.mark();
+        sim.advance(Duration::from_millis(1500));
+        let at = sim.now;
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.ops_on(0, conn, mark),
+            [
+                Exec(StatementKind::MarkProcessed { fenced: false }),
+                Exec(StatementKind::Commit),
+                Release
+            ],
+            "{dialect:?}"
+        );
+        assert_eq!(sim.row(1).processed_at, Some(at.micros()), "{dialect:?}");
+        let mark = sim.mark();
+        sim.advance(Duration::from_secs(10));
+        assert!(sim.delivered(0, mark).is_empty(), "{dialect:?}");
+    }
+}
+
+/// "The price is a connection of the pool per message in work, held for the whole handler."
+#[test]
+fn row_lock_holds_one_connection_per_message_in_work() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 4, &[0, 1, 2, 3, 4, 5]);
+        let rows = sim.delivered_rows(0, 0);
+        assert_eq!(
+            rows,
+            [1, 2, 3, 4],
+            "{dialect:?}: four workers take four rows"
+        );
+        assert_eq!(sim.procs[0].broker.held_connections(), 4, "{dialect:?}");
+        let conns: BTreeSet<ConnId> = rows.iter().map(|r| sim.conn_of(0, *r)).collect();
+        assert_eq!(conns.len(), 4, "{dialect:?}: a connection of its own each");
+        let sessions: BTreeSet<SessId> = conns.iter().map(|c| sim.sess_of(0, *c)).collect();
+        assert_eq!(sessions.len(), 4, "{dialect:?}");
+        for row in &rows {
+            let sess = sim.sess_of(0, sim.conn_of(0, *row));
+            assert_eq!(sim.db.row_locks.get(row), Some(&sess), "{dialect:?}");
+            assert!(sim.db.sessions[&sess].in_tx, "{dialect:?}");
+        }
+        // Held for the whole handler.
+        sim.advance(Duration::from_secs(60));
+        assert_eq!(sim.procs[0].broker.held_connections(), 4, "{dialect:?}");
+        // A settlement gives its connection back, and the freed worker takes the next row.
+        let delivery = sim.delivery(0, 1);
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(sim.delivered_rows(0, 0), [1, 2, 3, 4, 5], "{dialect:?}");
+        assert_eq!(sim.procs[0].broker.held_connections(), 4, "{dialect:?}");
+    }
+}
+
+/// `retry()` in the row lock form commits the transaction with its counted attempt, and the
+/// row returns to the queue.
+#[test]
+fn row_lock_retry_commits_the_counted_attempt_and_the_row_returns() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Retry);
+        sim.run();
+        assert_eq!(
+            sim.ops_on(0, conn, mark)[..2],
+            [Exec(StatementKind::Commit), Release],
+            "{dialect:?}: no statement but the commit"
+        );
+        assert!(sim.events(0, mark).contains(&Event::Settled {
+            delivery,
+            outcome: Outcome::Retry
+        }));
+        let again = only(sim.delivered(0, mark));
+        assert_eq!(again.row, Some(1), "{dialect:?}: the row returns");
+        assert_eq!(
+            again.attempt,
+            Some(2),
+            "{dialect:?}: the attempt was committed"
+        );
+        assert_eq!(sim.row(1).attempt, 2);
+    }
+}
+
+/// "The rows of a crashed process return at once, when the database rolls its transactions
+/// back."
+#[test]
+fn row_lock_crash_returns_the_row_at_once() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 1, &[0]);
+        assert_eq!(sim.delivered_rows(0, 0), [1]);
+        let second = sim.spawn();
+        sim.run();
+        assert!(
+            sim.delivered(second, 0).is_empty(),
+            "{dialect:?}: held by the first process"
+        );
+        sim.crash(0);
+        assert!(sim.db.row_locks.is_empty(), "{dialect:?}");
+        // At once: the second process's next claim, with no lease to wait for.
+        sim.advance(POLL);
+        let d = only(sim.delivered(second, 0));
+        assert_eq!(d.row, Some(1), "{dialect:?}");
+        assert_eq!(sim.delivered_at(second, 0, 1), Some(T0.plus(POLL)));
+    }
+}
+
+/// "SQLite has no row locks, so a subscription to a SQLite table that names no other form
+/// does not compile": at run time the core refuses it.
+#[test]
+fn row_lock_subscription_on_sqlite_is_refused() {
+    let mut broker: Broker<i64> = Broker::new(Dialect::Sqlite);
+    let options = SubscribeOptions::default();
+    assert_eq!(
+        broker.subscribe(row_lock(), options, T0),
+        Err(BrokerError::Desc(DescError::NoRowLocks {
+            table: "jobs",
+            dialect: "SQLite",
+        }))
+    );
+    assert_eq!(broker.poll_command(), None, "nothing runs");
+    // The other forms are taken on SQLite.
+    assert!(broker.subscribe(lease(), options, T0).is_ok());
+    assert!(broker.subscribe(advisory(), options, T0).is_ok());
+}
+
+/// "On Postgres read_committed is the practical isolation level for the form: a claim at a
+/// stricter level fails with a serialization error": the check refuses a stricter level,
+/// and names the setting to change.
+#[test]
+fn row_lock_postgres_serializable_isolation_fails_the_check() {
+    let mut sim = Sim::new(Dialect::Postgres, row_lock(), 1);
+    sim.db.isolation = Some("serializable".into());
+    sim.insert(0);
+    let p = sim.spawn();
+    sim.run();
+    let sub = sim.procs[p].sub;
+    let error = sim
+        .events(p, 0)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::CheckFailed { sub: s, error } if s == sub => Some(error),
+            _ => None,
+        })
+        .expect("the check fails");
+    assert_eq!(
+        error,
+        CheckError::Isolation {
+            table: "jobs",
+            level: "serializable".into()
+        }
+    );
+    assert!(
+        error.to_string().contains("default_transaction_isolation"),
+        "{error}"
+    );
+    assert!(!sim.events(p, 0).contains(&Event::Ready { sub }));
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.executed(StatementKind::LockRow), 0, "no claim");
+    assert_eq!(sim.procs[p].broker.held_connections(), 0);
+}
+
+/// A claim that fails with a serialization error says which setting to change.
+#[test]
+fn row_lock_serialization_failure_names_the_isolation_setting() {
+    let mut sim = Sim::new(Dialect::Postgres, row_lock(), 1);
+    sim.insert(0);
+    sim.spawn();
+    sim.hook(|_, c| match kind_of(c) {
+        Some(StatementKind::CountRow) => Intercept::Answer(Reply::Failed(DbError::new(
+            ErrorKind::Serialization,
+            "could not serialize access",
+        ))),
+        _ => Intercept::Run,
+    });
+    sim.run();
+    let message = sim
+        .events(0, 0)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Error { error, .. } if error.kind == ErrorKind::Serialization => {
+                Some(error.message)
+            }
+            _ => None,
+        })
+        .expect("the claim's error");
+    assert!(
+        message.contains("default_transaction_isolation"),
+        "{message}"
+    );
+    assert!(
+        sim.ops(0, 0).contains(&Close),
+        "the failed claim's connection closes"
+    );
+    assert_eq!(sim.procs[0].broker.held_connections(), 0);
+}
+
+// ===== forms.md: the lease form =====
+
+/// "an expiry written into the row": the claim writes `locked_until` and counts the attempt,
+/// and holds no connection while the message is in work.
+#[test]
+fn lease_claim_writes_locked_until_and_counts_the_attempt() {
+    for dialect in ALL {
+        let sim = Sim::start(dialect, lease(), 1, &[0]);
+        let d = only(sim.delivered(0, 0));
+        assert_eq!(d.row, Some(1));
+        assert_eq!(d.attempt, Some(1), "{dialect:?}");
+        let row = sim.row(1);
+        assert_eq!(row.attempt, 1, "{dialect:?}");
+        assert_eq!(row.locked_until, Some(T0.plus(LEASE_TIME).micros()));
+        let claim = match dialect {
+            Dialect::MySql | Dialect::MariaDb => vec![
+                Acquire,
+                Exec(StatementKind::Begin),
+                Exec(StatementKind::SelectLease),
+                Exec(StatementKind::MarkLease(1)),
+                Exec(StatementKind::Commit),
+                Release,
+            ],
+            _ => vec![Acquire, Exec(StatementKind::ClaimLease), Release],
+        };
+        let check_len = sim.ops(0, 0).len() - claim.len();
+        assert_eq!(sim.ops(0, 0)[check_len..], claim, "{dialect:?}");
+        assert_eq!(sim.procs[0].broker.held_connections(), 0, "{dialect:?}");
+        assert!(sim.db.sessions.values().all(|s| !s.in_tx));
+    }
+}
+
+/// "statements to claim, extend and settle": a lease in work is extended every
+/// `extend_every`, and no longer once settled.
+#[test]
+fn lease_is_extended_every_extend_every_while_in_work() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+        sim.advance_to(just_before(T0.plus(EXTEND)));
+        assert_eq!(sim.executed(StatementKind::ExtendLease), 0, "{dialect:?}");
+        sim.advance_to(T0.plus(EXTEND));
+        let extend = only(sim.runs_of(0, 0, StatementKind::ExtendLease));
+        assert_eq!(extend.at, T0.plus(EXTEND), "{dialect:?}");
+        assert_eq!(extend.bind(Arg::Id), Value::Int(1));
+        assert_eq!(
+            extend.bind(Arg::Fence),
+            Value::Int(T0.plus(LEASE_TIME).micros()),
+            "{dialect:?}: fenced by the lease it wrote"
+        );
+        let until = T0.plus(EXTEND).plus(LEASE_TIME).micros();
+        assert_eq!(extend.bind(Arg::Until), Value::Int(until));
+        assert_eq!(sim.row(1).locked_until, Some(until), "{dialect:?}");
+        sim.advance_to(T0.plus(EXTEND * 2));
+        assert_eq!(sim.executed(StatementKind::ExtendLease), 2, "{dialect:?}");
+        let delivery = sim.delivery(0, 1);
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        sim.advance(Duration::from_secs(120));
+        assert_eq!(sim.executed(StatementKind::ExtendLease), 2, "{dialect:?}");
+        assert!(!sim.db.rows.contains_key(&1));
+    }
+}
+
+/// A lease that ran out and that another claim took: the extension finds it gone and says
+/// `LeaseLost`; a settlement afterwards fails with `LeaseLost` and runs no statement.
+#[test]
+fn lease_taken_by_another_claim_yields_lease_lost_and_settle_fails_without_touching_the_row() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        // The first process stalls past its lease.
+        sim.procs[0].paused = true;
+        sim.advance_to(T0.plus(LEASE_TIME + POLL));
+        let second = sim.spawn();
+        sim.run();
+        let taken = only(sim.delivered(second, 0));
+        assert_eq!(taken.row, Some(1), "{dialect:?}");
+        assert_eq!(taken.attempt, Some(2));
+        let theirs = sim.row(1).clone();
+        // The first process wakes up and extends.
+        sim.procs[0].paused = false;
+        let mark = sim.mark();
+        sim.fire(0);
+        assert_eq!(
+            sim.ops(0, mark),
+            [Acquire, Exec(StatementKind::ExtendLease), Release],
+            "{dialect:?}"
+        );
+        assert!(
+            sim.events(0, mark).contains(&Event::LeaseLost { delivery }),
+            "{dialect:?}: {:?}",
+            sim.events(0, mark)
+        );
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.events(0, mark),
+            [Event::SettleFailed {
+                delivery,
+                error: SettleError::LeaseLost
+            }],
+            "{dialect:?}"
+        );
+        assert!(
+            !sim.ops(0, mark).iter().any(touches_a_held_row),
+            "{dialect:?}: no statement runs: {:?}",
+            sim.ops(0, mark)
+        );
+        assert_eq!(sim.row(1), &theirs, "{dialect:?}: the row is untouched");
+    }
+}
+
+/// A settlement fenced by a lease another claim took after it ran out takes no effect.
+#[test]
+fn lease_settle_after_the_lease_was_taken_fails_with_lease_lost() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        sim.procs[0].paused = true;
+        sim.advance_to(T0.plus(LEASE_TIME));
+        let second = sim.spawn();
+        sim.run();
+        assert_eq!(sim.delivered_rows(second, 0), [1], "{dialect:?}");
+        let theirs = sim.row(1).clone();
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.ops(0, mark)[..3],
+            [Acquire, delete(true), Release],
+            "{dialect:?}"
+        );
+        assert!(!sim.ops(0, mark)[3..].iter().any(touches_a_held_row));
+        assert!(sim.events(0, mark).contains(&Event::SettleFailed {
+            delivery,
+            error: SettleError::LeaseLost
+        }));
+        assert_eq!(sim.row(1), &theirs, "{dialect:?}");
+    }
+}
+
+/// "After a crash ... the row returns when the lease runs out": not a moment before.
+#[test]
+fn lease_crash_returns_the_row_only_when_the_lease_runs_out() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+        sim.crash(0);
+        sim.advance_to(T0.plus(LEASE_TIME - POLL));
+        let second = sim.spawn();
+        sim.run();
+        let claim = lease_claim_kind(dialect);
+        let claims = sim.runs_of(second, 0, claim);
+        assert_eq!(
+            claims.len(),
+            1,
+            "{dialect:?}: a claim 1 s before the lease runs out"
+        );
+        assert!(
+            claims[0].raw_rows().is_empty(),
+            "{dialect:?}: takes nothing"
+        );
+        assert!(sim.delivered(second, 0).is_empty());
+        sim.advance_to(T0.plus(LEASE_TIME));
+        let d = only(sim.delivered(second, 0));
+        assert_eq!(d.row, Some(1), "{dialect:?}: a claim after takes it");
+        assert_eq!(d.attempt, Some(2), "{dialect:?}");
+        assert_eq!(sim.delivered_at(second, 0, 1), Some(T0.plus(LEASE_TIME)));
+    }
+}
+
+/// "... a delete or the processed_at mark": in the lease form, a fenced mark.
+#[test]
+fn lease_ack_marks_processed_at_instead_of_deleting() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease_marked(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        sim.advance(Duration::from_secs(2));
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.ops(0, mark)[..3],
+            [
+                Acquire,
+                Exec(StatementKind::MarkProcessed { fenced: true }),
+                Release
+            ],
+            "{dialect:?}"
+        );
+        assert!(sim.events(0, mark).contains(&Event::Settled {
+            delivery,
+            outcome: Outcome::Ack
+        }));
+        let row = sim.row(1);
+        assert_eq!(
+            row.processed_at,
+            Some(T0.plus(Duration::from_secs(2)).micros())
+        );
+        assert_eq!(row.locked_until, None, "{dialect:?}");
+        sim.advance(Duration::from_secs(120));
+        assert_eq!(
+            sim.delivered_rows(0, 0),
+            [1],
+            "{dialect:?}: never claimed again"
+        );
+    }
+}
+
+/// `retry()` in the lease form gives the row back at once, its attempt counted.
+#[test]
+fn lease_retry_releases_the_lease_and_the_row_returns() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Retry);
+        sim.run();
+        assert_eq!(
+            sim.ops(0, mark)[..3],
+            [Acquire, Exec(StatementKind::ReleaseLease), Release],
+            "{dialect:?}"
+        );
+        assert!(sim.events(0, mark).contains(&Event::Settled {
+            delivery,
+            outcome: Outcome::Retry
+        }));
+        let again = only(sim.delivered(0, mark));
+        assert_eq!(again.row, Some(1), "{dialect:?}");
+        assert_eq!(again.attempt, Some(2));
+    }
+}
+
+// ===== advisory.md =====
+
+/// "A claim selects as many due rows as it may take, in claim order, each with its key."
+#[test]
+fn advisory_claim_selects_candidates_in_claim_order_with_their_keys() {
+    for dialect in SERVERS {
+        let sim = Sim::start(dialect, advisory(), 3, &[2, 0, 1, 3, 4]);
+        let candidates = only(sim.runs_of(0, 0, StatementKind::Candidates));
+        let listed: Vec<Vec<Value>> = match &candidates.reply {
+            Reply::Rows(rows) => rows.iter().map(|r| r.values.clone()).collect(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            listed[..3],
+            [
+                vec![Value::Int(1), Value::Text("jobs-2".into())],
+                vec![Value::Int(2), Value::Text("jobs-0".into())],
+                vec![Value::Int(3), Value::Text("jobs-1".into())],
+            ],
+            "{dialect:?}"
+        );
+        let delivered = sim.delivered(0, 0);
+        let got: Vec<(Option<i64>, Option<&str>)> = delivered
+            .iter()
+            .map(|d| (d.row, d.key.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1), Some("jobs-2")),
+                (Some(2), Some("jobs-0")),
+                (Some(3), Some("jobs-1"))
+            ],
+            "{dialect:?}: in claim order, as many as the workers may take"
+        );
+        let locked: Vec<Value> = sim
+            .runs_of(0, 0, StatementKind::TryLock)
+            .iter()
+            .map(|r| r.bind(Arg::Key))
+            .collect();
+        assert_eq!(
+            locked,
+            ["jobs-2", "jobs-0", "jobs-1"].map(|k| lock_arg(dialect, k)),
+            "{dialect:?}"
+        );
+    }
+}
+
+/// "It locks each key on a connection of its own, without waiting."
+#[test]
+fn advisory_locks_each_key_on_a_connection_of_its_own_without_waiting() {
+    for dialect in SERVERS {
+        let sim = Sim::start(dialect, advisory(), 3, &[0, 1, 2]);
+        let locks = sim.runs_of(0, 0, StatementKind::TryLock);
+        assert_eq!(locks.len(), 3, "{dialect:?}");
+        let conns: BTreeSet<ConnId> = locks.iter().map(|r| r.conn).collect();
+        assert_eq!(conns.len(), 3, "{dialect:?}: a connection of its own each");
+        for row in [1, 2, 3] {
+            assert!(conns.contains(&sim.conn_of(0, row)), "{dialect:?}");
+        }
+        let holders: BTreeSet<SessId> = sim.db.advisory.values().map(|(s, _)| *s).collect();
+        assert_eq!(sim.db.advisory.len(), 3);
+        assert_eq!(
+            holders.len(),
+            3,
+            "{dialect:?}: three sessions hold the three keys"
+        );
+        assert_eq!(sim.procs[0].broker.held_connections(), 3);
+        let sql = sim.statements(0).try_lock.clone().expect("try_lock").sql;
+        match dialect {
+            Dialect::Postgres => assert!(sql.contains("pg_try_advisory_lock("), "{sql}"),
+            _ => assert!(sql.contains("GET_LOCK(?, 0)"), "{sql}"),
+        }
+    }
+}
+
+/// "... and passes over a key held elsewhere": the next candidate is taken.
+#[test]
+fn advisory_passes_over_a_key_held_elsewhere_and_takes_the_next_candidate() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, advisory(), 1);
+        sim.insert(0);
+        sim.insert(1);
+        let other = sim.hold_elsewhere("jobs-0");
+        sim.spawn();
+        sim.run();
+        let tries: Vec<(Value, Reply<i64>)> = sim
+            .runs_of(0, 0, StatementKind::TryLock)
+            .iter()
+            .map(|r| (r.bind(Arg::Key), r.reply.clone()))
+            .collect();
+        assert_eq!(
+            tries,
+            [
+                (lock_arg(dialect, "jobs-0"), bool_reply(false)),
+                (lock_arg(dialect, "jobs-1"), bool_reply(true)),
+            ],
+            "{dialect:?}"
+        );
+        let d = only(sim.delivered(0, 0));
+        assert_eq!(d.row, Some(2), "{dialect:?}");
+        assert_eq!(
+            sim.row(1).attempt,
+            0,
+            "{dialect:?}: the passed-over row is untouched"
+        );
+        // Once the other system lets go, the row is taken.
+        sim.db.kill(other);
+        sim.settle(0, d.delivery, Outcome::Ack);
+        sim.run();
+        sim.advance(POLL);
+        assert_eq!(sim.delivered_rows(0, 0), [2, 1], "{dialect:?}");
+    }
+}
+
+/// "A key on another column keeps the rows that share it in work one at a time", across
+/// processes too.
+#[test]
+fn advisory_rows_sharing_a_key_go_into_work_one_at_a_time() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, advisory(), 3, &[0, 0, 1]);
+        assert_eq!(sim.delivered_rows(0, 0), [1, 3], "{dialect:?}");
+        let second = sim.spawn();
+        sim.run();
+        sim.advance(POLL * 3);
+        assert!(
+            sim.delivered(second, 0).is_empty(),
+            "{dialect:?}: the other process passes over the key in work"
+        );
+        assert_eq!(sim.delivered_rows(0, 0), [1, 3], "{dialect:?}");
+        let mark = sim.mark();
+        let first = sim.delivery(0, 1);
+        sim.settle(0, first, Outcome::Ack);
+        sim.run();
+        sim.advance(POLL);
+        let mut next = sim.delivered_rows(0, mark);
+        next.extend(sim.delivered_rows(second, mark));
+        assert_eq!(next, [2], "{dialect:?}: the next row of the key, once");
+    }
+}
+
+/// "A key on the row's id holds each row alone."
+#[test]
+fn advisory_key_on_the_id_holds_each_row_alone() {
+    const ON_ID: &[KeyPart] = &[KeyPart::Literal("jobs-"), KeyPart::Column("id")];
+    for dialect in SERVERS {
+        let sim = Sim::start(dialect, advisory_keyed(ON_ID), 3, &[0, 0, 0]);
+        let keys: Vec<Option<String>> = sim
+            .delivered(0, 0)
+            .iter()
+            .map(|d| d.key.as_deref().map(str::to_owned))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                Some("jobs-1".into()),
+                Some("jobs-2".into()),
+                Some("jobs-3".into())
+            ],
+            "{dialect:?}"
+        );
+    }
+}
+
+/// "Then it takes the row while the row is still claimable: the take counts the attempt and
+/// reads the row, and it commits, so a crash spends an attempt."
+#[test]
+fn advisory_take_counts_the_attempt_and_commits_before_delivery() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+        let d = only(sim.delivered(0, 0));
+        assert_eq!(d.attempt, Some(1), "{dialect:?}");
+        let conn = sim.conn_of(0, 1);
+        let ops = sim.ops_on(0, conn, 0);
+        assert_eq!(
+            ops[ops.len() - take_ops(dialect).len()..],
+            take_ops(dialect)
+        );
+        assert_eq!(sim.row(1).attempt, 1, "{dialect:?}: counted");
+        assert!(
+            !sim.db.sessions.values().any(|s| s.in_tx),
+            "{dialect:?}: committed"
+        );
+        sim.crash(0);
+        assert_eq!(
+            sim.row(1).attempt,
+            1,
+            "{dialect:?}: the crash spent the attempt"
+        );
+        let second = sim.spawn();
+        sim.run();
+        let again = only(sim.delivered(second, 0));
+        assert_eq!(again.row, Some(1), "{dialect:?}: the row returns at once");
+        assert_eq!(again.attempt, Some(2), "{dialect:?}");
+    }
+}
+
+/// "Then it takes the row while the row is still claimable": a candidate settled meanwhile is
+/// not taken; its key is unlocked and the next candidate taken.
+#[test]
+fn advisory_take_passes_over_a_row_no_longer_claimable() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, advisory(), 1);
+        sim.insert(0);
+        sim.insert(1);
+        sim.spawn();
+        let take = sim.run_until(0, |c| kind_of(c) == Some(take_kind(dialect)));
+        // Another process settled row 1 between the candidates and the take.
+        sim.db.rows.remove(&1);
+        let mark = sim.mark();
+        sim.run();
+        let mut expected = vec![Exec(take_kind(dialect)), Exec(StatementKind::Unlock)];
+        expected.push(Exec(StatementKind::TryLock));
+        expected.extend(take_ops(dialect));
+        assert_eq!(sim.ops_on(0, take.conn, mark), expected, "{dialect:?}");
+        let unlock = only(sim.runs_of(0, mark, StatementKind::Unlock));
+        assert_eq!(unlock.bind(Arg::Key), lock_arg(dialect, "jobs-0"));
+        let d = only(sim.delivered(0, 0));
+        assert_eq!((d.row, d.attempt), (Some(2), Some(1)), "{dialect:?}");
+        assert_eq!(
+            sim.db.advisory.keys().cloned().collect::<Vec<_>>(),
+            [lock_arg(dialect, "jobs-1")],
+            "{dialect:?}: only the taken row's key is held"
+        );
+    }
+}
+
+/// "The connection that holds the delivery keeps the lock, and no transaction stays open while
+/// the handler runs."
+#[test]
+fn advisory_no_transaction_is_open_while_the_handler_runs() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 2, &[0, 1]);
+        sim.advance(Duration::from_secs(30));
+        let expected: &[i64] = if dialect == Dialect::Sqlite {
+            &[1]
+        } else {
+            &[1, 2]
+        };
+        assert_eq!(sim.delivered_rows(0, 0), expected, "{dialect:?}");
+        assert_eq!(sim.executed(StatementKind::Begin), 0, "{dialect:?}");
+        assert!(sim.db.sessions.values().all(|s| !s.in_tx), "{dialect:?}");
+        assert!(sim.db.row_locks.is_empty());
+        if dialect != Dialect::Sqlite {
+            for (row, key) in [(1, "jobs-0"), (2, "jobs-1")] {
+                let sess = sim.sess_of(0, sim.conn_of(0, row));
+                assert_eq!(
+                    sim.db
+                        .advisory
+                        .get(&lock_arg(dialect, key))
+                        .map(|(s, _)| *s),
+                    Some(sess),
+                    "{dialect:?}: the delivery's connection keeps the lock"
+                );
+            }
+        }
+    }
+}
+
+/// "A settlement runs its statement on that connection, where it commits on its own; then the
+/// lock is released and the connection goes back to the pool."
+#[test]
+fn advisory_ack_runs_the_settle_statement_then_unlock_then_release() {
+    for dialect in ALL {
+        for outcome in [Outcome::Ack, Outcome::Reject] {
+            let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+            let delivery = sim.delivery(0, 1);
+            let conn = sim.conn_of(0, 1);
+            let mark = sim.mark();
+            sim.settle(0, delivery, outcome);
+            sim.run();
+            let expected = if dialect == Dialect::Sqlite {
+                vec![delete(false), Release]
+            } else {
+                vec![delete(false), Exec(StatementKind::Unlock), Release]
+            };
+            assert_eq!(
+                sim.ops_on(0, conn, mark),
+                expected,
+                "{dialect:?} {outcome:?}"
+            );
+            if dialect != Dialect::Sqlite {
+                let unlock = only(sim.runs_of(0, mark, StatementKind::Unlock));
+                assert_eq!(unlock.bind(Arg::Key), lock_arg(dialect, "jobs-0"));
+                assert_eq!(unlock.reply, bool_reply(true));
+            }
+            assert!(
+                sim.events(0, mark)
+                    .contains(&Event::Settled { delivery, outcome })
+            );
+            assert!(!sim.db.rows.contains_key(&1), "{dialect:?}");
+            assert!(sim.db.advisory.is_empty());
+            assert_eq!(sim.procs[0].broker.held_connections(), 0);
+        }
+    }
+}
+
+/// "retry() runs no statement: the claim counted the attempt, and the release returns the
+/// row."
+#[test]
+fn advisory_retry_runs_no_statement_and_the_row_returns() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Retry);
+        sim.run();
+        let expected = if dialect == Dialect::Sqlite {
+            vec![Release]
+        } else {
+            vec![Exec(StatementKind::Unlock), Release]
+        };
+        assert_eq!(sim.ops_on(0, conn, mark), expected, "{dialect:?}");
+        let sess = sim.procs[0].conns.get(&conn).copied();
+        assert_eq!(sess, None, "{dialect:?}: the connection went back");
+        // The row returns (at once where the database holds the keys, after a poll on
+        // SQLite), its attempt counted by the claim alone.
+        sim.advance(POLL);
+        let again = only(sim.delivered(0, mark));
+        assert_eq!(again.row, Some(1), "{dialect:?}: the row returns");
+        assert_eq!(again.attempt, Some(2), "{dialect:?}");
+        assert_eq!(sim.row(1).attempt, 2, "{dialect:?}");
+    }
+}
+
+/// A retry takes effect (the release returns the row): the runtime hears so, as it does in the
+/// row lock and lease forms.
+#[test]
+fn advisory_retry_is_reported_settled_like_the_other_forms() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Retry);
+        sim.run();
+        assert!(
+            sim.events(0, mark).contains(&Event::Settled {
+                delivery,
+                outcome: Outcome::Retry
+            }),
+            "{dialect:?}: {:?}",
+            sim.events(0, mark)
+        );
+    }
+}
+
+/// "A delivery dropped unsettled releases its lock and closes its connection ..., and its row
+/// returns."
+#[test]
+fn advisory_dropped_delivery_unlocks_and_closes_its_connection() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let sess = sim.sess_of(0, conn);
+        let mark = sim.mark();
+        sim.drop_delivery(0, delivery);
+        sim.run();
+        let expected = if dialect == Dialect::Sqlite {
+            vec![Close]
+        } else {
+            vec![Exec(StatementKind::Unlock), Close]
+        };
+        assert_eq!(sim.ops_on(0, conn, mark), expected, "{dialect:?}");
+        assert!(sim.events(0, mark).contains(&Event::Returned { delivery }));
+        assert!(
+            !sim.db.sessions[&sess].alive,
+            "{dialect:?}: the session ended"
+        );
+        assert!(sim.db.advisory.values().all(|(s, _)| *s != sess));
+        sim.advance(POLL);
+        let again = only(sim.delivered(0, mark));
+        assert_eq!(
+            (again.row, again.attempt),
+            (Some(1), Some(2)),
+            "{dialect:?}"
+        );
+    }
+}
+
+/// "... within five seconds": an unlock that never answers does not keep the lock; the
+/// connection is closed at `DROP_GRACE`, not before.
+#[test]
+fn advisory_dropped_delivery_whose_unlock_never_answers_is_closed_within_five_seconds() {
+    assert_eq!(DROP_GRACE, Duration::from_secs(5));
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let sess = sim.sess_of(0, conn);
+        sim.advance(Duration::from_millis(300));
+        let dropped_at = sim.now;
+        sim.hook(|_, c| match kind_of(c) {
+            Some(StatementKind::Unlock) => Intercept::Hold,
+            _ => Intercept::Run,
+        });
+        let mark = sim.mark();
+        sim.drop_delivery(0, delivery);
+        sim.run();
+        assert_eq!(sim.procs[0].held.len(), 1, "the unlock hangs");
+        assert_eq!(
+            sim.timeout(0),
+            Some(dropped_at.plus(DROP_GRACE)),
+            "{dialect:?}"
+        );
+        sim.advance_to(just_before(dropped_at.plus(DROP_GRACE)));
+        assert!(
+            sim.ops_on(0, conn, mark).is_empty(),
+            "{dialect:?}: not before"
+        );
+        assert_eq!(sim.db.advisory.len(), 1);
+        sim.advance_to(dropped_at.plus(DROP_GRACE));
+        assert_eq!(sim.ops_on(0, conn, mark), [Close], "{dialect:?}");
+        assert!(
+            !sim.db.sessions[&sess].alive,
+            "{dialect:?}: the session ended"
+        );
+        assert!(
+            sim.db.advisory.values().all(|(s, _)| *s != sess),
+            "{dialect:?}: and its lock with it"
+        );
+        assert!(sim.events(0, mark).contains(&Event::Returned { delivery }));
+        // The hung unlock answers at last, cut short by the close.
+        sim.hook = None;
+        for command in sim.take_held(0) {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        assert!(!sim.procs[0].conns.contains_key(&conn));
+        // The row returns: the freed worker takes it again.
+        sim.advance(POLL);
+        assert_eq!(sim.procs[0].broker.held_connections(), sim.in_work(0));
+        let again = only(sim.delivered(0, mark));
+        assert_eq!(
+            (again.row, again.attempt),
+            (Some(1), Some(2)),
+            "{dialect:?}"
+        );
+    }
+}
+
+/// "Each delivery in work holds a connection of its own until it settles, and a batch holds
+/// one row per key."
+#[test]
+fn advisory_batch_holds_one_row_per_key() {
+    for dialect in SERVERS {
+        let sim = Sim::start(dialect, advisory(), 5, &[0, 0, 1, 1, 2, 0]);
+        let delivered = sim.delivered(0, 0);
+        let rows: Vec<Option<i64>> = delivered.iter().map(|d| d.row).collect();
+        assert_eq!(rows, [Some(1), Some(3), Some(5)], "{dialect:?}");
+        let keys: BTreeSet<Option<&str>> = delivered.iter().map(|d| d.key.as_deref()).collect();
+        assert_eq!(keys.len(), 3);
+        assert_eq!(sim.procs[0].broker.held_connections(), 3, "{dialect:?}");
+        assert_eq!(sim.in_work(0), 3);
+    }
+}
+
+/// "MySQL and MariaDB lock a name with GET_LOCK: the database's name, a dot and the key."
+#[test]
+fn advisory_mysql_lock_names_are_the_database_dot_the_key() {
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
+        let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+        assert_eq!(lock.bind(Arg::Key), Value::Text("test.jobs-0".into()));
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        let unlock = only(sim.runs_of(0, mark, StatementKind::Unlock));
+        assert_eq!(unlock.bind(Arg::Key), Value::Text("test.jobs-0".into()));
+    }
+}
+
+/// "... or its SHA-256 past 64 characters."
+#[test]
+fn advisory_mysql_lock_names_past_64_characters_are_their_sha256() {
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        // 64 characters: the name itself.
+        let sim = Sim::start(dialect, advisory_keyed(KEY_64), 1, &[7]);
+        let key = only(sim.delivered(0, 0)).key.expect("a key").to_string();
+        let name = format!("test.{key}");
+        assert_eq!(name.chars().count(), 64);
+        let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+        assert_eq!(lock.bind(Arg::Key), Value::Text(name), "{dialect:?}");
+        // 65 characters: its SHA-256, in lowercase hex.
+        let mut sim = Sim::start(dialect, advisory_keyed(KEY_65), 1, &[7]);
+        let key = only(sim.delivered(0, 0)).key.expect("a key").to_string();
+        let name = format!("test.{key}");
+        assert_eq!(name.chars().count(), 65);
+        let hashed = sha256_hex(&name);
+        assert_eq!(hashed.len(), 64);
+        let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+        assert_eq!(
+            lock.bind(Arg::Key),
+            Value::Text(hashed.clone()),
+            "{dialect:?}"
+        );
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        let unlock = only(sim.runs_of(0, mark, StatementKind::Unlock));
+        assert_eq!(unlock.bind(Arg::Key), Value::Text(hashed), "{dialect:?}");
+        assert!(sim.db.advisory.is_empty());
+    }
+}
+
+/// "Postgres locks a 64-bit hash of the key, and a lock lives in the session that took it."
+#[test]
+fn advisory_postgres_locks_a_64_bit_hash_of_the_key_in_the_session() {
+    let sim = Sim::start(Dialect::Postgres, advisory(), 1, &[0]);
+    let digest = Sha256::digest(b"jobs-0");
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    let hash = Value::Int(i64::from_be_bytes(first));
+    let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+    assert_eq!(lock.bind(Arg::Key), hash);
+    let sess = sim.sess_of(0, sim.conn_of(0, 1));
+    assert_eq!(sim.db.advisory.get(&hash).map(|(s, _)| *s), Some(sess));
+}
+
+/// "SQLite has no locks a session holds, so the process keeps the keys in work ... a
+/// subscription has one delivery in work at a time."
+#[test]
+fn advisory_sqlite_keeps_keys_in_process_with_one_delivery_in_work() {
+    let mut sim = Sim::start(Dialect::Sqlite, advisory(), 3, &[0, 1, 2]);
+    assert_eq!(sim.delivered_rows(0, 0), [1]);
+    assert!(sim.statements(0).try_lock.is_none());
+    assert!(sim.statements(0).unlock.is_none());
+    sim.advance(POLL * 5);
+    assert_eq!(
+        sim.delivered_rows(0, 0),
+        [1],
+        "one delivery in work at a time"
+    );
+    assert_eq!(sim.in_work(0), 1);
+    assert_eq!(sim.executed(StatementKind::TryLock), 0);
+    assert_eq!(sim.executed(StatementKind::Unlock), 0);
+    // Each claim reads the first due row alone.
+    for claim in sim.runs_of(0, 0, StatementKind::Candidates) {
+        assert_eq!(claim.bind(Arg::Limit), Value::Int(1));
+    }
+    // Still one connection per delivery in work.
+    assert_eq!(sim.procs[0].broker.held_connections(), 1);
+}
+
+/// "... and with workers(n) each next row waits up to a poll interval."
+#[test]
+fn advisory_sqlite_next_row_waits_for_the_poll_interval_after_a_settlement() {
+    let mut sim = Sim::start(Dialect::Sqlite, advisory(), 3, &[0, 1, 2]);
+    sim.advance(Duration::from_millis(2500));
+    let delivery = sim.delivery(0, 1);
+    let mark = sim.mark();
+    let settled_at = sim.now;
+    sim.settle(0, delivery, Outcome::Ack);
+    sim.run();
+    assert_eq!(
+        sim.ops(0, mark),
+        [delete(false), Release],
+        "no claim at once"
+    );
+    let next = sim.timeout(0).expect("a claim is due later");
+    assert!(
+        next > settled_at && next <= settled_at.plus(POLL),
+        "{next:?} after {settled_at:?}"
+    );
+    sim.advance_to(just_before(next));
+    assert!(sim.runs_of(0, mark, StatementKind::Candidates).is_empty());
+    sim.advance_to(next);
+    assert_eq!(sim.delivered_rows(0, mark), [2]);
+    assert_eq!(sim.delivered_at(0, mark, 2), Some(next));
+}
+
+// ===== lock.md: custom(lock, unlock) =====
+
+/// "custom(lock, unlock) hands the lock and the release of each key to the service's SQL."
+#[test]
+fn custom_lock_runs_the_services_lock_and_unlock_instead_of_statements() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, custom(), 1, &[0]);
+        let conn = sim.conn_of(0, 1);
+        let mut claim = vec![
+            Acquire,
+            Exec(StatementKind::Candidates),
+            Op::Lock("jobs-0".into()),
+        ];
+        claim.extend(take_ops(dialect));
+        assert_eq!(sim.ops_on(0, conn, 0), claim, "{dialect:?}");
+        assert_eq!(sim.db.custom.get("jobs-0"), Some(&sim.sess_of(0, conn)));
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.ops_on(0, conn, mark),
+            [delete(false), Op::Unlock("jobs-0".into()), Release],
+            "{dialect:?}"
+        );
+        assert_eq!(sim.executed(StatementKind::TryLock), 0, "{dialect:?}");
+        assert_eq!(sim.executed(StatementKind::Unlock), 0, "{dialect:?}");
+        assert!(sim.db.custom.is_empty());
+        assert!(sim.db.advisory.is_empty());
+    }
+}
+
+/// "lock tries the key without waiting and answers whether it took it": false takes nothing.
+#[test]
+fn custom_lock_answering_false_takes_nothing() {
+    for dialect in ALL {
+        let mut sim = Sim::new(dialect, custom(), 2);
+        sim.insert(0);
+        sim.insert(1);
+        let other = sim.db.acquire(OTHER_SYSTEM);
+        sim.db.custom.insert("jobs-0".into(), other);
+        sim.spawn();
+        sim.run();
+        sim.advance(POLL * 3);
+        let locks: Vec<(Op, Reply<i64>)> = sim
+            .runs(0, 0)
+            .iter()
+            .filter(|r| matches!(r.op, Op::Lock(_)))
+            .map(|r| (r.op.clone(), r.reply.clone()))
+            .collect();
+        assert!(locks.len() >= 2, "{dialect:?}: every claim asks: {locks:?}");
+        assert!(
+            locks
+                .iter()
+                .all(|l| *l == (Op::Lock("jobs-0".into()), Reply::Bool(false))),
+            "{dialect:?}: {locks:?}"
+        );
+        assert!(sim.delivered(0, 0).is_empty(), "{dialect:?}");
+        assert_eq!(sim.executed(take_kind(dialect)), 0, "{dialect:?}: no take");
+        assert_eq!(sim.row(1).attempt, 0);
+        assert_eq!(
+            sim.row(2).attempt,
+            0,
+            "{dialect:?}: the first due rows alone"
+        );
+        assert_eq!(sim.procs[0].broker.held_connections(), 0);
+        // The service's lock lets go: the next claim takes the row.
+        sim.db.custom.clear();
+        sim.advance(POLL);
+        assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
+    }
+}
+
+/// "unlock answers whether the session held the key; an answer of false ... closes the
+/// connection, which ends the session and its locks."
+#[test]
+fn custom_unlock_answering_false_closes_the_connection() {
+    for dialect in ALL {
+        for outcome in [Outcome::Ack, Outcome::Retry] {
+            let mut sim = Sim::start(dialect, custom(), 1, &[0]);
+            let delivery = sim.delivery(0, 1);
+            let conn = sim.conn_of(0, 1);
+            let sess = sim.sess_of(0, conn);
+            // The service's state lost the key meanwhile.
+            sim.db.custom.clear();
+            let mark = sim.mark();
+            sim.settle(0, delivery, outcome);
+            sim.run();
+            let mut expected = Vec::new();
+            if outcome == Outcome::Ack {
+                expected.push(delete(false));
+            }
+            expected.extend([Op::Unlock("jobs-0".into()), Close]);
+            assert_eq!(
+                sim.ops_on(0, conn, mark),
+                expected,
+                "{dialect:?} {outcome:?}"
+            );
+            assert!(
+                !sim.db.sessions[&sess].alive,
+                "{dialect:?}: the session ended"
+            );
+            assert!(sim.db.custom.values().all(|s| *s != sess));
+            assert!(!sim.procs[0].conns.contains_key(&conn));
+        }
+    }
+}
+
+/// "... or an error, closes the connection."
+#[test]
+fn custom_unlock_error_closes_the_connection() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, custom(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let sess = sim.sess_of(0, conn);
+        sim.hook(|_, c| match c.action {
+            Action::Unlock { .. } => Intercept::Answer(Reply::Failed(DbError::new(
+                ErrorKind::Other,
+                "the service's unlock failed",
+            ))),
+            _ => Intercept::Run,
+        });
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Retry);
+        sim.run();
+        assert_eq!(
+            sim.ops_on(0, conn, mark),
+            [Op::Unlock("jobs-0".into()), Close],
+            "{dialect:?}"
+        );
+        assert!(!sim.db.sessions[&sess].alive);
+        assert!(
+            sim.db.custom.values().all(|s| *s != sess),
+            "{dialect:?}: the session's locks ended"
+        );
+        assert!(
+            sim.events(0, mark)
+                .iter()
+                .any(|e| matches!(e, Event::Error { .. })),
+            "{dialect:?}"
+        );
+        // The row returns.
+        sim.hook = None;
+        sim.advance(POLL);
+        let again = only(sim.delivered(0, mark));
+        assert_eq!(
+            (again.row, again.attempt),
+            (Some(1), Some(2)),
+            "{dialect:?}"
+        );
+    }
+}
+
+/// An unlock inside a claim (the row was no longer claimable) that answers false closes the
+/// claim's connection too.
+#[test]
+fn custom_unlock_answering_false_in_a_claim_closes_its_connection() {
+    for dialect in ALL {
+        let mut sim = Sim::new(dialect, custom(), 1);
+        sim.insert(0);
+        sim.spawn();
+        let take = sim.run_until(0, |c| kind_of(c) == Some(take_kind(dialect)));
+        // Between the candidates and the take, the row went away and the key with it.
+        sim.db.rows.remove(&1);
+        sim.db.custom.clear();
+        let mark = sim.mark();
+        sim.run();
+        assert_eq!(
+            sim.ops_on(0, take.conn, mark),
+            [Exec(take_kind(dialect)), Op::Unlock("jobs-0".into()), Close],
+            "{dialect:?}"
+        );
+        assert_eq!(sim.procs[0].broker.held_connections(), 0);
+        assert!(sim.delivered(0, 0).is_empty());
+    }
+}
+
+/// "The dialect still selects the candidates and takes each row, so the claim keeps its order
+/// and counts the attempt as before."
+#[test]
+fn custom_lock_keeps_the_claim_order_and_counts_the_attempt() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, custom(), 1, &[5, 3]);
+        let d = only(sim.delivered(0, 0));
+        assert_eq!(d.row, Some(1), "{dialect:?}: the first in claim order");
+        assert_eq!(d.key.as_deref(), Some("jobs-5"));
+        assert_eq!(d.attempt, Some(1), "{dialect:?}");
+        assert_eq!(sim.row(1).attempt, 1);
+        assert_eq!(sim.executed(StatementKind::Candidates), 1);
+        assert_eq!(sim.executed(take_kind(dialect)), 1, "{dialect:?}");
+        // The take committed: a crash spends the attempt.
+        sim.crash(0);
+        let second = sim.spawn();
+        sim.run();
+        let again = only(sim.delivered(second, 0));
+        assert_eq!(
+            (again.row, again.attempt),
+            (Some(1), Some(2)),
+            "{dialect:?}"
+        );
+    }
+}
+
+/// "The process keeps no registry of keys for such a table, on SQLite too: the service's lock
+/// decides."
+#[test]
+fn custom_lock_keeps_no_registry_of_keys_on_sqlite_either() {
+    let mut sim = Sim::start(Dialect::Sqlite, custom(), 2, &[0, 0]);
+    assert_eq!(sim.delivered_rows(0, 0), [1]);
+    sim.advance(POLL * 3);
+    // The key in work is asked of the service's lock again by every claim, not skipped.
+    let asks = sim
+        .runs(0, 0)
+        .iter()
+        .filter(|r| r.op == Op::Lock("jobs-0".into()))
+        .count();
+    assert!(asks >= 3, "{asks} locks asked");
+    assert_eq!(sim.delivered_rows(0, 0), [1]);
+    // Where the service's lock says yes, the claim takes the row: nothing in the process
+    // stands in the way. (Here the service releases the key behind the delivery's back.)
+    let delivery = sim.delivery(0, 1);
+    sim.settle(0, delivery, Outcome::Ack);
+    sim.run();
+    sim.advance(POLL);
+    assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
+    // A SQLite table of the registry form never asks.
+    let mut registry = Sim::start(Dialect::Sqlite, advisory(), 2, &[0, 0]);
+    registry.advance(POLL * 3);
+    assert!(
+        !registry
+            .runs(0, 0)
+            .iter()
+            .any(|r| matches!(r.op, Op::Lock(_)))
+    );
+}
+
+/// "A claim reads the first due rows alone and takes nothing while their keys are held, so the
+/// next row waits up to a poll interval."
+#[test]
+fn custom_lock_next_row_waits_up_to_a_poll_interval() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, custom(), 3, &[0, 1, 2]);
+        sim.advance(Duration::from_millis(3500));
+        assert_eq!(
+            sim.delivered_rows(0, 0),
+            [1],
+            "{dialect:?}: rows 2 and 3 have free keys, but are not the first due"
+        );
+        for claim in sim.runs_of(0, 0, StatementKind::Candidates) {
+            assert_eq!(claim.bind(Arg::Limit), Value::Int(1), "{dialect:?}");
+        }
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        let settled_at = sim.now;
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert!(sim.runs_of(0, mark, StatementKind::Candidates).is_empty());
+        let next = sim.timeout(0).expect("a claim is due");
+        assert!(
+            next > settled_at && next <= settled_at.plus(POLL),
+            "{dialect:?}"
+        );
+        sim.advance_to(next);
+        assert_eq!(sim.delivered_rows(0, mark), [2], "{dialect:?}");
+    }
+}
+
+// ===== shutdown.md =====
+
+/// "Then it shuts the broker down: the claim loops stop."
+#[test]
+fn shutdown_starts_no_claim() {
+    for desc in [row_lock(), lease(), advisory()] {
+        let mut sim = Sim::start(Dialect::Postgres, desc, 1, &[]);
+        sim.shutdown(0);
+        sim.run();
+        let mark = sim.mark();
+        sim.insert(0);
+        sim.wake(0);
+        sim.run();
+        sim.advance(Duration::from_secs(60));
+        assert!(sim.ops(0, mark).is_empty(), "{:?}", desc.form());
+        assert_eq!(sim.timeout(0), None);
+        assert!(sim.delivered(0, 0).is_empty());
+        assert_eq!(only(sim.closed(0)).1, 0);
+    }
+}
+
+/// "A claim the runtime cut short ... may still run on the server; shutdown waits until the
+/// server has ended it and rolled its transaction back, so the stopped service holds no lock
+/// on the table."
+#[test]
+fn shutdown_lets_a_row_lock_claim_in_flight_finish_and_rolls_it_back() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, row_lock(), 1);
+        sim.insert(0);
+        sim.spawn();
+        let lock = sim.run_until(0, |c| kind_of(c) == Some(StatementKind::LockRowById));
+        sim.shutdown(0);
+        assert!(
+            sim.closed(0).is_empty(),
+            "{dialect:?}: the claim is in flight"
+        );
+        let mark = sim.mark();
+        sim.run();
+        let ops = sim.ops_on(0, lock.conn, mark);
+        assert_eq!(
+            ops[ops.len() - 2..],
+            [Exec(StatementKind::Rollback), Release],
+            "{dialect:?}: {ops:?}"
+        );
+        assert!(sim.delivered(0, 0).is_empty(), "{dialect:?}: not delivered");
+        assert!(
+            !sim.events(0, 0)
+                .iter()
+                .any(|e| matches!(e, Event::Returned { .. }))
+        );
+        assert!(sim.db.row_locks.is_empty());
+        assert!(sim.db.held_by(sim.procs[0].process).is_empty());
+        assert_eq!(
+            sim.row(1).attempt,
+            1,
+            "{dialect:?}: the attempt was counted and committed before the lock: it is spent"
+        );
+        assert_eq!(only(sim.closed(0)), (ClosedCounts::default(), 0));
+    }
+}
+
+/// A claim in flight in the advisory lock form: what it took is unlocked, not delivered.
+#[test]
+fn shutdown_lets_an_advisory_claim_in_flight_finish_and_unlocks_what_it_took() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, advisory(), 1);
+        sim.insert(0);
+        sim.spawn();
+        let take = sim.run_until(0, |c| kind_of(c) == Some(take_kind(dialect)));
+        sim.shutdown(0);
+        assert!(sim.closed(0).is_empty());
+        let mark = sim.mark();
+        sim.run();
+        let ops = sim.ops_on(0, take.conn, mark);
+        assert_eq!(
+            ops[ops.len() - 2..],
+            [Exec(StatementKind::Unlock), Release],
+            "{dialect:?}: {ops:?}"
+        );
+        assert!(sim.delivered(0, 0).is_empty(), "{dialect:?}");
+        assert!(sim.db.advisory.is_empty(), "{dialect:?}");
+        let (counts, held) = only(sim.closed(0));
+        assert_eq!(counts.locks_released, 1, "{dialect:?}");
+        assert_eq!(held, 0);
+    }
+}
+
+/// A claim in flight in the lease form: the lease it wrote is released, not delivered.
+#[test]
+fn shutdown_lets_a_lease_claim_in_flight_finish_and_releases_the_lease() {
+    for dialect in ALL {
+        let mut sim = Sim::new(dialect, lease(), 1);
+        sim.insert(0);
+        sim.spawn();
+        sim.run_until(0, |c| kind_of(c) == Some(lease_claim_kind(dialect)));
+        sim.shutdown(0);
+        assert!(sim.closed(0).is_empty());
+        let mark = sim.mark();
+        sim.run();
+        assert!(
+            sim.ops(0, mark)
+                .contains(&Exec(StatementKind::ReleaseLease)),
+            "{dialect:?}: {:?}",
+            sim.ops(0, mark)
+        );
+        assert!(sim.delivered(0, 0).is_empty(), "{dialect:?}");
+        assert_eq!(
+            sim.row(1).locked_until,
+            None,
+            "{dialect:?}: the row is free"
+        );
+        assert_eq!(only(sim.closed(0)), (ClosedCounts::default(), 0));
+        let other = sim.spawn();
+        sim.run();
+        assert_eq!(sim.delivered_rows(other, 0), [1], "{dialect:?}: at once");
+    }
+}
+
+/// "In the advisory lock form the broker releases the lock of every delivery in work": the
+/// counts say how many.
+#[test]
+fn shutdown_unlocks_advisory_deliveries_in_work_and_counts_them() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 2, &[0, 1]);
+        let rows = sim.delivered(0, 0);
+        // SQLite has one delivery in work at a time.
+        let in_work = if dialect == Dialect::Sqlite { 1 } else { 2 };
+        assert_eq!(rows.len(), in_work, "{dialect:?}");
+        let mark = sim.mark();
+        sim.shutdown(0);
+        sim.run();
+        for d in &rows {
+            let conn = sim.conn_of(0, d.row.expect("a row"));
+            let expected = if dialect == Dialect::Sqlite {
+                vec![Release]
+            } else {
+                vec![Exec(StatementKind::Unlock), Release]
+            };
+            assert_eq!(sim.ops_on(0, conn, mark), expected, "{dialect:?}");
+            assert!(sim.events(0, mark).contains(&Event::Returned {
+                delivery: d.delivery
+            }));
+        }
+        assert!(sim.db.advisory.is_empty());
+        assert!(sim.db.held_by(sim.procs[0].process).is_empty());
+        let (counts, held) = only(sim.closed(0));
+        assert_eq!(
+            counts,
+            ClosedCounts {
+                locks_released: in_work,
+                connections_closed: 0
+            },
+            "{dialect:?}"
+        );
+        assert_eq!(held, 0);
+    }
+}
+
+/// "... whose locks_released and connections_closed count what the shutdown did to the
+/// advisory locks": an unlock answering false, or failing, closes the connection.
+#[test]
+fn shutdown_counts_an_unlock_answering_false_as_a_closed_connection() {
+    let answers = [
+        bool_reply(false),
+        Reply::Failed(DbError::new(ErrorKind::Other, "unlock failed")),
+    ];
+    for dialect in SERVERS {
+        for answer in answers.clone() {
+            let mut sim = Sim::start(dialect, advisory(), 2, &[0, 1]);
+            let second = sim.conn_of(0, 2);
+            let key = lock_arg(dialect, "jobs-1");
+            sim.hook(move |_, c| match &c.action {
+                Action::Execute { statement, binds }
+                    if statement.kind == StatementKind::Unlock && binds[0] == key =>
+                {
+                    Intercept::Answer(answer.clone())
+                }
+                _ => Intercept::Run,
+            });
+            let mark = sim.mark();
+            sim.shutdown(0);
+            sim.run();
+            assert_eq!(
+                sim.ops_on(0, second, mark),
+                [Exec(StatementKind::Unlock), Close],
+                "{dialect:?}"
+            );
+            assert!(
+                sim.db.advisory.is_empty(),
+                "{dialect:?}: the close ended the lock"
+            );
+            let (counts, held) = only(sim.closed(0));
+            assert_eq!(
+                counts,
+                ClosedCounts {
+                    locks_released: 1,
+                    connections_closed: 1
+                },
+                "{dialect:?}"
+            );
+            assert_eq!(held, 0);
+        }
+    }
+    // The service's own unlock answering false counts the same.
+    let mut sim = Sim::start(Dialect::Postgres, custom(), 1, &[0]);
+    sim.db.custom.clear();
+    sim.shutdown(0);
+    sim.run();
+    assert_eq!(
+        only(sim.closed(0)).0,
+        ClosedCounts {
+            locks_released: 0,
+            connections_closed: 1
+        }
+    );
+}
+
+/// "A delivery in work in the lease form keeps its lease, which runs out unless the delivery
+/// settles first ... A settlement after the shutdown that needs a new connection, as in the
+/// lease form, then fails."
+#[test]
+fn shutdown_leaves_lease_deliveries_with_their_lease_and_settling_after_fails_closed() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let before = sim.row(1).clone();
+        let mark = sim.mark();
+        sim.shutdown(0);
+        sim.run();
+        assert!(
+            sim.ops(0, mark).is_empty(),
+            "{dialect:?}: no statement runs"
+        );
+        assert_eq!(only(sim.closed(0)), (ClosedCounts::default(), 0));
+        assert!(
+            !sim.events(0, mark)
+                .iter()
+                .any(|e| matches!(e, Event::Returned { .. })),
+            "{dialect:?}: the lease keeps the row"
+        );
+        // The extension stopped too.
+        sim.advance(EXTEND * 2);
+        assert!(sim.ops(0, mark).is_empty(), "{dialect:?}");
+        assert_eq!(sim.row(1), &before, "{dialect:?}: the lease stays");
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.events(0, mark),
+            [Event::SettleFailed {
+                delivery,
+                error: SettleError::Closed
+            }],
+            "{dialect:?}"
+        );
+        assert!(sim.ops(0, mark).is_empty());
+        assert!(sim.db.rows.contains_key(&1));
+        // The row returns when the lease runs out.
+        sim.advance_to(T0.plus(LEASE_TIME));
+        let other = sim.spawn();
+        sim.run();
+        assert_eq!(sim.delivered_rows(other, 0), [1], "{dialect:?}");
+    }
+}
+
+/// Row lock deliveries in work are rolled back at shutdown, and their rows return.
+#[test]
+fn shutdown_rolls_back_row_lock_deliveries_in_work() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 2, &[0, 1]);
+        let mark = sim.mark();
+        sim.shutdown(0);
+        sim.run();
+        for row in [1, 2] {
+            let conn = sim.conn_of(0, row);
+            assert_eq!(
+                sim.ops_on(0, conn, mark),
+                [Exec(StatementKind::Rollback), Release],
+                "{dialect:?}"
+            );
+            let delivery = sim.delivery(0, row);
+            assert!(sim.events(0, mark).contains(&Event::Returned { delivery }));
+        }
+        assert!(sim.db.row_locks.is_empty());
+        assert!(sim.db.held_by(sim.procs[0].process).is_empty());
+        assert_eq!(only(sim.closed(0)), (ClosedCounts::default(), 0));
+    }
+}
+
+/// "... and waits for the settlements in flight, so no lock of the broker is left": `Closed`
+/// comes only after their replies.
+#[test]
+fn shutdown_waits_for_the_settlements_in_flight() {
+    for (dialect, desc) in [
+        (Dialect::Postgres, row_lock()),
+        (Dialect::MySql, row_lock()),
+        (Dialect::Postgres, advisory()),
+        (Dialect::MariaDb, advisory()),
+        (Dialect::Sqlite, advisory()),
+        (Dialect::Postgres, lease()),
+        (Dialect::MySql, lease()),
+    ] {
+        let form = desc.form();
+        let mut sim = Sim::start(dialect, desc, 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        sim.settle(0, delivery, Outcome::Ack);
+        // The settlement's first command is in flight, unanswered.
+        assert!(!sim.procs[0].queue.is_empty());
+        sim.shutdown(0);
+        assert!(sim.closed(0).is_empty(), "{dialect:?} {form:?}: waits");
+        sim.run();
+        let settled = sim
+            .event_index(0, |e| {
+                *e == Event::Settled {
+                    delivery,
+                    outcome: Outcome::Ack,
+                }
+            })
+            .unwrap_or_else(|| panic!("{dialect:?} {form:?}: the settlement took effect"));
+        let closed = sim
+            .event_index(0, |e| matches!(e, Event::Closed(_)))
+            .expect("closed");
+        assert!(settled < closed, "{dialect:?} {form:?}");
+        assert!(!sim.db.rows.contains_key(&1), "{dialect:?} {form:?}");
+        let (counts, held) = only(sim.closed(0));
+        assert_eq!(counts, ClosedCounts::default(), "{dialect:?} {form:?}");
+        assert_eq!(held, 0);
+        assert!(sim.db.held_by(sim.procs[0].process).is_empty());
+    }
+}
+
+/// "A handle taken before shutdown, such as a repository publisher, refuses every publish
+/// afterwards with SqlxBrokerError::Closed, and never writes a row past the shutdown."
+#[test]
+fn publish_after_shutdown_is_refused_and_writes_nothing() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, lease(), 1, &[]);
+        let before_publish = sim.mark();
+        let publish = sim.publish(0, 3).expect("publishes before the shutdown");
+        sim.run();
+        assert_eq!(
+            sim.ops(0, before_publish)[..3],
+            [Acquire, Exec(StatementKind::Publish), Release],
+            "{dialect:?}"
+        );
+        assert!(sim.events(0, before_publish).contains(&Event::Published {
+            publish,
+            result: Ok(())
+        }));
+        sim.shutdown(0);
+        sim.run();
+        let rows = sim.db.rows.clone();
+        let mark = sim.mark();
+        assert_eq!(sim.publish(0, 4), Err(BrokerError::Closed), "{dialect:?}");
+        sim.run();
+        assert!(sim.ops(0, mark).is_empty(), "{dialect:?}");
+        assert_eq!(sim.db.rows, rows, "{dialect:?}: nothing written");
+        assert_eq!(sim.executed(StatementKind::Publish), 1);
+    }
+}
+
+/// A publish taken before the shutdown is waited for: `Closed` follows its end.
+#[test]
+fn shutdown_waits_for_a_publish_in_flight() {
+    for dialect in ALL {
+        let mut sim = Sim::start(dialect, advisory(), 1, &[]);
+        let publish = sim.publish(0, 3).expect("publishes before the shutdown");
+        sim.shutdown(0);
+        assert!(sim.closed(0).is_empty(), "{dialect:?}");
+        sim.run();
+        let published = sim
+            .event_index(0, |e| {
+                *e == Event::Published {
+                    publish,
+                    result: Ok(()),
+                }
+            })
+            .expect("published");
+        let closed = sim
+            .event_index(0, |e| matches!(e, Event::Closed(_)))
+            .expect("closed");
+        assert!(published < closed, "{dialect:?}");
+        assert_eq!(only(sim.closed(0)).1, 0);
+        assert!(
+            sim.delivered(0, 0).is_empty(),
+            "{dialect:?}: no claim for it"
+        );
+    }
+}
+
+/// A shutdown while the subscription's check runs: the check is let finish, and no claim
+/// starts after it; nothing announces claims that will never begin.
+#[test]
+fn shutdown_during_the_check_starts_no_claim_and_announces_none() {
+    for dialect in ALL {
+        let desc = if dialect == Dialect::Sqlite {
+            lease()
+        } else {
+            row_lock()
+        };
+        let mut sim = Sim::new(dialect, desc, 1);
+        sim.insert(0);
+        sim.spawn();
+        sim.shutdown(0);
+        assert!(
+            sim.closed(0).is_empty(),
+            "{dialect:?}: the check is in flight"
+        );
+        sim.run();
+        sim.advance(Duration::from_secs(10));
+        assert!(sim.delivered(0, 0).is_empty(), "{dialect:?}");
+        assert_eq!(only(sim.closed(0)).1, 0);
+        let sub = sim.procs[0].sub;
+        assert!(
+            !sim.events(0, 0).contains(&Event::Ready { sub }),
+            "{dialect:?}: {:?}",
+            sim.events(0, 0)
+        );
+    }
+}
+
+/// "The shutdown is complete": `Event::Closed` comes once, with no connection held.
+#[test]
+fn shutdown_closes_exactly_once_with_no_connection_held() {
+    for (dialect, desc) in [
+        (Dialect::Postgres, row_lock()),
+        (Dialect::MariaDb, row_lock()),
+        (Dialect::Postgres, lease()),
+        (Dialect::Sqlite, lease()),
+        (Dialect::MySql, advisory()),
+        (Dialect::Sqlite, advisory()),
+        (Dialect::Postgres, custom()),
+    ] {
+        let mut sim = Sim::start(dialect, desc, 2, &[0, 1, 2]);
+        assert!(sim.procs[0].broker.held_connections() > 0 || desc.form() == Form::Lease);
+        sim.shutdown(0);
+        sim.shutdown(0);
+        sim.run();
+        sim.shutdown(0);
+        sim.advance(Duration::from_secs(120));
+        sim.shutdown(0);
+        sim.run();
+        let closed = sim.closed(0);
+        assert_eq!(closed.len(), 1, "{dialect:?} {:?}: {closed:?}", desc.form());
+        assert_eq!(closed[0].1, 0, "{dialect:?}: no connection held at Closed");
+        assert!(sim.procs[0].broker.is_closed());
+        assert_eq!(sim.procs[0].broker.held_connections(), 0);
+        assert!(sim.db.held_by(sim.procs[0].process).is_empty());
+    }
+}
+
+/// A settlement of a delivery that the shutdown is releasing (its unlock or rollback still in
+/// flight) fails as one after the shutdown does: `Closed`.
+#[test]
+fn settle_during_the_shutdown_release_fails_closed() {
+    for (dialect, desc) in [
+        (Dialect::Postgres, row_lock()),
+        (Dialect::Postgres, advisory()),
+    ] {
+        let mut sim = Sim::start(dialect, desc, 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        sim.shutdown(0);
+        // The rollback or unlock is in flight.
+        assert!(!sim.procs[0].queue.is_empty());
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        let failed: Vec<Event<i64>> = sim
+            .events(0, mark)
+            .into_iter()
+            .filter(|e| matches!(e, Event::SettleFailed { .. }))
+            .collect();
+        assert_eq!(
+            failed,
+            [Event::SettleFailed {
+                delivery,
+                error: SettleError::Closed
+            }],
+            "{dialect:?} {:?}",
+            desc.form()
+        );
+    }
+}
+
+/// A settlement after the shutdown ended an advisory or row lock delivery fails `Closed`.
+#[test]
+fn settle_after_the_shutdown_fails_closed() {
+    for (dialect, desc) in [
+        (Dialect::Postgres, row_lock()),
+        (Dialect::MySql, advisory()),
+        (Dialect::Sqlite, advisory()),
+    ] {
+        let mut sim = Sim::start(dialect, desc, 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        sim.shutdown(0);
+        sim.run();
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.events(0, mark),
+            [Event::SettleFailed {
+                delivery,
+                error: SettleError::Closed
+            }],
+            "{dialect:?}"
+        );
+        assert!(sim.ops(0, mark).is_empty());
+        assert!(
+            sim.db.rows.contains_key(&1),
+            "{dialect:?}: the row returned, unsettled"
+        );
+    }
+}
+
+// ===== the check =====
+
+/// A described column the table lacks fails the check, naming the table and the column.
+#[test]
+fn check_missing_column_names_the_table_and_the_column() {
+    let cases = [
+        (Dialect::Postgres, row_lock(), "attempt", "the attempt"),
+        (
+            Dialect::MySql,
+            lease(),
+            "locked_until",
+            "the lease's `locked_until`",
+        ),
+        (
+            Dialect::Sqlite,
+            advisory(),
+            "channel",
+            "a part of the advisory lock key",
+        ),
+        (
+            Dialect::MariaDb,
+            lease_marked(),
+            "processed_at",
+            "`processed_at`",
+        ),
+    ];
+    for (dialect, desc, column, role) in cases {
+        let mut sim = Sim::new(dialect, desc, 1);
+        sim.db.missing_columns = vec![column];
+        sim.insert(0);
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        let error = CheckError::MissingColumn {
+            table: "jobs",
+            column,
+            role,
+        };
+        assert_eq!(
+            sim.events(p, 0),
+            [Event::CheckFailed {
+                sub,
+                error: error.clone()
+            }],
+            "{dialect:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("`jobs`") && message.contains(&format!("`{column}`")));
+        sim.advance(Duration::from_secs(10));
+        assert!(sim.delivered(p, 0).is_empty(), "{dialect:?}: no claim");
+        assert_eq!(
+            sim.ops(p, 0).last(),
+            Some(&Release),
+            "{dialect:?}: the check's connection goes back"
+        );
+        assert_eq!(sim.procs[p].broker.held_connections(), 0);
+    }
+}
+
+/// A table that does not exist fails the check with `MissingTable`, whether the listing finds
+/// no column or the database says so.
+#[test]
+fn check_missing_table() {
+    for dialect in ALL {
+        let desc = if dialect == Dialect::Sqlite {
+            lease()
+        } else {
+            row_lock()
+        };
+        // The listing finds no column.
+        let mut sim = Sim::new(dialect, desc, 1);
+        sim.db.missing_table = true;
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        let failed = Event::CheckFailed {
+            sub,
+            error: CheckError::MissingTable { table: "jobs" },
+        };
+        assert_eq!(
+            sim.events(p, 0),
+            std::slice::from_ref(&failed),
+            "{dialect:?}"
+        );
+        // The database answers that the table is undefined.
+        let mut sim = Sim::new(dialect, desc, 1);
+        sim.hook(|_, c| match kind_of(c) {
+            Some(StatementKind::ListColumns) => Intercept::Answer(Reply::Failed(DbError::new(
+                ErrorKind::UndefinedTable,
+                "no such table",
+            ))),
+            _ => Intercept::Run,
+        });
+        let p = sim.spawn();
+        sim.run();
+        assert_eq!(sim.events(p, 0), [failed], "{dialect:?}");
+        sim.advance(Duration::from_secs(10));
+        assert_eq!(
+            sim.ops(p, 0).len(),
+            3,
+            "{dialect:?}: and no retry: {:?}",
+            sim.ops(p, 0)
+        );
+        assert_eq!(sim.procs[p].broker.held_connections(), 0);
+    }
+}
+
+/// A passing failure (the pool gives no connection) is not a verdict: the check runs again
+/// after the poll interval, and not before.
+#[test]
+fn check_passing_failure_retries_after_the_poll_interval() {
+    for dialect in ALL {
+        let desc = if dialect == Dialect::Sqlite {
+            advisory()
+        } else {
+            row_lock()
+        };
+        let mut sim = Sim::new(dialect, desc, 1);
+        sim.insert(0);
+        let mut failed = false;
+        sim.hook(move |_, c| {
+            if !failed && c.action == Action::Acquire {
+                failed = true;
+                Intercept::Answer(Reply::Failed(DbError::new(
+                    ErrorKind::PoolClosed,
+                    "no connection in time",
+                )))
+            } else {
+                Intercept::Run
+            }
+        });
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        assert!(matches!(
+            sim.events(p, 0).as_slice(),
+            [Event::Error { sub: s, error }] if *s == sub && error.kind == ErrorKind::PoolClosed
+        ));
+        assert_eq!(sim.timeout(p), Some(T0.plus(POLL)), "{dialect:?}");
+        sim.advance_to(just_before(T0.plus(POLL)));
+        assert_eq!(sim.ops(p, 0), [Acquire], "{dialect:?}: not before");
+        sim.advance_to(T0.plus(POLL));
+        assert!(
+            sim.events(p, 0).contains(&Event::Ready { sub }),
+            "{dialect:?}"
+        );
+        assert_eq!(sim.delivered_rows(p, 0), [1], "{dialect:?}");
+        assert_eq!(sim.delivered_at(p, 0, 1), Some(T0.plus(POLL)));
+    }
+}
+
+/// A check that fails halfway on a passing error closes its connection and runs again.
+#[test]
+fn check_passing_failure_midway_closes_and_retries() {
+    let mut sim = Sim::new(Dialect::MySql, advisory(), 1);
+    sim.insert(0);
+    let mut failed = false;
+    sim.hook(move |_, c| {
+        if !failed && kind_of(c) == Some(StatementKind::CurrentDatabase) {
+            failed = true;
+            Intercept::Answer(Reply::Failed(DbError::new(ErrorKind::Other, "hiccup")))
+        } else {
+            Intercept::Run
+        }
+    });
+    let p = sim.spawn();
+    sim.run();
+    assert_eq!(
+        sim.ops(p, 0),
+        [
+            Acquire,
+            Exec(StatementKind::ListColumns),
+            Exec(StatementKind::CurrentDatabase),
+            Close
+        ]
+    );
+    assert_eq!(sim.procs[p].broker.held_connections(), 0);
+    sim.advance(POLL);
+    assert_eq!(sim.delivered_rows(p, 0), [1]);
+    // The lock name still has the database's name, read by the second check.
+    let lock = only(sim.runs_of(p, 0, StatementKind::TryLock));
+    assert_eq!(lock.bind(Arg::Key), Value::Text("test.jobs-0".into()));
+}
+
+// ===== wake =====
+
+/// `wake` makes a subscription claim now, before its poll interval.
+#[test]
+fn wake_claims_before_the_poll_interval() {
+    for (dialect, desc) in [
+        (Dialect::Postgres, row_lock()),
+        (Dialect::MySql, row_lock()),
+        (Dialect::Postgres, lease()),
+        (Dialect::Sqlite, lease()),
+        (Dialect::MariaDb, advisory()),
+        (Dialect::Sqlite, advisory()),
+        (Dialect::Postgres, custom()),
+    ] {
+        let mut sim = Sim::start(dialect, desc, 1, &[]);
+        assert_eq!(sim.timeout(0), Some(T0.plus(POLL)), "{dialect:?}");
+        sim.advance(Duration::from_millis(200));
+        let mark = sim.mark();
+        sim.insert(0);
+        sim.advance(Duration::from_millis(300));
+        assert!(
+            sim.ops(0, mark).is_empty(),
+            "{dialect:?}: no claim without a wake"
+        );
+        sim.wake(0);
+        sim.run();
+        assert_eq!(sim.delivered_rows(0, mark), [1], "{dialect:?}");
+        assert_eq!(
+            sim.delivered_at(0, mark, 1),
+            Some(T0.plus(Duration::from_millis(500)))
+        );
+    }
+}
