@@ -1,5 +1,389 @@
-//! The ruststream adapter for SQLite on rusqlite: it will run the statements the core
-//! (`ruststream-core`) renders on blocking rusqlite connections, usable from any executor or
-//! none.
+//! The ruststream adapter for SQLite on [rusqlite]: [`RusqliteBroker`].
 //!
-//! The adapter is not written yet; the crate holds its place in the workspace.
+//! It runs the statements the core (`ruststream-core`) renders on blocking rusqlite
+//! connections, each owned by a thread of its own, and answers through futures oneshot
+//! channels: the broker runs on tokio, async-std, or any executor, and no blocking call ever
+//! runs on an executor's thread. The adapter holds no queue logic: it opens and lends
+//! connections, runs commands, maps rows and errors, and runs a table's own [`Lock`] and
+//! [`Unlock`].
+//!
+//! SQLite takes two of the three forms (forms.md): the lease form (`.lease(..)`) and the
+//! advisory lock form (`.advisory(..)`), where the process keeps the keys in work, or the
+//! service's own [`Lock`] and [`Unlock`] decide. A table that names neither does not
+//! compile: SQLite has no row locks.
+//!
+//! # A service
+//!
+//! ```no_run
+//! use std::future::ready;
+//!
+//! use ruststream_rusqlite::prelude::*;
+//!
+//! /// One row of `video_jobs`, held by the key of its channel while it is in work.
+//! #[derive(serde::Deserialize)]
+//! struct Transcode {
+//!     id: i64,
+//!     payload: Vec<u8>,
+//! }
+//!
+//! impl InboxTable for Transcode {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Advisory, Payload)>;
+//!     const TABLE: Self::Table = InboxSpec::new("video_jobs", Column::new("id").generated())
+//!         .advisory(&[KeyPart::Literal("video_jobs-"), KeyPart::Column("channel")])
+//!         .payload(Column::new("payload"));
+//!
+//!     fn id(&self) -> &i64 {
+//!         &self.id
+//!     }
+//! }
+//!
+//! impl PayloadRow for Transcode {
+//!     type Column = Vec<u8>;
+//!
+//!     fn payload(&self) -> &[u8] {
+//!         &self.payload
+//!     }
+//! }
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Video {
+//!     name: String,
+//! }
+//!
+//! struct Encode;
+//!
+//! impl Handle<Video> for Encode {
+//!     fn handle(
+//!         &self,
+//!         _video: &Video,
+//!         _outs: &(),
+//!         _ctx: &mut Context<'_>,
+//!     ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+//!         ready(Ok(()))
+//!     }
+//! }
+//!
+//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+//! // Nothing opens here: the broker opens its connections when the service starts.
+//! // `handle()` gives the broker as the service holds it; publishers come from it.
+//! let broker = RusqliteBroker::open("videos.db").handle();
+//! let publisher = broker.publisher::<Transcode>();
+//! let service = RustStream::new(AppInfo::new("transcoder", "0.1.0")).with_broker(
+//!     broker.clone(),
+//!     |b| {
+//!         let encode = subscriber("videos", Encode)
+//!             .map_source(|_| InboxQueue::<Transcode>::new("videos"));
+//!         b.include(encode.build());
+//!     },
+//! );
+//! let run = service.run();
+//! # let _ = (run, publisher);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A row type is `#[derive(serde::Deserialize)]`: the row decodes into it by column name
+//! ([`RusqliteRow::decode`]).
+//!
+//! # Broker and handle
+//!
+//! [`RusqliteBroker::open`] describes the pool; nothing opens until the service starts. The
+//! service holds a broker as a [`BrokerHandle`]: [`RusqliteBroker::handle`] (or
+//! [`IntoBroker::into_broker`]) wraps it. Pass the broker itself to `with_broker` when nothing
+//! else needs it; take the handle first when publishers are wanted (they come from the
+//! handle, and answer [`PublishError::Closed`](ruststream::PublishError::Closed) until the
+//! service starts and from its shutdown on), and pass a clone of that same handle to
+//! `with_broker`. `RusqliteBroker` is not `Clone`, so one pool never gets two handles by
+//! mistake.
+//!
+//! # The pool
+//!
+//! The broker builds its own pool: up to [`RusqliteBroker::max_connections`] connections
+//! (10 by default), each owned by a thread of its own that runs its commands in order, and one
+//! thread that lends them. A connection opens when the core asks for one and none is idle.
+//! Each has a busy timeout (5 s by default), so concurrent writers wait for each other instead
+//! of failing; the first connection puts a database file into WAL mode, so readers run beside
+//! the writer. An acquire waits for a connection up to
+//! [`RusqliteBroker::acquire_timeout`] (30 s). When the core closes a connection (to end a
+//! lock, or after an error), a fresh one takes its place when next needed.
+//!
+//! At shutdown the pool closes: it lends no new connection (an acquire fails with
+//! [`ErrorKind::PoolClosed`](ruststream_core::ErrorKind::PoolClosed)), idle connections close
+//! at once, and a connection still lent closes when it comes back.
+//!
+//! One process serves a database file in the advisory lock form: SQLite has no locks a session
+//! holds, so the process keeps the keys in work (advisory.md).
+//!
+//! # Rules the compiler checks
+//!
+//! A table that names no form takes the row lock form, which SQLite lacks: a subscription to
+//! it on this broker does not compile.
+//!
+//! ```compile_fail
+//! # use ruststream_rusqlite::prelude::*;
+//! # #[derive(serde::Deserialize)]
+//! # struct Invoice { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Invoice {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Payload,)>;
+//!     const TABLE: Self::Table =
+//!         InboxSpec::new("invoices", Column::new("id")).payload(Column::new("payload"));
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! # impl PayloadRow for Invoice {
+//! #     type Column = Vec<u8>;
+//! #     fn payload(&self) -> &[u8] { &self.payload }
+//! # }
+//! fn takes<T>() where RusqliteBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Invoice>(); // rule: SQLite has no row locks
+//! ```
+//!
+//! A table whose description names `own::Lock` and `own::Unlock` must implement [`Lock`] and
+//! [`Unlock`]; one without them needs neither.
+//!
+//! ```compile_fail
+//! # use ruststream_rusqlite::prelude::*;
+//! # #[derive(serde::Deserialize)]
+//! # struct Payout { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Payout {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)>;
+//!     const TABLE: Self::Table = InboxSpec::new("payouts", Column::new("id").generated())
+//!         .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+//!         .payload(Column::new("payload"))
+//!         .own::<own::Lock>()
+//!         .own::<own::Unlock>();
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where RusqliteBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Payout>(); // `Payout` does not implement `ruststream_rusqlite::Lock`
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod de;
+mod lock;
+mod pool;
+mod row;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::exec::BoxFuture;
+use ruststream::{BrokerHandle, InboxTable, IntoBroker};
+use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
+use ruststream_core::{Command, Dialect, Reply};
+use serde::de::DeserializeOwned;
+
+pub use de::DecodeError;
+pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use row::RusqliteRow;
+/// The rusqlite crate this adapter runs on, for [`Lock`] and [`Unlock`] implementations.
+pub use rusqlite;
+
+use pool::{CommandReply, Config, Pool};
+
+/// What a SQLite service needs in scope: the runtime's items and this adapter's.
+pub mod prelude {
+    pub use crate::{Lock, RusqliteBroker, RusqliteRow, Unlock};
+    pub use ruststream::{
+        Advisory, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due, Handle,
+        HandlerOutcome, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker, KeyPart,
+        Lease, Message, OrderBy, Payload, PayloadRow, Processed, PublishError, Publisher,
+        RustStream, keys, nonzero, own, subscriber,
+    };
+}
+
+/// The SQLite broker on rusqlite: a pool of blocking connections on threads of their own.
+///
+/// Build it with [`RusqliteBroker::open`] and the settings below, then hand it to a service
+/// (`RustStream::with_broker`), directly or as its [`BrokerHandle`]
+/// ([`RusqliteBroker::handle`]). See the [crate] documentation.
+pub struct RusqliteBroker {
+    config: Config,
+    pool: Arc<Pool>,
+}
+
+impl std::fmt::Debug for RusqliteBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RusqliteBroker")
+            .field("path", &self.config.path)
+            .field("max_connections", &self.config.max_connections)
+            .field("busy_timeout", &self.config.busy_timeout)
+            .field("acquire_timeout", &self.config.acquire_timeout)
+            .field("open_connections", &self.open_connections())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl RusqliteBroker {
+    /// A broker of the SQLite database at `path`: a file name, or a `file:` URI such as
+    /// `file:app.db?mode=rwc`, as [`rusqlite::Connection::open`] takes it.
+    ///
+    /// Nothing opens here: the pool opens its first connection when the service starts, and
+    /// fails the start with a message naming the path if the database does not open. A
+    /// private in-memory database (`:memory:`, or an empty path) is refused then, since each
+    /// connection of the pool would open its own.
+    pub fn open(path: impl AsRef<Path>) -> Self {
+        Self {
+            config: Config {
+                path: path.as_ref().to_path_buf(),
+                max_connections: 10,
+                busy_timeout: Duration::from_secs(5),
+                acquire_timeout: Duration::from_secs(30),
+                statement_cache: 64,
+            },
+            pool: Arc::new(Pool::new()),
+        }
+    }
+
+    /// At most this many connections open at once (default 10; at least 1). In the advisory
+    /// lock form each message in work holds one, beside the claim's and the publishes'.
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.config.max_connections = max.max(1);
+        self
+    }
+
+    /// How long a statement waits for another connection's write lock before it fails as a
+    /// timeout (default 5 s): SQLite's `busy_timeout`.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.config.busy_timeout = timeout;
+        self
+    }
+
+    /// How long an acquire waits for a connection when all are in use (default 30 s).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.config.acquire_timeout = timeout;
+        self
+    }
+
+    /// The broker as the service holds it, to take publishers from before the service starts:
+    /// pass a clone of the same handle to `with_broker`. The same as
+    /// [`IntoBroker::into_broker`].
+    pub fn handle(self) -> BrokerHandle<Self> {
+        BrokerHandle::new(self)
+    }
+
+    /// The database's path or URI.
+    pub fn path(&self) -> &Path {
+        &self.config.path
+    }
+
+    /// How many connections of the pool are open now.
+    pub fn open_connections(&self) -> usize {
+        self.pool.open_connections()
+    }
+
+    /// Whether the pool is closed: it lends no connection any more.
+    pub fn is_closed(&self) -> bool {
+        self.pool.is_closed()
+    }
+}
+
+fn private_memory(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    text.is_empty() || text == ":memory:"
+}
+
+impl Adapter for RusqliteBroker {
+    type Row = RusqliteRow;
+    type Lock = CustomLock;
+
+    /// Starts the pool's threads and opens the first connection (putting a file into WAL
+    /// mode). Answers [`Dialect::Sqlite`].
+    fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
+        let path: PathBuf = self.config.path.clone();
+        if private_memory(&path) {
+            return Box::pin(std::future::ready(Err(AdapterError::new(format!(
+                "SQLite database `{}`: a private in-memory database is one per connection, and the broker's pool opens several; use a file",
+                path.display()
+            )))));
+        }
+        if rusqlite::version_number() < 3_035_000 {
+            return Box::pin(std::future::ready(Err(AdapterError::new(format!(
+                "SQLite {} is too old: ruststream needs 3.35 or later (RETURNING)",
+                rusqlite::version()
+            )))));
+        }
+        let started = self.pool.start(self.config.clone());
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let answer = match started {
+                Ok(Some(answer)) => answer,
+                Ok(None) => return Ok(Dialect::Sqlite),
+                Err(message) => return Err(AdapterError::new(message)),
+            };
+            let result = answer
+                .await
+                .unwrap_or_else(|_| Err("the pool's thread ended".into()));
+            match result {
+                Ok(()) => Ok(Dialect::Sqlite),
+                Err(message) => {
+                    pool.abandon_start();
+                    Err(AdapterError::new(message))
+                }
+            }
+        })
+    }
+
+    /// Hands the command to the thread of the connection it names (or to the pool, for an
+    /// acquire, a release and a close) and answers when that thread has run it.
+    fn execute(&self, command: Command, lock: Option<CustomLock>) -> BoxFuture<Reply<RusqliteRow>> {
+        // Sent now, not when the future is first polled: the commands of one connection run
+        // in the order they were given.
+        match self.pool.execute(command, lock) {
+            CommandReply::Ready(reply) => Box::pin(std::future::ready(reply)),
+            CommandReply::Pending(answer) => Box::pin(async move {
+                answer.await.unwrap_or_else(|_| {
+                    Reply::Failed(ruststream_core::DbError::new(
+                        ruststream_core::ErrorKind::ConnectionLost,
+                        "the connection's thread ended before it answered",
+                    ))
+                })
+            }),
+        }
+    }
+
+    /// Closes the pool: completes once its idle connections are closed. Connections still
+    /// lent close when they come back.
+    fn close(&self) -> BoxFuture<()> {
+        let closed = self.pool.close();
+        Box::pin(async move {
+            if let Some(closed) = closed {
+                let _ = closed.await;
+            }
+        })
+    }
+}
+
+/// Rows of `T` decode by serde ([`RusqliteRow::decode`]); `T`'s custom lock is its [`Lock`]
+/// and [`Unlock`] where its description names `own::Lock` and `own::Unlock`. A description
+/// that takes the row lock form does not compile here: SQLite has no row locks.
+impl<T> TakesRows<T> for RusqliteBroker
+where
+    T: InboxTable + DeserializeOwned,
+    T::Table: ValidOn<Sqlite>,
+    <<T::Table as Described>::Features as Features>::Lock: PickLock<T>,
+{
+    fn decode(row: RusqliteRow) -> Result<T, String> {
+        row.decode().map_err(|e| e.to_string())
+    }
+
+    fn custom_lock() -> Option<CustomLock> {
+        <<<T::Table as Described>::Features as Features>::Lock as PickLock<T>>::pick()
+    }
+}
+
+impl IntoBroker for RusqliteBroker {
+    type Adapter = RusqliteBroker;
+
+    /// Wraps the broker in a new [`BrokerHandle`]: see [`RusqliteBroker::handle`].
+    fn into_broker(self) -> BrokerHandle<RusqliteBroker> {
+        BrokerHandle::new(self)
+    }
+}

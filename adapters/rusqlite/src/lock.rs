@@ -1,0 +1,117 @@
+//! The service's own lock and unlock of a table's keys (lock.md), on rusqlite's connection.
+
+use std::fmt;
+
+use rusqlite::Connection;
+use ruststream_core::spec::bits::{False, True};
+
+/// The service's own lock of a table whose description names `own::Lock`
+/// (`.own::<own::Lock>()`, `custom(lock, unlock)`).
+///
+/// `lock` tries the key without waiting and answers whether it took it. It runs on the claim's
+/// connection, which then holds the delivery: what the lock writes, it writes on that
+/// connection's session. An error fails the claim, and the connection is closed.
+///
+/// ```
+/// use ruststream_rusqlite::rusqlite::{self, Connection};
+/// use ruststream_rusqlite::{Lock, Unlock};
+///
+/// struct Payout;
+///
+/// impl Lock for Payout {
+///     fn lock(conn: &Connection, key: &str) -> rusqlite::Result<bool> {
+///         let taken = conn.execute("INSERT OR IGNORE INTO held_keys (key) VALUES (?1)", [key])?;
+///         Ok(taken == 1)
+///     }
+/// }
+///
+/// impl Unlock for Payout {
+///     fn unlock(conn: &Connection, key: &str) -> rusqlite::Result<bool> {
+///         let released = conn.execute("DELETE FROM held_keys WHERE key = ?1", [key])?;
+///         Ok(released == 1)
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names `own::Lock`, but `{Self}` does not implement `ruststream_rusqlite::Lock`",
+    label = "implement `ruststream_rusqlite::Lock` (and `Unlock`) for `{Self}`, or remove the custom lock from its description"
+)]
+pub trait Lock {
+    /// Tries to take `key` on `conn` without waiting: whether it took it.
+    fn lock(conn: &Connection, key: &str) -> rusqlite::Result<bool>;
+}
+
+/// The service's own unlock of a table whose description names `own::Unlock`.
+///
+/// `unlock` answers whether the session held the key. An answer of `false`, or an error,
+/// closes the connection, which ends its session. See [`Lock`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names `own::Unlock`, but `{Self}` does not implement `ruststream_rusqlite::Unlock`",
+    label = "implement `ruststream_rusqlite::Unlock` (and `Lock`) for `{Self}`, or remove the custom lock from its description"
+)]
+pub trait Unlock {
+    /// Releases `key` on `conn`: whether the session held it.
+    fn unlock(conn: &Connection, key: &str) -> rusqlite::Result<bool>;
+}
+
+/// A function of a custom lock: `Lock::lock` or `Unlock::unlock`.
+pub type LockFn = fn(&Connection, &str) -> rusqlite::Result<bool>;
+
+/// A table's custom lock and unlock, as the broker runs them on its connections' threads
+/// (the adapter's `Adapter::Lock`).
+#[derive(Clone, Copy)]
+pub struct CustomLock {
+    lock: LockFn,
+    unlock: LockFn,
+}
+
+impl CustomLock {
+    /// The lock and unlock of `T`.
+    pub fn of<T: Lock + Unlock>() -> Self {
+        Self::new(T::lock, T::unlock)
+    }
+
+    /// A lock of these two functions.
+    pub fn new(lock: LockFn, unlock: LockFn) -> Self {
+        Self { lock, unlock }
+    }
+
+    /// Runs the lock on `conn`.
+    pub fn lock(&self, conn: &Connection, key: &str) -> rusqlite::Result<bool> {
+        (self.lock)(conn, key)
+    }
+
+    /// Runs the unlock on `conn`.
+    pub fn unlock(&self, conn: &Connection, key: &str) -> rusqlite::Result<bool> {
+        (self.unlock)(conn, key)
+    }
+}
+
+impl fmt::Debug for CustomLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CustomLock").finish_non_exhaustive()
+    }
+}
+
+/// Picks a row type's custom lock by its description's type: the description's `Lock` bit
+/// ([`True`] where it names `own::Lock` and `own::Unlock`, [`False`] otherwise).
+///
+/// A table without a custom lock needs no [`Lock`] implementation; a table with one must
+/// implement both [`Lock`] and [`Unlock`], or it does not compile. (The description's own
+/// rules already make `own::Lock` and `own::Unlock` come together.)
+pub trait PickLock<T> {
+    /// `T`'s custom lock, where its description names one.
+    fn pick() -> Option<CustomLock>;
+}
+
+impl<T: Lock + Unlock> PickLock<T> for True {
+    fn pick() -> Option<CustomLock> {
+        Some(CustomLock::of::<T>())
+    }
+}
+
+impl<T> PickLock<T> for False {
+    fn pick() -> Option<CustomLock> {
+        None
+    }
+}

@@ -1,0 +1,196 @@
+//! The adapter's row, and the mapping of values and errors between rusqlite and the core.
+
+use std::sync::Arc;
+
+use rusqlite::ErrorCode;
+use rusqlite::types::Value as SqlValue;
+use ruststream_core::{DbError, ErrorKind, Value};
+use serde::de::DeserializeOwned;
+
+use crate::de::{DecodeError, RowDeserializer};
+
+/// A row read from SQLite, owned: its column names and values, in the statement's order.
+///
+/// The runtime carries it from the claim to the handler's task, where it is decoded into the
+/// table's row type with serde ([`RusqliteRow::decode`]). Values keep SQLite's storage classes:
+/// `INTEGER`, `REAL`, `TEXT`, `BLOB` and `NULL`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RusqliteRow {
+    columns: Arc<[String]>,
+    values: Vec<SqlValue>,
+}
+
+impl RusqliteRow {
+    pub(crate) fn from_parts(columns: Arc<[String]>, values: Vec<SqlValue>) -> Self {
+        debug_assert_eq!(columns.len(), values.len(), "one value per column");
+        Self { columns, values }
+    }
+
+    /// The column names, in the statement's order.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// The values, in the order of [`RusqliteRow::columns`].
+    pub fn values(&self) -> &[SqlValue] {
+        &self.values
+    }
+
+    /// How many columns the row has.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether the row has no column.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The value of the column `name`: the first column of that exact name, else the first
+    /// whose name matches ignoring ASCII case (SQLite's own rule for names).
+    pub fn get(&self, name: &str) -> Option<&SqlValue> {
+        column_index(&self.columns, name).map(|i| &self.values[i])
+    }
+
+    /// Each column's name and value, in the statement's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &SqlValue)> {
+        self.columns.iter().map(String::as_str).zip(&self.values)
+    }
+
+    /// The row as `T`, by serde: a struct reads its fields from the columns of the same names
+    /// (columns it does not name are ignored), a tuple reads the columns in order.
+    ///
+    /// `INTEGER` reads into any integer type that holds its value, and into `bool` and
+    /// floats; `REAL` into floats; `TEXT` into `String`, `&str`-like types, unit enums, and
+    /// `Vec<u8>` as its UTF-8 bytes; `BLOB` into `Vec<u8>` (and `serde_bytes` types), or
+    /// `String` when it is UTF-8; `NULL` into `Option::None` and `()`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        T::deserialize(RowDeserializer::new(self))
+    }
+}
+
+impl<S: Into<String>> FromIterator<(S, SqlValue)> for RusqliteRow {
+    /// A row of these columns and values, such as to test a row type's decoding.
+    fn from_iter<I: IntoIterator<Item = (S, SqlValue)>>(iter: I) -> Self {
+        let (columns, values): (Vec<String>, Vec<SqlValue>) =
+            iter.into_iter().map(|(c, v)| (c.into(), v)).unzip();
+        Self {
+            columns: columns.into(),
+            values,
+        }
+    }
+}
+
+/// The index of the column `name`: exact first, then ignoring ASCII case.
+pub(crate) fn column_index(columns: &[String], name: &str) -> Option<usize> {
+    columns
+        .iter()
+        .position(|c| c == name)
+        .or_else(|| columns.iter().position(|c| c.eq_ignore_ascii_case(name)))
+}
+
+/// A core value as a SQLite bind parameter. A boolean binds as the integer 1 or 0.
+pub(crate) fn to_sql(value: &Value) -> SqlValue {
+    match value {
+        Value::Null => SqlValue::Null,
+        Value::Bool(b) => SqlValue::Integer(i64::from(*b)),
+        Value::Int(i) => SqlValue::Integer(*i),
+        Value::Text(t) => SqlValue::Text(t.clone()),
+        Value::Bytes(b) => SqlValue::Blob(b.clone()),
+    }
+}
+
+/// A SQLite value as the core reads it. The core has no floats: a `REAL` is the text of its
+/// decimal form.
+pub(crate) fn from_sql(value: &SqlValue) -> Value {
+    match value {
+        SqlValue::Null => Value::Null,
+        SqlValue::Integer(i) => Value::Int(*i),
+        SqlValue::Real(r) => Value::Text(r.to_string()),
+        SqlValue::Text(t) => Value::Text(t.clone()),
+        SqlValue::Blob(b) => Value::Bytes(b.clone()),
+    }
+}
+
+/// A rusqlite error as the core reads it.
+///
+/// | rusqlite | kind |
+/// |---|---|
+/// | `SQLITE_BUSY`, `SQLITE_LOCKED` (past the busy timeout) | [`ErrorKind::Timeout`] |
+/// | `no such table` | [`ErrorKind::UndefinedTable`] |
+/// | `no such column`, a column missing from a statement's rows | [`ErrorKind::UndefinedColumn`] |
+/// | `SQLITE_INTERRUPT` (a command cut short by a close), `SQLITE_CANTOPEN`, `SQLITE_IOERR`, `SQLITE_NOTADB`, `SQLITE_CORRUPT` | [`ErrorKind::ConnectionLost`] |
+/// | anything else | [`ErrorKind::Other`] |
+pub(crate) fn db_error(error: &rusqlite::Error) -> DbError {
+    let kind = match error {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            code_kind(failure.code, message.as_deref())
+        }
+        rusqlite::Error::SqlInputError { error, msg, .. } => code_kind(error.code, Some(msg)),
+        rusqlite::Error::InvalidColumnName(_) => ErrorKind::UndefinedColumn,
+        _ => ErrorKind::Other,
+    };
+    DbError::new(kind, error.to_string())
+}
+
+fn code_kind(code: ErrorCode, message: Option<&str>) -> ErrorKind {
+    match code {
+        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => ErrorKind::Timeout,
+        ErrorCode::OperationInterrupted
+        | ErrorCode::CannotOpen
+        | ErrorCode::SystemIoFailure
+        | ErrorCode::NotADatabase
+        | ErrorCode::DatabaseCorrupt => ErrorKind::ConnectionLost,
+        _ => match message {
+            Some(m) if m.contains("no such table") => ErrorKind::UndefinedTable,
+            Some(m) if m.contains("no such column") => ErrorKind::UndefinedColumn,
+            _ => ErrorKind::Other,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip() {
+        for value in [
+            Value::Null,
+            Value::Int(-7),
+            Value::Text("x".into()),
+            Value::Bytes(vec![0, 255]),
+        ] {
+            assert_eq!(from_sql(&to_sql(&value)), value);
+        }
+        assert_eq!(to_sql(&Value::Bool(true)), SqlValue::Integer(1));
+        assert_eq!(from_sql(&SqlValue::Real(1.5)), Value::Text("1.5".into()));
+    }
+
+    #[test]
+    fn errors_map_to_kinds() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let missing_table = conn.prepare("SELECT * FROM nope").unwrap_err();
+        assert_eq!(db_error(&missing_table).kind, ErrorKind::UndefinedTable);
+        conn.execute_batch("CREATE TABLE t (a INTEGER)").unwrap();
+        let missing_column = conn.prepare("SELECT b FROM t").unwrap_err();
+        assert_eq!(db_error(&missing_column).kind, ErrorKind::UndefinedColumn);
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        assert_eq!(db_error(&busy).kind, ErrorKind::Timeout);
+        let syntax = conn.prepare("SELEC 1").unwrap_err();
+        assert_eq!(db_error(&syntax).kind, ErrorKind::Other);
+    }
+
+    #[test]
+    fn get_matches_names_ignoring_case() {
+        let row: RusqliteRow = [("Id", SqlValue::Integer(1)), ("id", SqlValue::Integer(2))]
+            .into_iter()
+            .collect();
+        assert_eq!(row.get("id"), Some(&SqlValue::Integer(2)));
+        assert_eq!(row.get("ID"), Some(&SqlValue::Integer(1)));
+        assert_eq!(row.get("other"), None);
+    }
+}
