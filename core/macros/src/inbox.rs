@@ -212,6 +212,8 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             .map_or_else(|| field.to_owned(), |f| f.column.clone())
     };
     let mut key = Vec::new();
+    // The fields the key reads: the database reads their columns, so the struct need not.
+    let mut key_fields = Vec::new();
     if let Some(template) = &attrs.advisory {
         match parse_template_for(&template.value(), &names) {
             Ok(parts) => {
@@ -221,6 +223,9 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
                             quote!(::ruststream::KeyPart::Literal(#text))
                         }
                         TemplatePart::Field(field) => {
+                            if let Some(f) = fields.iter().find(|f| f.name == field) {
+                                key_fields.push(f.ident.clone());
+                            }
                             let column = column_of(&field);
                             quote!(::ruststream::KeyPart::Column(#column))
                         }
@@ -315,6 +320,8 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             const TABLE: Self::Table = ::ruststream::InboxSpec::new(#table, #id_column) #(#chain)*;
 
             fn id(&self) -> &#id_ty {
+                // The key's fields are read by the database, not by Rust: mark them used.
+                let _ = (#(&self.#key_fields,)*);
                 &self.#id_ident
             }
         }

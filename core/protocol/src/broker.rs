@@ -612,6 +612,12 @@ impl<R> Broker<R> {
             return;
         }
         self.state = State::ShuttingDown;
+        // A lease extension in flight ends with the shutdown once it is answered.
+        for d in self.deliveries.values_mut() {
+            if d.state == DeliveryState::Busy && d.ending.is_none() && d.queued.is_none() {
+                d.queued = Some(Ending::Shutdown);
+            }
+        }
         let held: Vec<DeliveryId> = self
             .deliveries
             .iter()
@@ -753,6 +759,10 @@ impl<R> Broker<R> {
         }
         if self.state == State::ShuttingDown && self.pending.is_empty() {
             debug_assert!(self.conns.is_empty(), "a connection outlived the shutdown");
+            debug_assert!(
+                self.deliveries.is_empty(),
+                "a delivery outlived the shutdown"
+            );
             self.state = State::Closed;
             self.events.push_back(Event::Closed(self.counts));
         }
@@ -1240,7 +1250,9 @@ impl<R> Broker<R> {
                 self.claim_release(claim);
             }
             ClaimStage::SelectLease => {
-                let rows = rows_of(reply);
+                let mut rows = rows_of(reply);
+                // More rows than the limit asked for are not this claim's to take.
+                rows.truncate(self.claims[&claim].limit);
                 if rows.is_empty() {
                     let commit = statements.commit.clone();
                     self.claim_execute(claim, conn, &commit, Vec::new(), ClaimStage::Commit);
@@ -1768,6 +1780,8 @@ impl<R> Broker<R> {
                     delivery,
                     error: SettleError::Closed,
                 });
+                d.ending = Some(Ending::Shutdown);
+                self.finish_delivery(delivery);
                 return;
             }
             if d.lease_lost {

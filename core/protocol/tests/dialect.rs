@@ -129,6 +129,18 @@ fn postgres_row_lock_statements() {
         r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1"#
     );
     assert_eq!(
+        sql(&s.count_row),
+        r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt""#
+    );
+    assert_eq!(
+        sql(&s.lock_row_by_id),
+        r#"SELECT * FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE SKIP LOCKED"#
+    );
+    assert!(
+        s.select_row_id.is_none(),
+        "PostgreSQL counts in one statement"
+    );
+    assert_eq!(
         sql(&s.isolation),
         "SELECT current_setting('transaction_isolation') AS isolation"
     );
@@ -164,6 +176,18 @@ fn mysql_row_lock_statements() {
         assert_eq!(
             sql(&s.count_attempt),
             "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+        );
+        assert_eq!(
+            sql(&s.select_row_id),
+            "SELECT `id`, `attempt` FROM `jobs` ORDER BY `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+        );
+        assert_eq!(
+            sql(&s.lock_row_by_id),
+            "SELECT * FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE SKIP LOCKED"
+        );
+        assert!(
+            s.count_row.is_none(),
+            "{dialect:?} has no UPDATE .. RETURNING"
         );
         assert_eq!(sql(&s.current_database), "SELECT DATABASE() AS db");
         assert!(s.isolation.is_none(), "{dialect:?} has no isolation check");
@@ -720,7 +744,9 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
                         StatementKind::CountAttempt | StatementKind::ReadRow => *arg == Arg::Id,
                         StatementKind::CountRow | StatementKind::SelectRowId => *arg == Arg::Now,
-                        StatementKind::LockRowById => matches!(arg, Arg::Id | Arg::Now),
+                        StatementKind::LockRowById => {
+                            matches!(arg, Arg::Id | Arg::Attempt | Arg::Now)
+                        }
                         StatementKind::Take | StatementKind::TakeCount => {
                             matches!(arg, Arg::Id | Arg::Now)
                         }
@@ -964,20 +990,23 @@ fn statements_match_the_form() {
                     assert_eq!(statement.kind, kind, "{what}");
                 }
             }
-            for (statement, column) in [
-                (&s.count_row, desc.id.name),
-                (&s.select_row_id, desc.id.name),
-            ] {
-                if let Some(statement) = statement {
-                    assert_eq!(
-                        statement.output,
-                        Output::Rows {
-                            columns: vec![column].into(),
-                            raw: false
-                        },
-                        "{what}"
-                    );
-                }
+            // The count reads back the row's id and the attempt it wrote, which the lock then
+            // checks: a row counted again by another claim is not locked on a stale count.
+            let counted: Vec<&str> = std::iter::once(desc.id.name)
+                .chain(desc.attempt.map(|a| a.name))
+                .collect();
+            for statement in [&s.count_row, &s.select_row_id].into_iter().flatten() {
+                assert_eq!(
+                    statement.output,
+                    Output::Rows {
+                        columns: counted.clone().into(),
+                        raw: false
+                    },
+                    "{what}"
+                );
+            }
+            if let Some(lock) = &s.lock_row_by_id {
+                assert_eq!(&lock.args[..2], &[Arg::Id, Arg::Attempt], "{what}");
             }
             for st in [
                 &s.lock_row,

@@ -1,0 +1,725 @@
+//! The statements the core renders for MariaDB (standing in for MySQL), run on a real server
+//! through mysql_async, with binds built from each statement's `args`: the SQL runs, and it
+//! does what the forms need.
+//!
+//! The server is `RUSTSTREAM_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`); a test
+//! that cannot reach it fails with a message naming the URL.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params, Row};
+use ruststream_core::keys::{MYSQL_LOCK_NAME_MAX, mysql_lock_name};
+use ruststream_core::spec::{Column, InboxSpec, KeyPart};
+use ruststream_core::{Arg, Dialect, Output, Statement, Statements, Value};
+
+const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+fn url() -> String {
+    std::env::var("RUSTSTREAM_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// A new session on the test server.
+async fn connect() -> Conn {
+    let url = url();
+    Conn::from_url(&url).await.unwrap_or_else(|e| {
+        panic!("cannot reach MySQL/MariaDB at {url} (set RUSTSTREAM_MYSQL_URL): {e}")
+    })
+}
+
+/// A name unique to this test and process, kept for the life of the test.
+fn unique(test: &str) -> &'static str {
+    Box::leak(format!("rs_{test}_{}", std::process::id()).into_boxed_str())
+}
+
+fn now_micros() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is past 1970");
+    i64::try_from(since.as_micros()).expect("microseconds fit an i64")
+}
+
+fn params(binds: &[Value]) -> Params {
+    if binds.is_empty() {
+        return Params::Empty;
+    }
+    Params::Positional(
+        binds
+            .iter()
+            .map(|v| match v {
+                Value::Null => mysql_async::Value::NULL,
+                Value::Bool(b) => mysql_async::Value::Int(i64::from(*b)),
+                Value::Int(i) => mysql_async::Value::Int(*i),
+                Value::Text(t) => mysql_async::Value::Bytes(t.clone().into_bytes()),
+                Value::Bytes(b) => mysql_async::Value::Bytes(b.clone()),
+            })
+            .collect(),
+    )
+}
+
+/// Runs `statement` with `binds` (one per `?`) as a prepared statement and returns its rows.
+async fn query(conn: &mut Conn, statement: &Statement, binds: &[Value]) -> Vec<Row> {
+    assert_eq!(binds.len(), statement.args.len(), "{}", statement.sql);
+    assert!(matches!(statement.output, Output::Rows { .. }));
+    conn.exec::<Row, _, _>(&*statement.sql, params(binds))
+        .await
+        .unwrap_or_else(|e| panic!("{:?} failed: {e}\n{}", statement.kind, statement.sql))
+}
+
+/// Runs `statement` with `binds` and returns the rows it affected.
+async fn execute(conn: &mut Conn, statement: &Statement, binds: &[Value]) -> u64 {
+    assert_eq!(binds.len(), statement.args.len(), "{}", statement.sql);
+    conn.exec_drop(&*statement.sql, params(binds))
+        .await
+        .unwrap_or_else(|e| panic!("{:?} failed: {e}\n{}", statement.kind, statement.sql));
+    conn.affected_rows()
+}
+
+fn get(statement: &Option<Statement>) -> &Statement {
+    statement.as_ref().expect("the statement is rendered")
+}
+
+/// The binds of a statement whose args are all among the given values.
+fn binds(statement: &Statement, values: &[(Arg, Value)]) -> Vec<Value> {
+    statement.binds(|arg| {
+        values
+            .iter()
+            .find(|(a, _)| *a == arg)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no value for {arg:?} in {}", statement.sql))
+    })
+}
+
+fn ids(rows: &[Row]) -> Vec<i64> {
+    rows.iter()
+        .map(|r| r.get::<i64, _>("id").expect("an id"))
+        .collect()
+}
+
+fn int(row: &Row, column: &str) -> i64 {
+    row.get::<i64, _>(column)
+        .unwrap_or_else(|| panic!("an integer in {column}"))
+}
+
+/// The queue table. On InnoDB a claim reads its rows in claim order through an index, so the
+/// order's columns are indexed (then the id): without the index the server sorts, locks every
+/// claimable row, and another claim finds nothing to skip to.
+const FULL_TABLE: &str = "id BIGINT AUTO_INCREMENT PRIMARY KEY, payload LONGBLOB, \
+     attempt INT NOT NULL DEFAULT 0, locked_until DATETIME(6) NULL, processed_at DATETIME(6) NULL, \
+     due_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), channel VARCHAR(200), \
+     INDEX (due_at, id)";
+
+async fn create(conn: &mut Conn, table: &str) {
+    conn.query_drop(format!("DROP TABLE IF EXISTS {table}"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("CREATE TABLE {table} ({FULL_TABLE}) ENGINE=InnoDB"))
+        .await
+        .expect("create the table");
+}
+
+async fn drop_table(conn: &mut Conn, quoted: &str) {
+    conn.query_drop(format!("DROP TABLE IF EXISTS {quoted}"))
+        .await
+        .expect("drop the table");
+}
+
+async fn publish(conn: &mut Conn, s: &Statements, payload: &[u8], due: i64, channel: &str) {
+    let publish = &s.publish;
+    let values = [
+        (Arg::Payload, Value::Bytes(payload.to_vec())),
+        (Arg::Due, Value::Int(due)),
+        (Arg::Column("channel"), Value::Text(channel.to_owned())),
+    ];
+    assert_eq!(execute(conn, publish, &binds(publish, &values)).await, 1);
+}
+
+/// A time column in microseconds since the epoch, read back by the server.
+async fn micros(conn: &mut Conn, table: &str, column: &str, id: i64) -> Option<i64> {
+    conn.exec_first::<Option<i64>, _, _>(
+        format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {column}) FROM {table} WHERE id = ?"
+        ),
+        (id,),
+    )
+    .await
+    .unwrap()
+    .expect("the row is there")
+}
+
+const LEASE_KEY: &[KeyPart] = &[KeyPart::Literal("video_jobs-"), KeyPart::Column("channel")];
+
+#[tokio::test]
+async fn check_statements() {
+    let table = unique("my_check");
+    let mut conn = connect().await;
+    create(&mut conn, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .desc();
+    for dialect in [Dialect::MariaDb, Dialect::MySql] {
+        let s = Statements::render(dialect, &desc, 1);
+        let db = query(&mut conn, get(&s.current_database), &[]).await;
+        assert_eq!(db[0].get::<String, _>("db").as_deref(), Some("test"));
+        let list = &s.list_columns;
+        let rows = query(
+            &mut conn,
+            list,
+            &binds(list, &[(Arg::TableName, Value::Text(table.to_owned()))]),
+        )
+        .await;
+        let mut names: Vec<String> = rows
+            .iter()
+            .map(|r| r.get::<String, _>("column_name").expect("a name"))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "attempt",
+                "channel",
+                "due_at",
+                "id",
+                "locked_until",
+                "payload",
+                "processed_at"
+            ]
+        );
+        // A `schema.table` name lists the columns of that schema's table.
+        let qualified: &'static str = Box::leak(format!("test.{table}").into_boxed_str());
+        let desc = *InboxSpec::new(qualified, Column::new("id")).desc();
+        let s = Statements::render(dialect, &desc, 1);
+        let list = &s.list_columns;
+        let rows = query(
+            &mut conn,
+            list,
+            &binds(
+                list,
+                &[
+                    (Arg::Schema, Value::Text("test".into())),
+                    (Arg::TableName, Value::Text(table.to_owned())),
+                ],
+            ),
+        )
+        .await;
+        assert_eq!(rows.len(), 7);
+        assert!(
+            query(&mut conn, &s.read_row, &[Value::Int(1)])
+                .await
+                .is_empty()
+        );
+    }
+    drop_table(&mut conn, table).await;
+}
+
+#[tokio::test]
+async fn row_lock_form() {
+    let table = unique("my_row_lock");
+    let mut a = connect().await;
+    let mut b = connect().await;
+    create(&mut a, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 2);
+    for payload in [b"a", b"b"] {
+        publish(&mut a, &s, payload, now_micros(), "x").await;
+    }
+    let lock_row = get(&s.lock_row);
+    execute(&mut a, &s.begin, &[]).await;
+    let locked = query(&mut a, lock_row, &[]).await;
+    assert_eq!(locked.len(), 1);
+    let first = ids(&locked)[0];
+    assert_eq!(
+        locked[0].get::<Vec<u8>, _>("payload").as_deref(),
+        Some(&b"a"[..])
+    );
+    let count = get(&s.count_attempt);
+    assert_eq!(execute(&mut a, count, &[Value::Int(first)]).await, 1);
+
+    execute(&mut b, &s.begin, &[]).await;
+    let skipped = query(&mut b, lock_row, &[]).await;
+    assert_eq!(skipped.len(), 1);
+    assert_ne!(ids(&skipped)[0], first, "B skips A's row");
+    execute(&mut b, &s.rollback, &[]).await;
+
+    assert_eq!(execute(&mut a, &s.settle, &[Value::Int(first)]).await, 1);
+    execute(&mut a, &s.commit, &[]).await;
+    assert!(
+        query(&mut b, &s.read_row, &[Value::Int(first)])
+            .await
+            .is_empty()
+    );
+    drop_table(&mut a, table).await;
+}
+
+#[tokio::test]
+async fn row_lock_form_counts_the_attempt_before_it_locks() {
+    let table = unique("my_row_lock_count");
+    let mut a = connect().await;
+    let mut b = connect().await;
+    create(&mut a, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 2);
+    for payload in [b"a", b"b"] {
+        publish(&mut a, &s, payload, now_micros(), "x").await;
+    }
+    let select_id = get(&s.select_row_id);
+    let count = get(&s.count_attempt);
+    let lock_by_id = get(&s.lock_row_by_id);
+
+    // A counts the first row's attempt in a transaction of its own, then locks the row.
+    execute(&mut a, &s.begin, &[]).await;
+    let first = query(
+        &mut a,
+        select_id,
+        &binds(select_id, &[(Arg::Now, Value::Int(now_micros()))]),
+    )
+    .await;
+    let (first, before) = (int(&first[0], "id"), int(&first[0], "attempt"));
+    assert_eq!(before, 0, "the select reads the attempt before the count");
+    // B, meanwhile, passes over the row A's count holds.
+    execute(&mut b, &s.begin, &[]).await;
+    let other = query(
+        &mut b,
+        select_id,
+        &binds(select_id, &[(Arg::Now, Value::Int(now_micros()))]),
+    )
+    .await;
+    assert_ne!(int(&other[0], "id"), first, "B skips the row A holds");
+    execute(&mut b, &s.rollback, &[]).await;
+    assert_eq!(execute(&mut a, count, &[Value::Int(first)]).await, 1);
+    execute(&mut a, &s.commit, &[]).await;
+    let lock = |id: i64, attempt: i64| {
+        binds(
+            lock_by_id,
+            &[
+                (Arg::Id, Value::Int(id)),
+                (Arg::Attempt, Value::Int(attempt)),
+                (Arg::Now, Value::Int(now_micros())),
+            ],
+        )
+    };
+    execute(&mut a, &s.begin, &[]).await;
+    assert!(
+        query(&mut a, lock_by_id, &lock(first, before))
+            .await
+            .is_empty(),
+        "a lock on the count before this take's takes nothing"
+    );
+    let locked = query(&mut a, lock_by_id, &lock(first, before + 1)).await;
+    assert_eq!(ids(&locked), vec![first]);
+    assert_eq!(int(&locked[0], "attempt"), 1);
+
+    execute(&mut b, &s.begin, &[]).await;
+    assert!(
+        query(&mut b, lock_by_id, &lock(first, before + 1))
+            .await
+            .is_empty(),
+        "a held row is skipped, not waited for"
+    );
+    execute(&mut b, &s.rollback, &[]).await;
+    assert_eq!(execute(&mut a, &s.settle, &[Value::Int(first)]).await, 1);
+    execute(&mut a, &s.commit, &[]).await;
+    drop_table(&mut a, table).await;
+}
+
+#[tokio::test]
+async fn lease_form() {
+    let table = unique("my_lease");
+    let mut a = connect().await;
+    let mut b = connect().await;
+    create(&mut a, table).await;
+    let workers = 3;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"))
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, workers);
+    let now = now_micros();
+    publish(&mut a, &s, b"late", now - 1_000_000, "x").await;
+    publish(&mut a, &s, b"early", now - 2_000_000, "x").await;
+    publish(&mut a, &s, b"third", now - 500_000, "x").await;
+    publish(&mut a, &s, b"future", now + 3_600_000_000, "x").await;
+    let all: Vec<(i64, Vec<u8>)> = a
+        .query(format!("SELECT id, payload FROM {table} ORDER BY id"))
+        .await
+        .unwrap();
+    let id_of = |payload: &[u8]| all.iter().find(|(_, p)| p == payload).unwrap().0;
+    let (late, early, third) = (id_of(b"late"), id_of(b"early"), id_of(b"third"));
+    assert_eq!(
+        micros(&mut a, table, "due_at", early).await,
+        Some(now - 2_000_000),
+        "a published due time keeps its microseconds"
+    );
+
+    let select = get(&s.select_lease);
+    let select_at = |now: i64, limit: i64| {
+        binds(
+            select,
+            &[(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(limit))],
+        )
+    };
+    // A's claim locks the first due row; B's claim, in its own transaction, skips it.
+    execute(&mut a, &s.begin, &[]).await;
+    let mine = query(&mut a, select, &select_at(now, 1)).await;
+    assert_eq!(ids(&mine), vec![early]);
+    execute(&mut b, &s.begin, &[]).await;
+    let theirs = query(&mut b, select, &select_at(now, 10)).await;
+    assert_eq!(
+        ids(&theirs),
+        vec![late, third],
+        "B skips A's locked row and the future one, in claim order"
+    );
+    let until = now + 30_000_000;
+    let mark = s.mark_lease(2).expect("a statement for two rows");
+    let mark_binds = |ids: &[i64]| {
+        let mut values = vec![(Arg::Until, Value::Int(until))];
+        values.extend(
+            ids.iter()
+                .enumerate()
+                .map(|(i, id)| (Arg::IdAt(i), Value::Int(*id))),
+        );
+        values
+    };
+    assert_eq!(
+        execute(&mut b, mark, &binds(mark, &mark_binds(&[late, third]))).await,
+        2
+    );
+    execute(&mut b, &s.commit, &[]).await;
+    let mark1 = s.mark_lease(1).expect("a statement for one row");
+    assert_eq!(
+        execute(&mut a, mark1, &binds(mark1, &mark_binds(&[early]))).await,
+        1
+    );
+    execute(&mut a, &s.commit, &[]).await;
+    for id in [early, late, third] {
+        assert_eq!(micros(&mut a, table, "locked_until", id).await, Some(until));
+        let row = query(&mut a, &s.read_row, &[Value::Int(id)]).await;
+        assert_eq!(int(&row[0], "attempt"), 1, "the claim counts the attempt");
+    }
+    assert_eq!(s.mark_lease.len(), workers);
+    assert!(s.mark_lease(workers).is_some() && s.mark_lease(workers + 1).is_none());
+
+    execute(&mut a, &s.begin, &[]).await;
+    assert!(query(&mut a, select, &select_at(now, 10)).await.is_empty());
+    execute(&mut a, &s.commit, &[]).await;
+
+    // Extend with the right fence, then with a stale one.
+    let extend = get(&s.extend_lease);
+    let until2 = until + 10_000_000;
+    let extend_binds = |id: i64, fence: i64| {
+        binds(
+            extend,
+            &[
+                (Arg::Until, Value::Int(until2)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    assert_eq!(execute(&mut a, extend, &extend_binds(late, until)).await, 1);
+    assert_eq!(execute(&mut a, extend, &extend_binds(late, until)).await, 0);
+    assert_eq!(
+        execute(&mut a, extend, &extend_binds(early, until + 1)).await,
+        0
+    );
+
+    // Release, then settle under the fence.
+    let release = get(&s.release_lease);
+    let release_binds = |fence: i64| {
+        binds(
+            release,
+            &[
+                (Arg::Id, Value::Int(third)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    assert_eq!(execute(&mut a, release, &release_binds(until - 1)).await, 0);
+    assert_eq!(execute(&mut a, release, &release_binds(until)).await, 1);
+    assert_eq!(micros(&mut a, table, "locked_until", third).await, None);
+    let settle = &s.settle;
+    let settle_binds = |id: i64, fence: i64| {
+        binds(
+            settle,
+            &[
+                (Arg::Now, Value::Int(now)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    assert_eq!(execute(&mut a, settle, &settle_binds(late, until)).await, 0);
+    assert_eq!(
+        execute(&mut a, settle, &settle_binds(late, until2)).await,
+        1
+    );
+    assert_eq!(micros(&mut a, table, "processed_at", late).await, Some(now));
+    assert_eq!(micros(&mut a, table, "locked_until", late).await, None);
+
+    // Past every lease: the released row, the expired one and the now-due one; never `late`.
+    let far = until2 + 2 * 3_600_000_000;
+    execute(&mut a, &s.begin, &[]).await;
+    let rest = query(&mut a, select, &select_at(far, 10)).await;
+    execute(&mut a, &s.rollback, &[]).await;
+    let rest = ids(&rest);
+    assert_eq!(rest.len(), 3, "{rest:?}");
+    assert!(!rest.contains(&late));
+    drop_table(&mut a, table).await;
+}
+
+#[tokio::test]
+async fn advisory_form() {
+    let table = unique("my_advisory");
+    let mut a = connect().await;
+    let mut b = connect().await;
+    create(&mut a, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .advisory(LEASE_KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 2);
+    let now = now_micros();
+    publish(&mut a, &s, b"1", now, "7").await;
+    publish(&mut a, &s, b"2", now, "8").await;
+    a.query_drop(format!("INSERT INTO {table} (payload) VALUES ('3')"))
+        .await
+        .unwrap();
+    let candidates = get(&s.candidates);
+    let rows = query(
+        &mut a,
+        candidates,
+        &binds(candidates, &[(Arg::Limit, Value::Int(10))]),
+    )
+    .await;
+    let keys: Vec<String> = rows
+        .iter()
+        .map(|r| r.get::<String, _>("rs_key").expect("a key"))
+        .collect();
+    assert_eq!(keys, ["video_jobs-7", "video_jobs-8", "video_jobs-"]);
+    let first = int(&rows[0], "rs_id");
+
+    let database: String = query(&mut a, get(&s.current_database), &[]).await[0]
+        .get("db")
+        .expect("a database");
+    let name = mysql_lock_name(&database, &keys[0]);
+    assert_eq!(name, format!("{database}.video_jobs-7"));
+    let try_lock = get(&s.try_lock);
+    let unlock = get(&s.unlock);
+    let answer = |rows: Vec<Row>, column: &str| rows[0].get::<Option<i64>, _>(column).flatten();
+    let key = |name: &str| vec![Value::Text(name.to_owned())];
+    assert_eq!(
+        answer(query(&mut a, try_lock, &key(&name)).await, "locked"),
+        Some(1)
+    );
+    assert_eq!(
+        answer(query(&mut b, try_lock, &key(&name)).await, "locked"),
+        Some(0),
+        "a second connection's GET_LOCK of a held name answers 0"
+    );
+
+    // The take counts the attempt, then the row is read.
+    let take_count = get(&s.take_count);
+    assert!(s.take.is_none());
+    assert_eq!(
+        execute(
+            &mut a,
+            take_count,
+            &binds(take_count, &[(Arg::Id, Value::Int(first))])
+        )
+        .await,
+        1
+    );
+    let row = query(&mut a, &s.read_row, &[Value::Int(first)]).await;
+    assert_eq!(int(&row[0], "attempt"), 1);
+    assert_eq!(execute(&mut a, &s.settle, &[Value::Int(first)]).await, 1);
+    assert_eq!(
+        execute(
+            &mut a,
+            take_count,
+            &binds(take_count, &[(Arg::Id, Value::Int(first))])
+        )
+        .await,
+        0,
+        "a settled row is taken no more"
+    );
+    assert_eq!(
+        answer(query(&mut a, unlock, &key(&name)).await, "unlocked"),
+        Some(1)
+    );
+    assert_eq!(
+        answer(query(&mut b, try_lock, &key(&name)).await, "locked"),
+        Some(1)
+    );
+    assert_eq!(
+        answer(query(&mut b, unlock, &key(&name)).await, "unlocked"),
+        Some(1)
+    );
+    assert_ne!(
+        answer(query(&mut b, unlock, &key(&name)).await, "unlocked"),
+        Some(1),
+        "an unlock of a key not held does not answer yes"
+    );
+
+    // A key past 64 characters is locked by its hash.
+    let long_key = format!("video_jobs-{}", "c".repeat(80));
+    let long = mysql_lock_name(&database, &long_key);
+    assert_eq!(long.chars().count(), MYSQL_LOCK_NAME_MAX);
+    assert!(!long.contains('.'), "hashed: {long}");
+    assert_eq!(
+        answer(query(&mut a, try_lock, &key(&long)).await, "locked"),
+        Some(1)
+    );
+    assert_eq!(
+        answer(query(&mut b, try_lock, &key(&long)).await, "locked"),
+        Some(0)
+    );
+    assert_eq!(
+        answer(query(&mut a, unlock, &key(&long)).await, "unlocked"),
+        Some(1)
+    );
+
+    drop_table(&mut a, table).await;
+}
+
+#[tokio::test]
+async fn advisory_take_reads_only_claimable_rows() {
+    let table = unique("my_advisory_plain");
+    let mut conn = connect().await;
+    create(&mut conn, table).await;
+    const KEY: &[KeyPart] = &[KeyPart::Literal("row-"), KeyPart::Column("id")];
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .advisory(KEY)
+        .payload(Column::new("payload"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"))
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 2);
+    let now = now_micros();
+    publish(&mut conn, &s, b"due", now - 1_000, "").await;
+    publish(&mut conn, &s, b"later", now + 60_000_000, "").await;
+    let candidates = get(&s.candidates);
+    let rows = query(
+        &mut conn,
+        candidates,
+        &binds(
+            candidates,
+            &[(Arg::Limit, Value::Int(10)), (Arg::Now, Value::Int(now))],
+        ),
+    )
+    .await;
+    assert_eq!(rows.len(), 1, "the row not yet due is no candidate");
+    let id = int(&rows[0], "rs_id");
+    assert_eq!(
+        rows[0].get::<String, _>("rs_key"),
+        Some(format!("row-{id}"))
+    );
+    let take = get(&s.take);
+    let take_binds = binds(
+        take,
+        &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
+    );
+    assert_eq!(query(&mut conn, take, &take_binds).await.len(), 1);
+    let settle = &s.settle;
+    let settled = binds(
+        settle,
+        &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
+    );
+    assert_eq!(execute(&mut conn, settle, &settled).await, 1);
+    assert!(query(&mut conn, take, &take_binds).await.is_empty());
+    drop_table(&mut conn, table).await;
+}
+
+#[tokio::test]
+async fn quoted_names() {
+    let odd: &'static str =
+        Box::leak(format!("odd\"na`me_{}", std::process::id()).into_boxed_str());
+    let quoted = Dialect::MariaDb.quote(odd);
+    let mut conn = connect().await;
+    conn.query_drop(format!("DROP TABLE IF EXISTS {quoted}"))
+        .await
+        .unwrap();
+    conn.query_drop(format!(
+        "CREATE TABLE {quoted} (`i\"d` BIGINT AUTO_INCREMENT PRIMARY KEY, `pay``load` LONGBLOB, \
+         `att\"empt` INT NOT NULL DEFAULT 0, `lock``ed` DATETIME(6) NULL, `ch``an\"nel` VARCHAR(50))"
+    ))
+    .await
+    .unwrap();
+    let desc = *InboxSpec::new(odd, Column::new("i\"d").generated())
+        .payload(Column::new("pay`load"))
+        .attempt(Column::new("att\"empt").generated())
+        .lease(Column::new("lock`ed"))
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 1);
+    let list = &s.list_columns;
+    let rows = query(
+        &mut conn,
+        list,
+        &binds(list, &[(Arg::TableName, Value::Text(odd.to_owned()))]),
+    )
+    .await;
+    assert_eq!(rows.len(), 5);
+    assert_eq!(
+        execute(
+            &mut conn,
+            &s.publish,
+            &binds(&s.publish, &[(Arg::Payload, Value::Bytes(b"q".to_vec()))])
+        )
+        .await,
+        1
+    );
+    let now = now_micros();
+    execute(&mut conn, &s.begin, &[]).await;
+    let select = get(&s.select_lease);
+    let rows = query(
+        &mut conn,
+        select,
+        &binds(
+            select,
+            &[(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(1))],
+        ),
+    )
+    .await;
+    assert_eq!(rows.len(), 1);
+    let id = int(&rows[0], "i\"d");
+    let mark = s.mark_lease(1).unwrap();
+    assert_eq!(
+        execute(
+            &mut conn,
+            mark,
+            &binds(
+                mark,
+                &[
+                    (Arg::Until, Value::Int(now)),
+                    (Arg::IdAt(0), Value::Int(id))
+                ]
+            )
+        )
+        .await,
+        1
+    );
+    execute(&mut conn, &s.commit, &[]).await;
+
+    // A key whose literal holds a quote and a backslash, rendered by the server as written.
+    const KEY: &[KeyPart] = &[KeyPart::Literal("it's-\\"), KeyPart::Column("ch`an\"nel")];
+    let desc = *InboxSpec::new(odd, Column::new("i\"d").generated())
+        .advisory(KEY)
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 1);
+    let candidates = get(&s.candidates);
+    let rows = query(&mut conn, candidates, &[Value::Int(5)]).await;
+    assert_eq!(
+        rows[0].get::<String, _>("rs_key").as_deref(),
+        Some("it's-\\")
+    );
+    drop_table(&mut conn, &quoted).await;
+}

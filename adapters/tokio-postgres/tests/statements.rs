@@ -1,0 +1,890 @@
+//! The statements the core renders for PostgreSQL, run on a real server through tokio-postgres,
+//! with binds built from each statement's `args`: the SQL runs, and it does what the forms need.
+//!
+//! The server is `RUSTSTREAM_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`); a
+//! test that cannot reach it fails with a message naming the URL.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ruststream_core::keys::{POSTGRES_KEY_HASH_SQL, postgres_key_hash};
+use ruststream_core::spec::{Column, InboxSpec, KeyPart, OrderBy};
+use ruststream_core::{Arg, Dialect, Statement, Statements, TableDesc, Value};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls, Row};
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn url() -> String {
+    std::env::var("RUSTSTREAM_PG_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// A new session on the test server.
+async fn connect() -> Client {
+    let url = url();
+    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("cannot reach PostgreSQL at {url} (set RUSTSTREAM_PG_URL): {e}")
+        });
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// A name unique to this test and process, kept for the life of the test.
+fn unique(test: &str) -> &'static str {
+    Box::leak(format!("rs_{test}_{}", std::process::id()).into_boxed_str())
+}
+
+fn now_micros() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is past 1970");
+    i64::try_from(since.as_micros()).expect("microseconds fit an i64")
+}
+
+fn micros_of(t: SystemTime) -> i64 {
+    i64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_micros()).unwrap()
+}
+
+/// A bind for a parameter of type `ty`: PostgreSQL infers a placeholder's type from where it
+/// stands (`"attempt" = $2` takes the column's type), so an integer is bound at the width the
+/// server asks for, as an adapter must.
+fn param(value: &Value, ty: &Type) -> Box<dyn ToSql + Sync + Send> {
+    match value {
+        Value::Int(i) if *ty == Type::INT2 => {
+            Box::new(i16::try_from(*i).expect("the value fits a SMALLINT"))
+        }
+        Value::Int(i) if *ty == Type::INT4 => {
+            Box::new(i32::try_from(*i).expect("the value fits an INT"))
+        }
+        Value::Int(i) => Box::new(*i),
+        Value::Text(t) => Box::new(t.clone()),
+        Value::Bytes(b) => Box::new(b.clone()),
+        Value::Bool(b) => Box::new(*b),
+        Value::Null => Box::new(None::<i64>),
+    }
+}
+
+/// Prepares `statement` and builds its binds at the types the server inferred.
+async fn prepare(
+    client: &Client,
+    statement: &Statement,
+    binds: &[Value],
+) -> (tokio_postgres::Statement, Vec<Box<dyn ToSql + Sync + Send>>) {
+    assert_eq!(binds.len(), statement.args.len(), "{}", statement.sql);
+    let prepared = client.prepare(&statement.sql).await.unwrap_or_else(|e| {
+        panic!(
+            "{:?} does not prepare: {e:?}\n{}",
+            statement.kind, statement.sql
+        )
+    });
+    assert_eq!(prepared.params().len(), binds.len(), "{}", statement.sql);
+    let params = binds
+        .iter()
+        .zip(prepared.params())
+        .map(|(value, ty)| param(value, ty))
+        .collect();
+    (prepared, params)
+}
+
+/// Runs `statement` with `binds` (one per arg) and returns its rows.
+async fn query(client: &Client, statement: &Statement, binds: &[Value]) -> Vec<Row> {
+    let (prepared, params) = prepare(client, statement, binds).await;
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| &**p as _).collect();
+    client
+        .query(&prepared, &refs)
+        .await
+        .unwrap_or_else(|e| panic!("{:?} failed: {e:?}\n{}", statement.kind, statement.sql))
+}
+
+/// Runs `statement` with `binds` and returns the rows it affected.
+async fn execute(client: &Client, statement: &Statement, binds: &[Value]) -> u64 {
+    let (prepared, params) = prepare(client, statement, binds).await;
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| &**p as _).collect();
+    client
+        .execute(&prepared, &refs)
+        .await
+        .unwrap_or_else(|e| panic!("{:?} failed: {e:?}\n{}", statement.kind, statement.sql))
+}
+
+fn get(statement: &Option<Statement>) -> &Statement {
+    statement.as_ref().expect("the statement is rendered")
+}
+
+/// The binds of a statement whose args are all among the given values.
+fn binds(statement: &Statement, values: &[(Arg, Value)]) -> Vec<Value> {
+    statement.binds(|arg| {
+        values
+            .iter()
+            .find(|(a, _)| *a == arg)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no value for {arg:?} in {}", statement.sql))
+    })
+}
+
+fn ids(rows: &[Row]) -> Vec<i64> {
+    rows.iter().map(|r| r.get::<_, i64>("id")).collect()
+}
+
+const FULL_TABLE: &str = "id BIGSERIAL PRIMARY KEY, payload BYTEA, attempt INT NOT NULL DEFAULT 0, \
+     locked_until TIMESTAMPTZ NULL, processed_at TIMESTAMPTZ NULL, \
+     due_at TIMESTAMPTZ NOT NULL DEFAULT now(), channel TEXT, priority INT NOT NULL DEFAULT 0";
+
+async fn create(client: &Client, table: &str) {
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} ({FULL_TABLE})"
+        ))
+        .await
+        .expect("create the table");
+}
+
+async fn drop_table(client: &Client, quoted: &str) {
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS {quoted}"))
+        .await
+        .expect("drop the table");
+}
+
+async fn publish(client: &Client, s: &Statements, payload: &[u8], due: i64, channel: &str) {
+    let publish = &s.publish;
+    let values = [
+        (Arg::Payload, Value::Bytes(payload.to_vec())),
+        (Arg::Due, Value::Int(due)),
+        (Arg::Column("channel"), Value::Text(channel.to_owned())),
+    ];
+    assert_eq!(execute(client, publish, &binds(publish, &values)).await, 1);
+}
+
+async fn columns_of(client: &Client, s: &Statements, schema: &str, table: &str) -> Vec<String> {
+    let list = &s.list_columns;
+    let values = [
+        (Arg::Schema, Value::Text(schema.to_owned())),
+        (Arg::TableName, Value::Text(table.to_owned())),
+    ];
+    let mut names: Vec<String> = query(client, list, &binds(list, &values))
+        .await
+        .iter()
+        .map(|r| r.get::<_, String>("column_name"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn row_lock_form() {
+    let table = unique("pg_row_lock");
+    let a = connect().await;
+    let b = connect().await;
+    create(&a, table).await;
+    const ORDER: &[OrderBy] = &[OrderBy::desc("priority")];
+    let desc: TableDesc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 2);
+
+    let mut expected: Vec<String> = [
+        "attempt",
+        "channel",
+        "due_at",
+        "id",
+        "locked_until",
+        "payload",
+        "priority",
+        "processed_at",
+    ]
+    .map(String::from)
+    .to_vec();
+    expected.sort();
+    assert_eq!(columns_of(&a, &s, "", table).await, expected);
+    let isolation = query(&a, get(&s.isolation), &[]).await;
+    assert_eq!(isolation[0].get::<_, String>("isolation"), "read committed");
+
+    for payload in [b"a", b"b", b"c"] {
+        publish(&a, &s, payload, now_micros(), "x").await;
+    }
+    let all: Vec<i64> = a
+        .query(&format!("SELECT id FROM {table} ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+
+    // A locks the first row; B, in its own open transaction, passes over it.
+    let lock_row = get(&s.lock_row);
+    assert_eq!(execute(&a, &s.begin, &[]).await, 0);
+    let locked = query(&a, lock_row, &binds(lock_row, &[])).await;
+    assert_eq!(ids(&locked), vec![all[0]]);
+    assert_eq!(locked[0].get::<_, Vec<u8>>("payload"), b"a");
+    let count = get(&s.count_attempt);
+    assert_eq!(
+        execute(&a, count, &binds(count, &[(Arg::Id, Value::Int(all[0]))])).await,
+        1
+    );
+    execute(&b, &s.begin, &[]).await;
+    let skipped = query(&b, lock_row, &binds(lock_row, &[])).await;
+    assert_eq!(ids(&skipped), vec![all[1]], "B skips A's row");
+    execute(&b, &s.rollback, &[]).await;
+
+    // A settles: the delete commits with the transaction.
+    let settle = &s.settle;
+    assert_eq!(
+        execute(&a, settle, &binds(settle, &[(Arg::Id, Value::Int(all[0]))])).await,
+        1
+    );
+    execute(&a, &s.commit, &[]).await;
+    let read = &s.read_row;
+    assert!(
+        query(&b, read, &binds(read, &[(Arg::Id, Value::Int(all[0]))]))
+            .await
+            .is_empty(),
+        "the settled row is deleted"
+    );
+    let second = query(&b, read, &binds(read, &[(Arg::Id, Value::Int(all[1]))])).await;
+    assert_eq!(
+        second[0].get::<_, i32>("attempt"),
+        0,
+        "B's rollback counted nothing"
+    );
+
+    // A custom order: the highest priority first.
+    a.execute(
+        &format!("UPDATE {table} SET priority = 5 WHERE id = $1"),
+        &[&all[2]],
+    )
+    .await
+    .unwrap();
+    let ordered = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .order(ORDER)
+        .desc();
+    let o = Statements::render(Dialect::Postgres, &ordered, 1);
+    execute(&a, &o.begin, &[]).await;
+    let first = query(&a, get(&o.lock_row), &[]).await;
+    assert_eq!(ids(&first), vec![all[2]]);
+    execute(&a, &o.rollback, &[]).await;
+
+    drop_table(&a, table).await;
+}
+
+#[tokio::test]
+async fn row_lock_form_counts_the_attempt_before_it_locks() {
+    let table = unique("pg_row_lock_count");
+    let a = connect().await;
+    let b = connect().await;
+    create(&a, table).await;
+    let desc: TableDesc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .processed_at(Column::new("processed_at"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 2);
+    for payload in [b"a", b"b"] {
+        publish(&a, &s, payload, now_micros(), "x").await;
+    }
+    let now = now_micros();
+    let count_row = get(&s.count_row);
+    let lock_by_id = get(&s.lock_row_by_id);
+    // The count commits on its own and reads back the row's id and the attempt it wrote.
+    let count = |client| async move {
+        let values = [(Arg::Now, Value::Int(now))];
+        let rows = query(client, count_row, &binds(count_row, &values)).await;
+        rows.iter()
+            .map(|r| (r.get::<_, i64>("id"), i64::from(r.get::<_, i32>("attempt"))))
+            .collect::<Vec<_>>()
+    };
+    // The lock takes the row only while it still holds that count.
+    let lock = |client, (id, attempt): (i64, i64)| async move {
+        let values = [
+            (Arg::Id, Value::Int(id)),
+            (Arg::Attempt, Value::Int(attempt)),
+            (Arg::Now, Value::Int(now)),
+        ];
+        query(client, lock_by_id, &binds(lock_by_id, &values)).await
+    };
+
+    // A counts the first row's attempt, then locks that row.
+    let first = count(&a).await;
+    assert_eq!(first.len(), 1, "the count reads back one row");
+    let first = first[0];
+    assert_eq!(first.1, 1, "the first take counts attempt 1");
+    execute(&a, &s.begin, &[]).await;
+    let locked = lock(&a, first).await;
+    assert_eq!(ids(&locked), vec![first.0]);
+    assert_eq!(locked[0].get::<_, i32>("attempt"), 1);
+
+    // B's count passes over A's locked row; B's lock of A's row finds nothing.
+    let second = count(&b).await;
+    assert_eq!(second.len(), 1);
+    let second = second[0];
+    assert_ne!(second.0, first.0, "B skips the row A holds");
+    execute(&b, &s.begin, &[]).await;
+    assert!(
+        lock(&b, first).await.is_empty(),
+        "a held row is skipped, not waited for"
+    );
+    execute(&b, &s.rollback, &[]).await;
+
+    // A settles by marking the row; a marked row is no longer claimable.
+    let settle = &s.settle;
+    let values = [(Arg::Id, Value::Int(first.0)), (Arg::Now, Value::Int(now))];
+    assert_eq!(execute(&a, settle, &binds(settle, &values)).await, 1);
+    execute(&a, &s.commit, &[]).await;
+    execute(&a, &s.begin, &[]).await;
+    assert!(
+        lock(&a, first).await.is_empty(),
+        "a processed row is not locked again"
+    );
+    execute(&a, &s.rollback, &[]).await;
+
+    // Another claim counts B's row again before B locks it: B's count is stale, and B's lock
+    // takes nothing; the newer count locks the row.
+    let recount = count(&a).await;
+    assert_eq!(recount, vec![(second.0, 2)], "each count spends an attempt");
+    execute(&b, &s.begin, &[]).await;
+    assert!(
+        lock(&b, second).await.is_empty(),
+        "a lock on a stale count takes nothing"
+    );
+    execute(&b, &s.rollback, &[]).await;
+    execute(&a, &s.begin, &[]).await;
+    assert_eq!(ids(&lock(&a, recount[0]).await), vec![second.0]);
+    execute(&a, &s.rollback, &[]).await;
+    drop_table(&a, table).await;
+}
+
+#[tokio::test]
+async fn lease_form() {
+    let table = unique("pg_lease");
+    let client = connect().await;
+    create(&client, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 4);
+    let now = now_micros();
+    // Due in claim order: the second published is due first. The third is not due yet.
+    publish(&client, &s, b"late", now - 1_000_000, "x").await;
+    publish(&client, &s, b"early", now - 2_000_000, "x").await;
+    publish(&client, &s, b"future", now + 3_600_000_000, "x").await;
+    let by_payload = |rows: &[Row], payload: &[u8]| -> i64 {
+        rows.iter()
+            .find(|r| r.get::<_, Vec<u8>>("payload") == payload)
+            .map(|r| r.get("id"))
+            .expect("the row is there")
+    };
+    let everything = client
+        .query(&format!("SELECT * FROM {table}"), &[])
+        .await
+        .unwrap();
+    let late = by_payload(&everything, b"late");
+    let early = by_payload(&everything, b"early");
+    let due_back = client
+        .query(
+            &format!("SELECT due_at FROM {table} WHERE id = $1"),
+            &[&early],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        micros_of(due_back[0].get("due_at")),
+        now - 2_000_000,
+        "a published due time keeps its microseconds"
+    );
+
+    let claim = get(&s.claim_lease);
+    let until = now + 30_000_000;
+    let claim_at = |now: i64, until: i64, limit: i64| {
+        binds(
+            claim,
+            &[
+                (Arg::Now, Value::Int(now)),
+                (Arg::Until, Value::Int(until)),
+                (Arg::Limit, Value::Int(limit)),
+            ],
+        )
+    };
+    let claimed = query(&client, claim, &claim_at(now, until, 1)).await;
+    assert_eq!(ids(&claimed), vec![early], "the first due row first");
+    let claimed = query(&client, claim, &claim_at(now, until, 10)).await;
+    assert_eq!(
+        ids(&claimed),
+        vec![late],
+        "a held lease and a future row are skipped"
+    );
+    for row in &claimed {
+        assert_eq!(
+            row.get::<_, i32>("attempt"),
+            1,
+            "the claim counts the attempt"
+        );
+        assert_eq!(micros_of(row.get("locked_until")), until, "the bound lease");
+    }
+    assert!(
+        query(&client, claim, &claim_at(now, until, 10))
+            .await
+            .is_empty()
+    );
+
+    // Extend with the right fence, then with a stale one.
+    let extend = get(&s.extend_lease);
+    let until2 = until + 10_000_000;
+    let extend_binds = |fence: i64, id: i64| {
+        binds(
+            extend,
+            &[
+                (Arg::Until, Value::Int(until2)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    assert_eq!(
+        execute(&client, extend, &extend_binds(until, late)).await,
+        1
+    );
+    assert_eq!(
+        execute(&client, extend, &extend_binds(until, late)).await,
+        0,
+        "the old fence no longer holds the row"
+    );
+    assert_eq!(
+        execute(&client, extend, &extend_binds(until + 1, early)).await,
+        0,
+        "a fence one microsecond off holds nothing"
+    );
+
+    // The lease of `early` runs out: a later claim takes it again and counts again.
+    let after = until + 1;
+    let again = query(&client, claim, &claim_at(after, after + 30_000_000, 10)).await;
+    assert_eq!(ids(&again), vec![early]);
+    assert_eq!(again[0].get::<_, i32>("attempt"), 2);
+    let fence_early = after + 30_000_000;
+
+    // Release gives the row back at once.
+    let release = get(&s.release_lease);
+    let release_binds = |fence: i64| {
+        binds(
+            release,
+            &[
+                (Arg::Id, Value::Int(early)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    assert_eq!(
+        execute(&client, release, &release_binds(fence_early + 5)).await,
+        0
+    );
+    assert_eq!(
+        execute(&client, release, &release_binds(fence_early)).await,
+        1
+    );
+    let back = query(&client, claim, &claim_at(after, fence_early, 10)).await;
+    assert_eq!(ids(&back), vec![early], "released, the row is claimable");
+
+    // Settle marks `processed_at` under the fence; a marked row is never claimed again.
+    let settle = &s.settle;
+    let settle_binds = |id: i64, fence: i64| {
+        binds(
+            settle,
+            &[
+                (Arg::Now, Value::Int(after)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    assert_eq!(
+        execute(&client, settle, &settle_binds(late, until)).await,
+        0
+    );
+    assert_eq!(
+        execute(&client, settle, &settle_binds(late, until2)).await,
+        1
+    );
+    let marked = client
+        .query(
+            &format!("SELECT processed_at, locked_until FROM {table} WHERE id = $1"),
+            &[&late],
+        )
+        .await
+        .unwrap();
+    assert_eq!(micros_of(marked[0].get("processed_at")), after);
+    assert!(
+        marked[0]
+            .get::<_, Option<SystemTime>>("locked_until")
+            .is_none()
+    );
+    let far = until2 + 3_600_000_000 * 2;
+    let last = query(&client, claim, &claim_at(far, far + 1, 10)).await;
+    let mut last_ids = ids(&last);
+    last_ids.sort_unstable();
+    assert!(!last_ids.contains(&late), "a processed row stays settled");
+    assert_eq!(
+        last_ids.len(),
+        2,
+        "the released row and the future one, now due"
+    );
+
+    drop_table(&client, table).await;
+}
+
+#[tokio::test]
+async fn advisory_form() {
+    let table = unique("pg_advisory");
+    let a = connect().await;
+    let b = connect().await;
+    create(&a, table).await;
+    const KEY: &[KeyPart] = &[KeyPart::Literal("video_jobs-"), KeyPart::Column("channel")];
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .advisory(KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 2);
+    let now = now_micros();
+    publish(&a, &s, b"1", now, "7").await;
+    publish(&a, &s, b"2", now, "8").await;
+    publish(&a, &s, b"3", now, "7").await;
+    a.execute(
+        &format!("INSERT INTO {table} (payload) VALUES ('\\x34')"),
+        &[],
+    )
+    .await
+    .unwrap();
+
+    let candidates = get(&s.candidates);
+    let rows = query(
+        &a,
+        candidates,
+        &binds(
+            candidates,
+            &[(Arg::Limit, Value::Int(10)), (Arg::Now, Value::Int(now))],
+        ),
+    )
+    .await;
+    let found: Vec<(i64, String)> = rows
+        .iter()
+        .map(|r| (r.get("rs_id"), r.get("rs_key")))
+        .collect();
+    let keys: Vec<&str> = found.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "video_jobs-7",
+            "video_jobs-8",
+            "video_jobs-7",
+            "video_jobs-"
+        ],
+        "keys rendered by the server, in claim order"
+    );
+    assert!(
+        found.windows(2).all(|w| w[0].0 < w[1].0),
+        "claim order: {found:?}"
+    );
+    let first = found[0].0;
+
+    let try_lock = get(&s.try_lock);
+    let unlock = get(&s.unlock);
+    let key_binds =
+        |st: &Statement, key: &str| binds(st, &[(Arg::Key, Value::Int(postgres_key_hash(key)))]);
+    let answer = |rows: Vec<Row>, column: &str| -> bool { rows[0].get(column) };
+    assert!(answer(
+        query(&a, try_lock, &key_binds(try_lock, "video_jobs-7")).await,
+        "locked"
+    ));
+    assert!(
+        !answer(
+            query(&b, try_lock, &key_binds(try_lock, "video_jobs-7")).await,
+            "locked"
+        ),
+        "another session's try_lock of a held key answers false"
+    );
+
+    // A takes the row while it is claimable: the attempt counts and the row reads back.
+    let take = get(&s.take);
+    let taken = query(
+        &a,
+        take,
+        &binds(
+            take,
+            &[(Arg::Id, Value::Int(first)), (Arg::Now, Value::Int(now))],
+        ),
+    )
+    .await;
+    assert_eq!(ids(&taken), vec![first]);
+    assert_eq!(taken[0].get::<_, i32>("attempt"), 1);
+    assert_eq!(taken[0].get::<_, Vec<u8>>("payload"), b"1");
+
+    // The settlement deletes the row, then the key is released.
+    let settle = &s.settle;
+    assert_eq!(
+        execute(&a, settle, &binds(settle, &[(Arg::Id, Value::Int(first))])).await,
+        1
+    );
+    assert!(answer(
+        query(&a, unlock, &key_binds(unlock, "video_jobs-7")).await,
+        "unlocked"
+    ));
+    assert!(answer(
+        query(&b, try_lock, &key_binds(try_lock, "video_jobs-7")).await,
+        "locked"
+    ));
+    assert!(answer(
+        query(&b, unlock, &key_binds(unlock, "video_jobs-7")).await,
+        "unlocked"
+    ));
+    let taken = query(
+        &a,
+        take,
+        &binds(
+            take,
+            &[(Arg::Id, Value::Int(first)), (Arg::Now, Value::Int(now))],
+        ),
+    )
+    .await;
+    assert!(taken.is_empty(), "a settled row is taken no more");
+
+    drop_table(&a, table).await;
+}
+
+#[tokio::test]
+async fn advisory_take_reads_only_claimable_rows() {
+    let table = unique("pg_advisory_plain");
+    let client = connect().await;
+    create(&client, table).await;
+    const KEY: &[KeyPart] = &[KeyPart::Column("id")];
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .advisory(KEY)
+        .payload(Column::new("payload"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 2);
+    let now = now_micros();
+    publish(&client, &s, b"due", now - 1_000, "").await;
+    publish(&client, &s, b"later", now + 60_000_000, "").await;
+    let candidates = get(&s.candidates);
+    let rows = query(
+        &client,
+        candidates,
+        &binds(
+            candidates,
+            &[(Arg::Limit, Value::Int(10)), (Arg::Now, Value::Int(now))],
+        ),
+    )
+    .await;
+    assert_eq!(rows.len(), 1, "the row not yet due is no candidate");
+    let id: i64 = rows[0].get("rs_id");
+    assert_eq!(rows[0].get::<_, String>("rs_key"), id.to_string());
+    let take = get(&s.take);
+    let take_binds = || {
+        binds(
+            take,
+            &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
+        )
+    };
+    assert_eq!(query(&client, take, &take_binds()).await.len(), 1);
+    let settle = &s.settle;
+    assert_eq!(
+        execute(
+            &client,
+            settle,
+            &binds(
+                settle,
+                &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))]
+            )
+        )
+        .await,
+        1
+    );
+    assert!(
+        query(&client, take, &take_binds()).await.is_empty(),
+        "a processed row is not taken"
+    );
+    drop_table(&client, table).await;
+}
+
+#[tokio::test]
+async fn key_hash_matches_the_server() {
+    let client = connect().await;
+    let expr = POSTGRES_KEY_HASH_SQL.replace("{key}", "$1::text");
+    let long = "k".repeat(10_000);
+    for key in ["video_jobs-7", "", "clé-☃", "a'b\\c", long.as_str()] {
+        let row = client
+            .query_one(&format!("SELECT {expr} AS h"), &[&key])
+            .await
+            .unwrap_or_else(|e| panic!("the documented hash SQL runs: {e:?}"));
+        assert_eq!(
+            row.get::<_, i64>("h"),
+            postgres_key_hash(key),
+            "key {key:?}"
+        );
+    }
+
+    // Another system locks a key through the SQL expression; the rendered try_lock, with the
+    // Rust hash, sees it held.
+    const KEY: &[KeyPart] = &[KeyPart::Column("channel")];
+    let desc = *InboxSpec::new("unused", Column::new("id"))
+        .advisory(KEY)
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 1);
+    let other = connect().await;
+    let key = format!("clé-☃-{}", std::process::id());
+    let taken: bool = other
+        .query_one(&format!("SELECT pg_try_advisory_lock({expr})"), &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(taken);
+    let try_lock = get(&s.try_lock);
+    let hash = vec![Value::Int(postgres_key_hash(&key))];
+    let rows = query(&client, try_lock, &hash).await;
+    assert!(
+        !rows[0].get::<_, bool>("locked"),
+        "the key is held by the other system"
+    );
+    let released: bool = other
+        .query_one(&format!("SELECT pg_advisory_unlock({expr})"), &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(released);
+    let rows = query(&client, try_lock, &hash).await;
+    assert!(rows[0].get::<_, bool>("locked"));
+    let rows = query(&client, get(&s.unlock), &hash).await;
+    assert!(rows[0].get::<_, bool>("unlocked"));
+}
+
+#[tokio::test]
+async fn schema_and_quoted_names() {
+    let schema = unique("pg_schema");
+    let client = connect().await;
+    let table: &'static str = Box::leak(format!("{schema}.jobs").into_boxed_str());
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
+             CREATE TABLE {table} (id BIGINT PRIMARY KEY, payload BYTEA)"
+        ))
+        .await
+        .unwrap();
+    let desc = *InboxSpec::new(table, Column::new("id"))
+        .payload(Column::new("payload"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 1);
+    assert_eq!(
+        columns_of(&client, &s, schema, "jobs").await,
+        ["id", "payload"]
+    );
+    let publish = &s.publish;
+    let values = [
+        (Arg::Id, Value::Int(42)),
+        (Arg::Payload, Value::Bytes(b"p".to_vec())),
+    ];
+    assert_eq!(execute(&client, publish, &binds(publish, &values)).await, 1);
+    execute(&client, &s.begin, &[]).await;
+    let locked = query(&client, get(&s.lock_row), &[]).await;
+    assert_eq!(ids(&locked), vec![42]);
+    execute(&client, &s.rollback, &[]).await;
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+
+    // A table and columns whose names hold both quote characters.
+    let odd: &'static str =
+        Box::leak(format!("odd\"na`me_{}", std::process::id()).into_boxed_str());
+    let quoted = Dialect::Postgres.quote(odd);
+    client
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {quoted}; CREATE TABLE {quoted} (\"i\"\"d\" BIGSERIAL PRIMARY KEY, \
+             \"pay`load\" BYTEA, \"att\"\"empt\" INT NOT NULL DEFAULT 0, \"lock`ed\" TIMESTAMPTZ, \
+             \"du.e\" TIMESTAMPTZ NOT NULL DEFAULT now())"
+        ))
+        .await
+        .unwrap();
+    let desc = *InboxSpec::new(odd, Column::new("i\"d").generated())
+        .payload(Column::new("pay`load"))
+        .attempt(Column::new("att\"empt").generated())
+        .lease(Column::new("lock`ed"))
+        .due(Column::new("du.e").generated())
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 1);
+    let names = columns_of(&client, &s, "", odd).await;
+    assert_eq!(names.len(), 5, "{names:?}");
+    assert!(
+        names.contains(&"du.e".to_owned()),
+        "a dotted column is one name"
+    );
+    let publish = &s.publish;
+    execute(
+        &client,
+        publish,
+        &binds(publish, &[(Arg::Payload, Value::Bytes(b"q".to_vec()))]),
+    )
+    .await;
+    let claim = get(&s.claim_lease);
+    let now = now_micros();
+    let rows = query(
+        &client,
+        claim,
+        &binds(
+            claim,
+            &[
+                (Arg::Now, Value::Int(now)),
+                (Arg::Until, Value::Int(now + 1)),
+                (Arg::Limit, Value::Int(1)),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i32>("att\"empt"), 1);
+    drop_table(&client, &quoted).await;
+}
+
+#[tokio::test]
+async fn times_round_trip_to_the_microsecond() {
+    // The fence compares a stored lease with a bound one: the conversion must be exact.
+    let client = connect().await;
+    let desc = *InboxSpec::new("unused", Column::new("id"))
+        .lease(Column::new("locked_until"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 1);
+    let base = now_micros();
+    for offset in [
+        0_i64,
+        1,
+        999_999,
+        123_456_789,
+        -1,
+        86_400_000_000 * 365 * 50 + 7,
+    ] {
+        let t = base + offset;
+        let row = client
+            .query_one(
+                "SELECT (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') AS t",
+                &[&t],
+            )
+            .await
+            .unwrap();
+        assert_eq!(micros_of(row.get("t")), t);
+    }
+    assert!(
+        s.extend_lease
+            .as_ref()
+            .unwrap()
+            .sql
+            .contains("(TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')"),
+        "the statements use the conversion checked here"
+    );
+}
