@@ -191,9 +191,9 @@ use pool::{CommandReply, Config, Pool};
 pub mod prelude {
     pub use crate::{Lock, RusqliteBroker, RusqliteRow, Unlock};
     pub use ruststream::{
-        Advisory, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due, Handle,
-        HandlerOutcome, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker, KeyPart,
-        Lease, Message, OrderBy, Payload, PayloadRow, Processed, PublishError, Publisher,
+        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
+        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
+        KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, PublishError, Publisher,
         RustStream, keys, nonzero, own, subscriber,
     };
 }

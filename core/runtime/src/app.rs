@@ -109,6 +109,7 @@ impl<A: Adapter> Running for Arc<RunningBroker<A>> {
 pub struct RustStream {
     info: AppInfo,
     hooks: Vec<Hook>,
+    started: Vec<Hook>,
     brokers: Vec<Box<dyn StartBroker>>,
     shutdown_timeout: Duration,
     executor: Option<Arc<dyn Executor>>,
@@ -130,6 +131,7 @@ impl RustStream {
         Self {
             info,
             hooks: Vec::new(),
+            started: Vec::new(),
             brokers: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             executor: None,
@@ -145,6 +147,21 @@ impl RustStream {
         E: Into<BoxError>,
     {
         self.hooks.push(Box::new(move || {
+            let run = hook(());
+            Box::pin(async move { run.await.map_err(Into::into) })
+        }));
+        self
+    }
+
+    /// Runs `hook` once every broker has started, beside the subscriptions, such as to
+    /// publish a first batch. An error is logged; the service goes on.
+    pub fn on_started<F, Fut, E>(mut self, hook: F) -> Self
+    where
+        F: FnOnce(()) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        self.started.push(Box::new(move || {
             let run = hook(());
             Box::pin(async move { run.await.map_err(Into::into) })
         }));
@@ -212,6 +229,13 @@ impl RustStream {
             }
         }
         tracing::info!(name = info.name, version = info.version, "service started");
+        for hook in self.started {
+            exec.spawn(Box::pin(async move {
+                if let Err(error) = hook().await {
+                    tracing::error!("a started hook failed: {error}");
+                }
+            }));
+        }
         stop.await;
         tracing::info!(name = info.name, "service stopping");
         for r in &running {
