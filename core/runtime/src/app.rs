@@ -305,6 +305,25 @@ pub fn termination() -> impl Future<Output = ()> + Send {
     }
 }
 
+/// Runs a service on plain threads, with no async runtime: [`crate::exec::Threads`] runs its
+/// tasks and the calling thread waits. Prints the error and exits with 1 if it fails.
+pub fn run_blocking(service: RustStream) -> std::process::ExitCode {
+    let threads = match crate::exec::Threads::new() {
+        Ok(threads) => threads,
+        Err(error) => {
+            eprintln!("error: could not start the service's threads: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match futures::executor::block_on(service.executor(Arc::new(threads)).run()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs an app on a new multi-threaded tokio runtime: what `#[ruststream::app]` generates
 /// for `main`. Prints the error and exits with 1 if the app fails.
 #[cfg(feature = "tokio")]

@@ -48,6 +48,111 @@ impl Executor for AsyncStd {
     }
 }
 
+/// Plain threads and no async runtime: futures run on a small pool of threads
+/// (`futures::executor::ThreadPool`), and one timer thread wakes the sleeps. With
+/// [`crate::run_blocking`], a service runs without tokio or async-std.
+#[derive(Clone)]
+pub struct Threads {
+    pool: futures::executor::ThreadPool,
+    timer: Arc<Timer>,
+}
+
+impl std::fmt::Debug for Threads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Threads").finish_non_exhaustive()
+    }
+}
+
+impl Threads {
+    /// A pool of as many threads as the machine has cores, and a timer thread.
+    pub fn new() -> std::io::Result<Self> {
+        let pool = futures::executor::ThreadPool::builder()
+            .name_prefix("ruststream-")
+            .create()?;
+        let timer = Arc::new(Timer::default());
+        let run = timer.clone();
+        std::thread::Builder::new()
+            .name("ruststream-timer".into())
+            .spawn(move || run.run())?;
+        Ok(Self { pool, timer })
+    }
+}
+
+impl Executor for Threads {
+    fn spawn(&self, future: BoxFuture<()>) {
+        self.pool.spawn_ok(future);
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<()> {
+        Box::pin(Sleep {
+            deadline: std::time::Instant::now() + duration,
+            timer: self.timer.clone(),
+        })
+    }
+}
+
+/// The timer thread's queue: deadlines and the wakers waiting for them.
+#[derive(Default)]
+struct Timer {
+    queue: std::sync::Mutex<Vec<(std::time::Instant, std::task::Waker)>>,
+    changed: std::sync::Condvar,
+}
+
+impl Timer {
+    fn run(&self) {
+        let mut queue = self
+            .queue
+            .lock()
+            .expect("the timer's queue is never poisoned");
+        loop {
+            let now = std::time::Instant::now();
+            queue.retain(|(deadline, waker)| {
+                if *deadline <= now {
+                    waker.wake_by_ref();
+                    false
+                } else {
+                    true
+                }
+            });
+            queue = match queue.iter().map(|(d, _)| *d).min() {
+                Some(next) => {
+                    self.changed
+                        .wait_timeout(queue, next.saturating_duration_since(now))
+                        .expect("the timer's queue is never poisoned")
+                        .0
+                }
+                None => self
+                    .changed
+                    .wait(queue)
+                    .expect("the timer's queue is never poisoned"),
+            };
+        }
+    }
+}
+
+struct Sleep {
+    deadline: std::time::Instant,
+    timer: Arc<Timer>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if std::time::Instant::now() >= self.deadline {
+            return std::task::Poll::Ready(());
+        }
+        let mut queue = self
+            .timer
+            .queue
+            .lock()
+            .expect("the timer's queue is never poisoned");
+        queue.push((self.deadline, cx.waker().clone()));
+        self.timer.changed.notify_one();
+        std::task::Poll::Pending
+    }
+}
+
 /// The executor of the calling context: tokio inside a tokio runtime, else async-std.
 ///
 /// # Panics

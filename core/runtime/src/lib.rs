@@ -25,7 +25,7 @@ mod table;
 
 #[cfg(feature = "tokio")]
 pub use app::run_app;
-pub use app::{App, AppInfo, BoxError, RunError, RustStream, termination};
+pub use app::{App, AppInfo, BoxError, RunError, RustStream, run_blocking, termination};
 pub use driver::{PublishError, StartError, now};
 pub use handle::{BrokerHandle, BrokerScope, IntoBroker, Message, Publisher, RunningBroker};
 pub use outcome::{
