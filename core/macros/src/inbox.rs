@@ -254,6 +254,13 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         }
     }
 
+    // The columns the database reads and writes for the queue: the struct need not read them.
+    for wanted in [Role::LockedUntil, Role::ProcessedAt, Role::Due] {
+        if let Some(f) = role(wanted) {
+            key_fields.push(f.ident.clone());
+        }
+    }
+
     errors.finish()?;
     let (Some(id), Some(table)) = (id, table) else {
         // Both were reported above.
@@ -320,7 +327,7 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             const TABLE: Self::Table = ::ruststream::InboxSpec::new(#table, #id_column) #(#chain)*;
 
             fn id(&self) -> &#id_ty {
-                // The key's fields are read by the database, not by Rust: mark them used.
+                // The key's and the queue's columns are read by the database, not by Rust.
                 let _ = (#(&self.#key_fields,)*);
                 &self.#id_ident
             }
