@@ -1,4 +1,237 @@
-//! The ruststream adapter for MySQL and MariaDB on mysql_async: it will run the statements
-//! the core (`ruststream-core`) renders on mysql_async connections.
+//! The ruststream adapter for MySQL and MariaDB on [mysql_async]: [`MySqlAsyncBroker`].
 //!
-//! The adapter is not written yet; the crate holds its place in the workspace.
+//! It runs the statements the core (`ruststream-core`) renders on connections of a
+//! mysql_async [`Pool`](mysql_async::Pool) (every value is a bind), maps rows and driver
+//! errors into the core's types, and runs a table's own [`Lock`] and [`Unlock`]. It holds no
+//! queue logic. MySQL 8.0.1 and later and MariaDB 10.6 and later take all three forms (row
+//! lock, lease, advisory lock with `GET_LOCK`); the dialect comes from `SELECT VERSION()`.
+//!
+//! # Dependencies
+//!
+//! A service depends on this crate, on `ruststream` (the derive macro `Inbox` and the
+//! attributes `#[subscriber]` and `#[ruststream::app]` write paths `::ruststream::..`), on
+//! `mysql_async` 0.37 (for `#[derive(FromRow)]`, its pool and its connections), on `serde` for
+//! its messages, and on tokio: mysql_async runs inside a tokio runtime, and so does the
+//! broker.
+//!
+//! ```toml
+//! [dependencies]
+//! ruststream = "0.1"
+//! ruststream-mysql-async = "0.1"
+//! mysql_async = "0.37"
+//! serde = { version = "1", features = ["derive"] }
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
+//! ```
+//!
+//! # A service
+//!
+//! Four workers issue invoices on MariaDB, each holding its row's lock and a connection until
+//! its acknowledgement commits (forms.md):
+//!
+//! ```no_run
+//! use ruststream_mysql_async::prelude::*;
+//!
+//! const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS invoice_jobs (
+//!     id BIGINT AUTO_INCREMENT PRIMARY KEY,
+//!     payload LONGBLOB NOT NULL
+//! )";
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Invoice {
+//!     number: u64,
+//! }
+//!
+//! /// One row of `invoice_jobs`. No `locked_until` and no `advisory_lock`: the row lock form.
+//! #[derive(Inbox, FromRow)]
+//! #[inbox(table = "invoice_jobs")]
+//! struct IssueInvoice {
+//!     #[field(id, generated)]
+//!     id: i64,
+//!     #[field(payload)]
+//!     payload: Vec<u8>,
+//! }
+//!
+//! #[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
+//! async fn issue(invoice: &Invoice) -> HandlerOutcome {
+//!     println!("issuing invoice {}", invoice.number);
+//!     HandlerOutcome::ack()
+//! }
+//!
+//! fn service(url: &str) -> RustStream {
+//!     let schema_url = url.to_owned();
+//!     // Nothing connects here: the broker builds its pool when the service starts.
+//!     let broker = MySqlAsyncBroker::from_url(url);
+//!     RustStream::new(AppInfo::new("billing", "0.1.0"))
+//!         .on_startup(async move |()| {
+//!             let mut conn = Conn::from_url(&schema_url).await?;
+//!             conn.query_drop(SCHEMA).await?;
+//!             conn.disconnect().await
+//!         })
+//!         .with_broker(broker.route::<IssueInvoice>("invoices"), |b| {
+//!             b.include(issue.workers(nonzero!(4)));
+//!         })
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     service("mysql://root@127.0.0.1:3306/app").run().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! A row type derives mysql_async's [`FromRow`](mysql_async::prelude::FromRow): the claim's
+//! row decodes into it with `T::from_row_opt(row)`, and the message from its payload (JSON by
+//! default). The claim's row is the table's whole row (`SELECT *`): a derived `FromRow` reads
+//! the columns its fields name and leaves the others.
+//!
+//! On InnoDB a claim locks every row it reads: give each queue table an index that serves the
+//! claim order (`(due_at, id)` for the default order with a due column; the primary key
+//! without one), or a claim locks every claimable row and the others find nothing to take.
+//!
+//! # Broker, route and handle
+//!
+//! - [`MySqlAsyncBroker::from_url`] and [`MySqlAsyncBroker::from_opts`] describe a pool the
+//!   broker builds when the service starts and closes at shutdown: it lends no new
+//!   connection, idle connections close, and a connection a delivery still holds closes when
+//!   it comes back.
+//! - [`MySqlAsyncBroker::new`] runs on the service's own pool, which stays open at shutdown.
+//! - `with_broker` takes the broker itself, a route ([`MySqlAsyncBroker::route`], which also
+//!   gives a publisher into its row type's table), or its handle
+//!   ([`MySqlAsyncBroker::handle`], from which [`MySqlAsyncPublisher::new`] takes publishers
+//!   before the service starts).
+//! - A tool drives the broker by hand with [`MySqlAsyncBroker::start`]; the
+//!   [`RunningMySqlAsyncBroker::shutdown`] answers a [`ClosedMySqlAsyncBroker`].
+//!
+//! A publisher answers [`MySqlAsyncBrokerError::Closed`] until the broker starts and from its
+//! shutdown on, and never writes a row then (shutdown.md).
+//!
+//! # Connections
+//!
+//! Each connection the core names holds a connection of the pool from its acquire to its
+//! release or close, and runs its commands in the order the core gave them, on a tokio task
+//! of its own. A release gives the connection back, rolling back a transaction left open; a
+//! close ends its session (`COM_QUIT`), and so its locks and its transaction, cutting short a
+//! statement still running on it with `KILL QUERY` from a connection of its own. Size the
+//! pool (`pool_max` in the URL, 100 by default) for the forms that hold a connection per
+//! message in work (row lock, advisory): each subscription's workers, plus one for its claims
+//! and one for publishes. An acquire waits up to [`MySqlAsyncBroker::acquire_timeout`].
+//!
+//! Statements with binds run through the binary protocol, prepared once per connection;
+//! statements without binds (`START TRANSACTION`, `COMMIT`, ...) through the text protocol.
+//! The core's fenced updates count the rows they found: a pool the broker builds sets
+//! `client_found_rows`, and on the service's pool without it the broker reads the rows found
+//! from the server's info line (`Rows matched: N`). A connection the broker gives back holds no
+//! transaction and no lock of the broker's, so it is not reset by the pool (its prepared
+//! statements stay cached), unless the table's own lock ran on it.
+//!
+//! Driver errors map to the core's kinds: I/O errors, a closed connection and sessions the
+//! server ended (1053, 1317, 1927, 4031) are [`ErrorKind::ConnectionLost`]; a disconnected
+//! pool or no connection in time is [`ErrorKind::PoolClosed`]; 1213 (deadlock) and 1205 (lock
+//! wait timeout) are [`ErrorKind::Serialization`]; 1146 is [`ErrorKind::UndefinedTable`];
+//! 1054 is [`ErrorKind::UndefinedColumn`]; 3024 and 1969 (statement time limits) are
+//! [`ErrorKind::Timeout`].
+//!
+//! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
+//! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
+//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
+//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
+//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
+//! [`ErrorKind::Timeout`]: ruststream_core::ErrorKind::Timeout
+//!
+//! # Rules the compiler checks
+//!
+//! MySQL and MariaDB have row locks: a table that names no form takes the row lock form, and
+//! compiles.
+//!
+//! ```
+//! # use ruststream_mysql_async::prelude::*;
+//! #[derive(FromRow)]
+//! struct Invoice { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Invoice {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Payload,)>;
+//!     const TABLE: Self::Table =
+//!         InboxSpec::new("invoices", Column::new("id")).payload(Column::new("payload"));
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! # impl PayloadRow for Invoice {
+//! #     type Column = Vec<u8>;
+//! #     fn payload(&self) -> &[u8] { &self.payload }
+//! # }
+//! fn takes<T>() where MySqlAsyncBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Invoice>();
+//! ```
+//!
+//! A table whose description names `own::Lock` and `own::Unlock` must implement [`Lock`] and
+//! [`Unlock`]; one without them needs neither.
+//!
+//! ```compile_fail
+//! # use ruststream_mysql_async::prelude::*;
+//! #[derive(FromRow)]
+//! struct Payout { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Payout {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)>;
+//!     const TABLE: Self::Table = InboxSpec::new("payouts", Column::new("id").generated())
+//!         .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+//!         .payload(Column::new("payload"))
+//!         .own::<own::Lock>()
+//!         .own::<own::Unlock>();
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where MySqlAsyncBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Payout>(); // `Payout` does not implement `ruststream_mysql_async::Lock`
+//! ```
+//!
+//! A row type must implement mysql_async's `FromRow`:
+//!
+//! ```compile_fail
+//! # use ruststream_mysql_async::prelude::*;
+//! struct Invoice { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Invoice {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Payload,)>;
+//!     const TABLE: Self::Table =
+//!         InboxSpec::new("invoices", Column::new("id")).payload(Column::new("payload"));
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where MySqlAsyncBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Invoice>(); // `Invoice` does not implement `FromRow`
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod broker;
+mod conn;
+mod error;
+mod lock;
+mod value;
+
+pub use broker::{
+    ClosedMySqlAsyncBroker, MySqlAsyncBroker, MySqlAsyncRoute, RunningMySqlAsyncBroker,
+};
+pub use error::{MySqlAsyncBrokerError, MySqlAsyncPublisher};
+pub use lock::{CustomLock, Lock, LockFn, LockFuture, PickLock, Unlock};
+/// The mysql_async crate this adapter runs on, for row types and [`Lock`] and [`Unlock`]
+/// implementations.
+pub use mysql_async;
+
+/// What a service on mysql_async needs in scope: the runtime's items, this adapter's, and
+/// mysql_async's pool, connection, options, `FromRow` (the trait and its derive) and
+/// `Queryable`.
+pub mod prelude {
+    pub use crate::{
+        ClosedMySqlAsyncBroker, Lock, MySqlAsyncBroker, MySqlAsyncBrokerError, MySqlAsyncPublisher,
+        MySqlAsyncRoute, RunningMySqlAsyncBroker, Unlock,
+    };
+    pub use mysql_async::prelude::{FromRow, Queryable};
+    pub use mysql_async::{Conn, Opts, OptsBuilder, Pool};
+    pub use ruststream::{
+        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
+        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
+        IntoSubscription, KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed,
+        RustStream, keys, nonzero, own, subscriber,
+    };
+    pub use std::future::ready;
+}

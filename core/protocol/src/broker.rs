@@ -726,10 +726,15 @@ impl<R> Broker<R> {
     }
 
     fn may_claim(&self, s: &Sub) -> bool {
+        // Row lock claims without an attempt column run side by side, one row each. Every
+        // other claim runs alone: a row lock claim that counts an attempt commits the count
+        // before it locks the row, and a second claim of the process in that window would
+        // count the same row again.
+        let side_by_side = s.statements.form == Form::RowLock && s.desc.attempt.is_none();
         s.state == SubState::Ready
             && !s.stopped
             && s.free() > 0
-            && (s.statements.form == Form::RowLock || s.claims_in_flight == 0)
+            && (side_by_side || s.claims_in_flight == 0)
     }
 
     /// Starts the claims that are due, and ends the shutdown when nothing is left.

@@ -1,0 +1,696 @@
+//! `MySqlAsyncBroker`: the pool it builds or is given, the adapter the runtime drives, routes,
+//! and a broker started by hand.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use mysql_async::prelude::{FromRow, Queryable};
+use mysql_async::{Opts, OptsBuilder, Pool};
+use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::exec::{self, BoxFuture, Executor};
+use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream_core::spec::{Described, Features, MySql, ValidOn};
+use ruststream_core::{Command, Dialect, Reply};
+use tokio::runtime::Handle;
+
+use crate::conn::{Conns, Lender};
+use crate::error::{MySqlAsyncBrokerError, MySqlAsyncPublisher};
+use crate::lock::{CustomLock, PickLock};
+
+/// How long a close waits for the pool it built to close its connections.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Where the broker's pool comes from.
+enum Source {
+    /// Built at the start from a URL; the broker closes it.
+    Url(String),
+    /// Built at the start from options; the broker closes it.
+    Opts(Box<Opts>),
+    /// The service's own pool; it stays open.
+    Pool(Pool),
+}
+
+enum State {
+    /// Not started: nothing connects yet.
+    Idle,
+    /// Started: the pool lends connections.
+    Running {
+        pool: Pool,
+        runtime: Handle,
+        dialect: Dialect,
+    },
+    /// Closed: no connection is lent any more. The pool and the dialect, where the broker
+    /// had started.
+    Closed {
+        pool: Option<Pool>,
+        runtime: Option<Handle>,
+        dialect: Option<Dialect>,
+    },
+}
+
+struct Inner {
+    source: Source,
+    acquire_timeout: Duration,
+    state: Mutex<State>,
+    conns: Arc<Conns>,
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The lock guards a plain enum that no code panics while holding.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn owns_pool(&self) -> bool {
+        !matches!(self.source, Source::Pool(_))
+    }
+
+    /// Where the pool connects, for messages: the URL without its password.
+    fn target(&self) -> String {
+        match &self.source {
+            Source::Url(url) => redact(url),
+            Source::Opts(opts) => describe(opts),
+            Source::Pool(_) => "the service's mysql_async pool".to_owned(),
+        }
+    }
+}
+
+/// A URL with its password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// Options as a URL without the password, for messages.
+fn describe(opts: &Opts) -> String {
+    let user = opts.user().map(|u| format!("{u}@")).unwrap_or_default();
+    let db = opts.db_name().unwrap_or_default();
+    format!(
+        "mysql://{user}{}:{}/{db}",
+        opts.ip_or_hostname(),
+        opts.tcp_port()
+    )
+}
+
+/// The dialect of a server by its `SELECT VERSION()`: MariaDB where the version names it,
+/// MySQL otherwise. Refuses the versions without `FOR UPDATE SKIP LOCKED`: MySQL before 8.0.1,
+/// MariaDB before 10.6.
+pub(crate) fn dialect_of(version: &str) -> Result<Dialect, String> {
+    let mariadb = version.to_ascii_lowercase().contains("mariadb");
+    // A MariaDB behind a MySQL-compatible front may prefix `5.5.5-`.
+    let numbers = version.strip_prefix("5.5.5-").unwrap_or(version);
+    let mut parts = numbers
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    let (dialect, least, name) = if mariadb {
+        (Dialect::MariaDb, (10, 6, 0), "MariaDB 10.6")
+    } else {
+        (Dialect::MySql, (8, 0, 1), "MySQL 8.0.1")
+    };
+    if found < least {
+        return Err(format!(
+            "the server's version is {version}; ruststream needs {name} or later (FOR UPDATE SKIP LOCKED)"
+        ));
+    }
+    Ok(dialect)
+}
+
+/// The broker on MySQL 8.0.1+ or MariaDB 10.6+ through mysql_async.
+///
+/// Build it with [`MySqlAsyncBroker::from_url`] or [`MySqlAsyncBroker::from_opts`] (the
+/// broker builds its pool when the service starts and closes it at shutdown), or with
+/// [`MySqlAsyncBroker::new`] on the service's own pool (which stays open). Hand it to a
+/// service (`RustStream::with_broker`) as it is, as a route ([`MySqlAsyncBroker::route`]), or
+/// as its handle ([`MySqlAsyncBroker::handle`]); or start it by hand
+/// ([`MySqlAsyncBroker::start`]).
+///
+/// `MySqlAsyncBroker` is the runtime's [`Adapter`]: it runs the core's commands on
+/// connections of its pool and holds no queue logic. It is not `Clone`, so one broker never
+/// gets two handles by mistake: take the handle (or a route) first and clone that.
+pub struct MySqlAsyncBroker {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for MySqlAsyncBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (state, dialect) = match &*self.inner.state() {
+            State::Idle => ("idle", None),
+            State::Running { dialect, .. } => ("running", Some(*dialect)),
+            State::Closed { dialect, .. } => ("closed", *dialect),
+        };
+        f.debug_struct("MySqlAsyncBroker")
+            .field("target", &self.inner.target())
+            .field("owns_pool", &self.inner.owns_pool())
+            .field("state", &state)
+            .field("dialect", &dialect)
+            .field("connections_held", &self.inner.conns.held())
+            .finish()
+    }
+}
+
+impl MySqlAsyncBroker {
+    fn with_source(source: Source) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source,
+                acquire_timeout: Duration::from_secs(30),
+                state: Mutex::new(State::Idle),
+                conns: Arc::new(Conns::new()),
+            }),
+        }
+    }
+
+    /// A broker of the database `url` names (`mysql://user:password@host:3306/db`, with
+    /// mysql_async's URL parameters such as `pool_max`).
+    ///
+    /// Nothing connects here: the broker builds its pool when the service starts, and the
+    /// start fails with a message naming the URL (its password hidden) if the URL does not
+    /// parse or the database does not answer. The pool's connections set
+    /// `client_found_rows`, so an `UPDATE` counts the rows it found. At shutdown the broker
+    /// closes the pool: it lends no new connection, idle connections close, and a connection
+    /// a delivery still holds closes when it comes back.
+    pub fn from_url(url: impl Into<String>) -> Self {
+        Self::with_source(Source::Url(url.into()))
+    }
+
+    /// A broker of the database `opts` reach (an [`Opts`] or an [`OptsBuilder`]). Like
+    /// [`MySqlAsyncBroker::from_url`]: the pool is built when the service starts, with
+    /// `client_found_rows` set, and closed at shutdown.
+    pub fn from_opts(opts: impl Into<Opts>) -> Self {
+        Self::with_source(Source::Opts(Box::new(opts.into())))
+    }
+
+    /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
+    /// no connection of it any more, and the service disconnects the pool after `run`
+    /// returns.
+    ///
+    /// Its connections may or may not set `client_found_rows`: the broker reads the rows an
+    /// `UPDATE` found from the server's info line where the option is off.
+    pub fn new(pool: Pool) -> Self {
+        Self::with_source(Source::Pool(pool))
+    }
+
+    /// How long a command waits for a connection of the pool when all are lent (default 30
+    /// s); past it, the command fails as [`ErrorKind::PoolClosed`] and the core tries again
+    /// later.
+    ///
+    /// [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect(
+                "a broker is shared only once it is wrapped in its handle, which takes it by value",
+            )
+            .acquire_timeout = timeout;
+        self
+    }
+
+    /// A route of `T`'s queue under `name` (the name its `InboxQueue::<T>::new(name)`
+    /// subscriptions use): the broker as `with_broker` takes it, with a publisher into `T`'s
+    /// table ([`MySqlAsyncRoute::publisher`]).
+    pub fn route<T: InboxTable>(self, name: &'static str) -> MySqlAsyncRoute<T> {
+        MySqlAsyncRoute {
+            handle: self.handle(),
+            name,
+            row: PhantomData,
+        }
+    }
+
+    /// The broker as the service holds it, to take publishers from before the service
+    /// starts ([`MySqlAsyncPublisher::new`]); pass a clone of the same handle to
+    /// `with_broker`. The same as [`IntoBroker::into_broker`].
+    pub fn handle(self) -> BrokerHandle<Self> {
+        BrokerHandle::new(self)
+    }
+
+    /// Starts the broker by hand, without a service, with these subscriptions (from
+    /// `IntoSubscription::into_subscription`), on the executor of the calling context (tokio
+    /// inside a tokio runtime): builds the pool where the broker builds it, checks every
+    /// subscription's table, and starts claiming. A tool that drives the broker this way
+    /// receives the [`ClosedMySqlAsyncBroker`] from [`RunningMySqlAsyncBroker::shutdown`].
+    ///
+    /// This is not the runtime's `Adapter::start`, which the service calls.
+    pub async fn start(
+        self,
+        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
+    ) -> Result<RunningMySqlAsyncBroker, MySqlAsyncBrokerError> {
+        self.start_on(subscriptions, exec::current()).await
+    }
+
+    /// [`MySqlAsyncBroker::start`] on this executor. The broker's connections still run on
+    /// the tokio runtime of the calling context, which must be one.
+    pub async fn start_on(
+        self,
+        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
+        executor: Arc<dyn Executor>,
+    ) -> Result<RunningMySqlAsyncBroker, MySqlAsyncBrokerError> {
+        let handle = self.handle();
+        let running = handle
+            .start(subscriptions.into_iter().collect(), executor)
+            .await?;
+        Ok(RunningMySqlAsyncBroker { running })
+    }
+
+    /// The pool, once the broker has started (and after it closed): the one it built, or the
+    /// service's own.
+    pub fn pool(&self) -> Option<Pool> {
+        match &*self.inner.state() {
+            State::Running { pool, .. } => Some(pool.clone()),
+            State::Closed { pool, .. } => pool.clone(),
+            State::Idle => match &self.inner.source {
+                Source::Pool(pool) => Some(pool.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The server's dialect, once the broker has started: MariaDB where `SELECT VERSION()`
+    /// names it, MySQL otherwise.
+    pub fn dialect(&self) -> Option<Dialect> {
+        match &*self.inner.state() {
+            State::Running { dialect, .. } => Some(*dialect),
+            State::Closed { dialect, .. } => *dialect,
+            State::Idle => None,
+        }
+    }
+
+    /// Whether the broker builds its pool (and so closes it at shutdown): `from_url` and
+    /// `from_opts`, not `new`.
+    pub fn owns_pool(&self) -> bool {
+        self.inner.owns_pool()
+    }
+
+    /// Whether the broker is closed: it lends no connection any more.
+    pub fn is_closed(&self) -> bool {
+        matches!(*self.inner.state(), State::Closed { .. })
+    }
+
+    /// How many connections the core holds now (claims, deliveries in work, publishes).
+    pub fn connections_held(&self) -> usize {
+        self.inner.conns.held()
+    }
+}
+
+/// The pool a broker builds: the options, with `client_found_rows` set.
+fn build_pool(opts: Opts) -> Pool {
+    Pool::new(OptsBuilder::from_opts(opts).client_found_rows(true))
+}
+
+/// Takes a connection and reads the server's version: the dialect, or why not.
+async fn probe(pool: Pool, target: String, timeout: Duration) -> Result<Dialect, String> {
+    let mut conn = match tokio::time::timeout(timeout, pool.get_conn()).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(error)) => {
+            return Err(format!(
+                "cannot connect to MySQL/MariaDB at {target}: {error}"
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "MySQL/MariaDB at {target} gave no connection within {timeout:?}"
+            ));
+        }
+    };
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(|e| format!("MySQL/MariaDB at {target}: SELECT VERSION() failed: {e}"))?;
+    let version = version
+        .ok_or_else(|| format!("MySQL/MariaDB at {target}: SELECT VERSION() answered no row"))?;
+    dialect_of(&version).map_err(|e| format!("MySQL/MariaDB at {target}: {e}"))
+}
+
+impl Adapter for MySqlAsyncBroker {
+    type Row = mysql_async::Row;
+    type Lock = CustomLock;
+
+    /// Builds the pool where the broker builds it, takes a connection, and answers the
+    /// server's dialect: MariaDB when `SELECT VERSION()` names it, MySQL otherwise. Fails, with
+    /// a message naming the URL, outside a tokio runtime, when the URL does not parse, when
+    /// the server does not answer, and on MySQL before 8.0.1 or MariaDB before 10.6.
+    fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
+        let inner = self.inner.clone();
+        let runtime = Handle::try_current();
+        Box::pin(async move {
+            let target = inner.target();
+            let runtime = runtime.map_err(|_| {
+                AdapterError::new(format!(
+                    "the MySQL broker of {target} runs mysql_async, which needs a tokio runtime: start the service inside one"
+                ))
+            })?;
+            if !matches!(*inner.state(), State::Idle) {
+                return Err(AdapterError::new(format!(
+                    "the MySQL broker of {target} is already started or closed; build a new broker"
+                )));
+            }
+            let pool = match &inner.source {
+                Source::Pool(pool) => pool.clone(),
+                Source::Url(url) => build_pool(Opts::from_url(url).map_err(|e| {
+                    AdapterError::new(format!("the MySQL URL `{target}` does not parse: {e}"))
+                })?),
+                Source::Opts(opts) => build_pool((**opts).clone()),
+            };
+            // mysql_async spawns its pool's tasks on the runtime: the probe runs there.
+            let probed = runtime
+                .spawn(probe(pool.clone(), target.clone(), inner.acquire_timeout))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(format!("MySQL/MariaDB at {target}: the probe failed: {e}"))
+                });
+            let dialect = match probed {
+                Ok(dialect) => dialect,
+                Err(message) => {
+                    if inner.owns_pool() {
+                        let _ = runtime.spawn(pool.disconnect()).await;
+                    }
+                    return Err(AdapterError::new(message));
+                }
+            };
+            let mut state = inner.state();
+            if !matches!(*state, State::Idle) {
+                return Err(AdapterError::new(format!(
+                    "the MySQL broker of {target} was closed while it started"
+                )));
+            }
+            *state = State::Running {
+                pool,
+                runtime,
+                dialect,
+            };
+            Ok(dialect)
+        })
+    }
+
+    /// Runs the command on the connection it names, after the commands given before it on
+    /// that connection: an acquire takes a connection of the pool, a release gives it back
+    /// (rolling back a transaction left open), a close ends its session and cuts short a
+    /// statement still running on it (`KILL QUERY` from a connection of its own).
+    fn execute(
+        &self,
+        command: Command,
+        lock: Option<CustomLock>,
+    ) -> BoxFuture<Reply<mysql_async::Row>> {
+        let lender = match &*self.inner.state() {
+            State::Running { pool, runtime, .. } => Some(Lender {
+                pool: pool.clone(),
+                runtime: runtime.clone(),
+                acquire_timeout: self.inner.acquire_timeout,
+            }),
+            State::Idle | State::Closed { .. } => None,
+        };
+        self.inner.conns.execute(lender, command, lock)
+    }
+
+    /// Closes the broker: it lends no new connection. A pool it built disconnects: idle
+    /// connections close at once, and a connection still held closes when it comes back. The
+    /// service's own pool stays open.
+    fn close(&self) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let (pool, runtime) = {
+                let mut state = inner.state();
+                let closed = match std::mem::replace(&mut *state, State::Idle) {
+                    State::Running {
+                        pool,
+                        runtime,
+                        dialect,
+                    } => State::Closed {
+                        pool: Some(pool),
+                        runtime: Some(runtime),
+                        dialect: Some(dialect),
+                    },
+                    State::Idle => State::Closed {
+                        pool: match &inner.source {
+                            Source::Pool(pool) => Some(pool.clone()),
+                            _ => None,
+                        },
+                        runtime: None,
+                        dialect: None,
+                    },
+                    closed @ State::Closed { .. } => closed,
+                };
+                let found = match &closed {
+                    State::Closed { pool, runtime, .. } => (pool.clone(), runtime.clone()),
+                    _ => (None, None),
+                };
+                *state = closed;
+                found
+            };
+            let (Some(pool), Some(runtime)) = (pool.filter(|_| inner.owns_pool()), runtime) else {
+                return;
+            };
+            let held = inner.conns.held();
+            // The pool refuses new connections at once; its idle ones close, and each one
+            // still lent closes when it comes back.
+            let disconnect = runtime.spawn(async move {
+                match tokio::time::timeout(CLOSE_WAIT, pool.disconnect()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::debug!("disconnecting the MySQL pool failed: {error}"),
+                    Err(_) => tracing::debug!(
+                        "the MySQL pool still has connections lent after {CLOSE_WAIT:?}; they close when they come back"
+                    ),
+                }
+            });
+            if held == 0 {
+                // Nothing is lent: the close completes once every connection is closed.
+                let _ = disconnect.await;
+            }
+        })
+    }
+}
+
+/// Rows of `T` decode with `T`'s [`FromRow`] (mysql_async's own, derived with
+/// `#[derive(FromRow)]`); `T`'s custom lock is its [`Lock`](crate::Lock) and
+/// [`Unlock`](crate::Unlock) where its description names `own::Lock` and `own::Unlock`.
+impl<T> TakesRows<T> for MySqlAsyncBroker
+where
+    T: InboxTable + FromRow,
+    T::Table: ValidOn<MySql>,
+    <<T::Table as Described>::Features as Features>::Lock: PickLock<T>,
+{
+    fn decode(row: mysql_async::Row) -> Result<T, String> {
+        let columns: Vec<String> = row
+            .columns_ref()
+            .iter()
+            .map(|c| c.name_str().into_owned())
+            .collect();
+        T::from_row_opt(row).map_err(|_| {
+            format!(
+                "the row (columns {}) does not convert into `{}` with its FromRow",
+                columns.join(", "),
+                std::any::type_name::<T>()
+            )
+        })
+    }
+
+    fn custom_lock() -> Option<CustomLock> {
+        <<<T::Table as Described>::Features as Features>::Lock as PickLock<T>>::pick()
+    }
+}
+
+impl IntoBroker for MySqlAsyncBroker {
+    type Adapter = MySqlAsyncBroker;
+
+    /// Wraps the broker in a new [`BrokerHandle`]: see [`MySqlAsyncBroker::handle`].
+    fn into_broker(self) -> BrokerHandle<MySqlAsyncBroker> {
+        BrokerHandle::new(self)
+    }
+}
+
+/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
+/// publisher into `T`'s table. `with_broker` takes it as it takes the broker.
+///
+/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
+/// service's logs and code, and routes nothing by itself: every subscription included in the
+/// broker runs, whatever its queue.
+pub struct MySqlAsyncRoute<T> {
+    handle: BrokerHandle<MySqlAsyncBroker>,
+    name: &'static str,
+    row: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for MySqlAsyncRoute<T> {
+    fn clone(&self) -> Self {
+        Self {
+            handle: self.handle.clone(),
+            name: self.name,
+            row: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for MySqlAsyncRoute<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlAsyncRoute")
+            .field("name", &self.name)
+            .field("row", &std::any::type_name::<T>())
+            .field("broker", self.handle.adapter())
+            .finish()
+    }
+}
+
+impl<T: InboxTable> MySqlAsyncRoute<T> {
+    /// The queue's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name of `T`'s table.
+    pub fn table(&self) -> &'static str {
+        T::TABLE.table_desc().table
+    }
+
+    /// A publisher into `T`'s table. It answers [`MySqlAsyncBrokerError::Closed`] until the
+    /// service starts, and from its shutdown on.
+    pub fn publisher(&self) -> MySqlAsyncPublisher<T> {
+        MySqlAsyncPublisher::new(&self.handle)
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<MySqlAsyncBroker> {
+        &self.handle
+    }
+}
+
+impl<T> IntoBroker for MySqlAsyncRoute<T> {
+    type Adapter = MySqlAsyncBroker;
+
+    fn into_broker(self) -> BrokerHandle<MySqlAsyncBroker> {
+        self.handle
+    }
+}
+
+/// What the shutdown of a broker started by hand did to the advisory locks of the deliveries
+/// in work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClosedMySqlAsyncBroker {
+    /// Locks the shutdown released with an unlock the database answered yes to.
+    pub locks_released: usize,
+    /// Connections the shutdown closed to end their locks, where an unlock answered no or
+    /// failed.
+    pub connections_closed: usize,
+}
+
+impl From<ruststream_core::ClosedCounts> for ClosedMySqlAsyncBroker {
+    fn from(counts: ruststream_core::ClosedCounts) -> Self {
+        Self {
+            locks_released: counts.locks_released,
+            connections_closed: counts.connections_closed,
+        }
+    }
+}
+
+/// A broker started by hand ([`MySqlAsyncBroker::start`]), driven in the background until
+/// [`RunningMySqlAsyncBroker::shutdown`].
+pub struct RunningMySqlAsyncBroker {
+    running: RunningBroker<MySqlAsyncBroker>,
+}
+
+impl fmt::Debug for RunningMySqlAsyncBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunningMySqlAsyncBroker")
+            .field("broker", self.running.handle().adapter())
+            .finish()
+    }
+}
+
+impl RunningMySqlAsyncBroker {
+    /// Stops every subscription's claims; deliveries in work go on and settle.
+    pub fn stop(&self) {
+        self.running.stop();
+    }
+
+    /// Completes when no message is in work.
+    pub async fn drained(&self) {
+        self.running.drained().await;
+    }
+
+    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
+    /// every advisory lock in work is released, settlements in flight are waited for, then a
+    /// pool the broker built closes. Answers what the shutdown did to the advisory locks.
+    pub async fn shutdown(self) -> ClosedMySqlAsyncBroker {
+        self.running.shutdown().await.into()
+    }
+
+    /// A publisher into `T`'s table; it answers [`MySqlAsyncBrokerError::Closed`] from the
+    /// shutdown on.
+    pub fn publisher<T: InboxTable>(&self) -> MySqlAsyncPublisher<T> {
+        MySqlAsyncPublisher::new(self.running.handle())
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<MySqlAsyncBroker> {
+        self.running.handle()
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &MySqlAsyncBroker {
+        self.running.handle().adapter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("mysql://app:secret@db:3306/app?pool_max=4"),
+            "mysql://app:***@db:3306/app?pool_max=4"
+        );
+        assert_eq!(
+            redact("mysql://root@127.0.0.1/test"),
+            "mysql://root@127.0.0.1/test"
+        );
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn dialect_by_version() {
+        assert_eq!(
+            dialect_of("10.11.19-MariaDB-0+deb12u1"),
+            Ok(Dialect::MariaDb)
+        );
+        assert_eq!(dialect_of("5.5.5-10.6.3-MariaDB"), Ok(Dialect::MariaDb));
+        assert_eq!(dialect_of("8.0.36"), Ok(Dialect::MySql));
+        assert_eq!(dialect_of("8.4.0-commercial"), Ok(Dialect::MySql));
+        assert!(
+            dialect_of("10.5.9-MariaDB")
+                .unwrap_err()
+                .contains("MariaDB 10.6")
+        );
+        assert!(dialect_of("8.0.0").unwrap_err().contains("MySQL 8.0.1"));
+        assert!(dialect_of("5.7.44-log").is_err());
+    }
+
+    #[test]
+    fn describes_options_without_password() {
+        let opts = Opts::from_url("mysql://app:secret@db.example:3307/queue").unwrap();
+        assert_eq!(describe(&opts), "mysql://app@db.example:3307/queue");
+    }
+}

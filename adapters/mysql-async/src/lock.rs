@@ -1,0 +1,140 @@
+//! The service's own lock and unlock of a table's keys (lock.md), on mysql_async's connection.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use mysql_async::Conn;
+use ruststream_core::spec::bits::{False, True};
+
+/// The service's own lock of a table whose description names `own::Lock`
+/// (`custom(lock, unlock)`, `.own::<own::Lock>()`).
+///
+/// `lock` tries the key without waiting and answers whether it took it. It runs on the claim's
+/// connection, which then holds the delivery: what the lock takes, it takes in that
+/// connection's session. An error fails the claim, and the connection is closed.
+///
+/// ```
+/// use mysql_async::Conn;
+/// use mysql_async::prelude::Queryable;
+/// use ruststream_mysql_async::{Lock, Unlock};
+///
+/// struct Payout;
+///
+/// impl Lock for Payout {
+///     async fn lock(conn: &mut Conn, key: &str) -> Result<bool, mysql_async::Error> {
+///         conn.exec_drop("INSERT IGNORE INTO held_keys (k) VALUES (?)", (key,))
+///             .await?;
+///         Ok(conn.affected_rows() == 1)
+///     }
+/// }
+///
+/// impl Unlock for Payout {
+///     async fn unlock(conn: &mut Conn, key: &str) -> Result<bool, mysql_async::Error> {
+///         conn.exec_drop("DELETE FROM held_keys WHERE k = ?", (key,))
+///             .await?;
+///         Ok(conn.affected_rows() == 1)
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names `own::Lock`, but `{Self}` does not implement `ruststream_mysql_async::Lock`",
+    label = "implement `ruststream_mysql_async::Lock` (and `Unlock`) for `{Self}`, or remove the custom lock from its description"
+)]
+pub trait Lock {
+    /// Tries to take `key` on `conn` without waiting: whether it took it.
+    fn lock(
+        conn: &mut Conn,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, mysql_async::Error>> + Send;
+}
+
+/// The service's own unlock of a table whose description names `own::Unlock`.
+///
+/// `unlock` answers whether the session held the key. An answer of `false`, or an error,
+/// closes the connection, which ends its session and its locks. See [`Lock`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names `own::Unlock`, but `{Self}` does not implement `ruststream_mysql_async::Unlock`",
+    label = "implement `ruststream_mysql_async::Unlock` (and `Lock`) for `{Self}`, or remove the custom lock from its description"
+)]
+pub trait Unlock {
+    /// Releases `key` on `conn`: whether the session held it.
+    fn unlock(
+        conn: &mut Conn,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, mysql_async::Error>> + Send;
+}
+
+/// The future of a custom lock or unlock, boxed.
+pub type LockFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<bool, mysql_async::Error>> + Send + 'a>>;
+
+/// A function of a custom lock, `Lock::lock` or `Unlock::unlock`, as the broker stores it.
+pub type LockFn = for<'a> fn(&'a mut Conn, &'a str) -> LockFuture<'a>;
+
+fn lock_of<'a, T: Lock + 'static>(conn: &'a mut Conn, key: &'a str) -> LockFuture<'a> {
+    Box::pin(T::lock(conn, key))
+}
+
+fn unlock_of<'a, T: Unlock + 'static>(conn: &'a mut Conn, key: &'a str) -> LockFuture<'a> {
+    Box::pin(T::unlock(conn, key))
+}
+
+/// A table's custom lock and unlock, as the broker runs them on the command's connection (the
+/// adapter's `Adapter::Lock`).
+#[derive(Clone, Copy)]
+pub struct CustomLock {
+    lock: LockFn,
+    unlock: LockFn,
+}
+
+impl CustomLock {
+    /// The lock and unlock of `T`.
+    pub fn of<T: Lock + Unlock + 'static>() -> Self {
+        Self::new(lock_of::<T>, unlock_of::<T>)
+    }
+
+    /// A lock of these two functions.
+    pub fn new(lock: LockFn, unlock: LockFn) -> Self {
+        Self { lock, unlock }
+    }
+
+    /// Runs the lock on `conn`.
+    pub fn lock<'a>(&self, conn: &'a mut Conn, key: &'a str) -> LockFuture<'a> {
+        (self.lock)(conn, key)
+    }
+
+    /// Runs the unlock on `conn`.
+    pub fn unlock<'a>(&self, conn: &'a mut Conn, key: &'a str) -> LockFuture<'a> {
+        (self.unlock)(conn, key)
+    }
+}
+
+impl fmt::Debug for CustomLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CustomLock").finish_non_exhaustive()
+    }
+}
+
+/// Picks a row type's custom lock by its description's type: the description's `Lock` bit
+/// ([`True`] where it names `own::Lock` and `own::Unlock`, [`False`] otherwise).
+///
+/// A table without a custom lock needs no [`Lock`] implementation; a table with one must
+/// implement both [`Lock`] and [`Unlock`], or it does not compile. (The description's own
+/// rules already make `own::Lock` and `own::Unlock` come together.)
+pub trait PickLock<T> {
+    /// `T`'s custom lock, where its description names one.
+    fn pick() -> Option<CustomLock>;
+}
+
+impl<T: Lock + Unlock + 'static> PickLock<T> for True {
+    fn pick() -> Option<CustomLock> {
+        Some(CustomLock::of::<T>())
+    }
+}
+
+impl<T> PickLock<T> for False {
+    fn pick() -> Option<CustomLock> {
+        None
+    }
+}
