@@ -1,4 +1,240 @@
-//! The ruststream adapter for sqlx (`SqlxBroker`): it will run the statements the core
-//! (`ruststream-core`) renders on PostgreSQL, MySQL/MariaDB and SQLite through sqlx pools.
+//! The ruststream adapter for [sqlx]: [`SqlxBroker`] on PostgreSQL, MySQL/MariaDB and SQLite.
 //!
-//! The adapter is not written yet; the crate holds its place in the workspace.
+//! It runs the statements the core (`ruststream-core`) renders on connections of a sqlx pool
+//! (through [`sqlx::AssertSqlSafe`]: the SQL is the core's, and every value is a bind), maps
+//! rows and driver errors into the core's types, and runs a table's own [`Lock`] and
+//! [`Unlock`]. It holds no queue logic.
+//!
+//! # Dependencies
+//!
+//! A service depends on this crate, on `ruststream` (the derive macro `Inbox` and the
+//! attributes `#[subscriber]` and `#[ruststream::app]` write paths `::ruststream::..`), on
+//! `sqlx` 0.9 with its database's feature (for `#[derive(sqlx::FromRow)]`, its pool options
+//! and its connections), on `serde` for its messages, and on tokio: the adapter enables sqlx's
+//! `runtime-tokio` and runs inside a tokio runtime.
+//!
+//! ```toml
+//! [dependencies]
+//! ruststream = "0.1"
+//! ruststream-sqlx = "0.1"
+//! sqlx = { version = "0.9", default-features = false, features = ["postgres", "derive"] }
+//! serde = { version = "1", features = ["derive"] }
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
+//! ```
+//!
+//! TLS is sqlx's: enable one of its `tls-*` features in the service's own `sqlx` dependency.
+//!
+//! # A service
+//!
+//! Four workers issue invoices on PostgreSQL, each holding its row's lock and a connection
+//! until its acknowledgement commits (forms.md):
+//!
+//! ```no_run
+//! use ruststream_sqlx::prelude::*;
+//! use sqlx::Connection;
+//! use sqlx::postgres::PgPoolOptions;
+//!
+//! const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS invoice_jobs (
+//!     id BIGSERIAL PRIMARY KEY,
+//!     payload BYTEA NOT NULL
+//! )";
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Invoice {
+//!     number: u64,
+//! }
+//!
+//! /// One row of `invoice_jobs`. No `locked_until` and no `advisory_lock`: the row lock form.
+//! #[derive(Inbox, sqlx::FromRow)]
+//! #[inbox(table = "invoice_jobs")]
+//! struct IssueInvoice {
+//!     #[field(id, generated)]
+//!     id: i64,
+//!     #[field(payload)]
+//!     payload: Vec<u8>,
+//! }
+//!
+//! #[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
+//! async fn issue(invoice: &Invoice) -> HandlerOutcome {
+//!     println!("issuing invoice {}", invoice.number);
+//!     HandlerOutcome::ack()
+//! }
+//!
+//! fn service(options: PgConnectOptions) -> RustStream {
+//!     let schema = options.clone();
+//!     // Nothing connects here: the broker builds its pool when the service starts.
+//!     let broker = SqlxBroker::from_connect_options(options, PgPoolOptions::new());
+//!     RustStream::new(AppInfo::new("billing", "0.1.0"))
+//!         .on_startup(async move |()| {
+//!             let mut conn = PgConnection::connect_with(&schema).await?;
+//!             sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+//!             conn.close().await
+//!         })
+//!         .with_broker(broker.route::<IssueInvoice>("invoices"), |b| {
+//!             b.include(issue.workers(nonzero!(4)));
+//!         })
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let options: PgConnectOptions = "postgres://postgres@127.0.0.1/app".parse()?;
+//!     service(options).run().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! A row type derives [`sqlx::FromRow`]: the claim's row decodes into it with
+//! `T::from_row(&row)`, and the message from its payload (JSON by default).
+//!
+//! # Broker, route and handle
+//!
+//! - [`SqlxBroker::from_url`] and [`SqlxBroker::from_connect_options`] describe a pool the
+//!   broker builds when the service starts and closes at shutdown: it lends no new connection,
+//!   idle connections close, and a connection a delivery still holds closes when it comes
+//!   back.
+//! - [`SqlxBroker::new`] runs on the service's own pool, which stays open at shutdown.
+//! - `with_broker` takes the broker itself, a route ([`SqlxBroker::route`], which also gives a
+//!   publisher into its row type's table), or its handle ([`SqlxBroker::handle`], from which
+//!   [`SqlxPublisher::new`] takes publishers before the service starts).
+//! - A tool drives the broker by hand with [`SqlxBroker::start`]; the
+//!   [`RunningSqlxBroker::shutdown`] answers a [`ClosedSqlxBroker`].
+//!
+//! A publisher answers [`SqlxBrokerError::Closed`] until the broker starts and from its
+//! shutdown on, and never writes a row then (shutdown.md).
+//!
+//! # Databases
+//!
+//! | database | `DB` | dialect | forms |
+//! |---|---|---|---|
+//! | PostgreSQL 9.5+ | [`sqlx::Postgres`] | PostgreSQL | row lock, lease, advisory (64-bit hash) |
+//! | MySQL 8.0.1+, MariaDB 10.6+ | [`sqlx::MySql`] | MariaDB when `SELECT VERSION()` names it, else MySQL | row lock, lease, advisory (`GET_LOCK`) |
+//! | SQLite 3.35+ | [`sqlx::Sqlite`] | SQLite | lease, advisory (the process keeps the keys) |
+//!
+//! On PostgreSQL the row lock form needs the isolation level read committed: a subscription
+//! whose sessions run at a stricter `default_transaction_isolation` fails its check at the
+//! start, with a message that names the setting.
+//!
+//! The SQLite of this crate is the bundled one of `libsqlite3-sys`, the same one
+//! `ruststream-rusqlite` links: both adapters build in one dependency graph.
+//!
+//! # Connections
+//!
+//! Each connection the core names holds a connection of the pool from its acquire to its
+//! release or close, and runs its commands in the order the core gave them. A release gives
+//! the connection back, rolling back a transaction left open; a close ends its session (and
+//! so its locks and its transaction), cutting short a command still running on it: the
+//! command answers at once, and its connection is shut without a goodbye. The server notices
+//! the session is gone when the statement next reads or writes (a statement that waits, such
+//! as `pg_sleep` or a lock wait, runs to its end first; PostgreSQL 14 and later notice sooner
+//! with `client_connection_check_interval`).
+//!
+//! Size the pool (sqlx's default is ten connections) for the forms that hold a connection per
+//! message in work, row lock and advisory: each subscription's workers, plus one for its
+//! claims and one for publishes.
+//!
+//! Driver errors map to the core's kinds: I/O, TLS and protocol errors and sessions the server
+//! ended (`57P01`, MySQL 1927, 2013) are [`ErrorKind::ConnectionLost`]; a closed or exhausted
+//! pool is [`ErrorKind::PoolClosed`]; SQLSTATE `40001`, `40P01` and MySQL 1213 and 1205 are
+//! [`ErrorKind::Serialization`]; `42P01`, MySQL 1146 and SQLite's "no such table" are
+//! [`ErrorKind::UndefinedTable`]; `42703`, MySQL 1054 and "no such column" are
+//! [`ErrorKind::UndefinedColumn`].
+//!
+//! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
+//! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
+//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
+//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
+//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
+//!
+//! # Rules the compiler checks
+//!
+//! A table that names no form takes the row lock form, which SQLite lacks: a subscription to
+//! it on a SQLite broker does not compile.
+//!
+//! ```compile_fail,E0277
+//! # use ruststream_sqlx::prelude::*;
+//! #[derive(sqlx::FromRow)]
+//! struct Invoice { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Invoice {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Payload,)>;
+//!     const TABLE: Self::Table =
+//!         InboxSpec::new("invoices", Column::new("id")).payload(Column::new("payload"));
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where SqlxBroker<Sqlite>: ruststream::adapter::TakesRows<T> {}
+//! takes::<Invoice>(); // rule: SQLite has no row locks
+//! ```
+//!
+//! The same table on PostgreSQL compiles:
+//!
+//! ```
+//! # use ruststream_sqlx::prelude::*;
+//! # #[derive(sqlx::FromRow)]
+//! # struct Invoice { id: i64, payload: Vec<u8> }
+//! # impl InboxTable for Invoice {
+//! #     type Id = i64;
+//! #     type Table = InboxSpec<(Payload,)>;
+//! #     const TABLE: Self::Table =
+//! #         InboxSpec::new("invoices", Column::new("id")).payload(Column::new("payload"));
+//! #     fn id(&self) -> &i64 { &self.id }
+//! # }
+//! fn takes<T>() where SqlxBroker<Postgres>: ruststream::adapter::TakesRows<T> {}
+//! takes::<Invoice>();
+//! ```
+//!
+//! A table whose description names `own::Lock` and `own::Unlock` must implement [`Lock`] and
+//! [`Unlock`] for the broker's database; one without them needs neither.
+//!
+//! ```compile_fail,E0277
+//! # use ruststream_sqlx::prelude::*;
+//! #[derive(sqlx::FromRow)]
+//! struct Payout { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Payout {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)>;
+//!     const TABLE: Self::Table = InboxSpec::new("payouts", Column::new("id").generated())
+//!         .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+//!         .payload(Column::new("payload"))
+//!         .own::<own::Lock>()
+//!         .own::<own::Unlock>();
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where SqlxBroker<Sqlite>: ruststream::adapter::TakesRows<T> {}
+//! takes::<Payout>(); // `Payout` does not implement `ruststream_sqlx::Lock<Sqlite>`
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod broker;
+mod conn;
+mod db;
+mod error;
+mod lock;
+
+pub use broker::{ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxRoute};
+pub use db::SqlxDatabase;
+pub use error::{SqlxBrokerError, SqlxPublisher};
+pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+/// The sqlx crate this adapter runs on.
+pub use sqlx;
+
+/// What a service on sqlx needs in scope: the runtime's items, this adapter's, and sqlx's
+/// databases, connections and connect options. Everything the spec's examples name
+/// unqualified.
+pub mod prelude {
+    pub use crate::{
+        ClosedSqlxBroker, Lock, RunningSqlxBroker, SqlxBroker, SqlxBrokerError, SqlxPublisher,
+        SqlxRoute, Unlock,
+    };
+    pub use ruststream::{
+        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
+        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
+        IntoSubscription, KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed,
+        RustStream, keys, nonzero, own, subscriber,
+    };
+    pub use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection};
+    pub use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres};
+    pub use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteConnection};
+    pub use std::future::ready;
+}

@@ -1,0 +1,557 @@
+//! `SqlxBroker`: the pool it builds or is given, the adapter the runtime drives, routes, and a
+//! broker started by hand.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::exec::{self, BoxFuture, Executor};
+use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream_core::spec::{Described, Features, ValidOn};
+use ruststream_core::{Command, Dialect, Reply};
+use sqlx::pool::PoolOptions;
+use sqlx::{ConnectOptions, Connection, Pool};
+
+use crate::conn::Conns;
+use crate::db::SqlxDatabase;
+use crate::error::{SqlxBrokerError, SqlxPublisher};
+use crate::lock::{CustomLock, PickLock};
+
+/// The options `DB`'s connections open with: `PgConnectOptions`, `MySqlConnectOptions`,
+/// `SqliteConnectOptions`.
+pub type ConnectOptionsOf<DB> = <<DB as sqlx::Database>::Connection as Connection>::Options;
+
+/// Where the broker's pool comes from.
+enum Source<DB: SqlxDatabase> {
+    /// Built at the start from a URL; the broker closes it.
+    Url(String, PoolOptions<DB>),
+    /// Built at the start from connect options; the broker closes it.
+    Options(Box<ConnectOptionsOf<DB>>, PoolOptions<DB>),
+    /// The service's own pool; it stays open.
+    Pool(Pool<DB>),
+}
+
+enum State<DB: SqlxDatabase> {
+    /// Not started: nothing connects yet.
+    Idle,
+    /// Started: the pool lends connections.
+    Running(Pool<DB>),
+    /// Closed: no connection is lent any more. The pool, where there was one.
+    Closed(Option<Pool<DB>>),
+}
+
+struct Inner<DB: SqlxDatabase> {
+    source: Source<DB>,
+    state: Mutex<State<DB>>,
+    conns: Arc<Conns<DB>>,
+}
+
+impl<DB: SqlxDatabase> Inner<DB> {
+    fn state(&self) -> MutexGuard<'_, State<DB>> {
+        // The lock guards a plain enum that no code panics while holding.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool, while the broker runs.
+    fn running_pool(&self) -> Option<Pool<DB>> {
+        match &*self.state() {
+            State::Running(pool) => Some(pool.clone()),
+            State::Idle | State::Closed(_) => None,
+        }
+    }
+
+    fn owns_pool(&self) -> bool {
+        !matches!(self.source, Source::Pool(_))
+    }
+
+    /// Where the pool connects, for messages: the URL without its password.
+    fn target(&self) -> String {
+        match &self.source {
+            Source::Url(url, _) => redact(url),
+            Source::Options(options, _) => redact(options.to_url_lossy().as_str()),
+            Source::Pool(pool) => redact(pool.connect_options().to_url_lossy().as_str()),
+        }
+    }
+}
+
+/// A URL with its password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// The broker on a sqlx pool of PostgreSQL ([`sqlx::Postgres`]), MySQL or MariaDB
+/// ([`sqlx::MySql`]), or SQLite ([`sqlx::Sqlite`]).
+///
+/// Build it with [`SqlxBroker::from_url`] or [`SqlxBroker::from_connect_options`] (the broker
+/// builds its pool when the service starts and closes it at shutdown), or with
+/// [`SqlxBroker::new`] on the service's own pool (which stays open). Hand it to a service
+/// (`RustStream::with_broker`) as it is, as a route ([`SqlxBroker::route`]), or as its handle
+/// ([`SqlxBroker::handle`]); or start it by hand ([`SqlxBroker::start`]).
+///
+/// `SqlxBroker` is the runtime's [`Adapter`]: it runs the core's commands on connections of
+/// its pool and holds no queue logic. It is not `Clone`, so one broker never gets two handles
+/// by mistake: take the handle (or a route) first and clone that.
+pub struct SqlxBroker<DB: SqlxDatabase> {
+    inner: Arc<Inner<DB>>,
+}
+
+impl<DB: SqlxDatabase> fmt::Debug for SqlxBroker<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &*self.inner.state() {
+            State::Idle => "idle",
+            State::Running(_) => "running",
+            State::Closed(_) => "closed",
+        };
+        f.debug_struct("SqlxBroker")
+            .field("database", &DB::NAME)
+            .field("target", &self.inner.target())
+            .field("owns_pool", &self.inner.owns_pool())
+            .field("state", &state)
+            .field("connections_held", &self.inner.conns.held())
+            .finish()
+    }
+}
+
+impl<DB: SqlxDatabase> SqlxBroker<DB> {
+    fn with_source(source: Source<DB>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source,
+                state: Mutex::new(State::Idle),
+                conns: Arc::new(Conns::new()),
+            }),
+        }
+    }
+
+    /// A broker of the database `url` names (`postgres://..`, `mysql://..`, `sqlite:..`), with
+    /// a pool of these options.
+    ///
+    /// Nothing connects here: the broker builds its pool when the service starts, and the
+    /// start fails with a message naming the URL (its password hidden) if the URL does not
+    /// parse or the database does not answer. At shutdown the broker closes the pool: it lends
+    /// no new connection, idle connections close, and a connection a delivery still holds
+    /// closes when it comes back.
+    pub fn from_url(url: impl Into<String>, pool_options: PoolOptions<DB>) -> Self {
+        Self::with_source(Source::Url(url.into(), pool_options))
+    }
+
+    /// A broker of the database `options` reach, with a pool of these options. Like
+    /// [`SqlxBroker::from_url`]: the pool is built when the service starts and closed at
+    /// shutdown.
+    pub fn from_connect_options(
+        options: ConnectOptionsOf<DB>,
+        pool_options: PoolOptions<DB>,
+    ) -> Self {
+        Self::with_source(Source::Options(Box::new(options), pool_options))
+    }
+
+    /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
+    /// no connection of it any more, and the service closes the pool after `run` returns.
+    pub fn new(pool: Pool<DB>) -> Self {
+        Self::with_source(Source::Pool(pool))
+    }
+
+    /// A route of `T`'s queue under `name` (the name its `InboxQueue::<T>::new(name)`
+    /// subscriptions use): the broker as `with_broker` takes it, with a publisher into `T`'s
+    /// table ([`SqlxRoute::publisher`]).
+    pub fn route<T: InboxTable>(self, name: &'static str) -> SqlxRoute<T, DB> {
+        SqlxRoute {
+            handle: self.handle(),
+            name,
+            row: PhantomData,
+        }
+    }
+
+    /// The broker as the service holds it, to take publishers from before the service
+    /// starts ([`SqlxPublisher::new`]); pass a clone of the same handle to `with_broker`. The
+    /// same as [`IntoBroker::into_broker`].
+    pub fn handle(self) -> BrokerHandle<Self> {
+        BrokerHandle::new(self)
+    }
+
+    /// Starts the broker by hand, without a service, with these subscriptions (from
+    /// `IntoSubscription::into_subscription`), on the executor of the calling context (tokio
+    /// inside a tokio runtime): builds the pool where the broker builds it, checks every
+    /// subscription's table, and starts claiming. A tool that drives the broker this way
+    /// receives the [`ClosedSqlxBroker`] from [`RunningSqlxBroker::shutdown`].
+    ///
+    /// This is not the runtime's `Adapter::start`, which the service calls.
+    pub async fn start(
+        self,
+        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
+    ) -> Result<RunningSqlxBroker<DB>, SqlxBrokerError> {
+        self.start_on(subscriptions, exec::current()).await
+    }
+
+    /// [`SqlxBroker::start`] on this executor.
+    pub async fn start_on(
+        self,
+        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
+        executor: Arc<dyn Executor>,
+    ) -> Result<RunningSqlxBroker<DB>, SqlxBrokerError> {
+        let handle = self.handle();
+        let running = handle
+            .start(subscriptions.into_iter().collect(), executor)
+            .await?;
+        Ok(RunningSqlxBroker { running })
+    }
+
+    /// The pool, once the broker has started (and after it closed): the one it built, or the
+    /// service's own.
+    pub fn pool(&self) -> Option<Pool<DB>> {
+        match &*self.inner.state() {
+            State::Running(pool) => Some(pool.clone()),
+            State::Closed(pool) => pool.clone(),
+            State::Idle => match &self.inner.source {
+                Source::Pool(pool) => Some(pool.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether the broker builds its pool (and so closes it at shutdown): `from_url` and
+    /// `from_connect_options`, not `new`.
+    pub fn owns_pool(&self) -> bool {
+        self.inner.owns_pool()
+    }
+
+    /// Whether the broker is closed: it lends no connection any more.
+    pub fn is_closed(&self) -> bool {
+        matches!(*self.inner.state(), State::Closed(_))
+    }
+
+    /// How many connections the core holds now (claims, deliveries in work, publishes).
+    pub fn connections_held(&self) -> usize {
+        self.inner.conns.held()
+    }
+}
+
+impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
+    type Row = DB::Row;
+    type Lock = CustomLock<DB>;
+
+    /// Builds the pool where the broker builds it, and answers the server's dialect:
+    /// PostgreSQL; MariaDB when `SELECT VERSION()` names it, MySQL otherwise; SQLite.
+    fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if !matches!(*inner.state(), State::Idle) {
+                return Err(AdapterError::new(format!(
+                    "the {} broker of {} is already started or closed; build a new broker",
+                    DB::NAME,
+                    inner.target()
+                )));
+            }
+            let target = inner.target();
+            let pool = match &inner.source {
+                Source::Pool(pool) => pool.clone(),
+                Source::Url(url, pool_options) => {
+                    let options: ConnectOptionsOf<DB> = url.parse().map_err(|e| {
+                        AdapterError::new(format!(
+                            "{} URL `{target}` does not parse: {e}",
+                            DB::NAME
+                        ))
+                    })?;
+                    connect(pool_options, options, &target).await?
+                }
+                Source::Options(options, pool_options) => {
+                    connect(pool_options, (**options).clone(), &target).await?
+                }
+            };
+            let dialect = async {
+                let mut conn = pool.acquire().await.map_err(|e| {
+                    format!(
+                        "cannot take a connection of the {} pool of {target}: {e}",
+                        DB::NAME
+                    )
+                })?;
+                let dialect = DB::dialect(&mut conn)
+                    .await
+                    .map_err(|e| format!("{} at {target}: {e}", DB::NAME));
+                // Back in the pool before the start answers (see `conn::release`).
+                let returned = conn.return_to_pool();
+                drop(conn);
+                returned.await;
+                dialect
+            }
+            .await;
+            match dialect {
+                Ok(dialect) => {
+                    let mut state = inner.state();
+                    if !matches!(*state, State::Idle) {
+                        return Err(AdapterError::new(format!(
+                            "the {} broker of {target} was closed while it started",
+                            DB::NAME
+                        )));
+                    }
+                    *state = State::Running(pool);
+                    Ok(dialect)
+                }
+                Err(message) => {
+                    if inner.owns_pool() {
+                        pool.close().await;
+                    }
+                    Err(AdapterError::new(message))
+                }
+            }
+        })
+    }
+
+    /// Runs the command on the connection it names, after the commands given before it on
+    /// that connection; an acquire takes a connection of the pool, a release gives it back
+    /// (rolling back a transaction left open), a close ends its session and cuts short a
+    /// command still running on it.
+    fn execute(&self, command: Command, lock: Option<CustomLock<DB>>) -> BoxFuture<Reply<DB::Row>> {
+        let pool = self.inner.running_pool();
+        self.inner.conns.execute(pool, command, lock)
+    }
+
+    /// Closes the broker: it lends no new connection. A pool it built closes: idle
+    /// connections close at once, and a connection still held closes when it comes back. The
+    /// service's own pool stays open.
+    fn close(&self) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let pool = {
+                let mut state = inner.state();
+                let pool = match std::mem::replace(&mut *state, State::Closed(None)) {
+                    State::Running(pool) => Some(pool),
+                    State::Closed(pool) => pool,
+                    State::Idle => match &inner.source {
+                        Source::Pool(pool) => Some(pool.clone()),
+                        _ => None,
+                    },
+                };
+                *state = State::Closed(pool.clone());
+                pool
+            };
+            let Some(pool) = pool.filter(|_| inner.owns_pool()) else {
+                return;
+            };
+            // The idle connections close now; then the pool is marked closed without waiting
+            // for connections still lent (a delivery's, or one the service took from
+            // `SqlxBroker::pool`): each closes when it comes back. The broker's own releases
+            // complete before they answer, so none is on its way back now.
+            while let Some(conn) = pool.try_acquire() {
+                if let Err(error) = conn.close().await {
+                    tracing::debug!("closing an idle connection failed: {error}");
+                }
+            }
+            let _closing = pool.close();
+        })
+    }
+}
+
+async fn connect<DB: SqlxDatabase>(
+    pool_options: &PoolOptions<DB>,
+    options: ConnectOptionsOf<DB>,
+    target: &str,
+) -> Result<Pool<DB>, AdapterError> {
+    pool_options
+        .clone()
+        .connect_with(options)
+        .await
+        .map_err(|e| AdapterError::new(format!("cannot connect to {} at {target}: {e}", DB::NAME)))
+}
+
+/// Rows of `T` decode with `T`'s [`sqlx::FromRow`]; `T`'s custom lock is its
+/// [`Lock<DB>`](crate::Lock) and [`Unlock<DB>`](crate::Unlock) where its description names
+/// `own::Lock` and `own::Unlock`. A description that breaks a rule on `DB` does not compile
+/// here: on SQLite, a table that names no form (SQLite has no row locks).
+impl<T, DB> TakesRows<T> for SqlxBroker<DB>
+where
+    DB: SqlxDatabase,
+    T: InboxTable + for<'r> sqlx::FromRow<'r, DB::Row>,
+    T::Table: ValidOn<DB::Family>,
+    <<T::Table as Described>::Features as Features>::Lock: PickLock<T, DB>,
+{
+    fn decode(row: DB::Row) -> Result<T, String> {
+        T::from_row(&row).map_err(|e| e.to_string())
+    }
+
+    fn custom_lock() -> Option<CustomLock<DB>> {
+        <<<T::Table as Described>::Features as Features>::Lock as PickLock<T, DB>>::pick()
+    }
+}
+
+impl<DB: SqlxDatabase> IntoBroker for SqlxBroker<DB> {
+    type Adapter = SqlxBroker<DB>;
+
+    /// Wraps the broker in a new [`BrokerHandle`]: see [`SqlxBroker::handle`].
+    fn into_broker(self) -> BrokerHandle<SqlxBroker<DB>> {
+        BrokerHandle::new(self)
+    }
+}
+
+/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
+/// publisher into `T`'s table. `with_broker` takes it as it takes the broker.
+///
+/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
+/// service's logs and code, and routes nothing by itself: every subscription included in the
+/// broker runs, whatever its queue.
+pub struct SqlxRoute<T, DB: SqlxDatabase> {
+    handle: BrokerHandle<SqlxBroker<DB>>,
+    name: &'static str,
+    row: PhantomData<fn() -> T>,
+}
+
+impl<T, DB: SqlxDatabase> Clone for SqlxRoute<T, DB> {
+    fn clone(&self) -> Self {
+        Self {
+            handle: self.handle.clone(),
+            name: self.name,
+            row: PhantomData,
+        }
+    }
+}
+
+impl<T, DB: SqlxDatabase> fmt::Debug for SqlxRoute<T, DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlxRoute")
+            .field("name", &self.name)
+            .field("row", &std::any::type_name::<T>())
+            .field("broker", self.handle.adapter())
+            .finish()
+    }
+}
+
+impl<T: InboxTable, DB: SqlxDatabase> SqlxRoute<T, DB> {
+    /// The queue's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name of `T`'s table.
+    pub fn table(&self) -> &'static str {
+        T::TABLE.table_desc().table
+    }
+
+    /// A publisher into `T`'s table. It answers [`SqlxBrokerError::Closed`] until the
+    /// service starts, and from its shutdown on.
+    pub fn publisher(&self) -> SqlxPublisher<T, DB> {
+        SqlxPublisher::new(&self.handle)
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<SqlxBroker<DB>> {
+        &self.handle
+    }
+}
+
+impl<T, DB: SqlxDatabase> IntoBroker for SqlxRoute<T, DB> {
+    type Adapter = SqlxBroker<DB>;
+
+    fn into_broker(self) -> BrokerHandle<SqlxBroker<DB>> {
+        self.handle
+    }
+}
+
+/// What the shutdown of a broker started by hand did to the advisory locks of the deliveries
+/// in work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClosedSqlxBroker {
+    /// Locks the shutdown released with an unlock the database answered yes to.
+    pub locks_released: usize,
+    /// Connections the shutdown closed to end their locks, where an unlock answered no or
+    /// failed.
+    pub connections_closed: usize,
+}
+
+impl From<ruststream_core::ClosedCounts> for ClosedSqlxBroker {
+    fn from(counts: ruststream_core::ClosedCounts) -> Self {
+        Self {
+            locks_released: counts.locks_released,
+            connections_closed: counts.connections_closed,
+        }
+    }
+}
+
+/// A broker started by hand ([`SqlxBroker::start`]), driven in the background until
+/// [`RunningSqlxBroker::shutdown`].
+pub struct RunningSqlxBroker<DB: SqlxDatabase> {
+    running: RunningBroker<SqlxBroker<DB>>,
+}
+
+impl<DB: SqlxDatabase> fmt::Debug for RunningSqlxBroker<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunningSqlxBroker")
+            .field("broker", self.running.handle().adapter())
+            .finish()
+    }
+}
+
+impl<DB: SqlxDatabase> RunningSqlxBroker<DB> {
+    /// Stops every subscription's claims; deliveries in work go on and settle.
+    pub fn stop(&self) {
+        self.running.stop();
+    }
+
+    /// Completes when no message is in work.
+    pub async fn drained(&self) {
+        self.running.drained().await;
+    }
+
+    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
+    /// every advisory lock in work is released, settlements in flight are waited for, then a
+    /// pool the broker built closes. Answers what the shutdown did to the advisory locks.
+    pub async fn shutdown(self) -> ClosedSqlxBroker {
+        self.running.shutdown().await.into()
+    }
+
+    /// A publisher into `T`'s table; it answers [`SqlxBrokerError::Closed`] from the shutdown
+    /// on.
+    pub fn publisher<T: InboxTable>(&self) -> SqlxPublisher<T, DB> {
+        SqlxPublisher::new(self.running.handle())
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<SqlxBroker<DB>> {
+        self.running.handle()
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &SqlxBroker<DB> {
+        self.running.handle().adapter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("postgres://app:secret@db:5432/app?sslmode=disable"),
+            "postgres://app:***@db:5432/app?sslmode=disable"
+        );
+        assert_eq!(
+            redact("mysql://root@127.0.0.1/test"),
+            "mysql://root@127.0.0.1/test"
+        );
+        assert_eq!(
+            redact("sqlite:exports.db?mode=rwc"),
+            "sqlite:exports.db?mode=rwc"
+        );
+        assert_eq!(redact("postgres://a:b:c@h/d"), "postgres://a:***@h/d");
+    }
+}
