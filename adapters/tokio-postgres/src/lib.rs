@@ -1,4 +1,230 @@
-//! The ruststream adapter for PostgreSQL on tokio-postgres: it will run the statements the
-//! core (`ruststream-core`) renders on tokio-postgres connections.
+//! The ruststream adapter for PostgreSQL on [tokio-postgres](tokio_postgres), with a
+//! [deadpool-postgres](deadpool_postgres) pool: [`TokioPostgresBroker`].
 //!
-//! The adapter is not written yet; the crate holds its place in the workspace.
+//! It runs the statements the core (`ruststream-core`) renders on pooled tokio-postgres
+//! connections, in all three forms (forms.md): the row lock form (the default), the lease form
+//! (`.lease(..)`, `#[field(locked_until)]`) and the advisory lock form (`.advisory(..)`,
+//! `advisory_lock = ".."`), where PostgreSQL locks a 64-bit hash of each key in the session
+//! of the delivery's connection, or the service's own [`Lock`] and [`Unlock`] decide
+//! (lock.md). The adapter holds no queue logic: it lends connections, runs commands, maps rows
+//! and errors, and runs a table's own lock.
+//!
+//! # A service
+//!
+//! ```no_run
+//! use std::future::ready;
+//!
+//! use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+//! use ruststream_tokio_postgres::prelude::*;
+//!
+//! /// One row of `invoice_jobs`. No lease and no advisory lock: the row lock form.
+//! #[derive(serde::Deserialize)]
+//! struct IssueInvoice {
+//!     id: i64,
+//!     payload: Vec<u8>,
+//! }
+//!
+//! impl InboxTable for IssueInvoice {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Payload,)>;
+//!     const TABLE: Self::Table = InboxSpec::new("invoice_jobs", Column::new("id").generated())
+//!         .payload(Column::new("payload"));
+//!
+//!     fn id(&self) -> &i64 {
+//!         &self.id
+//!     }
+//! }
+//!
+//! impl PayloadRow for IssueInvoice {
+//!     type Column = Vec<u8>;
+//!
+//!     fn payload(&self) -> &[u8] {
+//!         &self.payload
+//!     }
+//! }
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Invoice {
+//!     number: u64,
+//! }
+//!
+//! struct Issue;
+//!
+//! impl Handle<Invoice> for Issue {
+//!     fn handle(
+//!         &self,
+//!         _invoice: &Invoice,
+//!         _outs: &(),
+//!         _ctx: &mut Context<'_>,
+//!     ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+//!         ready(Ok(()))
+//!     }
+//! }
+//!
+//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+//! // Nothing connects here: the broker builds its pool when the service starts, and closes it
+//! // when the service stops. The route gives publishers into the table.
+//! let invoices = TokioPostgresBroker::from_url(
+//!     "postgres://postgres@127.0.0.1:5432/app",
+//!     PoolConfig::new(8),
+//! )
+//! .route::<IssueInvoice>("invoices");
+//! let publisher = invoices.publisher();
+//! let service = RustStream::new(AppInfo::new("billing", "0.1.0")).with_broker(invoices, |b| {
+//!     let issue = subscriber("invoices", Issue)
+//!         .map_source(|_| InboxQueue::<IssueInvoice>::new("invoices"))
+//!         .workers(nonzero!(4));
+//!     b.include(issue.build());
+//! });
+//! let run = service.run();
+//! # let _ = (run, publisher);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Rows
+//!
+//! A row type is `#[derive(serde::Deserialize)]`: the claim's row decodes into it by column
+//! name ([`PgRow::decode`]), as rusqlite's rows do, and under both protocols alike; columns it
+//! does not name are ignored. An integer column reads into any integer field that holds its
+//! value (an `integer` attempt into an `i64`), `bytea` into `Vec<u8>`, text, `json`, `jsonb`
+//! and `uuid` into `String`. The driver's row stays reachable ([`PgRow::as_row`]) for a
+//! service that reads a column of another type by hand.
+//!
+//! # Broker, route and handle
+//!
+//! - [`TokioPostgresBroker::from_url`] describes a pool the broker builds when the service
+//!   starts and closes at shutdown: it lends no new connection, idle connections close, and a
+//!   connection a delivery still holds closes when it comes back.
+//! - [`TokioPostgresBroker::new`] runs on the service's own `deadpool_postgres::Pool`, which
+//!   stays open at shutdown.
+//! - `with_broker` takes the broker itself, a route ([`TokioPostgresBroker::route`], which
+//!   also gives a publisher into its row type's table), or its handle
+//!   ([`TokioPostgresBroker::handle`], from which [`TokioPostgresPublisher::new`] takes
+//!   publishers before the service starts).
+//! - A tool drives the broker by hand with [`TokioPostgresBroker::start`]; the
+//!   [`RunningTokioPostgresBroker::shutdown`] answers a [`ClosedTokioPostgresBroker`].
+//!
+//! A publisher answers [`TokioPostgresBrokerError::Closed`] until the broker starts and from
+//! its shutdown on, and never writes a row then (shutdown.md).
+//!
+//! # Protocols
+//!
+//! By default every statement runs under the extended query protocol: prepared once per
+//! connection (deadpool-postgres's statement cache) and bound at the types the server inferred
+//! for its placeholders, so an integer goes to an `integer` column as an `INT4`. A value whose
+//! type the adapter does not bind in binary (a `uuid` id, a `numeric`) goes as text, which the
+//! server parses. [`TokioPostgresBroker::simple_query`] runs every statement under the simple
+//! query protocol instead, with its binds written into its text as literals, for a proxy that
+//! takes no prepared statements.
+//!
+//! # Connections
+//!
+//! Each connection the core names holds a connection of the pool from its acquire to its
+//! release or close, and runs its commands in the order the core gave them, on a task of its
+//! own. A release gives the connection back, rolling back a transaction left open (it tracks
+//! `BEGIN`, `COMMIT` and `ROLLBACK`); a close ends the session: it cuts short a statement still
+//! running with a cancel request (over [`TokioPostgresBroker::cancel_tls`] where the server
+//! takes no plain connection), rolls back and unlocks what the session holds while it still
+//! answers, and takes the connection out of the pool. Size the pool for the forms that hold a
+//! connection per message in work (row lock, advisory): each subscription's workers, plus one
+//! for its claims and one for publishes.
+//!
+//! On PostgreSQL the row lock form needs the isolation level read committed: a subscription
+//! whose sessions run at a stricter `default_transaction_isolation` fails its check at the
+//! start, with a message that names the setting. The advisory lock form needs a session per
+//! connection: a direct connection, or PgBouncer in session pooling.
+//!
+//! Driver errors map to the core's kinds: SQLSTATE `40001` and `40P01` are
+//! [`ErrorKind::Serialization`]; `42P01` is [`ErrorKind::UndefinedTable`]; `42703` is
+//! [`ErrorKind::UndefinedColumn`]; `57014` (a statement timeout) is [`ErrorKind::Timeout`];
+//! class `08`, `57P01`..`57P03` (a session the server ended), a closed connection and I/O
+//! errors are [`ErrorKind::ConnectionLost`]; a closed pool, or one that gave no connection in
+//! time, is [`ErrorKind::PoolClosed`].
+//!
+//! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
+//! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
+//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
+//! [`ErrorKind::Timeout`]: ruststream_core::ErrorKind::Timeout
+//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
+//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
+//!
+//! # Rules the compiler checks
+//!
+//! A table whose description names `own::Lock` and `own::Unlock` must implement [`Lock`] and
+//! [`Unlock`]; one without them needs neither.
+//!
+//! ```compile_fail
+//! # use ruststream_tokio_postgres::prelude::*;
+//! # #[derive(serde::Deserialize)]
+//! # struct Payout { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Payout {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)>;
+//!     const TABLE: Self::Table = InboxSpec::new("payouts", Column::new("id").generated())
+//!         .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+//!         .payload(Column::new("payload"))
+//!         .own::<own::Lock>()
+//!         .own::<own::Unlock>();
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where TokioPostgresBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Payout>(); // `Payout` does not implement `ruststream_tokio_postgres::Lock`
+//! ```
+//!
+//! A row type decodes with serde: one that is not `Deserialize` is refused.
+//!
+//! ```compile_fail
+//! # use ruststream_tokio_postgres::prelude::*;
+//! struct Invoice { id: i64, payload: Vec<u8> }
+//! impl InboxTable for Invoice {
+//!     type Id = i64;
+//!     type Table = InboxSpec<(Payload,)>;
+//!     const TABLE: Self::Table =
+//!         InboxSpec::new("invoices", Column::new("id")).payload(Column::new("payload"));
+//!     fn id(&self) -> &i64 { &self.id }
+//! }
+//! fn takes<T>() where TokioPostgresBroker: ruststream::adapter::TakesRows<T> {}
+//! takes::<Invoice>(); // `Invoice` does not implement `serde::Deserialize`
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod broker;
+mod conns;
+mod de;
+mod error;
+mod literal;
+mod lock;
+mod row;
+mod run;
+
+pub use broker::{
+    ClosedTokioPostgresBroker, DEFAULT_CREATE_TIMEOUT, DEFAULT_RECYCLE_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker, TokioPostgresRoute,
+};
+pub use de::DecodeError;
+/// The deadpool-postgres crate of the broker's pool, for [`TokioPostgresBroker::new`] and
+/// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
+pub use deadpool_postgres;
+pub use error::{TokioPostgresBrokerError, TokioPostgresPublisher};
+pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use row::PgRow;
+/// The tokio-postgres crate this adapter runs on, for [`Lock`] and [`Unlock`]
+/// implementations.
+pub use tokio_postgres;
+
+/// What a PostgreSQL service needs in scope: the runtime's items and this adapter's.
+pub mod prelude {
+    pub use crate::{
+        ClosedTokioPostgresBroker, Lock, PgRow, RunningTokioPostgresBroker, TokioPostgresBroker,
+        TokioPostgresBrokerError, TokioPostgresPublisher, TokioPostgresRoute, Unlock,
+    };
+    pub use ruststream::{
+        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
+        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
+        KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, RustStream, keys,
+        nonzero, own, subscriber,
+    };
+}

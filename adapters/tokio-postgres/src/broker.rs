@@ -1,0 +1,618 @@
+//! `TokioPostgresBroker`: the pool it builds or is given, the adapter the runtime drives,
+//! routes, and a broker started by hand.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolConfig, RecyclingMethod, Runtime};
+use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::exec::{self, BoxFuture, Executor};
+use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream_core::spec::{Described, Features, Postgres, ValidOn};
+use ruststream_core::{Command, Dialect, Reply};
+use serde::de::DeserializeOwned;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{CancelToken, NoTls, Socket};
+
+use crate::conns::{Conns, Lender, Settings, no_tls_canceller};
+use crate::error::{TokioPostgresBrokerError, TokioPostgresPublisher};
+use crate::lock::{CustomLock, PickLock};
+use crate::row::PgRow;
+
+/// How long an acquire of a pool the broker builds waits for a connection, unless its
+/// [`PoolConfig`] says otherwise.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a pool the broker builds waits for a new connection to open, unless its
+/// [`PoolConfig`] says otherwise.
+pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a pool the broker builds may take to check an idle connection before it lends it,
+/// unless its [`PoolConfig`] says otherwise.
+pub const DEFAULT_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// PostgreSQL 9.5, the first with `FOR UPDATE SKIP LOCKED`, as `server_version_num`.
+const MIN_SERVER_VERSION: u32 = 90_500;
+
+/// Where the broker's pool comes from.
+enum Source {
+    /// Built at the start from a URL; the broker closes it.
+    Url(String, PoolConfig),
+    /// The service's own pool; it stays open.
+    Pool(Pool),
+}
+
+enum State {
+    /// Not started: nothing connects yet.
+    Idle,
+    /// Started: the pool lends connections.
+    Running(Lender),
+    /// Closed: no connection is lent any more. The pool, where there was one.
+    Closed(Option<Pool>),
+}
+
+struct Inner {
+    source: Source,
+    state: Mutex<State>,
+    conns: Arc<Conns>,
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The lock guards a plain enum that no code panics while holding.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn owns_pool(&self) -> bool {
+        matches!(self.source, Source::Url(..))
+    }
+
+    /// Where the pool connects, for messages: the URL without its password.
+    fn target(&self) -> String {
+        match &self.source {
+            Source::Url(url, _) => redact(url),
+            Source::Pool(_) => "the service's own pool".to_owned(),
+        }
+    }
+}
+
+/// A URL with its password replaced by `***`; a `key=value` connection string with its
+/// `password` so replaced.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url
+            .split_whitespace()
+            .map(|part| match part.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => part.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+/// The broker on PostgreSQL over tokio-postgres, with a deadpool-postgres pool.
+///
+/// Build it with [`TokioPostgresBroker::from_url`] (the broker builds its pool when the
+/// service starts and closes it at shutdown) or with [`TokioPostgresBroker::new`] on the
+/// service's own pool (which stays open). Hand it to a service (`RustStream::with_broker`) as
+/// it is, as a route ([`TokioPostgresBroker::route`]), or as its handle
+/// ([`TokioPostgresBroker::handle`]); or start it by hand ([`TokioPostgresBroker::start`]).
+///
+/// `TokioPostgresBroker` is the runtime's [`Adapter`]: it runs the core's commands on
+/// connections of its pool and holds no queue logic. It is not `Clone`, so one broker never
+/// gets two handles by mistake: take the handle (or a route) first and clone that.
+pub struct TokioPostgresBroker {
+    inner: Arc<Inner>,
+    settings: Settings,
+}
+
+impl fmt::Debug for TokioPostgresBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &*self.inner.state() {
+            State::Idle => "idle",
+            State::Running(_) => "running",
+            State::Closed(_) => "closed",
+        };
+        f.debug_struct("TokioPostgresBroker")
+            .field("target", &self.inner.target())
+            .field("owns_pool", &self.inner.owns_pool())
+            .field("simple_query", &self.settings.simple)
+            .field("state", &state)
+            .field("connections_held", &self.inner.conns.held())
+            .finish()
+    }
+}
+
+impl TokioPostgresBroker {
+    fn with_source(source: Source) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source,
+                state: Mutex::new(State::Idle),
+                conns: Arc::new(Conns::default()),
+            }),
+            settings: Settings {
+                simple: false,
+                canceller: no_tls_canceller(),
+            },
+        }
+    }
+
+    /// A broker of the database `url` names (`postgres://user:password@host:5432/db`, or a
+    /// `key=value` connection string, as [`tokio_postgres::Config`] parses it), with a pool of
+    /// this size and these timeouts (`PoolConfig::new(16)`), connecting without TLS.
+    ///
+    /// Nothing connects here: the broker builds its pool when the service starts, and the
+    /// start fails with a message naming the URL (its password hidden) if the URL does not
+    /// parse or the database does not answer. A timeout the config leaves unset is
+    /// [`DEFAULT_WAIT_TIMEOUT`], [`DEFAULT_CREATE_TIMEOUT`] and [`DEFAULT_RECYCLE_TIMEOUT`].
+    /// The pool checks that an idle connection is still open before it lends it
+    /// ([`RecyclingMethod::Fast`]).
+    ///
+    /// At shutdown the broker closes the pool: it lends no new connection, idle connections
+    /// close, and a connection a delivery still holds closes when it comes back. For TLS, or
+    /// other pool settings, build the pool and pass it to [`TokioPostgresBroker::new`].
+    pub fn from_url(url: impl Into<String>, pool: PoolConfig) -> Self {
+        Self::with_source(Source::Url(url.into(), pool))
+    }
+
+    /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
+    /// no connection of it any more, and the service closes the pool after `run` returns.
+    ///
+    /// The broker gives each connection back with no transaction open, and takes out of the
+    /// pool (so closes) one whose session it must end.
+    pub fn new(pool: Pool) -> Self {
+        Self::with_source(Source::Pool(pool))
+    }
+
+    /// Runs every statement under the simple query protocol (`true`) instead of the extended
+    /// one (`false`, the default): for a proxy that takes no prepared statements.
+    ///
+    /// Each statement's binds are then written into its text as SQL literals, safe under
+    /// either setting of `standard_conforming_strings`: text quoted (an escape string `E'..'`
+    /// when it holds a backslash), bytes as `'\x..'::bytea`, integers as digits. Rows come
+    /// back as text, which [`PgRow::decode`] parses as the row type's fields ask. The payload
+    /// column must then be `bytea`, and an id column of a text type must not hold values that
+    /// read as plain integers. The advisory lock form still needs a session of its own per
+    /// connection (a direct connection, or PgBouncer in session pooling).
+    pub fn simple_query(mut self, simple: bool) -> Self {
+        self.settings.simple = simple;
+        self
+    }
+
+    /// Sends the cancel requests of closed connections (a close cuts short a statement still
+    /// running) over `tls`, for a server that takes no unencrypted connection. The default is
+    /// [`NoTls`].
+    pub fn cancel_tls<T>(mut self, tls: T) -> Self
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        self.settings.canceller = Arc::new(move |token: CancelToken| {
+            let tls = tls.clone();
+            Box::pin(async move { token.cancel_query(tls).await })
+        });
+        self
+    }
+
+    /// Whether statements run under the simple query protocol
+    /// ([`TokioPostgresBroker::simple_query`]).
+    pub fn is_simple_query(&self) -> bool {
+        self.settings.simple
+    }
+
+    /// A route of `T`'s queue under `name` (the name its `InboxQueue::<T>::new(name)`
+    /// subscriptions use): the broker as `with_broker` takes it, with a publisher into `T`'s
+    /// table ([`TokioPostgresRoute::publisher`]).
+    pub fn route<T: InboxTable>(self, name: &'static str) -> TokioPostgresRoute<T> {
+        TokioPostgresRoute {
+            handle: self.handle(),
+            name,
+            row: PhantomData,
+        }
+    }
+
+    /// The broker as the service holds it, to take publishers from before the service starts
+    /// ([`TokioPostgresPublisher::new`]); pass a clone of the same handle to `with_broker`. The
+    /// same as [`IntoBroker::into_broker`].
+    pub fn handle(self) -> BrokerHandle<Self> {
+        BrokerHandle::new(self)
+    }
+
+    /// Starts the broker by hand, without a service, with these subscriptions (from
+    /// `IntoSubscription::into_subscription`), on the executor of the calling context (tokio):
+    /// builds the pool where the broker builds it, checks every subscription's table, and
+    /// starts claiming. A tool that drives the broker this way receives the
+    /// [`ClosedTokioPostgresBroker`] from [`RunningTokioPostgresBroker::shutdown`].
+    ///
+    /// This is not the runtime's `Adapter::start`, which the service calls.
+    pub async fn start(
+        self,
+        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
+    ) -> Result<RunningTokioPostgresBroker, TokioPostgresBrokerError> {
+        self.start_on(subscriptions, exec::current()).await
+    }
+
+    /// [`TokioPostgresBroker::start`] on this executor. The connections' own tasks run on the
+    /// tokio runtime the start is called in.
+    pub async fn start_on(
+        self,
+        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
+        executor: Arc<dyn Executor>,
+    ) -> Result<RunningTokioPostgresBroker, TokioPostgresBrokerError> {
+        let handle = self.handle();
+        let running = handle
+            .start(subscriptions.into_iter().collect(), executor)
+            .await?;
+        Ok(RunningTokioPostgresBroker { running })
+    }
+
+    /// The pool, once the broker has started (and after it closed): the one it built, or the
+    /// service's own.
+    pub fn pool(&self) -> Option<Pool> {
+        match &*self.inner.state() {
+            State::Running(lender) => Some(lender.pool.clone()),
+            State::Closed(pool) => pool.clone(),
+            State::Idle => match &self.inner.source {
+                Source::Pool(pool) => Some(pool.clone()),
+                Source::Url(..) => None,
+            },
+        }
+    }
+
+    /// Whether the broker builds its pool (and so closes it at shutdown): `from_url`, not
+    /// `new`.
+    pub fn owns_pool(&self) -> bool {
+        self.inner.owns_pool()
+    }
+
+    /// Whether the broker is closed: it lends no connection any more.
+    pub fn is_closed(&self) -> bool {
+        matches!(*self.inner.state(), State::Closed(_))
+    }
+
+    /// How many connections the core holds now (claims, deliveries in work, publishes).
+    pub fn connections_held(&self) -> usize {
+        self.inner.conns.held()
+    }
+}
+
+/// Builds the pool of `from_url`.
+fn build_pool(url: &str, config: &PoolConfig, target: &str) -> Result<Pool, AdapterError> {
+    let pg: tokio_postgres::Config = url.parse().map_err(|e| {
+        AdapterError::new(format!("the PostgreSQL URL `{target}` does not parse: {e}"))
+    })?;
+    let manager = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let mut config = *config;
+    let timeouts = &mut config.timeouts;
+    timeouts.wait.get_or_insert(DEFAULT_WAIT_TIMEOUT);
+    timeouts.create.get_or_insert(DEFAULT_CREATE_TIMEOUT);
+    timeouts.recycle.get_or_insert(DEFAULT_RECYCLE_TIMEOUT);
+    Pool::builder(manager)
+        .config(config)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| {
+            AdapterError::new(format!(
+                "the pool of PostgreSQL at {target} does not build: {e}"
+            ))
+        })
+}
+
+/// Takes a connection of the pool and checks that the server takes the forms.
+async fn check_server(pool: &Pool, target: &str) -> Result<(), String> {
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| format!("cannot connect to PostgreSQL at {target}: {e}"))?;
+    let messages = client
+        .simple_query("SHOW server_version_num")
+        .await
+        .map_err(|e| format!("PostgreSQL at {target} does not answer: {e}"))?;
+    let version = messages.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => {
+            row.get(0).and_then(|v| v.parse::<u32>().ok())
+        }
+        _ => None,
+    });
+    match version {
+        Some(v) if v < MIN_SERVER_VERSION => Err(format!(
+            "PostgreSQL at {target} is version {v}: ruststream needs 9.5 or later (FOR UPDATE SKIP LOCKED)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl Adapter for TokioPostgresBroker {
+    type Row = PgRow;
+    type Lock = CustomLock;
+
+    /// Builds the pool where the broker builds it, takes a connection to check the server
+    /// (PostgreSQL 9.5 or later), and answers [`Dialect::Postgres`]. It runs in a tokio
+    /// runtime, where the connections' tasks then run.
+    fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
+        let inner = self.inner.clone();
+        let settings = Arc::new(self.settings.clone());
+        Box::pin(async move {
+            let target = inner.target();
+            let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+                AdapterError::new(format!(
+                    "the tokio-postgres broker of {target} runs on tokio: start it inside a tokio runtime"
+                ))
+            })?;
+            if !matches!(*inner.state(), State::Idle) {
+                return Err(AdapterError::new(format!(
+                    "the tokio-postgres broker of {target} is already started or closed; build a new broker"
+                )));
+            }
+            let pool = match &inner.source {
+                Source::Pool(pool) => pool.clone(),
+                Source::Url(url, config) => build_pool(url, config, &target)?,
+            };
+            match check_server(&pool, &target).await {
+                Ok(()) => {
+                    let mut state = inner.state();
+                    if !matches!(*state, State::Idle) {
+                        return Err(AdapterError::new(format!(
+                            "the tokio-postgres broker of {target} was closed while it started"
+                        )));
+                    }
+                    *state = State::Running(Lender {
+                        pool,
+                        runtime,
+                        settings,
+                    });
+                    Ok(Dialect::Postgres)
+                }
+                Err(message) => {
+                    if inner.owns_pool() {
+                        pool.close();
+                    }
+                    Err(AdapterError::new(message))
+                }
+            }
+        })
+    }
+
+    /// Runs the command on the connection it names, after the commands given before it on
+    /// that connection; an acquire takes a connection of the pool, a release gives it back
+    /// (rolling back a transaction left open), a close ends its session and cuts short a
+    /// statement still running on it.
+    fn execute(&self, command: Command, lock: Option<CustomLock>) -> BoxFuture<Reply<PgRow>> {
+        let lender = match &*self.inner.state() {
+            State::Running(lender) => Some(lender.clone()),
+            State::Idle | State::Closed(_) => None,
+        };
+        self.inner.conns.execute(lender, command, lock)
+    }
+
+    /// Closes the broker: it lends no new connection. A pool it built closes: idle
+    /// connections close at once, and a connection still held closes when it comes back. The
+    /// service's own pool stays open.
+    fn close(&self) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let pool = {
+                let mut state = inner.state();
+                let pool = match std::mem::replace(&mut *state, State::Closed(None)) {
+                    State::Running(lender) => Some(lender.pool),
+                    State::Closed(pool) => pool,
+                    State::Idle => match &inner.source {
+                        Source::Pool(pool) => Some(pool.clone()),
+                        Source::Url(..) => None,
+                    },
+                };
+                *state = State::Closed(pool.clone());
+                pool
+            };
+            if let Some(pool) = pool.filter(|_| inner.owns_pool()) {
+                pool.close();
+            }
+        })
+    }
+}
+
+/// Rows of `T` decode with serde ([`PgRow::decode`]): `T` is `#[derive(serde::Deserialize)]`.
+/// `T`'s custom lock is its [`Lock`](crate::Lock) and [`Unlock`](crate::Unlock) where its
+/// description names `own::Lock` and `own::Unlock`.
+impl<T> TakesRows<T> for TokioPostgresBroker
+where
+    T: InboxTable + DeserializeOwned,
+    T::Table: ValidOn<Postgres>,
+    <<T::Table as Described>::Features as Features>::Lock: PickLock<T>,
+{
+    fn decode(row: PgRow) -> Result<T, String> {
+        row.decode().map_err(|e| e.to_string())
+    }
+
+    fn custom_lock() -> Option<CustomLock> {
+        <<<T::Table as Described>::Features as Features>::Lock as PickLock<T>>::pick()
+    }
+}
+
+impl IntoBroker for TokioPostgresBroker {
+    type Adapter = TokioPostgresBroker;
+
+    /// Wraps the broker in a new [`BrokerHandle`]: see [`TokioPostgresBroker::handle`].
+    fn into_broker(self) -> BrokerHandle<TokioPostgresBroker> {
+        BrokerHandle::new(self)
+    }
+}
+
+/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
+/// publisher into `T`'s table. `with_broker` takes it as it takes the broker.
+///
+/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
+/// service's logs and code, and routes nothing by itself: every subscription included in the
+/// broker runs, whatever its queue.
+pub struct TokioPostgresRoute<T> {
+    handle: BrokerHandle<TokioPostgresBroker>,
+    name: &'static str,
+    row: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for TokioPostgresRoute<T> {
+    fn clone(&self) -> Self {
+        Self {
+            handle: self.handle.clone(),
+            name: self.name,
+            row: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for TokioPostgresRoute<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokioPostgresRoute")
+            .field("name", &self.name)
+            .field("row", &std::any::type_name::<T>())
+            .field("broker", self.handle.adapter())
+            .finish()
+    }
+}
+
+impl<T: InboxTable> TokioPostgresRoute<T> {
+    /// The queue's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name of `T`'s table.
+    pub fn table(&self) -> &'static str {
+        T::TABLE.table_desc().table
+    }
+
+    /// A publisher into `T`'s table. It answers [`TokioPostgresBrokerError::Closed`] until the
+    /// service starts, and from its shutdown on.
+    pub fn publisher(&self) -> TokioPostgresPublisher<T> {
+        TokioPostgresPublisher::new(&self.handle)
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<TokioPostgresBroker> {
+        &self.handle
+    }
+}
+
+impl<T> IntoBroker for TokioPostgresRoute<T> {
+    type Adapter = TokioPostgresBroker;
+
+    fn into_broker(self) -> BrokerHandle<TokioPostgresBroker> {
+        self.handle
+    }
+}
+
+/// What the shutdown of a broker started by hand did to the advisory locks of the deliveries
+/// in work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClosedTokioPostgresBroker {
+    /// Locks the shutdown released with an unlock the database answered yes to.
+    pub locks_released: usize,
+    /// Connections the shutdown closed to end their locks, where an unlock answered no or
+    /// failed.
+    pub connections_closed: usize,
+}
+
+impl From<ruststream_core::ClosedCounts> for ClosedTokioPostgresBroker {
+    fn from(counts: ruststream_core::ClosedCounts) -> Self {
+        Self {
+            locks_released: counts.locks_released,
+            connections_closed: counts.connections_closed,
+        }
+    }
+}
+
+/// A broker started by hand ([`TokioPostgresBroker::start`]), driven in the background until
+/// [`RunningTokioPostgresBroker::shutdown`].
+pub struct RunningTokioPostgresBroker {
+    running: RunningBroker<TokioPostgresBroker>,
+}
+
+impl fmt::Debug for RunningTokioPostgresBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunningTokioPostgresBroker")
+            .field("broker", self.running.handle().adapter())
+            .finish()
+    }
+}
+
+impl RunningTokioPostgresBroker {
+    /// Stops every subscription's claims; deliveries in work go on and settle.
+    pub fn stop(&self) {
+        self.running.stop();
+    }
+
+    /// Completes when no message is in work.
+    pub async fn drained(&self) {
+        self.running.drained().await;
+    }
+
+    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
+    /// every advisory lock in work is released, settlements in flight are waited for, then a
+    /// pool the broker built closes. Answers what the shutdown did to the advisory locks.
+    pub async fn shutdown(self) -> ClosedTokioPostgresBroker {
+        self.running.shutdown().await.into()
+    }
+
+    /// A publisher into `T`'s table; it answers [`TokioPostgresBrokerError::Closed`] from the
+    /// shutdown on.
+    pub fn publisher<T: InboxTable>(&self) -> TokioPostgresPublisher<T> {
+        TokioPostgresPublisher::new(self.running.handle())
+    }
+
+    /// The broker's handle.
+    pub fn handle(&self) -> &BrokerHandle<TokioPostgresBroker> {
+        self.running.handle()
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &TokioPostgresBroker {
+        self.running.handle().adapter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("postgres://app:secret@db:5432/app?sslmode=disable"),
+            "postgres://app:***@db:5432/app?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1:5432/test"),
+            "postgres://postgres@127.0.0.1:5432/test"
+        );
+        assert_eq!(
+            redact("host=db user=app password=secret dbname=app"),
+            "host=db user=app password=*** dbname=app"
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! The service's own lock and unlock of a table's keys (lock.md), on tokio-postgres's client.
+
+use std::fmt;
+use std::future::Future;
+
+use futures::future::BoxFuture;
+use ruststream_core::spec::bits::{False, True};
+use tokio_postgres::Client;
+
+/// The service's own lock of a table whose description names `own::Lock`
+/// (`custom(lock, unlock)`, `.own::<own::Lock>()`).
+///
+/// `lock` tries the key without waiting and answers whether it took it. It runs on the claim's
+/// connection, which then holds the delivery: what the lock takes, it takes in that
+/// connection's session. An error fails the claim, and the connection is closed. On
+/// PostgreSQL this is the place for `pg_try_advisory_lock` on a key another system computes.
+/// A pooled connection (`deadpool_postgres::Object`) derefs to the [`Client`] it takes.
+///
+/// ```
+/// use ruststream_tokio_postgres::tokio_postgres::{self, Client};
+/// use ruststream_tokio_postgres::{Lock, Unlock};
+///
+/// struct Payout;
+///
+/// impl Lock for Payout {
+///     async fn lock(client: &Client, key: &str) -> Result<bool, tokio_postgres::Error> {
+///         let row = client
+///             .query_one("SELECT pg_try_advisory_lock(hashtext($1)::bigint)", &[&key])
+///             .await?;
+///         row.try_get(0)
+///     }
+/// }
+///
+/// impl Unlock for Payout {
+///     async fn unlock(client: &Client, key: &str) -> Result<bool, tokio_postgres::Error> {
+///         let row = client
+///             .query_one("SELECT pg_advisory_unlock(hashtext($1)::bigint)", &[&key])
+///             .await?;
+///         row.try_get(0)
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names `own::Lock`, but `{Self}` does not implement `ruststream_tokio_postgres::Lock`",
+    label = "implement `ruststream_tokio_postgres::Lock` (and `Unlock`) for `{Self}`, or remove the custom lock from its description"
+)]
+pub trait Lock {
+    /// Tries to take `key` on `client`'s session without waiting: whether it took it.
+    fn lock(
+        client: &Client,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, tokio_postgres::Error>> + Send;
+}
+
+/// The service's own unlock of a table whose description names `own::Unlock`.
+///
+/// `unlock` answers whether the session held the key. An answer of `false`, or an error,
+/// closes the connection, which ends its session and its locks. See [`Lock`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names `own::Unlock`, but `{Self}` does not implement `ruststream_tokio_postgres::Unlock`",
+    label = "implement `ruststream_tokio_postgres::Unlock` (and `Lock`) for `{Self}`, or remove the custom lock from its description"
+)]
+pub trait Unlock {
+    /// Releases `key` on `client`'s session: whether the session held it.
+    fn unlock(
+        client: &Client,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, tokio_postgres::Error>> + Send;
+}
+
+/// A function of a custom lock, `Lock::lock` or `Unlock::unlock`, as the broker stores it.
+pub type LockFn =
+    for<'a> fn(&'a Client, &'a str) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>>;
+
+fn lock_of<'a, T: Lock + 'static>(
+    client: &'a Client,
+    key: &'a str,
+) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>> {
+    Box::pin(T::lock(client, key))
+}
+
+fn unlock_of<'a, T: Unlock + 'static>(
+    client: &'a Client,
+    key: &'a str,
+) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>> {
+    Box::pin(T::unlock(client, key))
+}
+
+/// A table's custom lock and unlock, as the broker runs them on the command's connection (the
+/// adapter's `Adapter::Lock`).
+#[derive(Clone, Copy)]
+pub struct CustomLock {
+    lock: LockFn,
+    unlock: LockFn,
+}
+
+impl CustomLock {
+    /// The lock and unlock of `T`.
+    pub fn of<T: Lock + Unlock + 'static>() -> Self {
+        Self::new(lock_of::<T>, unlock_of::<T>)
+    }
+
+    /// A lock of these two functions.
+    pub fn new(lock: LockFn, unlock: LockFn) -> Self {
+        Self { lock, unlock }
+    }
+
+    /// Runs the lock on `client`.
+    pub fn lock<'a>(
+        &self,
+        client: &'a Client,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>> {
+        (self.lock)(client, key)
+    }
+
+    /// Runs the unlock on `client`.
+    pub fn unlock<'a>(
+        &self,
+        client: &'a Client,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>> {
+        (self.unlock)(client, key)
+    }
+}
+
+impl fmt::Debug for CustomLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CustomLock").finish_non_exhaustive()
+    }
+}
+
+/// Picks a row type's custom lock by its description's type: the description's `Lock` bit
+/// ([`True`] where it names `own::Lock` and `own::Unlock`, [`False`] otherwise).
+///
+/// A table without a custom lock needs no [`Lock`] implementation; a table with one must
+/// implement both [`Lock`] and [`Unlock`], or it does not compile. (The description's own
+/// rules already make `own::Lock` and `own::Unlock` come together.)
+pub trait PickLock<T> {
+    /// `T`'s custom lock, where its description names one.
+    fn pick() -> Option<CustomLock>;
+}
+
+impl<T: Lock + Unlock + 'static> PickLock<T> for True {
+    fn pick() -> Option<CustomLock> {
+        Some(CustomLock::of::<T>())
+    }
+}
+
+impl<T> PickLock<T> for False {
+    fn pick() -> Option<CustomLock> {
+        None
+    }
+}

@@ -1,0 +1,350 @@
+//! The adapter's row, and what the core reads of it.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use ruststream_core::{DbError, ErrorKind, StatementKind, Value};
+use serde::de::DeserializeOwned;
+use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::{Row, SimpleQueryRow};
+
+use crate::de::{DecodeError, RowDeserializer};
+
+/// A row the broker read from PostgreSQL: a [`tokio_postgres::Row`] under the extended query
+/// protocol (the default), a [`tokio_postgres::SimpleQueryRow`] of text under the simple query
+/// protocol ([`TokioPostgresBroker::simple_query`](crate::TokioPostgresBroker::simple_query)).
+///
+/// The runtime carries it from the claim to the handler's task, where it decodes into the
+/// table's row type with serde ([`PgRow::decode`]). The driver's row stays reachable
+/// ([`PgRow::as_row`], [`PgRow::as_simple_row`]) for a service that reads it by hand.
+pub struct PgRow {
+    inner: Inner,
+}
+
+enum Inner {
+    Extended(Row),
+    Simple(SimpleQueryRow),
+}
+
+impl From<Row> for PgRow {
+    fn from(row: Row) -> Self {
+        Self {
+            inner: Inner::Extended(row),
+        }
+    }
+}
+
+impl From<SimpleQueryRow> for PgRow {
+    fn from(row: SimpleQueryRow) -> Self {
+        Self {
+            inner: Inner::Simple(row),
+        }
+    }
+}
+
+impl fmt::Debug for PgRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgRow")
+            .field(
+                "protocol",
+                &match self.inner {
+                    Inner::Extended(_) => "extended",
+                    Inner::Simple(_) => "simple",
+                },
+            )
+            .field("columns", &self.columns())
+            .finish()
+    }
+}
+
+impl PgRow {
+    /// The column names, in the statement's order.
+    pub fn columns(&self) -> Vec<&str> {
+        match &self.inner {
+            Inner::Extended(row) => row.columns().iter().map(|c| c.name()).collect(),
+            Inner::Simple(row) => row.columns().iter().map(|c| c.name()).collect(),
+        }
+    }
+
+    /// How many columns the row has.
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            Inner::Extended(row) => row.len(),
+            Inner::Simple(row) => row.len(),
+        }
+    }
+
+    /// Whether the row has no column.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The driver's row, under the extended query protocol.
+    pub fn as_row(&self) -> Option<&Row> {
+        match &self.inner {
+            Inner::Extended(row) => Some(row),
+            Inner::Simple(_) => None,
+        }
+    }
+
+    /// The driver's row of text, under the simple query protocol.
+    pub fn as_simple_row(&self) -> Option<&SimpleQueryRow> {
+        match &self.inner {
+            Inner::Simple(row) => Some(row),
+            Inner::Extended(_) => None,
+        }
+    }
+
+    /// The row as `T`, by serde: a struct reads its fields from the columns of the same names
+    /// (columns it does not name are ignored), a tuple reads the columns in order.
+    ///
+    /// Under the extended protocol a value reads by its column's type: `smallint`, `integer`,
+    /// `bigint` and `oid` into any integer type that holds the value (and floats); `real` and
+    /// `double precision` into floats; `boolean` into `bool`; `text`, `varchar`, `char(n)`,
+    /// `name`, `citext`, `json`, `jsonb` and `uuid` into `String` (and unit enums by name);
+    /// `bytea` into `Vec<u8>` (and `serde_bytes` types); text into `Vec<u8>` as its UTF-8
+    /// bytes; `NULL` into `Option::None` and `()`. A column of another type (a timestamp, a
+    /// `numeric`) reads into nothing but an ignored field: cast it in SQL, or read it from
+    /// [`PgRow::as_row`].
+    ///
+    /// Under the simple protocol every value is text, parsed as the field asks: integers,
+    /// floats, `t`/`f` booleans, and `bytea`'s `\x..` hex text into `Vec<u8>` (text without
+    /// the `\x` reads as its UTF-8 bytes).
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        T::deserialize(RowDeserializer::new(self))
+    }
+
+    /// The value of the column at `index`, as the deserializer and the core read it.
+    pub(crate) fn cell(&self, index: usize) -> Cell<'_> {
+        match &self.inner {
+            Inner::Extended(row) => {
+                let ty = row.columns()[index].type_();
+                match row.try_get::<_, Raw<'_>>(index) {
+                    Ok(Raw(None)) => Cell::Null,
+                    Ok(Raw(Some(raw))) => typed_cell(ty, raw),
+                    Err(error) => Cell::Broken(error.to_string()),
+                }
+            }
+            Inner::Simple(row) => match row.try_get(index) {
+                Ok(Some(text)) => Cell::Text(text),
+                Ok(None) => Cell::Null,
+                Err(error) => Cell::Broken(error.to_string()),
+            },
+        }
+    }
+
+    /// The name of the column at `index`.
+    pub(crate) fn column_name(&self, index: usize) -> &str {
+        match &self.inner {
+            Inner::Extended(row) => row.columns()[index].name(),
+            Inner::Simple(row) => row.columns()[index].name(),
+        }
+    }
+
+    /// The index of the column `name`: exact first, then ignoring ASCII case.
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
+        let names = self.columns();
+        names
+            .iter()
+            .position(|c| *c == name)
+            .or_else(|| names.iter().position(|c| c.eq_ignore_ascii_case(name)))
+    }
+
+    /// The values of `columns`, as the core reads them from a statement of `kind`.
+    pub(crate) fn core_values(
+        &self,
+        columns: &[&'static str],
+        kind: StatementKind,
+        sql: &str,
+    ) -> Result<Vec<Value>, DbError> {
+        columns
+            .iter()
+            .map(|column| {
+                let index = self.index_of(column).ok_or_else(|| {
+                    DbError::new(
+                        ErrorKind::UndefinedColumn,
+                        format!("the statement's rows have no column `{column}`: {sql}"),
+                    )
+                })?;
+                core_value(self.cell(index), column, kind).map_err(|message| {
+                    DbError::new(
+                        ErrorKind::Other,
+                        format!("column `{column}` of the statement's rows: {message}: {sql}"),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// Any value, as the raw bytes of its binary format, or `None` for `NULL`.
+struct Raw<'a>(Option<&'a [u8]>);
+
+impl<'a> FromSql<'a> for Raw<'a> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn StdError + Sync + Send>> {
+        Ok(Raw(Some(raw)))
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn StdError + Sync + Send>> {
+        Ok(Raw(None))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+/// One value of a row, read as far as its type allows.
+#[derive(Debug)]
+pub(crate) enum Cell<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// Text of a text type.
+    Str(&'a str),
+    /// Text the adapter formatted (a `uuid`).
+    Owned(String),
+    Bytes(&'a [u8]),
+    /// A value of the simple protocol: text of a type the row does not tell.
+    Text(&'a str),
+    /// A type the adapter does not read.
+    Unsupported(&'a Type),
+    /// The value does not read as its type says.
+    Broken(String),
+}
+
+fn is_text_type(ty: &Type) -> bool {
+    <&str as FromSql>::accepts(ty)
+}
+
+fn typed_cell<'a>(ty: &'a Type, raw: &'a [u8]) -> Cell<'a> {
+    fn read<'a, T: FromSql<'a>>(
+        ty: &Type,
+        raw: &'a [u8],
+        f: impl FnOnce(T) -> Cell<'a>,
+    ) -> Cell<'a> {
+        match T::from_sql(ty, raw) {
+            Ok(v) => f(v),
+            Err(error) => Cell::Broken(error.to_string()),
+        }
+    }
+    match *ty {
+        Type::BOOL => read::<bool>(ty, raw, Cell::Bool),
+        Type::INT2 => read::<i16>(ty, raw, |v| Cell::Int(i64::from(v))),
+        Type::INT4 => read::<i32>(ty, raw, |v| Cell::Int(i64::from(v))),
+        Type::INT8 => read::<i64>(ty, raw, Cell::Int),
+        Type::OID => read::<u32>(ty, raw, |v| Cell::Int(i64::from(v))),
+        Type::FLOAT4 => read::<f32>(ty, raw, |v| Cell::Float(f64::from(v))),
+        Type::FLOAT8 => read::<f64>(ty, raw, Cell::Float),
+        Type::BYTEA => Cell::Bytes(raw),
+        Type::JSON => match std::str::from_utf8(raw) {
+            Ok(text) => Cell::Str(text),
+            Err(error) => Cell::Broken(error.to_string()),
+        },
+        Type::JSONB => match raw.split_first() {
+            Some((1, json)) => match std::str::from_utf8(json) {
+                Ok(text) => Cell::Str(text),
+                Err(error) => Cell::Broken(error.to_string()),
+            },
+            _ => Cell::Broken("an unknown jsonb format version".to_owned()),
+        },
+        Type::UUID => match <[u8; 16]>::try_from(raw) {
+            Ok(bytes) => Cell::Owned(uuid_text(&bytes)),
+            Err(_) => Cell::Broken("a uuid of the wrong length".to_owned()),
+        },
+        _ if is_text_type(ty) => read::<&str>(ty, raw, Cell::Str),
+        _ => Cell::Unsupported(ty),
+    }
+}
+
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(char::from_digit(u32::from(byte >> 4), 16).expect("a nibble is a hex digit"));
+        out.push(char::from_digit(u32::from(byte & 0xf), 16).expect("a nibble is a hex digit"));
+    }
+    out
+}
+
+/// The columns whose values the core reads as text, whatever they hold.
+const TEXT_COLUMNS: [&str; 4] = ["rs_key", "column_name", "isolation", "db"];
+
+/// A cell as the core reads it. Under the simple protocol the row tells no types: a lock's
+/// answer (`t`/`f`) is a boolean, the columns the core reads as text stay text, and other text
+/// that is an integer in its plain form (an id, an attempt) is an integer.
+fn core_value(cell: Cell<'_>, column: &str, kind: StatementKind) -> Result<Value, String> {
+    Ok(match cell {
+        Cell::Null => Value::Null,
+        Cell::Bool(b) => Value::Bool(b),
+        Cell::Int(i) => Value::Int(i),
+        Cell::Float(f) => Value::Text(f.to_string()),
+        Cell::Str(text) => Value::Text(text.to_owned()),
+        Cell::Owned(text) => Value::Text(text),
+        Cell::Bytes(bytes) => Value::Bytes(bytes.to_vec()),
+        Cell::Text(text) => match kind {
+            StatementKind::TryLock | StatementKind::Unlock => match text {
+                "t" | "true" => Value::Bool(true),
+                "f" | "false" => Value::Bool(false),
+                other => return Err(format!("`{other}` is not a boolean")),
+            },
+            _ if TEXT_COLUMNS.contains(&column) => Value::Text(text.to_owned()),
+            _ => match text.parse::<i64>() {
+                Ok(i) if i.to_string() == text => Value::Int(i),
+                _ => Value::Text(text.to_owned()),
+            },
+        },
+        Cell::Unsupported(ty) => {
+            return Err(format!(
+                "the type `{}` is not one the broker reads (integers, text, uuid, boolean, bytea)",
+                ty.name()
+            ));
+        }
+        Cell::Broken(message) => return Err(message),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simple_text_reads_as_the_core_expects() {
+        let read = |text, column, kind| core_value(Cell::Text(text), column, kind).unwrap();
+        assert_eq!(
+            read("t", "locked", StatementKind::TryLock),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            read("f", "unlocked", StatementKind::Unlock),
+            Value::Bool(false)
+        );
+        assert_eq!(read("42", "id", StatementKind::Take), Value::Int(42));
+        assert_eq!(read("-3", "attempt", StatementKind::Take), Value::Int(-3));
+        assert_eq!(
+            read("007", "id", StatementKind::Take),
+            Value::Text("007".into())
+        );
+        assert_eq!(
+            read("7", "rs_key", StatementKind::Candidates),
+            Value::Text("7".into())
+        );
+        assert_eq!(
+            read("t", "column_name", StatementKind::ListColumns),
+            Value::Text("t".into())
+        );
+        assert!(core_value(Cell::Text("x"), "locked", StatementKind::TryLock).is_err());
+    }
+
+    #[test]
+    fn uuids_read_as_text() {
+        let bytes = [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+            0xcd, 0xef,
+        ];
+        assert_eq!(uuid_text(&bytes), "12345678-9abc-def0-0123-456789abcdef");
+    }
+}
