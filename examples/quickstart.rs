@@ -1,30 +1,43 @@
 //! The quick start: a batch of jobs over a set of keys, published into a SQLite file under
-//! `target/`, processed in the advisory lock form with several workers and a few retries, and a
-//! summary at the end: jobs per second, attempts, and a check that no two jobs of one key were
-//! ever in work together.
+//! `target/` (or a table on PostgreSQL or MySQL/MariaDB), processed in the advisory lock form
+//! with several workers and a few retries, and a summary at the end: jobs per second, attempts,
+//! and a check that no two jobs of one key were ever in work together.
 //!
 //! ```sh
 //! cargo run --release --example quickstart
 //! cargo run --release --example quickstart -- --jobs 2000 --keys 20 --workers 4
+//! cargo run --release --example quickstart -- --url postgres://postgres@127.0.0.1:5432/test
+//! cargo run --release --example quickstart -- --url mysql://root@127.0.0.1:3306/test
 //! ```
+//!
+//! SQLite runs on `ruststream-rusqlite`; a `postgres://` or `mysql://` URL runs the same batch
+//! on `ruststream-sqlx`, in the table `quickstart_jobs` of that database, which the quick start
+//! drops and creates anew.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use ruststream::adapter::TakesRows;
 use ruststream::{
-    Context, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, IntoSubscription, Message,
-    subscriber,
+    BrokerHandle, Context, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue,
+    IntoSubscription, Message, subscriber,
 };
 use ruststream_rusqlite::RusqliteBroker;
 use ruststream_rusqlite::rusqlite::Connection;
+use ruststream_sqlx::SqlxBroker;
 use serde::{Deserialize, Serialize};
+use sqlx::Connection as _;
+use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
+use sqlx::postgres::{PgConnection, PgPoolOptions};
 
-/// One row of `quickstart_jobs`, held by a lock on its channel's key while it is in work.
-#[derive(Inbox, Deserialize)]
+/// One row of `quickstart_jobs`, held by a lock on its channel's key while it is in work. It
+/// decodes with serde on rusqlite and with `sqlx::FromRow` on sqlx.
+#[derive(Inbox, Deserialize, sqlx::FromRow)]
 #[inbox(table = "quickstart_jobs", advisory_lock = "quickstart_jobs-{channel}")]
 pub struct JobRow {
     #[field(id, generated)]
@@ -55,11 +68,89 @@ CREATE TABLE quickstart_jobs (
 );
 ";
 
+const PG_SCHEMA: &str = "
+DROP TABLE IF EXISTS quickstart_jobs;
+CREATE TABLE quickstart_jobs (
+    id BIGSERIAL PRIMARY KEY,
+    channel BIGINT NOT NULL,
+    attempt BIGINT NOT NULL DEFAULT 0,
+    payload BYTEA NOT NULL
+);
+";
+
+const MYSQL_SCHEMA: &str = "
+DROP TABLE IF EXISTS quickstart_jobs;
+CREATE TABLE quickstart_jobs (
+    id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    channel BIGINT NOT NULL,
+    attempt BIGINT NOT NULL DEFAULT 0,
+    payload LONGBLOB NOT NULL
+);
+";
+
+/// Where the jobs go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file, on `ruststream-rusqlite`.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (`postgres://..`), on `ruststream-sqlx`.
+    Postgres(String),
+    /// A MySQL or MariaDB database (`mysql://..`), on `ruststream-sqlx`.
+    MySql(String),
+}
+
+impl Database {
+    /// The database a `--url` names: `postgres://..`, `postgresql://..`, `mysql://..`,
+    /// `sqlite:PATH`, or a bare path of a SQLite file.
+    pub fn from_url(url: &str) -> Result<Self, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Database::Postgres(url.to_owned()));
+        }
+        if url.starts_with("mysql://") {
+            return Ok(Database::MySql(url.to_owned()));
+        }
+        match url.strip_prefix("sqlite:") {
+            Some(path) => Ok(Database::Sqlite(PathBuf::from(
+                path.trim_start_matches("//"),
+            ))),
+            None if url.contains("://") => Err(format!(
+                "--url {url}: the quick start runs on SQLite (sqlite:PATH), PostgreSQL (postgres://..) or MySQL/MariaDB (mysql://..)"
+            )),
+            None => Ok(Database::Sqlite(PathBuf::from(url))),
+        }
+    }
+}
+
+impl fmt::Display for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{} (SQLite, rusqlite)", path.display()),
+            Database::Postgres(url) => write!(f, "{} (PostgreSQL, sqlx)", redact(url)),
+            Database::MySql(url) => write!(f, "{} (MySQL/MariaDB, sqlx)", redact(url)),
+        }
+    }
+}
+
+/// The URL with its password hidden.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let host_start = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_start].rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
 /// The quick start's settings, from the command line.
 #[derive(Clone, Debug)]
 pub struct Args {
-    /// The SQLite file.
-    pub path: PathBuf,
+    /// Where the jobs go.
+    pub database: Database,
     /// How many jobs to publish.
     pub jobs: u64,
     /// Over how many keys.
@@ -79,7 +170,7 @@ impl Args {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("target"));
         let mut out = Args {
-            path: target.join("quickstart.db"),
+            database: Database::Sqlite(target.join("quickstart.db")),
             jobs: 10_000,
             keys: 100,
             workers: 8,
@@ -90,18 +181,7 @@ impl Args {
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
             match arg.as_str() {
-                "--url" => {
-                    let url = value("--url")?;
-                    out.path = match url.strip_prefix("sqlite:") {
-                        Some(path) => PathBuf::from(path.trim_start_matches("//")),
-                        None if url.contains("://") => {
-                            return Err(format!(
-                                "--url {url}: the quick start runs on SQLite (sqlite:PATH); the adapters for PostgreSQL and MySQL are not available yet"
-                            ));
-                        }
-                        None => PathBuf::from(url),
-                    };
-                }
+                "--url" => out.database = Database::from_url(&value("--url")?)?,
                 "--jobs" => out.jobs = number(&value("--jobs")?, "--jobs")?,
                 "--keys" => out.keys = number(&value("--keys")?, "--keys")?.max(1),
                 "--workers" => {
@@ -113,7 +193,7 @@ impl Args {
                 "--quiet" => out.progress = false,
                 other => {
                     return Err(format!(
-                        "unknown argument {other}; try --jobs N --keys K --workers W --url sqlite:PATH"
+                        "unknown argument {other}; try --jobs N --keys K --workers W --url sqlite:PATH|postgres://..|mysql://.."
                     ));
                 }
             }
@@ -199,18 +279,10 @@ impl Handle<Job, (), (), InboxContext> for Worker {
     }
 }
 
-/// Runs the quick start.
-pub async fn run(args: Args) -> Result<Summary, Box<dyn std::error::Error + Send + Sync>> {
-    if let Some(dir) = args.path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    for suffix in ["", "-wal", "-shm"] {
-        let mut file = args.path.clone().into_os_string();
-        file.push(suffix);
-        let _ = std::fs::remove_file(file);
-    }
-    Connection::open(&args.path)?.execute_batch(SCHEMA)?;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Runs the quick start.
+pub async fn run(args: Args) -> Result<Summary, BoxError> {
     let progress = if args.progress {
         let bar = ProgressBar::new(args.jobs);
         bar.set_style(
@@ -224,12 +296,94 @@ pub async fn run(args: Args) -> Result<Summary, Box<dyn std::error::Error + Send
         ProgressBar::hidden()
     };
     let state = Arc::new(State::default());
-    let broker = RusqliteBroker::open(&args.path).handle();
-    let publisher = broker.publisher::<JobRow>();
     let worker = Worker {
         state: state.clone(),
         progress: progress.clone(),
     };
+    // The pool of a server: a connection for each delivery in work, for the claims and for
+    // the publishes.
+    let connections = args.workers as u32 + 4;
+    let (elapsed, rows_left) = match &args.database {
+        Database::Sqlite(path) => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            for suffix in ["", "-wal", "-shm"] {
+                let mut file = path.clone().into_os_string();
+                file.push(suffix);
+                let _ = std::fs::remove_file(file);
+            }
+            Connection::open(path)?.execute_batch(SCHEMA)?;
+            let elapsed = process(RusqliteBroker::open(path).handle(), &args, worker).await?;
+            let rows_left: i64 = Connection::open(path)?.query_row(
+                "SELECT COUNT(*) FROM quickstart_jobs",
+                [],
+                |r| r.get(0),
+            )?;
+            (elapsed, rows_left)
+        }
+        Database::Postgres(url) => {
+            // The table, on a connection of its own: a server that does not answer fails
+            // here at once, naming the URL.
+            let mut conn = PgConnection::connect(url)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
+            sqlx::raw_sql(PG_SCHEMA).execute(&mut conn).await?;
+            conn.close().await?;
+            let pool = PgPoolOptions::new()
+                .max_connections(connections)
+                .connect(url)
+                .await?;
+            let elapsed = process(SqlxBroker::new(pool.clone()).handle(), &args, worker).await?;
+            let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
+                .fetch_one(&pool)
+                .await?;
+            pool.close().await;
+            (elapsed, rows_left)
+        }
+        Database::MySql(url) => {
+            // The table, on a connection of its own: a server that does not answer fails
+            // here at once, naming the URL.
+            let mut conn = MySqlConnection::connect(url)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
+            sqlx::raw_sql(MYSQL_SCHEMA).execute(&mut conn).await?;
+            conn.close().await?;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(connections)
+                .connect(url)
+                .await?;
+            let elapsed = process(SqlxBroker::new(pool.clone()).handle(), &args, worker).await?;
+            let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
+                .fetch_one(&pool)
+                .await?;
+            pool.close().await;
+            (elapsed, rows_left)
+        }
+    };
+    progress.finish();
+    Ok(Summary {
+        done: state.done.load(Ordering::SeqCst),
+        attempts: state.attempts.load(Ordering::SeqCst),
+        retries: state.retries.load(Ordering::SeqCst),
+        max_per_key: state.max_per_key.load(Ordering::SeqCst),
+        rows_left,
+        elapsed,
+    })
+}
+
+/// Starts the broker with the jobs' subscription, publishes the batch, waits until every job
+/// is done, and shuts the broker down. Answers how long the processing took.
+async fn process<A>(
+    broker: BrokerHandle<A>,
+    args: &Args,
+    worker: Worker,
+) -> Result<Duration, BoxError>
+where
+    A: TakesRows<JobRow>,
+{
+    let state = worker.state.clone();
+    let publisher = broker.publisher::<JobRow>();
     let jobs = subscriber("jobs", worker)
         .map_source(|_| InboxQueue::<JobRow>::new("jobs"))
         .workers(std::num::NonZeroUsize::new(args.workers).expect("at least one worker"))
@@ -248,24 +402,10 @@ pub async fn run(args: Args) -> Result<Summary, Box<dyn std::error::Error + Send
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed();
-    progress.finish();
     running.stop();
     running.drained().await;
     running.shutdown().await;
-
-    let rows_left: i64 = Connection::open(&args.path)?.query_row(
-        "SELECT COUNT(*) FROM quickstart_jobs",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(Summary {
-        done: state.done.load(Ordering::SeqCst),
-        attempts: state.attempts.load(Ordering::SeqCst),
-        retries: state.retries.load(Ordering::SeqCst),
-        max_per_key: state.max_per_key.load(Ordering::SeqCst),
-        rows_left,
-        elapsed,
-    })
+    Ok(elapsed)
 }
 
 #[allow(dead_code)]
@@ -280,10 +420,7 @@ async fn main() -> std::process::ExitCode {
     };
     println!(
         "publishing {} jobs over {} keys into {}, {} workers, advisory lock form",
-        args.jobs,
-        args.keys,
-        args.path.display(),
-        args.workers
+        args.jobs, args.keys, args.database, args.workers
     );
     match run(args).await {
         Ok(s) => {

@@ -1,0 +1,118 @@
+//! A lock of the service's own (lock.md) by hand: billing holds an account's key in
+//! `held_keys` while it changes the account, and a payout of that account waits until billing
+//! releases the key.
+//!
+//! ```sh
+//! cargo run --example manual_sqlx_forms_lock
+//! ```
+
+use ruststream_sqlx::prelude::*;
+use ruststream_sqlx::{Lock, Unlock};
+use sqlx::Connection;
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{Sqlite, SqliteConnection};
+
+/// One row of `payouts`, held by the key of its account.
+#[derive(sqlx::FromRow)]
+struct Payout {
+    id: i64,
+    payload: Vec<u8>,
+}
+
+impl InboxTable for Payout {
+    type Id = i64;
+    type Table = InboxSpec<(Advisory, Payload, own::Lock, own::Unlock)>;
+    const TABLE: Self::Table = InboxSpec::new("payouts", Column::new("id").generated())
+        .advisory(&[KeyPart::Literal("accounts-"), KeyPart::Column("account_id")])
+        .payload(Column::new("payload"))
+        .own::<own::Lock>()
+        .own::<own::Unlock>();
+
+    fn id(&self) -> &i64 {
+        &self.id
+    }
+}
+
+impl PayloadRow for Payout {
+    type Column = Vec<u8>;
+
+    fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
+/// Billing holds an account's key in `held_keys` while it changes the account, so a payout
+/// never runs beside a billing run of its account.
+impl Lock<Sqlite> for Payout {
+    async fn lock(conn: &mut SqliteConnection, key: &str) -> Result<bool, sqlx::Error> {
+        let taken = sqlx::query("INSERT OR IGNORE INTO held_keys (key) VALUES (?)")
+            .bind(key)
+            .execute(conn)
+            .await?;
+        Ok(taken.rows_affected() == 1)
+    }
+}
+
+impl Unlock<Sqlite> for Payout {
+    async fn unlock(conn: &mut SqliteConnection, key: &str) -> Result<bool, sqlx::Error> {
+        let released = sqlx::query("DELETE FROM held_keys WHERE key = ?")
+            .bind(key)
+            .execute(conn)
+            .await?;
+        Ok(released.rows_affected() == 1)
+    }
+}
+
+struct Pay;
+
+impl Handle<Transfer> for Pay {
+    fn handle(
+        &self,
+        transfer: &Transfer,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        tracing::info!(transfer.cents, "paying out");
+        ready(Ok(()))
+    }
+}
+
+/// The service on the database `url` names.
+pub fn service(url: &str) -> RustStream {
+    let schema_url = url.to_owned();
+    // Nothing connects here: the broker builds its pool when the service starts.
+    let broker = SqlxBroker::from_url(url, SqlitePoolOptions::new());
+    RustStream::new(AppInfo::new("payouts", "0.1.0"))
+        // The table, created before the subscription checks it.
+        .on_startup(async move |()| {
+            let mut conn = SqliteConnection::connect(&schema_url).await?;
+            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+            conn.close().await
+        })
+        .with_broker(broker, |b| {
+            let pay =
+                subscriber("payouts", Pay).map_source(|_| InboxQueue::<Payout>::new("payouts"));
+            b.include(pay.build());
+        })
+}
+
+/// The message of a row: the transfer to pay out.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Transfer {
+    /// The amount, in cents.
+    pub cents: i64,
+}
+
+/// The tables: the keys billing and the payouts hold, and the payouts.
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS held_keys (key TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS payouts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    account_id INTEGER NOT NULL,
+    payload BLOB NOT NULL
+);";
+
+/// The service on `payouts.db`, until SIGINT or SIGTERM.
+#[ruststream::app]
+fn app() -> impl App {
+    service("sqlite:payouts.db?mode=rwc")
+}

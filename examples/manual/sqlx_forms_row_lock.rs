@@ -1,0 +1,93 @@
+//! The row lock form (forms.md) by hand: four workers issue invoices on PostgreSQL; each holds
+//! its row's lock and a connection of the pool until its acknowledgement commits.
+//!
+//! ```sh
+//! PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=test cargo run --example manual_sqlx_forms_row_lock
+//! ```
+
+use ruststream_sqlx::prelude::*;
+use sqlx::Connection;
+use sqlx::postgres::PgPoolOptions;
+
+/// One row of `invoice_jobs`. No `.lease(..)` and no `.advisory(..)`: the row lock form.
+#[derive(sqlx::FromRow)]
+struct IssueInvoice {
+    id: i64,
+    payload: Vec<u8>,
+}
+
+impl InboxTable for IssueInvoice {
+    type Id = i64;
+    type Table = InboxSpec<(Payload,)>;
+    const TABLE: Self::Table = InboxSpec::new("invoice_jobs", Column::new("id").generated())
+        .payload(Column::new("payload"));
+
+    fn id(&self) -> &i64 {
+        &self.id
+    }
+}
+
+impl PayloadRow for IssueInvoice {
+    type Column = Vec<u8>;
+
+    fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
+/// The claim's transaction holds the row while the handler runs; the acknowledgement deletes
+/// the row and commits. A crash rolls the transaction back, and the row returns at once.
+struct Issue;
+
+impl Handle<Invoice> for Issue {
+    fn handle(
+        &self,
+        invoice: &Invoice,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        tracing::info!(invoice.number, "issuing an invoice");
+        ready(Ok(()))
+    }
+}
+
+/// The service on the database `options` reach.
+pub fn service(options: PgConnectOptions) -> RustStream {
+    let schema = options.clone();
+    // Nothing connects here: the broker builds its pool when the service starts.
+    let broker = SqlxBroker::from_connect_options(options, PgPoolOptions::new());
+    RustStream::new(AppInfo::new("billing", "0.1.0"))
+        // The table, created before the subscription checks it.
+        .on_startup(async move |()| {
+            let mut conn = PgConnection::connect_with(&schema).await?;
+            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+            conn.close().await
+        })
+        .with_broker(broker.route::<IssueInvoice>("invoices"), |b| {
+            // Each of the four workers holds a connection while its invoice is in work.
+            let issue = subscriber("invoices", Issue)
+                .map_source(|_| InboxQueue::<IssueInvoice>::new("invoices"))
+                .workers(nonzero!(4));
+            b.include(issue.build());
+        })
+}
+
+/// The message of a row: the invoice to issue.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Invoice {
+    /// The invoice's number.
+    pub number: u64,
+}
+
+/// The table.
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS invoice_jobs (
+    id BIGSERIAL PRIMARY KEY,
+    payload BYTEA NOT NULL
+)";
+
+/// The service on the database the `PG*` environment variables name (`PGHOST`, `PGPORT`,
+/// `PGUSER`, `PGPASSWORD`, `PGDATABASE`), until SIGINT or SIGTERM.
+#[ruststream::app]
+fn app() -> impl App {
+    service(PgConnectOptions::new())
+}

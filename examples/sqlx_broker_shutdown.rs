@@ -1,0 +1,71 @@
+//! The broker's shutdown (shutdown.md): `run` returns once the handlers have drained and the
+//! broker has shut down and closed the pool it built.
+//!
+//! ```sh
+//! cargo run --example sqlx_broker_shutdown
+//! ```
+//!
+//! The service runs on `exports.db` until SIGINT or SIGTERM, and exports the accounts of
+//! `exports`, rows such as `INSERT INTO exports (account_id, payload) VALUES (7, '{"account":7}')`,
+//! one at a time per account. On SIGTERM the exports in work finish before `run` returns.
+
+use ruststream_sqlx::prelude::*;
+use sqlx::Connection;
+use sqlx::sqlite::SqlitePoolOptions;
+
+/// The service on the database `url` names.
+pub fn service(url: &str) -> RustStream {
+    let schema_url = url.to_owned();
+    // Nothing connects here: the broker builds its pool when the service starts, and closes it
+    // when the service stops, after the handlers have drained.
+    let broker = SqlxBroker::from_url(url, SqlitePoolOptions::new());
+    RustStream::new(AppInfo::new("exports", "0.1.0"))
+        // The table, created before the subscription checks it.
+        .on_startup(async move |()| {
+            let mut conn = SqliteConnection::connect(&schema_url).await?;
+            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+            conn.close().await
+        })
+        .with_broker(broker.route::<Export>("exports"), |b| {
+            b.include(export);
+        })
+}
+
+#[ruststream::app]
+fn app() -> impl App {
+    service("sqlite:exports.db?mode=rwc")
+}
+
+/// One row of `exports`, held by the key of its account while it is in work.
+#[derive(Inbox, sqlx::FromRow)]
+#[inbox(table = "exports", advisory_lock = "exports-{account_id}")]
+struct Export {
+    #[field(id, generated)]
+    id: i64,
+    account_id: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+/// The message of a row: the account to export.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// The account.
+    pub account: i64,
+}
+
+/// An export takes a while; at shutdown, the exports in work finish before `run` returns.
+#[subscriber(InboxQueue::<Export>::new("exports"))]
+async fn export(report: &Report) -> HandlerOutcome {
+    tracing::info!(report.account, "exporting");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    tracing::info!(report.account, "exported");
+    HandlerOutcome::ack()
+}
+
+/// The table.
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS exports (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    account_id INTEGER NOT NULL,
+    payload BLOB NOT NULL
+)";
