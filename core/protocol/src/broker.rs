@@ -1332,7 +1332,13 @@ impl<R> Broker<R> {
                     if mode == KeyMode::Database {
                         self.keys.insert(key);
                     }
-                    self.take_current(claim);
+                    if self.state == State::Running {
+                        self.take_current(claim);
+                    } else {
+                        // The shutdown began while the lock ran: release the key and take
+                        // nothing, so no attempt is spent on a row no handler will see.
+                        self.unlock_current(claim);
+                    }
                 } else if mode == KeyMode::Custom {
                     // The first due row's key is held: the claim takes nothing more.
                     let c = self.claims.get_mut(&claim).expect("claim in flight");
@@ -1559,6 +1565,14 @@ impl<R> Broker<R> {
         let sub = c.sub;
         let conn = c.conn.expect("a connection to lock on");
         let key = c.current.as_ref().expect("a candidate to lock").key.clone();
+        if self.state != State::Running {
+            // The shutdown began while the claim's connection was acquired: take nothing.
+            let c = self.claims.get_mut(&claim).expect("claim in flight");
+            c.current = None;
+            c.candidates.clear();
+            self.next_candidate(claim);
+            return;
+        }
         match self.subs[sub.0].mode {
             KeyMode::Registry => {
                 self.keys.insert(key);

@@ -1,0 +1,177 @@
+//! The adapter's side of the suite: [`Harness`].
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::future::LocalBoxFuture;
+use ruststream::{BoxError, BrokerHandle};
+use ruststream_core::Dialect;
+
+use crate::rows::{Body, RowLockAdapter, SuiteAdapter, Tables};
+use crate::support::Cx;
+use crate::{Form, NotApplicable};
+
+/// What a harness's own SQL answers.
+pub type HarnessResult<T> = Result<T, BoxError>;
+
+/// A future of a harness: sendable, since the scenarios await it inside a running service.
+pub type HarnessFuture<'a, T> = Pin<Box<dyn Future<Output = HarnessResult<T>> + Send + 'a>>;
+
+/// Whether a harness can do something a scenario needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// It can.
+    Yes,
+    /// It cannot, for this reason: the scenario answers "not applicable" with it.
+    No(&'static str),
+}
+
+/// What a harness can do beside running SQL, for the scenarios that need it.
+///
+/// The forms it runs are not listed here but in its types: every harness runs the lease, the
+/// advisory lock and the custom lock forms (its adapter takes the suite's rows,
+/// [`SuiteAdapter`]); the row lock form runs where [`Harness::RowLock`] is [`RowLocks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// [`Harness::hold_key`]: holding an advisory key on a connection of the harness's own, as
+    /// another process would. SQLite: no, it has no locks a session holds.
+    pub hold_key: Support,
+    /// [`Harness::kill_key_holder`]: killing, from the server side, the connection that holds
+    /// a key. SQLite: no, it has no server.
+    pub kill_connection: Support,
+    /// Killing a worker process with SIGKILL: the crash test re-runs the test binary as a
+    /// child and kills it.
+    pub kill_process: Support,
+}
+
+/// An advisory key a harness holds on a connection of its own, as another process would.
+pub trait HeldKey: Send {
+    /// Releases the key (and closes the connection that held it).
+    fn release(self: Box<Self>) -> HarnessFuture<'static, ()>;
+}
+
+/// The adapter's side of the suite: a database per scenario, a connection of its own for
+/// setup and assertions, its dialect and capabilities.
+///
+/// Each scenario calls [`Harness::prepare`] once, then [`Harness::broker`] for every broker
+/// it starts (a crash test, a second broker after a shutdown) and [`Harness::execute`] and
+/// [`Harness::query_i64s`] for its own SQL. The scenario creates its tables itself, dropping
+/// them first; the harness gives the place.
+pub trait Harness: Send + Sync + Sized + 'static {
+    /// The adapter, which takes every row type of the suite but the row lock form's.
+    type Adapter: SuiteAdapter;
+    /// [`RowLocks`] where the adapter takes the suite's row lock tables, [`NoRowLocks`] where
+    /// it does not (SQLite, where a row lock table does not compile).
+    type RowLock: RowLockSupport<Self>;
+
+    /// The harness's name in messages, such as `rusqlite`.
+    fn name(&self) -> &'static str;
+
+    /// The database's dialect: the DDL and the scenario's SQL follow it.
+    fn dialect(&self) -> Dialect;
+
+    /// What the harness can do beside running SQL.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Whether the harness runs `form`: the lease, advisory lock and custom lock forms always,
+    /// the row lock form where [`Harness::RowLock`] is [`RowLocks`].
+    fn runs(&self, form: Form) -> Result<(), NotApplicable> {
+        match form {
+            Form::RowLock => <Self::RowLock as RowLockSupport<Self>>::applies(self),
+            Form::Lease | Form::Advisory | Form::Custom => Ok(()),
+        }
+    }
+
+    /// Prepares the database of the scenario whose table is `table` and answers its locator:
+    /// what [`Harness::broker`], [`Harness::execute`] and [`Harness::query_i64s`] take, and
+    /// what a crash test hands its child process, which passes it back unchanged. SQLite: a
+    /// new file; a server: the test database, where each scenario's tables have names of their
+    /// own.
+    fn prepare<'a>(&'a self, table: &'a str) -> HarnessFuture<'a, String>;
+
+    /// A fresh broker on the database `db` names; nothing connects until it starts.
+    fn broker(&self, db: &str) -> BrokerHandle<Self::Adapter>;
+
+    /// Runs one SQL statement on a connection of the harness's own.
+    fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()>;
+
+    /// Runs one query on a connection of the harness's own and answers the first column of
+    /// each row as an integer. A `NULL` is an error: the scenarios wrap nullable columns in
+    /// `COALESCE`.
+    fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>>;
+
+    /// Holds the advisory key `key` (the key's text, as the database renders it from the
+    /// template) on a connection of the harness's own until the answer is released: what
+    /// another process would do. Only where [`Capabilities::hold_key`] says yes.
+    fn hold_key<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, Box<dyn HeldKey>> {
+        let _ = (db, key);
+        Box::pin(async { Err("this harness cannot hold a key of its own".into()) })
+    }
+
+    /// Kills, from the server side, the connection that holds the advisory key `key`, and
+    /// answers whether it found one. Only where [`Capabilities::kill_connection`] says yes.
+    fn kill_key_holder<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, bool> {
+        let _ = (db, key);
+        Box::pin(async { Err("this harness cannot kill a connection".into()) })
+    }
+
+    /// Removes what [`Harness::prepare`] made, once a scenario passed (a failed one leaves it
+    /// to look at). Nothing by default.
+    fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {
+        let _ = db;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Whether a harness's adapter takes the row lock form: [`RowLocks`] or [`NoRowLocks`].
+pub trait RowLockSupport<H: Harness> {
+    /// Whether the form applies, or why not.
+    fn applies(harness: &H) -> Result<(), NotApplicable>;
+
+    /// Runs `body` on `F`'s row lock table, where the form applies.
+    fn row_lock<'a, F: Tables, B: Body>(
+        body: B,
+        cx: &'a Cx<'a, H>,
+    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable>;
+}
+
+/// The adapter takes the suite's row lock tables: PostgreSQL, MySQL, MariaDB.
+#[derive(Clone, Copy, Debug)]
+pub struct RowLocks;
+
+/// The adapter does not take the row lock form: SQLite, which has no row locks.
+#[derive(Clone, Copy, Debug)]
+pub struct NoRowLocks;
+
+impl<H: Harness> RowLockSupport<H> for RowLocks
+where
+    H::Adapter: RowLockAdapter,
+{
+    fn applies(_: &H) -> Result<(), NotApplicable> {
+        Ok(())
+    }
+
+    fn row_lock<'a, F: Tables, B: Body>(
+        body: B,
+        cx: &'a Cx<'a, H>,
+    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {
+        Ok(F::row_lock(body, cx))
+    }
+}
+
+impl<H: Harness> RowLockSupport<H> for NoRowLocks {
+    fn applies(harness: &H) -> Result<(), NotApplicable> {
+        Err(NotApplicable {
+            harness: harness.name(),
+            reason: format!("{} has no row locks", harness.dialect().name()),
+        })
+    }
+
+    fn row_lock<'a, F: Tables, B: Body>(
+        _: B,
+        cx: &'a Cx<'a, H>,
+    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {
+        Err(Self::applies(cx.harness)
+            .expect_err("NoRowLocks never applies: the error is its reason"))
+    }
+}

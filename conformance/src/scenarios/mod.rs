@@ -1,0 +1,97 @@
+//! The scenarios: one `pub async fn` each, generic over a [`Harness`], asserting what it
+//! names. A failed assertion panics with the scenario, the harness, the form and the table; a
+//! scenario that does not apply answers [`NotApplicable`].
+//!
+//! - Settlement (`settle.rs`): [`claim_order`], [`ack_deletes`], [`ack_marks_processed`],
+//!   [`reject_settles_without_retry`], [`retry_counts_the_attempt`],
+//!   [`undecodable_payload_rejected`].
+//! - Keys (`keys.rs`): [`key_one_at_a_time`], [`key_held_elsewhere`],
+//!   [`custom_lock_answers`], [`workers`].
+//! - Leases (`lease.rs`): [`lease_extended_while_in_work`].
+//! - Shutdown (`shutdown.rs`): [`shutdown_releases_locks`],
+//!   [`shutdown_counts_locks_released`], [`lease_kept_past_shutdown`],
+//!   [`publisher_closed_after_shutdown`].
+//! - Crashes (`crash.rs`): [`dropped_delivery_returns`], [`sigkill_worker`],
+//!   [`killed_connection`].
+
+mod crash;
+mod keys;
+mod lease;
+mod settle;
+mod shutdown;
+
+pub use crash::{dropped_delivery_returns, killed_connection, sigkill_worker};
+pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
+pub use lease::lease_extended_while_in_work;
+pub use settle::{
+    ack_deletes, ack_marks_processed, claim_order, reject_settles_without_retry,
+    retry_counts_the_attempt, undecodable_payload_rejected,
+};
+pub use shutdown::{
+    lease_kept_past_shutdown, publisher_closed_after_shutdown, shutdown_counts_locks_released,
+    shutdown_releases_locks,
+};
+
+use crate::harness::{Harness, Support};
+use crate::rows::{Body, Tables};
+use crate::schema::TableSpec;
+use crate::support::Cx;
+use crate::{Form, NotApplicable, TestName, Verdict};
+
+/// Runs `body` on `F`'s table of `form`: checks that the form applies, prepares the database
+/// and the tables, runs the body, and cleans up after a pass.
+async fn run<H: Harness, F: Tables, B: Body>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+    body: B,
+) -> Verdict {
+    harness.runs(form)?;
+    let cx = Cx::prepare(harness, table::<F>(form), test).await;
+    F::run(form, body, &cx)?.await;
+    if let Err(error) = harness.cleanup(&cx.db).await {
+        println!("{cx}: cleaning up failed: {error}");
+    }
+    Ok(())
+}
+
+/// The table of `F` in `form`.
+fn table<F: Tables>(form: Form) -> TableSpec {
+    TableSpec {
+        name: F::table(form),
+        form,
+        processed: F::PROCESSED,
+    }
+}
+
+/// `Ok` where the harness supports it, else why not.
+fn needs<H: Harness>(harness: &H, support: Support) -> Verdict {
+    match support {
+        Support::Yes => Ok(()),
+        Support::No(reason) => Err(NotApplicable {
+            harness: harness.name(),
+            reason: reason.to_owned(),
+        }),
+    }
+}
+
+/// Implements [`Body`] for a unit struct by calling a generic async fn.
+macro_rules! body {
+    ($body:ident => $f:ident) => {
+        struct $body;
+
+        impl crate::rows::Body for $body {
+            fn run<'a, H: crate::Harness, T: crate::rows::SuiteRow>(
+                self,
+                cx: &'a crate::support::Cx<'a, H>,
+            ) -> futures::future::LocalBoxFuture<'a, ()>
+            where
+                H::Adapter: ruststream::adapter::TakesRows<T>,
+            {
+                Box::pin($f::<H, T>(cx))
+            }
+        }
+    };
+}
+
+use body;

@@ -1,0 +1,310 @@
+//! Claims and settlements: the claim order, ack, reject, retry, and a payload that does not
+//! decode.
+
+use std::time::Duration;
+
+use ruststream::HandlerOutcome;
+use ruststream::adapter::TakesRows;
+
+use super::{body, run};
+use crate::harness::Harness;
+use crate::rows::{self, SuiteRow};
+use crate::support::{Cx, Opts, POLL, Recorder, now_micros, sleep, subscription};
+use crate::{Form, TestName, Verdict};
+
+const SHUTDOWN: Duration = Duration::from_secs(10);
+
+/// One worker takes the rows in claim order: by id, whatever order they were written in.
+pub async fn claim_order<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+    body!(ClaimOrder => claim_order_in);
+    run::<H, rows::claim_order::Family, _>(harness, form, test, ClaimOrder).await
+}
+
+async fn claim_order_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    // Written out of order, before the service starts: the first claim sees them all.
+    for n in [3, 1, 5, 2, 4] {
+        cx.insert_job(n).await;
+    }
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let stop = async {
+        cx.until("all five rows are handled and deleted", || async {
+            recorder.count() >= 5 && cx.count("1=1").await == 0
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    assert_eq!(
+        recorder.ns(),
+        [1, 2, 3, 4, 5],
+        "{cx}: one worker takes the rows in id order"
+    );
+    assert_eq!(
+        recorder.pairs(),
+        [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)],
+        "{cx}: each row once, at attempt 1"
+    );
+}
+
+/// An acknowledgement deletes the row (a table without `processed_at`).
+pub async fn ack_deletes<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+    body!(AckDeletes => ack_deletes_in);
+    run::<H, rows::ack_deletes::Family, _>(harness, form, test, AckDeletes).await
+}
+
+async fn ack_deletes_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let stop = async {
+        for n in 1..=3 {
+            cx.publish(&publisher, n, n).await;
+        }
+        cx.until("three rows are handled and deleted", || async {
+            recorder.count() >= 3 && cx.count("1=1").await == 0
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    assert_eq!(
+        cx.count("1=1").await,
+        0,
+        "{cx}: acknowledged rows are deleted"
+    );
+    assert_eq!(
+        recorder.pairs(),
+        [(1, 1), (2, 1), (3, 1)],
+        "{cx}: each row once"
+    );
+    if cx.form() == Form::Custom {
+        assert_eq!(
+            cx.held_keys().await,
+            0,
+            "{cx}: the custom unlock released every key"
+        );
+    }
+}
+
+/// An acknowledgement marks `processed_at` (with the time, and clears the lease) instead of
+/// deleting the row.
+pub async fn ack_marks_processed<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+    body!(AckMarksProcessed => ack_marks_processed_in);
+    run::<H, rows::ack_marks_processed::Family, _>(harness, form, test, AckMarksProcessed).await
+}
+
+async fn ack_marks_processed_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let before = now_micros();
+    let stop = async {
+        for n in 1..=3 {
+            cx.publish(&publisher, n, n).await;
+        }
+        cx.until("three rows are marked processed", || async {
+            cx.count("processed_at IS NOT NULL").await == 3
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    let after = now_micros();
+    assert_eq!(
+        cx.count("1=1").await,
+        3,
+        "{cx}: marked rows stay in the table"
+    );
+    assert_eq!(
+        cx.count("processed_at IS NOT NULL AND attempt = 1").await,
+        3,
+        "{cx}: each row marked processed after one attempt"
+    );
+    for id in cx.i64s(&format!("SELECT id FROM {}", cx.table.name)).await {
+        let at = cx.micros_of("processed_at", id).await;
+        assert!(
+            (before - 1_000_000..=after + 1_000_000).contains(&at),
+            "{cx}: row {id}'s processed_at ({at} µs) is the time of its settlement ({before}..{after})"
+        );
+        if cx.form() == Form::Lease {
+            assert_eq!(
+                cx.micros_of("locked_until", id).await,
+                -1,
+                "{cx}: the settlement cleared row {id}'s lease"
+            );
+        }
+    }
+    assert_eq!(
+        recorder.pairs(),
+        [(1, 1), (2, 1), (3, 1)],
+        "{cx}: each row once"
+    );
+}
+
+/// A rejection settles the row (here: marks it processed) after one attempt, and the row is
+/// not retried.
+pub async fn reject_settles_without_retry<H: Harness>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
+    body!(Reject => reject_in);
+    run::<H, rows::reject_settles_without_retry::Family, _>(harness, form, test, Reject).await
+}
+
+async fn reject_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    let recorder = Recorder::new(|_| async { Err(HandlerOutcome::reject()) });
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let stop = async {
+        for n in 1..=2 {
+            cx.publish(&publisher, n, n).await;
+        }
+        cx.until("both rejected rows are settled", || async {
+            cx.count("processed_at IS NOT NULL").await == 2
+        })
+        .await;
+        // Time enough for a retry, were there one.
+        sleep(POLL * 6).await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    assert_eq!(
+        recorder.pairs(),
+        [(1, 1), (2, 1)],
+        "{cx}: a rejected row is handled once, never retried"
+    );
+    assert_eq!(
+        cx.count("processed_at IS NOT NULL AND attempt = 1").await,
+        2,
+        "{cx}: a rejected row is settled after its one attempt"
+    );
+    if cx.form() == Form::Custom {
+        assert_eq!(cx.held_keys().await, 0, "{cx}: every key released");
+    }
+}
+
+/// A retry returns the row with its attempt counted: the handler sees attempt 1, then 2.
+pub async fn retry_counts_the_attempt<H: Harness>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
+    body!(Retry => retry_in);
+    run::<H, rows::retry_counts_the_attempt::Family, _>(harness, form, test, Retry).await
+}
+
+async fn retry_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    let recorder = Recorder::new(|seen| async move {
+        if seen.attempt == 1 {
+            Err(HandlerOutcome::retry())
+        } else {
+            Ok(())
+        }
+    });
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let stop = async {
+        for n in 1..=2 {
+            cx.publish(&publisher, n, n).await;
+        }
+        cx.until("both rows are retried once and settled", || async {
+            cx.count("processed_at IS NOT NULL").await == 2
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    assert_eq!(
+        recorder.pairs(),
+        [(1, 1), (1, 2), (2, 1), (2, 2)],
+        "{cx}: each row twice: attempt 1 (retried), then attempt 2"
+    );
+    assert_eq!(
+        cx.count("processed_at IS NOT NULL AND attempt = 2").await,
+        2,
+        "{cx}: the retry kept the first attempt counted, the second take counted the second"
+    );
+}
+
+/// A payload that does not decode is rejected without the handler, and its row settled after
+/// one attempt; the rows beside it go on.
+pub async fn undecodable_payload_rejected<H: Harness>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
+    body!(Undecodable => undecodable_in);
+    run::<H, rows::undecodable_payload_rejected::Family, _>(harness, form, test, Undecodable).await
+}
+
+async fn undecodable_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    // Row 1 holds no JSON; row 2 is a job.
+    cx.insert(Some(1), 1, b"not json").await;
+    cx.insert_job(2).await;
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let stop = async {
+        cx.until("both rows are settled", || async {
+            cx.count("processed_at IS NOT NULL").await == 2
+        })
+        .await;
+        sleep(POLL * 6).await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    assert_eq!(
+        recorder.pairs(),
+        [(2, 1)],
+        "{cx}: the handler sees the job, never the payload that does not decode"
+    );
+    assert_eq!(
+        cx.attempt_of(1).await,
+        1,
+        "{cx}: the undecodable row is settled after one attempt, not retried"
+    );
+    assert_eq!(cx.count("processed_at IS NOT NULL").await, 2);
+}

@@ -1,0 +1,195 @@
+//! The DDL of the suite's tables and the SQL of its assertions, per dialect.
+//!
+//! Every table has the same columns, whatever its form: `id`, `k` (the column the advisory key
+//! reads), `attempt`, `payload`, and where its form or settlement needs them `locked_until`
+//! and `processed_at`. Times are SQLite `INTEGER` microseconds, PostgreSQL `TIMESTAMPTZ`,
+//! MySQL and MariaDB `DATETIME(6)` (UTC), as the core writes them.
+//!
+//! Beside its table `t`, a scenario has `t_log` (what a handler in a child process marks) and,
+//! in the custom lock form, `t_held_keys` (lock.md's `held_keys`, with the session that took
+//! each key) and `t_lock_log` (every key the custom lock took, with its session).
+
+use ruststream_core::Dialect;
+
+use crate::Form;
+
+/// The table a scenario creates, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSpec {
+    /// The table's name.
+    pub name: &'static str,
+    /// Its form: the lease form has `locked_until`, the custom lock form its `held_keys`.
+    pub form: Form,
+    /// Whether it has `processed_at`.
+    pub processed: bool,
+}
+
+/// The column of the custom lock's `held_keys` table, quoted for the dialect (`key` is a
+/// reserved word of MySQL).
+pub fn key_column(dialect: Dialect) -> String {
+    dialect.quote("key")
+}
+
+/// The name of the table of keys the custom lock holds, beside `table`.
+pub fn held_keys(table: &str) -> String {
+    format!("{table}_held_keys")
+}
+
+/// The name of the table where the custom lock logs every key it takes, beside `table`.
+pub fn lock_log(table: &str) -> String {
+    format!("{table}_lock_log")
+}
+
+/// The name of the table where a handler marks what it started, beside `table`.
+pub fn log(table: &str) -> String {
+    format!("{table}_log")
+}
+
+/// The statements that drop every table of `spec`, if it exists.
+pub fn drop(spec: &TableSpec) -> Vec<String> {
+    [
+        spec.name.to_owned(),
+        log(spec.name),
+        held_keys(spec.name),
+        lock_log(spec.name),
+    ]
+    .iter()
+    .map(|t| format!("DROP TABLE IF EXISTS {t}"))
+    .collect()
+}
+
+/// The statements that create every table of `spec`, one statement each.
+pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
+    let (id, int, bytes, time, text, suffix) = match dialect {
+        Dialect::Sqlite => (
+            "INTEGER PRIMARY KEY AUTOINCREMENT",
+            "INTEGER",
+            "BLOB",
+            "INTEGER",
+            "TEXT",
+            "",
+        ),
+        Dialect::Postgres => (
+            "BIGSERIAL PRIMARY KEY",
+            "BIGINT",
+            "BYTEA",
+            "TIMESTAMPTZ",
+            "TEXT",
+            "",
+        ),
+        Dialect::MySql | Dialect::MariaDb => (
+            "BIGINT AUTO_INCREMENT PRIMARY KEY",
+            "BIGINT",
+            "LONGBLOB",
+            "DATETIME(6) NULL",
+            "VARCHAR(255)",
+            " ENGINE=InnoDB",
+        ),
+    };
+    let mut columns = vec![
+        format!("id {id}"),
+        format!("k {int} NOT NULL DEFAULT 0"),
+        format!("attempt {int} NOT NULL DEFAULT 0"),
+        format!("payload {bytes}"),
+    ];
+    if spec.form == Form::Lease {
+        columns.push(format!("locked_until {time}"));
+    }
+    if spec.processed {
+        columns.push(format!("processed_at {time}"));
+    }
+    let key = key_column(dialect);
+    let mut out = vec![
+        format!(
+            "CREATE TABLE {} ({}){suffix}",
+            spec.name,
+            columns.join(", ")
+        ),
+        format!(
+            "CREATE TABLE {} (n {int} NOT NULL, attempt {int} NOT NULL){suffix}",
+            log(spec.name)
+        ),
+    ];
+    if spec.form == Form::Custom {
+        out.push(format!(
+            "CREATE TABLE {} ({key} {text} NOT NULL PRIMARY KEY, session {int}){suffix}",
+            held_keys(spec.name)
+        ));
+        out.push(format!(
+            "CREATE TABLE {} ({key} {text} NOT NULL, session {int} NOT NULL){suffix}",
+            lock_log(spec.name)
+        ));
+    }
+    out
+}
+
+/// `bytes` as a literal of the dialect's binary type.
+pub fn bytes_literal(dialect: Dialect, bytes: &[u8]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    match dialect {
+        Dialect::Postgres => format!("decode('{hex}', 'hex')"),
+        Dialect::Sqlite | Dialect::MySql | Dialect::MariaDb => format!("X'{hex}'"),
+    }
+}
+
+/// A time column as microseconds since the Unix epoch, `NULL` as -1: the inverse of how the
+/// core writes times.
+pub fn micros(dialect: Dialect, column: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("COALESCE({column}, -1)"),
+        Dialect::Postgres => {
+            format!("COALESCE(CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT), -1)")
+        }
+        Dialect::MySql | Dialect::MariaDb => format!(
+            "COALESCE(TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {column}), -1)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddl_per_dialect() {
+        let spec = TableSpec {
+            name: "cf_t_lease",
+            form: Form::Lease,
+            processed: true,
+        };
+        let sqlite = create(Dialect::Sqlite, &spec);
+        assert_eq!(
+            sqlite[0],
+            "CREATE TABLE cf_t_lease (id INTEGER PRIMARY KEY AUTOINCREMENT, k INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0, payload BLOB, locked_until INTEGER, processed_at INTEGER)"
+        );
+        let pg = create(Dialect::Postgres, &spec);
+        assert_eq!(
+            pg[0],
+            "CREATE TABLE cf_t_lease (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL DEFAULT 0, attempt BIGINT NOT NULL DEFAULT 0, payload BYTEA, locked_until TIMESTAMPTZ, processed_at TIMESTAMPTZ)"
+        );
+        let custom = TableSpec {
+            name: "cf_t_custom",
+            form: Form::Custom,
+            processed: false,
+        };
+        let maria = create(Dialect::MariaDb, &custom);
+        assert_eq!(
+            maria[0],
+            "CREATE TABLE cf_t_custom (id BIGINT AUTO_INCREMENT PRIMARY KEY, k BIGINT NOT NULL DEFAULT 0, attempt BIGINT NOT NULL DEFAULT 0, payload LONGBLOB) ENGINE=InnoDB"
+        );
+        assert_eq!(
+            maria[2],
+            "CREATE TABLE cf_t_custom_held_keys (`key` VARCHAR(255) NOT NULL PRIMARY KEY, session BIGINT) ENGINE=InnoDB"
+        );
+        assert_eq!(drop(&custom).len(), 4);
+    }
+
+    #[test]
+    fn literals() {
+        assert_eq!(bytes_literal(Dialect::Sqlite, b"{}"), "X'7b7d'");
+        assert_eq!(
+            bytes_literal(Dialect::Postgres, b"{}"),
+            "decode('7b7d', 'hex')"
+        );
+    }
+}
