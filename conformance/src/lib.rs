@@ -53,6 +53,8 @@ mod support;
 
 #[cfg(feature = "rusqlite")]
 pub mod rusqlite;
+#[cfg(feature = "tokio-postgres")]
+pub mod tokio_postgres;
 
 use std::fmt;
 use std::future::Future;

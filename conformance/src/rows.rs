@@ -194,6 +194,26 @@ macro_rules! row {
                 crate::rusqlite::unlock(conn, <Self as SuiteRow>::NAME, key)
             }
         }
+
+        #[cfg(feature = "tokio-postgres")]
+        impl ::ruststream_tokio_postgres::Lock for $ty {
+            async fn lock(
+                client: &::ruststream_tokio_postgres::tokio_postgres::Client,
+                key: &str,
+            ) -> Result<bool, ::ruststream_tokio_postgres::tokio_postgres::Error> {
+                crate::tokio_postgres::lock(client, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "tokio-postgres")]
+        impl ::ruststream_tokio_postgres::Unlock for $ty {
+            async fn unlock(
+                client: &::ruststream_tokio_postgres::tokio_postgres::Client,
+                key: &str,
+            ) -> Result<bool, ::ruststream_tokio_postgres::tokio_postgres::Error> {
+                crate::tokio_postgres::unlock(client, <Self as SuiteRow>::NAME, key).await
+            }
+        }
     };
     (@lock $form:ident $ty:ident) => {};
 }

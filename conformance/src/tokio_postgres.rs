@@ -1,0 +1,261 @@
+//! The harness of the tokio-postgres adapter (feature `tokio-postgres`): PostgreSQL at
+//! `RUSTSTREAM_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`), a schema of its own
+//! per scenario and process, and the suite's custom lock on tokio-postgres's client.
+
+use ruststream::BrokerHandle;
+use ruststream_core::Dialect;
+use ruststream_core::keys::postgres_key_hash;
+use ruststream_tokio_postgres::TokioPostgresBroker;
+use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+use ruststream_tokio_postgres::tokio_postgres::{self, Client, NoTls, SimpleQueryMessage};
+
+use crate::harness::{
+    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+};
+use crate::schema;
+
+/// The default server.
+pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// PostgreSQL on tokio-postgres. Each scenario gets the schema `<table>_x<pid>` (`_s<pid>` under
+/// the simple query protocol), on the search
+/// path of every session the locator's URL opens (the broker's and the harness's own), so the
+/// suite's unqualified table names land there; the schema is dropped once the scenario passed.
+#[derive(Clone, Debug)]
+pub struct TokioPostgresHarness {
+    url: String,
+    simple: bool,
+}
+
+impl Default for TokioPostgresHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TokioPostgresHarness {
+    /// The harness on `RUSTSTREAM_PG_URL`, under the extended query protocol.
+    pub fn new() -> Self {
+        Self {
+            url: std::env::var("RUSTSTREAM_PG_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned()),
+            simple: false,
+        }
+    }
+
+    /// The same harness, its brokers under the simple query protocol. Advisory keys are the
+    /// database's, not the schema's: run it in a test binary of its own, not beside the
+    /// extended protocol's suite in the same process.
+    pub fn simple_query(mut self, simple: bool) -> Self {
+        self.simple = simple;
+        self
+    }
+}
+
+/// `url` with these parameters added to its query.
+fn with_params(url: &str, params: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{params}")
+}
+
+/// A session on `url`, or an error that names it.
+async fn connect(url: &str) -> HarnessResult<Client> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(|e| format!("cannot reach PostgreSQL at {url} (set RUSTSTREAM_PG_URL): {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// The schema a locator names.
+fn schema_of(db: &str) -> Option<&str> {
+    db.split("search_path%3D")
+        .nth(1)
+        .map(|rest| rest.split('&').next().unwrap_or(rest))
+}
+
+/// The key held on a connection of the harness's own.
+struct Held {
+    client: Client,
+    key: i64,
+}
+
+impl HeldKey for Held {
+    fn release(self: Box<Self>) -> HarnessFuture<'static, ()> {
+        Box::pin(async move {
+            self.client
+                .query_one("SELECT pg_advisory_unlock($1)", &[&self.key])
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+impl Harness for TokioPostgresHarness {
+    type Adapter = TokioPostgresBroker;
+    type RowLock = RowLocks;
+
+    fn name(&self) -> &'static str {
+        if self.simple {
+            "tokio-postgres (simple query protocol)"
+        } else {
+            "tokio-postgres"
+        }
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            hold_key: Support::Yes,
+            kill_connection: Support::Yes,
+            kill_process: Support::Yes,
+        }
+    }
+
+    fn prepare<'a>(&'a self, table: &'a str) -> HarnessFuture<'a, String> {
+        Box::pin(async move {
+            let protocol = if self.simple { "s" } else { "x" };
+            let schema = format!("{table}_{protocol}{}", std::process::id());
+            let client = connect(&self.url).await?;
+            client
+                .batch_execute(&format!(
+                    "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+                ))
+                .await?;
+            Ok(with_params(
+                &self.url,
+                &format!("application_name={schema}&options=-c%20search_path%3D{schema}"),
+            ))
+        })
+    }
+
+    fn broker(&self, db: &str) -> BrokerHandle<TokioPostgresBroker> {
+        TokioPostgresBroker::from_url(db, PoolConfig::new(16))
+            .simple_query(self.simple)
+            .handle()
+    }
+
+    fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            connect(db).await?.batch_execute(sql).await?;
+            Ok(())
+        })
+    }
+
+    fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
+        Box::pin(async move {
+            let messages = connect(db).await?.simple_query(sql).await?;
+            messages
+                .into_iter()
+                .filter_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => Some(row),
+                    _ => None,
+                })
+                .map(|row| -> HarnessResult<i64> {
+                    let text = row.get(0).ok_or_else(|| format!("`{sql}` answered NULL"))?;
+                    Ok(text
+                        .parse::<i64>()
+                        .map_err(|e| format!("`{sql}` answered {text}: {e}"))?)
+                })
+                .collect()
+        })
+    }
+
+    fn hold_key<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, Box<dyn HeldKey>> {
+        Box::pin(async move {
+            let client = connect(db).await?;
+            let key = postgres_key_hash(key);
+            client
+                .query_one("SELECT pg_advisory_lock($1)", &[&key])
+                .await?;
+            Ok(Box::new(Held { client, key }) as Box<dyn HeldKey>)
+        })
+    }
+
+    fn kill_key_holder<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, bool> {
+        Box::pin(async move {
+            // A 64-bit advisory key is `classid` (its high half) and `objid` (its low half),
+            // `objsubid` 1.
+            let hash = postgres_key_hash(key) as u64;
+            let (high, low) = (hash >> 32, hash & 0xffff_ffff);
+            let killed = self
+                .query_i64s(
+                    db,
+                    &format!(
+                        "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks \
+                         WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+                         AND classid = {high}::bigint::oid AND objid = {low}::bigint::oid) k"
+                    ),
+                )
+                .await?;
+            Ok(killed.first().copied().unwrap_or(0) > 0)
+        })
+    }
+
+    fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(schema) = schema_of(db) {
+                connect(&self.url)
+                    .await?
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The suite's custom lock (lock.md's `held_keys`, beside `table`): takes `key` unless it is
+/// held, recording the session (its backend's pid) that took it, and logs the take.
+pub(crate) async fn lock(
+    client: &Client,
+    table: &str,
+    key: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    let key_column = schema::key_column(Dialect::Postgres);
+    let taken = client
+        .execute(
+            &format!(
+                "INSERT INTO {} ({key_column}, session) VALUES ($1, pg_backend_pid()) \
+                 ON CONFLICT DO NOTHING",
+                schema::held_keys(table)
+            ),
+            &[&key],
+        )
+        .await?;
+    if taken == 1 {
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {} ({key_column}, session) VALUES ($1, pg_backend_pid())",
+                    schema::lock_log(table)
+                ),
+                &[&key],
+            )
+            .await?;
+    }
+    Ok(taken == 1)
+}
+
+/// The suite's custom unlock: releases `key`, and answers whether it was held.
+pub(crate) async fn unlock(
+    client: &Client,
+    table: &str,
+    key: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    let released = client
+        .execute(
+            &format!(
+                "DELETE FROM {} WHERE {} = $1",
+                schema::held_keys(table),
+                schema::key_column(Dialect::Postgres)
+            ),
+            &[&key],
+        )
+        .await?;
+    Ok(released == 1)
+}
