@@ -92,26 +92,29 @@ async fn the_same_service_ships_every_order_on_sqlx() {
 fn the_two_files_differ_in_the_prelude_the_derive_and_the_broker_line_only() {
     let a = include_str!("../examples/switch/on_rusqlite.rs");
     let b = include_str!("../examples/switch/on_sqlx.rs");
-    // The module docs name the file and its twin; the code below them is compared.
-    let code = |s: &'static str| -> Vec<&'static str> {
-        s.lines()
+    // The module docs name the file and its twin; the code below them is compared statement
+    // by statement, whitespace aside (rustfmt may wrap a longer line).
+    let code = |s: &'static str| -> Vec<String> {
+        let body: String = s
+            .lines()
             .skip_while(|l| l.starts_with("//!") || l.is_empty())
-            .collect()
+            .flat_map(|l| l.chars().chain(['\n']))
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        body.split(';').map(str::to_owned).collect()
     };
     let (a, b) = (code(a), code(b));
-    assert_eq!(a.len(), b.len(), "the same number of lines");
-    let differ: Vec<(&str, &str)> = a
-        .iter()
-        .zip(&b)
-        .filter(|(x, y)| x != y)
-        .map(|(x, y)| (*x, *y))
-        .collect();
+    assert_eq!(a.len(), b.len(), "the same statements");
+    let differ: Vec<(&String, &String)> = a.iter().zip(&b).filter(|(x, y)| x != y).collect();
     assert_eq!(differ.len(), 3, "{differ:#?}");
     assert!(
         differ[0].0.contains("ruststream_rusqlite::prelude")
             && differ[0].1.contains("ruststream_sqlx::prelude")
     );
-    assert!(differ[1].0.contains("Deserialize)]") && differ[1].1.contains("sqlx::FromRow)]"));
+    assert!(
+        differ[1].0.contains("derive(Inbox,Deserialize)]")
+            && differ[1].1.contains("derive(Inbox,sqlx::FromRow)]")
+    );
     assert!(
         differ[2].0.contains("RusqliteBroker::open")
             && differ[2].1.contains("SqlxBroker::from_url")

@@ -47,7 +47,7 @@ impl Handle<Ship> for Shipper {
 /// The service on the SQLite file at `path`, shipping into `shipped`.
 pub fn service(path: &Path, shipped: Arc<AtomicUsize>) -> RustStream {
     let broker = SqlxBroker::from_url(
-        &format!("sqlite:{}", path.display()),
+        format!("sqlite:{}", path.display()),
         sqlx::sqlite::SqlitePoolOptions::new(),
     );
     RustStream::new(AppInfo::new("orders", "0.1.0")).with_broker(broker, |b| {
