@@ -27,7 +27,23 @@
 //! Every scenario and form has a table of its own (`cf_<scenario>_<form>`, [`rows`]), created
 //! by the scenario with DDL the suite renders per dialect ([`schema`]) and dropped first, so
 //! the scenarios run in parallel on one server database. The row types implement
-//! `InboxTable`, `PayloadRow` and `AttemptRow` by hand and decode with serde.
+//! `InboxTable`, `PayloadRow` and `AttemptRow` by hand and decode with serde, with
+//! `sqlx::FromRow` (feature `sqlx`) and with mysql_async's `FromRow` (feature `mysql-async`).
+//!
+//! # Harnesses
+//!
+//! | feature | harness | database |
+//! |---|---|---|
+//! | `rusqlite` | [`rusqlite::RusqliteHarness`] | SQLite, a file per scenario |
+//! | `tokio-postgres` | [`tokio_postgres::TokioPostgresHarness`] | PostgreSQL at `RUSTSTREAM_PG_URL`, a schema per scenario |
+//! | `sqlx` | [`sqlx::SqlxPostgresHarness`] | PostgreSQL at `RUSTSTREAM_PG_URL`, in the database `<database>_cf_sqlx`, a schema per scenario |
+//! | `sqlx` | [`sqlx::SqlxMySqlHarness`] | MariaDB at `RUSTSTREAM_MYSQL_URL`, a database per scenario |
+//! | `sqlx` | [`sqlx::SqlxSqliteHarness`] | SQLite, a file per scenario |
+//! | `mysql-async` | [`mysql_async::MySqlAsyncHarness`] | MariaDB at `RUSTSTREAM_MYSQL_URL`, a database per scenario |
+//!
+//! A scenario's advisory keys are fixed (`<table>-<k>`): the harnesses of one server keep
+//! them apart by database (a PostgreSQL advisory lock and a MariaDB lock name belong to a
+//! database), so the suites run at once on one server.
 //!
 //! # The forms
 //!
@@ -51,10 +67,16 @@ pub mod scenarios;
 pub mod schema;
 mod support;
 
+#[cfg(feature = "mysql-async")]
+pub mod mysql_async;
 #[cfg(feature = "rusqlite")]
 pub mod rusqlite;
+#[cfg(feature = "sqlx")]
+pub mod sqlx;
 #[cfg(feature = "tokio-postgres")]
 pub mod tokio_postgres;
+#[cfg(any(feature = "sqlx", feature = "mysql-async"))]
+mod urls;
 
 use std::fmt;
 use std::future::Future;

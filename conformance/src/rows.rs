@@ -4,8 +4,12 @@
 //! The row types implement `InboxTable`, `PayloadRow` and `AttemptRow` by hand. A row holds
 //! the id, the attempt and the payload; the description also names `k` (the key's column),
 //! `locked_until` and `processed_at`, which need no Rust field: rows need no time types. Rows
-//! decode with serde (rusqlite); the `sqlx` feature, once added, derives `sqlx::FromRow` beside
-//! it, at the one place marked in `row!`.
+//! decode with serde (rusqlite, tokio-postgres); the `sqlx` feature derives `sqlx::FromRow`
+//! beside it, and the `mysql-async` feature mysql_async's `FromRow`. The DDL ([`schema`])
+//! makes every field decodable on every database: `id` and `attempt` are `BIGINT` (SQLite
+//! `INTEGER`), read as `i64`; `payload` is binary, read as `Vec<u8>`.
+//!
+//! [`schema`]: crate::schema
 //!
 //! The custom-lock rows ([`Form::Custom`]) implement each adapter's `Lock` and `Unlock` behind
 //! that adapter's feature, on the table `<table>_held_keys` of lock.md: one per scenario table,
@@ -73,8 +77,8 @@ macro_rules! row {
     ($ty:ident, $form:ident, $settle:ident, $name:expr) => {
         #[doc = concat!("A row of `", $name, "`.")]
         #[derive(Debug, Deserialize)]
-        // The `sqlx` feature derives `sqlx::FromRow` here:
-        // #[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+        #[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+        #[cfg_attr(feature = "mysql-async", derive(mysql_async::prelude::FromRow))]
         pub struct $ty {
             /// The id.
             pub id: i64,
@@ -212,6 +216,86 @@ macro_rules! row {
                 key: &str,
             ) -> Result<bool, ::ruststream_tokio_postgres::tokio_postgres::Error> {
                 crate::tokio_postgres::unlock(client, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl ::ruststream_sqlx::Lock<::sqlx::Postgres> for $ty {
+            async fn lock(
+                conn: &mut ::sqlx::PgConnection,
+                key: &str,
+            ) -> Result<bool, ::sqlx::Error> {
+                crate::sqlx::pg_lock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl ::ruststream_sqlx::Unlock<::sqlx::Postgres> for $ty {
+            async fn unlock(
+                conn: &mut ::sqlx::PgConnection,
+                key: &str,
+            ) -> Result<bool, ::sqlx::Error> {
+                crate::sqlx::pg_unlock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl ::ruststream_sqlx::Lock<::sqlx::MySql> for $ty {
+            async fn lock(
+                conn: &mut ::sqlx::MySqlConnection,
+                key: &str,
+            ) -> Result<bool, ::sqlx::Error> {
+                crate::sqlx::mysql_lock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl ::ruststream_sqlx::Unlock<::sqlx::MySql> for $ty {
+            async fn unlock(
+                conn: &mut ::sqlx::MySqlConnection,
+                key: &str,
+            ) -> Result<bool, ::sqlx::Error> {
+                crate::sqlx::mysql_unlock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl ::ruststream_sqlx::Lock<::sqlx::Sqlite> for $ty {
+            async fn lock(
+                conn: &mut ::sqlx::SqliteConnection,
+                key: &str,
+            ) -> Result<bool, ::sqlx::Error> {
+                crate::sqlx::sqlite_lock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl ::ruststream_sqlx::Unlock<::sqlx::Sqlite> for $ty {
+            async fn unlock(
+                conn: &mut ::sqlx::SqliteConnection,
+                key: &str,
+            ) -> Result<bool, ::sqlx::Error> {
+                crate::sqlx::sqlite_unlock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "mysql-async")]
+        impl ::ruststream_mysql_async::Lock for $ty {
+            async fn lock(
+                conn: &mut ::mysql_async::Conn,
+                key: &str,
+            ) -> Result<bool, ::mysql_async::Error> {
+                crate::mysql_async::lock(conn, <Self as SuiteRow>::NAME, key).await
+            }
+        }
+
+        #[cfg(feature = "mysql-async")]
+        impl ::ruststream_mysql_async::Unlock for $ty {
+            async fn unlock(
+                conn: &mut ::mysql_async::Conn,
+                key: &str,
+            ) -> Result<bool, ::mysql_async::Error> {
+                crate::mysql_async::unlock(conn, <Self as SuiteRow>::NAME, key).await
             }
         }
     };

@@ -3,7 +3,13 @@
 //! Every table has the same columns, whatever its form: `id`, `k` (the column the advisory key
 //! reads), `attempt`, `payload`, and where its form or settlement needs them `locked_until`
 //! and `processed_at`. Times are SQLite `INTEGER` microseconds, PostgreSQL `TIMESTAMPTZ`,
-//! MySQL and MariaDB `DATETIME(6)` (UTC), as the core writes them.
+//! MySQL and MariaDB `DATETIME(6)` (UTC), as the core writes them. `id` and `attempt` are
+//! `BIGINT` (SQLite `INTEGER`): the row types read both as `i64`, with serde, `sqlx::FromRow`
+//! and mysql_async's `FromRow` alike.
+//!
+//! The claim order of every table is its id, the primary key, and no table has a due column:
+//! on InnoDB a claim's `FOR UPDATE` walks the primary key and locks only the rows it reads up
+//! to the ones it takes, so the tables need no index beside it.
 //!
 //! Beside its table `t`, a scenario has `t_log` (what a handler in a child process marks) and,
 //! in the custom lock form, `t_held_keys` (lock.md's `held_keys`, with the session that took

@@ -179,7 +179,8 @@ impl Harness for TokioPostgresHarness {
     fn kill_key_holder<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, bool> {
         Box::pin(async move {
             // A 64-bit advisory key is `classid` (its high half) and `objid` (its low half),
-            // `objsubid` 1.
+            // `objsubid` 1, in the current database (another database's lock of the same key,
+            // such as the sqlx suite's, is not this one).
             let hash = postgres_key_hash(key) as u64;
             let (high, low) = (hash >> 32, hash & 0xffff_ffff);
             let killed = self
@@ -188,6 +189,7 @@ impl Harness for TokioPostgresHarness {
                     &format!(
                         "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks \
                          WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+                         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                          AND classid = {high}::bigint::oid AND objid = {low}::bigint::oid) k"
                     ),
                 )

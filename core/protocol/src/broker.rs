@@ -182,6 +182,9 @@ struct Claim<R> {
     row_id: Option<(Value, i64)>,
     /// The advisory lock form: the candidates have been read.
     loaded: bool,
+    /// The advisory lock form: keys this claim found held (in work here or elsewhere). Their
+    /// later candidates are passed over too, so no row overtakes an earlier row of its key.
+    passed: BTreeSet<Arc<str>>,
     /// The lease form: the expiry the claim wrote.
     until: Option<Time>,
     failed: bool,
@@ -803,6 +806,7 @@ impl<R> Broker<R> {
                 current: None,
                 row_id: None,
                 loaded: false,
+                passed: BTreeSet::new(),
                 until: None,
                 failed: false,
             },
@@ -1347,7 +1351,9 @@ impl<R> Broker<R> {
                     self.next_candidate(claim);
                 } else {
                     let c = self.claims.get_mut(&claim).expect("claim in flight");
-                    c.current = None;
+                    if let Some(candidate) = c.current.take() {
+                        c.passed.insert(candidate.key);
+                    }
                     self.next_candidate(claim);
                 }
             }
@@ -1536,7 +1542,13 @@ impl<R> Broker<R> {
             };
             let mode = self.subs[sub.0].mode;
             match mode {
-                KeyMode::Database if self.keys.contains(&candidate.key) => continue,
+                KeyMode::Database
+                    if self.keys.contains(&candidate.key) || c.passed.contains(&candidate.key) =>
+                {
+                    let c = self.claims.get_mut(&claim).expect("claim in flight");
+                    c.passed.insert(candidate.key);
+                    continue;
+                }
                 KeyMode::Registry if self.keys.contains(&candidate.key) => {
                     // The first due rows are in work: the claim takes nothing while they are.
                     let c = self.claims.get_mut(&claim).expect("claim in flight");

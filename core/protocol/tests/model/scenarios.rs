@@ -2897,3 +2897,30 @@ fn wake_claims_before_the_poll_interval() {
         );
     }
 }
+
+/// A claim that found a key held passes over the later rows of that key in the same batch, so
+/// a later row of the key never overtakes an earlier one when the key is released meanwhile.
+#[test]
+fn advisory_claim_keeps_claim_order_within_a_key() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, advisory(), 3);
+        sim.insert(0);
+        sim.insert(1);
+        sim.insert(0);
+        let other = sim.hold_elsewhere("jobs-0");
+        let p = sim.spawn();
+        let second = lock_arg(dialect, "jobs-1");
+        sim.run_until(p, |c| {
+            matches!(&c.action, Action::Execute { statement, binds }
+                if statement.kind == StatementKind::TryLock && binds.first() == Some(&second))
+        });
+        // The other system lets go of jobs-0 after the claim found it held.
+        sim.db.kill(other);
+        sim.run();
+        assert_eq!(
+            sim.delivered_rows(p, 0),
+            [2],
+            "{dialect:?}: row 3 of jobs-0 overtook row 1, which the claim passed over"
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! A table that names no form takes its rows by row lock, and SQLite has no row locks: a
+//! subscription to such a table through a SQLite broker does not compile, and the error names
+//! the rule.
+
+#[test]
+fn row_lock_on_sqlite_does_not_compile() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/row_lock_on_sqlite.rs");
+    t.pass("tests/ui/row_lock_on_postgres.rs");
+}

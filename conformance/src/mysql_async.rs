@@ -1,0 +1,235 @@
+//! The harness of the mysql-async adapter (feature `mysql-async`): MariaDB (or MySQL) at
+//! `RUSTSTREAM_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`), a database of its own
+//! per scenario and process, and the suite's custom lock on mysql_async's connection.
+//!
+//! A lock name starts with the database's name (`keys::mysql_lock_name`): the database per
+//! scenario keeps the suite's advisory keys apart from every other suite's on the server.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use ruststream::BrokerHandle;
+use ruststream_core::Dialect;
+use ruststream_core::keys::mysql_lock_name;
+use ruststream_mysql_async::MySqlAsyncBroker;
+
+use crate::harness::{
+    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+};
+use crate::schema;
+use crate::urls::{database_of, with_database};
+
+/// The default server.
+pub const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// MariaDB on mysql_async: each scenario gets the database `<table>_m<pid>`, dropped once the
+/// scenario passed. The harness's own SQL runs on a session it opens for each call.
+#[derive(Clone, Debug)]
+pub struct MySqlAsyncHarness {
+    url: String,
+}
+
+impl Default for MySqlAsyncHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MySqlAsyncHarness {
+    /// The harness on `RUSTSTREAM_MYSQL_URL`.
+    pub fn new() -> Self {
+        Self::on(std::env::var("RUSTSTREAM_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned()))
+    }
+
+    /// The harness on the server `url` reaches.
+    pub fn on(url: impl Into<String>) -> Self {
+        Self { url: url.into() }
+    }
+}
+
+/// A session on `url`, or an error that names it.
+async fn connect(url: &str) -> HarnessResult<Conn> {
+    Conn::from_url(url).await.map_err(|e| {
+        format!("cannot reach MariaDB at {url} (set RUSTSTREAM_MYSQL_URL): {e}").into()
+    })
+}
+
+/// The lock name of `key` in the database `db` names.
+fn lock_name(db: &str, key: &str) -> HarnessResult<String> {
+    let database = database_of(db).ok_or_else(|| format!("{db} names no database"))?;
+    Ok(mysql_lock_name(database, key))
+}
+
+/// A lock held on a session of the harness's own.
+struct Held {
+    conn: Conn,
+    name: String,
+}
+
+impl HeldKey for Held {
+    fn release(self: Box<Self>) -> HarnessFuture<'static, ()> {
+        Box::pin(async move {
+            let Held { mut conn, name } = *self;
+            let released: Option<Option<i64>> = conn
+                .exec_first("SELECT RELEASE_LOCK(?)", (name.as_str(),))
+                .await?;
+            conn.disconnect().await?;
+            if released.flatten() != Some(1) {
+                return Err(format!("the harness's session did not hold {name}").into());
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Harness for MySqlAsyncHarness {
+    type Adapter = MySqlAsyncBroker;
+    type RowLock = RowLocks;
+
+    fn name(&self) -> &'static str {
+        "mysql-async"
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::MariaDb
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            hold_key: Support::Yes,
+            kill_connection: Support::Yes,
+            kill_process: Support::Yes,
+        }
+    }
+
+    fn prepare<'a>(&'a self, table: &'a str) -> HarnessFuture<'a, String> {
+        Box::pin(async move {
+            let database = format!("{table}_m{}", std::process::id());
+            let mut conn = connect(&self.url).await?;
+            conn.query_drop("SET SESSION lock_wait_timeout = 10")
+                .await?;
+            conn.query_drop(format!("DROP DATABASE IF EXISTS {database}"))
+                .await?;
+            conn.query_drop(format!("CREATE DATABASE {database}"))
+                .await?;
+            conn.disconnect().await?;
+            Ok(with_database(&self.url, &database))
+        })
+    }
+
+    fn broker(&self, db: &str) -> BrokerHandle<MySqlAsyncBroker> {
+        MySqlAsyncBroker::from_url(db).handle()
+    }
+
+    fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let mut conn = connect(db).await?;
+            conn.query_drop(sql).await?;
+            conn.disconnect().await?;
+            Ok(())
+        })
+    }
+
+    fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
+        Box::pin(async move {
+            let mut conn = connect(db).await?;
+            let values: Vec<Option<i64>> = conn.query(sql).await?;
+            conn.disconnect().await?;
+            values
+                .into_iter()
+                .map(|v| v.ok_or_else(|| format!("`{sql}` answered NULL").into()))
+                .collect()
+        })
+    }
+
+    fn hold_key<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, Box<dyn HeldKey>> {
+        Box::pin(async move {
+            let name = lock_name(db, key)?;
+            let mut conn = connect(db).await?;
+            let taken: Option<Option<i64>> = conn
+                .exec_first("SELECT GET_LOCK(?, 0)", (name.as_str(),))
+                .await?;
+            if taken.flatten() != Some(1) {
+                return Err(format!("GET_LOCK('{name}', 0) answered {taken:?}").into());
+            }
+            Ok(Box::new(Held { conn, name }) as Box<dyn HeldKey>)
+        })
+    }
+
+    fn kill_key_holder<'a>(&'a self, db: &'a str, key: &'a str) -> HarnessFuture<'a, bool> {
+        Box::pin(async move {
+            let name = lock_name(db, key)?;
+            let mut conn = connect(db).await?;
+            let holder: Option<Option<i64>> = conn
+                .exec_first("SELECT IS_USED_LOCK(?)", (name.as_str(),))
+                .await?;
+            let holder = holder.flatten();
+            if let Some(holder) = holder {
+                conn.query_drop(format!("KILL CONNECTION {holder}")).await?;
+            }
+            conn.disconnect().await?;
+            Ok(holder.is_some())
+        })
+    }
+
+    fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(database) = database_of(db) {
+                let mut conn = connect(&self.url).await?;
+                conn.query_drop("SET SESSION lock_wait_timeout = 10")
+                    .await?;
+                conn.query_drop(format!("DROP DATABASE IF EXISTS {database}"))
+                    .await?;
+                conn.disconnect().await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The suite's custom lock (lock.md's `held_keys`, beside `table`): takes `key` unless it is
+/// held, recording the session (`CONNECTION_ID()`) that took it, and logs the take.
+pub(crate) async fn lock(
+    conn: &mut Conn,
+    table: &str,
+    key: &str,
+) -> Result<bool, mysql_async::Error> {
+    let key_column = schema::key_column(Dialect::MariaDb);
+    conn.exec_drop(
+        format!(
+            "INSERT IGNORE INTO {} ({key_column}, session) VALUES (?, CONNECTION_ID())",
+            schema::held_keys(table)
+        ),
+        (key,),
+    )
+    .await?;
+    let taken = conn.affected_rows() == 1;
+    if taken {
+        conn.exec_drop(
+            format!(
+                "INSERT INTO {} ({key_column}, session) VALUES (?, CONNECTION_ID())",
+                schema::lock_log(table)
+            ),
+            (key,),
+        )
+        .await?;
+    }
+    Ok(taken)
+}
+
+/// The suite's custom unlock: releases `key`, and answers whether it was held.
+pub(crate) async fn unlock(
+    conn: &mut Conn,
+    table: &str,
+    key: &str,
+) -> Result<bool, mysql_async::Error> {
+    conn.exec_drop(
+        format!(
+            "DELETE FROM {} WHERE {} = ?",
+            schema::held_keys(table),
+            schema::key_column(Dialect::MariaDb)
+        ),
+        (key,),
+    )
+    .await?;
+    Ok(conn.affected_rows() == 1)
+}
