@@ -1,4 +1,5 @@
 //! The quick start and the examples of ruststream, run by the test suite.
 //!
 //! `cargo run --release --example quickstart` publishes a batch of jobs into a SQLite file under
-//! `target/`, processes them in the advisory lock form, and prints a summary.
+//! `target/` (or, with `--url postgres://..` or `--url mysql://..`, into a server through sqlx),
+//! processes them in the advisory lock form, and prints a summary.
