@@ -8,7 +8,6 @@
 
 mod adapter;
 mod common;
-mod examples;
 mod forms;
 mod mariadb;
 mod postgres;
