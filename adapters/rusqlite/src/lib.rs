@@ -163,7 +163,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod de;
 mod lock;
 mod pool;
 mod row;
@@ -179,11 +178,11 @@ use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
 
-pub use de::DecodeError;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 pub use row::RusqliteRow;
 /// The rusqlite crate this adapter runs on, for [`Lock`] and [`Unlock`] implementations.
 pub use rusqlite;
+pub use ruststream::de::DecodeError;
 
 use pool::{CommandReply, Config, Pool};
 

@@ -1,13 +1,13 @@
 //! The adapter's row, and the mapping of values and errors between rusqlite and the core.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use rusqlite::ErrorCode;
 use rusqlite::types::Value as SqlValue;
+use ruststream::de::{self, Cell, DecodeError};
 use ruststream_core::{DbError, ErrorKind, Value};
 use serde::de::DeserializeOwned;
-
-use crate::de::{DecodeError, RowDeserializer};
 
 /// A row read from SQLite, owned: its column names and values, in the statement's order.
 ///
@@ -60,12 +60,32 @@ impl RusqliteRow {
     /// The row as `T`, by serde: a struct reads its fields from the columns of the same names
     /// (columns it does not name are ignored), a tuple reads the columns in order.
     ///
-    /// `INTEGER` reads into any integer type that holds its value, and into `bool` and
-    /// floats; `REAL` into floats; `TEXT` into `String`, `&str`-like types, unit enums, and
+    /// `INTEGER` reads into any integer type that holds its value, and into `bool`, floats
+    /// and `String` (its decimal text); `REAL` into floats; `TEXT` into `String`, `&str`-like types, unit enums, and
     /// `Vec<u8>` as its UTF-8 bytes; `BLOB` into `Vec<u8>` (and `serde_bytes` types), or
     /// `String` when it is UTF-8; `NULL` into `Option::None` and `()`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
-        T::deserialize(RowDeserializer::new(self))
+        de::from_row(self)
+    }
+}
+
+impl de::Row for RusqliteRow {
+    fn column_count(&self) -> usize {
+        self.values.len()
+    }
+
+    fn column_name(&self, index: usize) -> &str {
+        &self.columns[index]
+    }
+
+    fn cell(&self, index: usize) -> Cell<'_> {
+        match &self.values[index] {
+            SqlValue::Null => Cell::Null,
+            SqlValue::Integer(i) => Cell::Int(*i),
+            SqlValue::Real(r) => Cell::Real(*r),
+            SqlValue::Text(t) => Cell::Text(Cow::Borrowed(t)),
+            SqlValue::Blob(b) => Cell::Bytes(b),
+        }
     }
 }
 
@@ -151,6 +171,8 @@ fn code_kind(code: ErrorCode, message: Option<&str>) -> ErrorKind {
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
     #[test]
@@ -192,5 +214,111 @@ mod tests {
         assert_eq!(row.get("id"), Some(&SqlValue::Integer(2)));
         assert_eq!(row.get("ID"), Some(&SqlValue::Integer(1)));
         assert_eq!(row.get("other"), None);
+    }
+
+    fn row(columns: &[(&str, SqlValue)]) -> RusqliteRow {
+        columns
+            .iter()
+            .map(|(c, v)| (c.to_string(), v.clone()))
+            .collect()
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "lowercase")]
+    enum State {
+        New,
+        Done,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Job {
+        id: i64,
+        attempt: i16,
+        small: i32,
+        payload: Vec<u8>,
+        name: String,
+        note: Option<String>,
+        locked_until: Option<i64>,
+        score: f64,
+        flag: bool,
+        state: State,
+    }
+
+    #[test]
+    fn decodes_a_struct_by_column_names() {
+        let r = row(&[
+            ("id", SqlValue::Integer(9)),
+            ("extra", SqlValue::Text("ignored".into())),
+            ("attempt", SqlValue::Integer(2)),
+            ("small", SqlValue::Integer(-3)),
+            ("payload", SqlValue::Blob(b"{\"a\":1}".to_vec())),
+            ("name", SqlValue::Text("x".into())),
+            ("note", SqlValue::Null),
+            ("locked_until", SqlValue::Integer(77)),
+            ("score", SqlValue::Real(0.5)),
+            ("flag", SqlValue::Integer(1)),
+            ("state", SqlValue::Text("done".into())),
+        ]);
+        let job: Job = r.decode().unwrap();
+        assert_eq!(
+            job,
+            Job {
+                id: 9,
+                attempt: 2,
+                small: -3,
+                payload: b"{\"a\":1}".to_vec(),
+                name: "x".into(),
+                note: None,
+                locked_until: Some(77),
+                score: 0.5,
+                flag: true,
+                state: State::Done,
+            }
+        );
+        let _ = State::New;
+    }
+
+    #[test]
+    fn decodes_a_tuple_in_column_order() {
+        let r = row(&[
+            ("a", SqlValue::Integer(1)),
+            ("b", SqlValue::Blob(vec![1, 2])),
+        ]);
+        let (a, b): (i64, Vec<u8>) = r.decode().unwrap();
+        assert_eq!((a, b), (1, vec![1, 2]));
+    }
+
+    #[test]
+    fn errors_name_the_column() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Narrow {
+            attempt: i16,
+        }
+        let r = row(&[("attempt", SqlValue::Integer(70_000))]);
+        let error = r.decode::<Narrow>().unwrap_err();
+        assert_eq!(error.column(), Some("attempt"));
+        assert!(
+            error.to_string().starts_with("column `attempt`: "),
+            "{error}"
+        );
+
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Bytes {
+            payload: Vec<u8>,
+        }
+        let r = row(&[("payload", SqlValue::Integer(1))]);
+        let error = r.decode::<Bytes>().unwrap_err();
+        assert_eq!(error.column(), Some("payload"));
+
+        let r = row(&[("other", SqlValue::Integer(1))]);
+        let error = r.decode::<Bytes>().unwrap_err();
+        assert!(
+            error.to_string().contains("missing field `payload`"),
+            "{error}"
+        );
+        let r = row(&[("payload", SqlValue::Null)]);
+        assert!(r.decode::<Bytes>().is_err(), "NULL is no Vec<u8>");
     }
 }

@@ -193,7 +193,6 @@
 
 mod broker;
 mod conns;
-mod de;
 mod error;
 mod literal;
 mod lock;
@@ -204,13 +203,13 @@ pub use broker::{
     ClosedTokioPostgresBroker, DEFAULT_CREATE_TIMEOUT, DEFAULT_RECYCLE_TIMEOUT,
     DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker, TokioPostgresRoute,
 };
-pub use de::DecodeError;
 /// The deadpool-postgres crate of the broker's pool, for [`TokioPostgresBroker::new`] and
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;
 pub use error::{TokioPostgresBrokerError, TokioPostgresPublisher};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 pub use row::PgRow;
+pub use ruststream::de::DecodeError;
 /// The tokio-postgres crate this adapter runs on, for [`Lock`] and [`Unlock`]
 /// implementations.
 pub use tokio_postgres;

@@ -1,14 +1,14 @@
 //! The adapter's row, and what the core reads of it.
 
+use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
 
+use ruststream::de::{self, DecodeError};
 use ruststream_core::{DbError, ErrorKind, StatementKind, Value};
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Row, SimpleQueryRow};
-
-use crate::de::{DecodeError, RowDeserializer};
 
 /// A row the broker read from PostgreSQL: a [`tokio_postgres::Row`] under the extended query
 /// protocol (the default), a [`tokio_postgres::SimpleQueryRow`] of text under the simple query
@@ -111,7 +111,7 @@ impl PgRow {
     /// floats, `t`/`f` booleans, and `bytea`'s `\x..` hex text into `Vec<u8>` (text without
     /// the `\x` reads as its UTF-8 bytes).
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
-        T::deserialize(RowDeserializer::new(self))
+        de::from_row(self)
     }
 
     /// The value of the column at `index`, as the deserializer and the core read it.
@@ -175,6 +175,59 @@ impl PgRow {
             })
             .collect()
     }
+}
+
+impl de::Row for PgRow {
+    fn column_count(&self) -> usize {
+        self.len()
+    }
+
+    fn column_name(&self, index: usize) -> &str {
+        PgRow::column_name(self, index)
+    }
+
+    fn cell(&self, index: usize) -> de::Cell<'_> {
+        match PgRow::cell(self, index) {
+            Cell::Null => de::Cell::Null,
+            Cell::Bool(b) => de::Cell::Bool(b),
+            Cell::Int(i) => de::Cell::Int(i),
+            Cell::Float(f) => de::Cell::Real(f),
+            Cell::Str(text) => de::Cell::Text(Cow::Borrowed(text)),
+            Cell::Owned(text) => de::Cell::Text(Cow::Owned(text)),
+            Cell::Bytes(bytes) => de::Cell::Bytes(bytes),
+            Cell::Text(text) => de::Cell::Untyped(text),
+            Cell::Unsupported(ty) => de::Cell::Invalid(format!(
+                "the type `{}` does not decode with serde here; cast it in SQL, or read it from `PgRow::as_row`",
+                ty.name()
+            )),
+            Cell::Broken(message) => de::Cell::Invalid(message),
+        }
+    }
+
+    /// The simple protocol's text of a `bytea` is its hex output (`\x0a0b`).
+    fn untyped_bytes<'a>(&self, text: &'a str) -> Result<Cow<'a, [u8]>, String> {
+        bytea_text(text)
+    }
+}
+
+/// The bytes of `bytea`'s text output: hex (`\x0a0b`), or else the text's own bytes (the
+/// escape format of printable bytes).
+fn bytea_text(text: &str) -> Result<Cow<'_, [u8]>, String> {
+    let Some(hex) = text.strip_prefix("\\x") else {
+        return Ok(Cow::Borrowed(text.as_bytes()));
+    };
+    if hex.len() % 2 != 0 {
+        return Err("bytea hex text of odd length".to_owned());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(|| "bytea hex text holds a non-hex digit".to_owned())
+        })
+        .collect::<Result<Vec<u8>, String>>()
+        .map(Cow::Owned)
 }
 
 /// Any value, as the raw bytes of its binary format, or `None` for `NULL`.
@@ -337,6 +390,14 @@ mod tests {
             Value::Text("t".into())
         );
         assert!(core_value(Cell::Text("x"), "locked", StatementKind::TryLock).is_err());
+    }
+
+    #[test]
+    fn bytea_text_reads_hex_and_plain_text() {
+        assert_eq!(bytea_text("\\x00ff7b").unwrap(), vec![0, 255, b'{']);
+        assert_eq!(bytea_text("plain").unwrap(), b"plain".to_vec());
+        assert!(bytea_text("\\x0").is_err());
+        assert!(bytea_text("\\xzz").is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 pub mod adapter;
 mod app;
 pub mod codec;
+pub mod de;
 mod driver;
 pub mod exec;
 mod handle;
