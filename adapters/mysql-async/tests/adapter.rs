@@ -579,6 +579,16 @@ async fn a_close_drops_a_custom_lock_that_does_not_end() {
     let db = TestDb::new("adapter_hang", &[]).await;
     let broker = Arc::new(started(MySqlAsyncBroker::from_url(&db.url)).await);
     assert_eq!(run(&broker, 1, Action::Acquire).await, Reply::Done);
+    let id = values(
+        run(
+            &broker,
+            1,
+            exec("SELECT CONNECTION_ID() AS id", rows(&["id"], false), vec![]),
+        )
+        .await,
+    )[0][0]
+        .as_int()
+        .expect("the session's id");
     let custom = CustomLock::new(hang, hang);
     let locking = broker.execute(
         command(
@@ -607,9 +617,11 @@ async fn a_close_drops_a_custom_lock_that_does_not_end() {
     assert!(cut.message.contains("cut short"), "{cut}");
     let queued = failed(queued.await.unwrap());
     assert_eq!(queued.kind, ErrorKind::ConnectionLost, "{queued}");
+    let ended = format!("SELECT COUNT(*) FROM information_schema.processlist WHERE id = {id}");
+    let gone = || async { db.count(&ended).await == 0 };
     assert!(
-        eventually_async(WAIT, || db.sessions_are(1)).await,
-        "the closed connection's session ended; the kill's own connection came and went"
+        eventually_async(WAIT, gone).await,
+        "the closed connection's session {id} ended"
     );
     broker.close().await;
     assert!(eventually_async(WAIT, || db.sessions_are(0)).await);
