@@ -1,0 +1,377 @@
+//! The raw SQL baseline: the statements the core renders (`Statements::render`), run directly
+//! on the driver by W tasks, each holding one connection and doing claim → take → settle in a
+//! loop, with no framework.
+//!
+//! Each task claims one row at a time. What it runs, per form and dialect:
+//!
+//! - row lock, PostgreSQL: `count_row` (counts and commits the attempt), `BEGIN`,
+//!   `lock_row_by_id`, the handler, `settle`, `COMMIT`. MySQL/MariaDB: `START TRANSACTION`,
+//!   `select_row_id`, `count_attempt`, `COMMIT`, `START TRANSACTION`, `lock_row_by_id`, the
+//!   handler, `settle`, `COMMIT`. The count and the lock run under a mutex shared by the
+//!   tasks, as the core runs one such claim at a time: two counts side by side would count one
+//!   row twice.
+//! - lease, PostgreSQL and SQLite: `claim_lease` (limit 1), the handler, `settle` (fenced by
+//!   the lease this task wrote). MySQL/MariaDB: `START TRANSACTION`, `select_lease`,
+//!   `mark_lease`, `COMMIT`, the handler, `settle`.
+//! - advisory: `candidates` (limit 2 W), then for each candidate until one is taken: lock the
+//!   key (`try_lock` on PostgreSQL and MySQL/MariaDB; on SQLite a set of keys in the process),
+//!   `take` (MySQL/MariaDB: `take_count` then `read_row`), the handler, `settle`, `unlock`.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ruststream::core::keys::{mysql_lock_name, postgres_key_hash};
+use ruststream::core::{Arg, Dialect, Form, Statement, Statements, Value};
+
+use crate::BoxError;
+use crate::stats::Stats;
+
+/// A connection the baseline runs statements on.
+pub(crate) trait RawConn: Send + 'static {
+    /// Runs a statement that answers rows; reads `columns` of each, by name.
+    fn query(
+        &mut self,
+        sql: &str,
+        binds: Vec<Value>,
+        columns: &'static [&'static str],
+    ) -> impl Future<Output = Result<Vec<Vec<Value>>, BoxError>> + Send;
+
+    /// Runs a statement; answers the rows it affected.
+    fn execute(
+        &mut self,
+        sql: &str,
+        binds: Vec<Value>,
+    ) -> impl Future<Output = Result<u64, BoxError>> + Send;
+}
+
+/// How a column the baseline reads decodes.
+pub(crate) enum ColumnKind {
+    /// An integer.
+    Int,
+    /// Bytes.
+    Bytes,
+    /// Text.
+    Text,
+    /// A boolean (PostgreSQL) or an integer 0/1 (MySQL).
+    Truth,
+}
+
+/// The kind of a column the baseline reads, by its name.
+pub(crate) fn column_kind(name: &str) -> ColumnKind {
+    match name {
+        "payload" => ColumnKind::Bytes,
+        "rs_key" | "db" => ColumnKind::Text,
+        "locked" | "unlocked" => ColumnKind::Truth,
+        _ => ColumnKind::Int,
+    }
+}
+
+const ROW: &[&str] = &["id", "attempt", "payload"];
+
+/// What the tasks of one baseline run share.
+pub(crate) struct Shared {
+    pub(crate) statements: Statements,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) jobs: u64,
+    pub(crate) workers: usize,
+    pub(crate) handler_ms: u64,
+    /// MySQL/MariaDB: the database's name, for lock names.
+    pub(crate) database: String,
+    /// Row lock form: one count-and-lock at a time.
+    pub(crate) claim: tokio::sync::Mutex<()>,
+    /// SQLite advisory form: the keys in work.
+    pub(crate) keys: Mutex<HashSet<String>>,
+}
+
+#[derive(Default)]
+struct Binds {
+    now: i64,
+    until: i64,
+    limit: i64,
+    id: Option<Value>,
+    attempt: i64,
+    key: Option<Value>,
+}
+
+fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
+    statement.binds(|arg| match arg {
+        Arg::Id | Arg::IdAt(_) => b.id.clone().unwrap_or(Value::Null),
+        Arg::Attempt => Value::Int(b.attempt),
+        Arg::Until | Arg::Fence => Value::Int(b.until),
+        Arg::Limit => Value::Int(b.limit),
+        Arg::Key => b.key.clone().unwrap_or(Value::Null),
+        Arg::Now | Arg::Due => Value::Int(b.now),
+        _ => Value::Null,
+    })
+}
+
+fn some<'a>(statement: &'a Option<Statement>, what: &str) -> Result<&'a Statement, BoxError> {
+    statement
+        .as_ref()
+        .ok_or_else(|| format!("the core rendered no {what} statement").into())
+}
+
+/// The lease the baseline writes: the core's default, 30 s.
+const LEASE_US: i64 = 30_000_000;
+
+/// One task: claim → take → settle until every job is settled.
+pub(crate) async fn worker<C: RawConn>(mut conn: C, shared: Arc<Shared>) -> Result<(), BoxError> {
+    let mut idle_since = Instant::now();
+    while shared.stats.settled() < shared.jobs {
+        let took = match shared.statements.form {
+            Form::RowLock => row_lock_once(&mut conn, &shared).await?,
+            Form::Lease => lease_once(&mut conn, &shared).await?,
+            Form::Advisory => advisory_once(&mut conn, &shared).await?,
+        };
+        if took {
+            idle_since = Instant::now();
+        } else {
+            if idle_since.elapsed() > Duration::from_secs(60) {
+                return Err("the baseline found nothing to take for 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The handler: records the pickup latency and works. Answers when it ended.
+async fn handle(shared: &Shared, row: &[Value]) -> Instant {
+    if let Some(Value::Bytes(payload)) = row.get(2) {
+        shared.stats.handler_start(payload);
+    }
+    crate::work(shared.handler_ms).await;
+    Instant::now()
+}
+
+fn settled(shared: &Shared, ended: Instant) {
+    shared.stats.settle_latency(ended.elapsed());
+    shared.stats.settled_one();
+}
+
+async fn run<C: RawConn>(
+    conn: &mut C,
+    shared: &Shared,
+    statement: &Statement,
+    b: &Binds,
+) -> Result<u64, BoxError> {
+    let kind = format!("{:?}", statement.kind);
+    shared.stats.count(&kind);
+    let issued = Instant::now();
+    let mut tries = 0;
+    let affected = loop {
+        match conn.execute(&statement.sql, bind(statement, b)).await {
+            Err(error) if busy(&*error) && tries < BUSY_TRIES => {
+                tries += 1;
+                shared.stats.count("busy retry");
+            }
+            other => break other,
+        }
+    };
+    shared.stats.timed(&kind, issued.elapsed());
+    affected
+}
+
+/// How often a SQLite statement that answered `database is locked` (after its 5 s busy
+/// timeout) runs again.
+const BUSY_TRIES: u32 = 10;
+
+/// Whether an error is SQLite's `SQLITE_BUSY`: four writers in tight loops can starve one
+/// past its busy timeout. The statement changed nothing, so it runs again.
+fn busy(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.to_string().contains("database is locked")
+}
+
+async fn rows<C: RawConn>(
+    conn: &mut C,
+    shared: &Shared,
+    statement: &Statement,
+    b: &Binds,
+    columns: &'static [&'static str],
+) -> Result<Vec<Vec<Value>>, BoxError> {
+    let kind = format!("{:?}", statement.kind);
+    shared.stats.count(&kind);
+    let issued = Instant::now();
+    let mut tries = 0;
+    let rows = loop {
+        match conn
+            .query(&statement.sql, bind(statement, b), columns)
+            .await
+        {
+            Err(error) if busy(&*error) && tries < BUSY_TRIES => {
+                tries += 1;
+                shared.stats.count("busy retry");
+            }
+            other => break other,
+        }
+    };
+    shared.stats.timed(&kind, issued.elapsed());
+    rows
+}
+
+async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
+    let st = &shared.statements;
+    let claim = shared.claim.lock().await;
+    let now = crate::stats::now_us();
+    let mut b = Binds {
+        now,
+        ..Binds::default()
+    };
+    let (id, attempt) = if let Some(count_row) = &st.count_row {
+        let found = rows(conn, shared, count_row, &b, &["id", "attempt"]).await?;
+        let Some(row) = found.into_iter().next() else {
+            return Ok(false);
+        };
+        (row[0].clone(), row[1].as_int().unwrap_or(0))
+    } else {
+        run(conn, shared, &st.begin, &b).await?;
+        let select = some(&st.select_row_id, "select_row_id")?;
+        let found = rows(conn, shared, select, &b, &["id", "attempt"]).await?;
+        let Some(row) = found.into_iter().next() else {
+            run(conn, shared, &st.rollback, &b).await?;
+            return Ok(false);
+        };
+        b.id = Some(row[0].clone());
+        run(conn, shared, some(&st.count_attempt, "count_attempt")?, &b).await?;
+        run(conn, shared, &st.commit, &b).await?;
+        (row[0].clone(), row[1].as_int().unwrap_or(0) + 1)
+    };
+    b.id = Some(id);
+    b.attempt = attempt;
+    run(conn, shared, &st.begin, &b).await?;
+    let lock = some(&st.lock_row_by_id, "lock_row_by_id")?;
+    let locked = rows(conn, shared, lock, &b, ROW).await?;
+    drop(claim);
+    let Some(row) = locked.into_iter().next() else {
+        run(conn, shared, &st.rollback, &b).await?;
+        return Ok(true);
+    };
+    let ended = handle(shared, &row).await;
+    run(conn, shared, &st.settle, &b).await?;
+    run(conn, shared, &st.commit, &b).await?;
+    settled(shared, ended);
+    Ok(true)
+}
+
+async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
+    let st = &shared.statements;
+    let now = crate::stats::now_us();
+    let mut b = Binds {
+        now,
+        until: now + LEASE_US,
+        limit: 1,
+        ..Binds::default()
+    };
+    let row = if let Some(claim) = &st.claim_lease {
+        rows(conn, shared, claim, &b, ROW).await?.into_iter().next()
+    } else {
+        run(conn, shared, &st.begin, &b).await?;
+        let select = some(&st.select_lease, "select_lease")?;
+        let found = rows(conn, shared, select, &b, ROW).await?;
+        match found.into_iter().next() {
+            Some(row) => {
+                b.id = Some(row[0].clone());
+                let mark = st
+                    .mark_lease
+                    .first()
+                    .ok_or("the core rendered no mark_lease")?;
+                run(conn, shared, mark, &b).await?;
+                run(conn, shared, &st.commit, &b).await?;
+                Some(row)
+            }
+            None => {
+                run(conn, shared, &st.commit, &b).await?;
+                None
+            }
+        }
+    };
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    b.id = Some(row[0].clone());
+    let ended = handle(shared, &row).await;
+    run(conn, shared, &st.settle, &b).await?;
+    settled(shared, ended);
+    Ok(true)
+}
+
+async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
+    let st = &shared.statements;
+    let now = crate::stats::now_us();
+    let mut b = Binds {
+        now,
+        limit: 2 * shared.workers as i64,
+        ..Binds::default()
+    };
+    let candidates = some(&st.candidates, "candidates")?;
+    let found = rows(conn, shared, candidates, &b, &["rs_id", "rs_key"]).await?;
+    for candidate in found {
+        let key = match &candidate[1] {
+            Value::Text(t) => t.clone(),
+            other => other.to_string(),
+        };
+        b.id = Some(candidate[0].clone());
+        b.key = Some(match st.dialect {
+            Dialect::Postgres => Value::Int(postgres_key_hash(&key)),
+            Dialect::Sqlite => Value::Text(key.clone()),
+            Dialect::MySql | Dialect::MariaDb => {
+                Value::Text(mysql_lock_name(&shared.database, &key))
+            }
+        });
+        // Lock the key.
+        if st.dialect == Dialect::Sqlite {
+            if !shared
+                .keys
+                .lock()
+                .expect("not poisoned")
+                .insert(key.clone())
+            {
+                continue;
+            }
+        } else {
+            let try_lock = some(&st.try_lock, "try_lock")?;
+            let locked = rows(conn, shared, try_lock, &b, &["locked"]).await?;
+            let locked = locked
+                .first()
+                .and_then(|r| r.first())
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if !locked {
+                continue;
+            }
+        }
+        // Take the row.
+        let row = if let Some(take_count) = &st.take_count {
+            if run(conn, shared, take_count, &b).await? > 0 {
+                rows(conn, shared, &st.read_row, &b, ROW)
+                    .await?
+                    .into_iter()
+                    .next()
+            } else {
+                None
+            }
+        } else {
+            let take = some(&st.take, "take")?;
+            rows(conn, shared, take, &b, ROW).await?.into_iter().next()
+        };
+        let took = row.is_some();
+        if let Some(row) = row {
+            let ended = handle(shared, &row).await;
+            run(conn, shared, &st.settle, &b).await?;
+            settled(shared, ended);
+        }
+        // Unlock the key.
+        if st.dialect == Dialect::Sqlite {
+            shared.keys.lock().expect("not poisoned").remove(&key);
+        } else {
+            let unlock = some(&st.unlock, "unlock")?;
+            rows(conn, shared, unlock, &b, &["unlocked"]).await?;
+        }
+        if took {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,868 @@
+//! The ruststream benchmark: one form on one database through one adapter, beside a raw SQL
+//! baseline that runs the same statements on the same driver.
+//!
+//! ```sh
+//! cargo run --release -p ruststream-bench -- --adapter sqlx \
+//!     --url postgres://postgres@127.0.0.1:5432/test --form lease --jobs 2000 --workers 4
+//! ```
+//!
+//! Each round runs the baseline, then ruststream, on a table `bench_jobs_<form>` dropped,
+//! created and filled anew before each run: the whole backlog is published first (multi-row
+//! inserts of 200, each payload carrying its insert time), then the service or the loop
+//! starts. So the pickup latency (publish to handler start) is mostly the time a job waited in
+//! the backlog: it grows with `--jobs` and falls with throughput. The settle latency is from
+//! the handler's end to the row settled (the settle statement's reply; in the row lock form the
+//! commit after it).
+//!
+//! Every run prints a line and writes one JSON line (to stdout, or appended to `--json
+//! FILE`); the last line is the summary, with the median of the rounds' ratios
+//! ruststream/baseline in jobs per second.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod baseline;
+mod drivers;
+mod framework;
+mod stats;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ruststream::InboxTable;
+use ruststream::core::spec::Described;
+use ruststream::core::{Dialect, Form, Statements, TableDesc, Value};
+use serde::Serialize;
+
+pub use framework::{AdvisoryJob, LeaseJob, RowLockJob};
+pub use stats::{Job, now_us};
+
+use baseline::{RawConn, Shared};
+use stats::{Stats, median, quantile_ms};
+
+/// An error of the benchmark.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The adapter under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdapterKind {
+    /// `ruststream-sqlx`, on PostgreSQL, MySQL/MariaDB or SQLite.
+    Sqlx,
+    /// `ruststream-rusqlite`, on SQLite.
+    Rusqlite,
+    /// `ruststream-tokio-postgres`, on PostgreSQL.
+    TokioPostgres,
+    /// `ruststream-mysql-async`, on MySQL/MariaDB.
+    MysqlAsync,
+}
+
+impl AdapterKind {
+    /// The name `--adapter` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdapterKind::Sqlx => "sqlx",
+            AdapterKind::Rusqlite => "rusqlite",
+            AdapterKind::TokioPostgres => "tokio-postgres",
+            AdapterKind::MysqlAsync => "mysql-async",
+        }
+    }
+}
+
+/// The database a `--url` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// `postgres://..`.
+    Postgres(String),
+    /// `mysql://..` (MySQL or MariaDB).
+    MySql(String),
+    /// `sqlite:PATH`.
+    Sqlite(PathBuf),
+}
+
+impl Database {
+    /// The database of a URL: `postgres://`, `postgresql://`, `mysql://`, `sqlite:PATH`.
+    pub fn from_url(url: &str) -> Result<Self, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Database::Postgres(url.to_owned()))
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Ok(Database::MySql(url.replacen("mariadb://", "mysql://", 1)))
+        } else if let Some(path) = url.strip_prefix("sqlite:") {
+            Ok(Database::Sqlite(PathBuf::from(
+                path.trim_start_matches("//"),
+            )))
+        } else {
+            Err(format!(
+                "--url {url}: expected postgres://.., mysql://.. or sqlite:PATH"
+            ))
+        }
+    }
+
+    fn family(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => "PostgreSQL",
+            Database::MySql(_) => "MySQL/MariaDB",
+            Database::Sqlite(_) => "SQLite",
+        }
+    }
+}
+
+/// A run's settings, from the command line.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The adapter.
+    pub adapter: AdapterKind,
+    /// The database.
+    pub database: Database,
+    /// The form.
+    pub form: Form,
+    /// Jobs per run.
+    pub jobs: u64,
+    /// Workers (ruststream's `workers(W)`; the baseline's tasks and connections).
+    pub workers: usize,
+    /// Distinct advisory keys over the jobs.
+    pub keys: u64,
+    /// How long each handler works, in milliseconds (0: it yields once).
+    pub handler_ms: u64,
+    /// Rounds of (baseline, ruststream).
+    pub rounds: usize,
+    /// Where the JSON lines go; stdout when `None`.
+    pub json: Option<PathBuf>,
+    /// Show progress bars (on stderr, when it is a terminal).
+    pub progress: bool,
+    /// Skip the baseline (ruststream only).
+    pub no_baseline: bool,
+    /// The command line, as `cargo run --release -p ruststream-bench -- ..`.
+    pub command: String,
+}
+
+const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
+--url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
+[--workers W] [--keys K] [--handler-ms MS] [--rounds R] [--json FILE] [--quiet] [--no-baseline]";
+
+impl Config {
+    /// Reads the command line (without the program's name).
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+        let mut adapter = None;
+        let mut url = None;
+        let mut form = None;
+        let mut config = Config {
+            adapter: AdapterKind::Sqlx,
+            database: Database::Sqlite(PathBuf::new()),
+            form: Form::Lease,
+            jobs: 2000,
+            workers: 4,
+            keys: 100,
+            handler_ms: 0,
+            rounds: 3,
+            json: None,
+            progress: true,
+            no_baseline: false,
+            command: String::new(),
+        };
+        let args: Vec<String> = args.into_iter().collect();
+        config.command = format!(
+            "cargo run --release -p ruststream-bench -- {}",
+            args.join(" ")
+        );
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+            match arg.as_str() {
+                "--adapter" => {
+                    adapter = Some(match value("--adapter")?.as_str() {
+                        "sqlx" => AdapterKind::Sqlx,
+                        "rusqlite" => AdapterKind::Rusqlite,
+                        "tokio-postgres" => AdapterKind::TokioPostgres,
+                        "mysql-async" => AdapterKind::MysqlAsync,
+                        other => return Err(format!("--adapter {other}: unknown\n{USAGE}")),
+                    })
+                }
+                "--url" => url = Some(value("--url")?),
+                "--form" => {
+                    form = Some(match value("--form")?.as_str() {
+                        "row-lock" | "row_lock" => Form::RowLock,
+                        "lease" => Form::Lease,
+                        "advisory" => Form::Advisory,
+                        other => return Err(format!("--form {other}: unknown\n{USAGE}")),
+                    })
+                }
+                "--jobs" => config.jobs = number(&value("--jobs")?, "--jobs")?.max(1),
+                "--workers" => {
+                    config.workers = number(&value("--workers")?, "--workers")?.max(1) as usize
+                }
+                "--keys" => config.keys = number(&value("--keys")?, "--keys")?.max(1),
+                "--handler-ms" => {
+                    config.handler_ms = number(&value("--handler-ms")?, "--handler-ms")?
+                }
+                "--rounds" => {
+                    config.rounds = number(&value("--rounds")?, "--rounds")?.max(1) as usize
+                }
+                "--json" => config.json = Some(PathBuf::from(value("--json")?)),
+                "--quiet" => config.progress = false,
+                "--no-baseline" => config.no_baseline = true,
+                "--help" | "-h" => return Err(USAGE.to_owned()),
+                other => return Err(format!("unknown argument {other}\n{USAGE}")),
+            }
+        }
+        config.adapter = adapter.ok_or_else(|| format!("--adapter is needed\n{USAGE}"))?;
+        config.form = form.ok_or_else(|| format!("--form is needed\n{USAGE}"))?;
+        let url = match url {
+            Some(url) => url,
+            None => default_url(config.adapter),
+        };
+        config.database = Database::from_url(&url)?;
+        let fits = matches!(
+            (config.adapter, &config.database),
+            (AdapterKind::Sqlx, _)
+                | (AdapterKind::Rusqlite, Database::Sqlite(_))
+                | (AdapterKind::TokioPostgres, Database::Postgres(_))
+                | (AdapterKind::MysqlAsync, Database::MySql(_))
+        );
+        if !fits {
+            return Err(format!(
+                "--adapter {} does not run on {}",
+                config.adapter.name(),
+                config.database.family()
+            ));
+        }
+        if config.form == Form::RowLock && matches!(config.database, Database::Sqlite(_)) {
+            return Err("SQLite has no row locks: --form lease or advisory".to_owned());
+        }
+        Ok(config)
+    }
+
+    fn table(&self) -> TableDesc {
+        match self.form {
+            Form::RowLock => *RowLockJob::TABLE.table_desc(),
+            Form::Lease => *LeaseJob::TABLE.table_desc(),
+            Form::Advisory => *AdvisoryJob::TABLE.table_desc(),
+        }
+    }
+
+    fn form_name(&self) -> &'static str {
+        match self.form {
+            Form::RowLock => "row-lock",
+            Form::Lease => "lease",
+            Form::Advisory => "advisory",
+        }
+    }
+
+    /// The pool size ruststream gets: a connection per worker, one for claims, one spare.
+    fn pool_size(&self) -> usize {
+        self.workers + 2
+    }
+}
+
+fn default_url(adapter: AdapterKind) -> String {
+    let pg = || {
+        std::env::var("RUSTSTREAM_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    };
+    let my = || {
+        std::env::var("RUSTSTREAM_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+    };
+    match adapter {
+        AdapterKind::Sqlx | AdapterKind::TokioPostgres => pg(),
+        AdapterKind::MysqlAsync => my(),
+        AdapterKind::Rusqlite => {
+            let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+            format!("sqlite:{target}/bench.db")
+        }
+    }
+}
+
+fn number(text: &str, name: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| format!("{name} {text}: not a number"))
+}
+
+/// The handler's work: a sleep of `ms`, or one yield.
+pub(crate) async fn work(ms: u64) {
+    if ms == 0 {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// Waits until `jobs` rows are settled; fails after 60 s without a settlement.
+pub(crate) async fn wait_settled(stats: &Stats, jobs: u64) -> Result<(), BoxError> {
+    while stats.settled() < jobs {
+        if stats.idle() > Duration::from_secs(60) {
+            return Err(format!(
+                "no settlement for 60 s: {} of {jobs} settled",
+                stats.settled()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+/// One run's results, as its JSON line writes them.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRecord {
+    /// `"run"`.
+    pub kind: &'static str,
+    /// `"baseline"` or `"ruststream"`.
+    pub implementation: &'static str,
+    /// The round, from 1.
+    pub round: usize,
+    /// The adapter (the baseline runs on the same driver).
+    pub adapter: &'static str,
+    /// The database as the baseline's dialect names it.
+    pub database: &'static str,
+    /// The form.
+    pub form: &'static str,
+    /// The jobs.
+    pub jobs: u64,
+    /// The workers.
+    pub workers: usize,
+    /// The advisory keys.
+    pub keys: u64,
+    /// The handler's work in milliseconds.
+    pub handler_ms: u64,
+    /// Start to the last settlement, in seconds.
+    pub elapsed_s: f64,
+    /// Jobs settled per second.
+    pub jobs_per_s: f64,
+    /// Publish (insert, before the run) to handler start: median, ms.
+    pub pickup_p50_ms: Option<f64>,
+    /// Publish to handler start: 99th percentile, ms.
+    pub pickup_p99_ms: Option<f64>,
+    /// Handler end to row settled: median, ms.
+    pub settle_p50_ms: Option<f64>,
+    /// Handler end to row settled: 99th percentile, ms.
+    pub settle_p99_ms: Option<f64>,
+    /// The most connections held at once (ruststream: counted from the adapter's acquire and
+    /// release commands; baseline: its open connections).
+    pub peak_connections: i64,
+    /// `VmHWM` after the run, KiB (reset before the run when the kernel allows it).
+    pub peak_memory_kib: Option<u64>,
+    /// Whether `VmHWM` was reset before the run (else it is the process's peak so far).
+    pub peak_memory_reset: bool,
+    /// Statements executed per job (ruststream: every statement the core sent, checks
+    /// included; pool acquire/release not counted).
+    pub statements_per_job: f64,
+    /// Statements and pool operations, by kind.
+    pub statements: BTreeMap<String, u64>,
+    /// The mean time from issuing a statement (or pool operation) to its reply, by kind,
+    /// microseconds (ruststream: from the adapter's `execute` to its reply).
+    pub statement_mean_us: BTreeMap<String, u64>,
+    /// When the run ended, UTC.
+    pub date: String,
+    /// The machine's CPUs.
+    pub cpus: usize,
+    /// The 1-minute load average when the run ended.
+    pub load1: Option<f64>,
+}
+
+/// The summary line of an invocation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// `"summary"`.
+    pub kind: &'static str,
+    /// The adapter.
+    pub adapter: &'static str,
+    /// The database.
+    pub database: &'static str,
+    /// The form.
+    pub form: &'static str,
+    /// The jobs per run.
+    pub jobs: u64,
+    /// The workers.
+    pub workers: usize,
+    /// The advisory keys.
+    pub keys: u64,
+    /// The handler's work in milliseconds.
+    pub handler_ms: u64,
+    /// The rounds.
+    pub rounds: usize,
+    /// ruststream's jobs per second, median over the rounds.
+    pub ruststream_jobs_per_s: Option<f64>,
+    /// The baseline's jobs per second, median over the rounds.
+    pub baseline_jobs_per_s: Option<f64>,
+    /// Each round's ratio ruststream/baseline.
+    pub ratios: Vec<f64>,
+    /// The median of the ratios.
+    pub ratio_median: Option<f64>,
+    /// ruststream's pickup p50 and p99, medians over the rounds, ms.
+    pub ruststream_pickup_p50_ms: Option<f64>,
+    /// See `ruststream_pickup_p50_ms`.
+    pub ruststream_pickup_p99_ms: Option<f64>,
+    /// The baseline's pickup p50 and p99, medians over the rounds, ms.
+    pub baseline_pickup_p50_ms: Option<f64>,
+    /// See `baseline_pickup_p50_ms`.
+    pub baseline_pickup_p99_ms: Option<f64>,
+    /// ruststream's statements per job, last round.
+    pub ruststream_statements_per_job: Option<f64>,
+    /// The baseline's statements per job, last round.
+    pub baseline_statements_per_job: Option<f64>,
+    /// The command that produced this line.
+    pub command: String,
+    /// When the invocation ended, UTC.
+    pub date: String,
+    /// The machine's CPUs.
+    pub cpus: usize,
+    /// The 1-minute load average at the end.
+    pub load1: Option<f64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Baseline,
+    RustStream,
+}
+
+/// Runs the benchmark: `rounds` times the baseline then ruststream, a JSON line per run and a
+/// summary line into `out` (or `--json FILE`), a line per run on stderr. Answers the summary.
+pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summary, BoxError> {
+    let mut file = match &config.json {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        ),
+        None => None,
+    };
+    let mut emit = |line: String| -> Result<(), BoxError> {
+        match file.as_mut() {
+            Some(f) => writeln!(f, "{line}")?,
+            None => writeln!(out, "{line}")?,
+        }
+        Ok(())
+    };
+    let desc = config.table();
+    let mut records: Vec<RunRecord> = Vec::new();
+    let mut dialect_name = config.database.family();
+    for round in 1..=config.rounds {
+        let sides: &[Side] = if config.no_baseline {
+            &[Side::RustStream]
+        } else {
+            &[Side::Baseline, Side::RustStream]
+        };
+        for &side in sides {
+            drivers::prepare(&config.database, desc.table, config.jobs, config.keys).await?;
+            let bar = progress(config, side, round);
+            let stats = Arc::new(Stats::new(bar.clone()));
+            let reset = stats::reset_peak_memory();
+            let elapsed = match side {
+                Side::Baseline => {
+                    let (elapsed, dialect) = run_baseline(config, &desc, stats.clone()).await?;
+                    dialect_name = dialect.name();
+                    elapsed
+                }
+                Side::RustStream => run_framework(config, stats.clone()).await?,
+            };
+            bar.finish_and_clear();
+            let statements = stats.statements();
+            let executed: u64 = statements
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "acquire" | "release" | "close" | "busy retry")
+                })
+                .map(|(_, n)| n)
+                .sum();
+            let pickups = stats.pickups();
+            let settles = stats.settles();
+            let record = RunRecord {
+                kind: "run",
+                implementation: match side {
+                    Side::Baseline => "baseline",
+                    Side::RustStream => "ruststream",
+                },
+                round,
+                adapter: config.adapter.name(),
+                database: dialect_name,
+                form: config.form_name(),
+                jobs: config.jobs,
+                workers: config.workers,
+                keys: config.keys,
+                handler_ms: config.handler_ms,
+                elapsed_s: elapsed.as_secs_f64(),
+                jobs_per_s: config.jobs as f64 / elapsed.as_secs_f64(),
+                pickup_p50_ms: quantile_ms(&pickups, 0.5),
+                pickup_p99_ms: quantile_ms(&pickups, 0.99),
+                settle_p50_ms: quantile_ms(&settles, 0.5),
+                settle_p99_ms: quantile_ms(&settles, 0.99),
+                peak_connections: stats.peak_connections(),
+                peak_memory_kib: stats::peak_memory_kib(),
+                peak_memory_reset: reset,
+                statements_per_job: executed as f64 / config.jobs as f64,
+                statements,
+                statement_mean_us: stats.mean_us(),
+                date: stats::utc_now(),
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                load1: stats::load_average(),
+            };
+            eprintln!(
+                "round {round} {:<10} {} {} {} W={}: {:.0} jobs/s, pickup p50 {} p99 {}, settle p50 {} p99 {}, {} conns, {:.1} statements/job, VmHWM {} KiB",
+                record.implementation,
+                record.adapter,
+                record.database,
+                record.form,
+                record.workers,
+                record.jobs_per_s,
+                ms(record.pickup_p50_ms),
+                ms(record.pickup_p99_ms),
+                ms(record.settle_p50_ms),
+                ms(record.settle_p99_ms),
+                record.peak_connections,
+                record.statements_per_job,
+                record.peak_memory_kib.unwrap_or(0),
+            );
+            emit(serde_json::to_string(&record)?)?;
+            records.push(record);
+        }
+    }
+    let of = |side: &str| -> Vec<&RunRecord> {
+        records
+            .iter()
+            .filter(|r| r.implementation == side)
+            .collect()
+    };
+    let rs = of("ruststream");
+    let base = of("baseline");
+    let ratios: Vec<f64> = rs
+        .iter()
+        .filter_map(|r| {
+            base.iter()
+                .find(|b| b.round == r.round)
+                .map(|b| r.jobs_per_s / b.jobs_per_s)
+        })
+        .collect();
+    let med = |runs: &[&RunRecord], f: fn(&RunRecord) -> Option<f64>| -> Option<f64> {
+        median(&runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+    };
+    let summary = Summary {
+        kind: "summary",
+        adapter: config.adapter.name(),
+        database: dialect_name,
+        form: config.form_name(),
+        jobs: config.jobs,
+        workers: config.workers,
+        keys: config.keys,
+        handler_ms: config.handler_ms,
+        rounds: config.rounds,
+        ruststream_jobs_per_s: med(&rs, |r| Some(r.jobs_per_s)),
+        baseline_jobs_per_s: med(&base, |r| Some(r.jobs_per_s)),
+        ratio_median: median(&ratios),
+        ratios,
+        ruststream_pickup_p50_ms: med(&rs, |r| r.pickup_p50_ms),
+        ruststream_pickup_p99_ms: med(&rs, |r| r.pickup_p99_ms),
+        baseline_pickup_p50_ms: med(&base, |r| r.pickup_p50_ms),
+        baseline_pickup_p99_ms: med(&base, |r| r.pickup_p99_ms),
+        ruststream_statements_per_job: rs.last().map(|r| r.statements_per_job),
+        baseline_statements_per_job: base.last().map(|r| r.statements_per_job),
+        command: config.command.clone(),
+        date: stats::utc_now(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        load1: stats::load_average(),
+    };
+    eprintln!(
+        "summary {} {} {} W={}: ruststream {} jobs/s, baseline {} jobs/s, median ratio {}",
+        summary.adapter,
+        summary.database,
+        summary.form,
+        summary.workers,
+        num(summary.ruststream_jobs_per_s),
+        num(summary.baseline_jobs_per_s),
+        summary
+            .ratio_median
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+    );
+    emit(serde_json::to_string(&summary)?)?;
+    Ok(summary)
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}ms"))
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"))
+}
+
+fn progress(config: &Config, side: Side, round: usize) -> ProgressBar {
+    if !config.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(config.jobs), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:<24} {bar:30} {pos}/{len} {per_sec} {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(format!(
+        "round {round} {}",
+        match side {
+            Side::Baseline => "baseline",
+            Side::RustStream => "ruststream",
+        }
+    ));
+    bar
+}
+
+/// The ruststream side: the adapter's broker with one subscription of W workers.
+async fn run_framework(config: &Config, stats: Arc<Stats>) -> Result<Duration, BoxError> {
+    use ruststream_mysql_async::MySqlAsyncBroker;
+    use ruststream_rusqlite::RusqliteBroker;
+    use ruststream_sqlx::SqlxBroker;
+    use ruststream_tokio_postgres::TokioPostgresBroker;
+    use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+
+    let n = config.pool_size();
+    macro_rules! all_forms {
+        ($adapter:expr) => {
+            match config.form {
+                Form::RowLock => framework::run::<_, RowLockJob>($adapter, config, stats).await,
+                Form::Lease => framework::run::<_, LeaseJob>($adapter, config, stats).await,
+                Form::Advisory => framework::run::<_, AdvisoryJob>($adapter, config, stats).await,
+            }
+        };
+    }
+    macro_rules! no_row_lock {
+        ($adapter:expr) => {
+            match config.form {
+                Form::RowLock => Err("SQLite has no row locks".into()),
+                Form::Lease => framework::run::<_, LeaseJob>($adapter, config, stats).await,
+                Form::Advisory => framework::run::<_, AdvisoryJob>($adapter, config, stats).await,
+            }
+        };
+    }
+    match (config.adapter, &config.database) {
+        (AdapterKind::Sqlx, Database::Postgres(url)) => {
+            let pool = sqlx::postgres::PgPoolOptions::new().max_connections(n as u32);
+            all_forms!(SqlxBroker::from_url(url.clone(), pool))
+        }
+        (AdapterKind::Sqlx, Database::MySql(url)) => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(n as u32);
+            all_forms!(SqlxBroker::from_url(url.clone(), pool))
+        }
+        (AdapterKind::Sqlx, Database::Sqlite(path)) => {
+            let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32);
+            no_row_lock!(SqlxBroker::from_connect_options(
+                drivers::sqlite_options(path),
+                pool
+            ))
+        }
+        (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
+            no_row_lock!(RusqliteBroker::open(path).max_connections(n))
+        }
+        (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
+            all_forms!(TokioPostgresBroker::from_url(
+                url.clone(),
+                PoolConfig::new(n)
+            ))
+        }
+        (AdapterKind::MysqlAsync, Database::MySql(url)) => {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let url = format!("{url}{sep}pool_min=0&pool_max={n}");
+            all_forms!(MySqlAsyncBroker::from_url(url))
+        }
+        (adapter, database) => Err(format!(
+            "--adapter {} does not run on {}",
+            adapter.name(),
+            database.family()
+        )
+        .into()),
+    }
+}
+
+/// The baseline: W connections of the adapter's driver, each in a task of claim → take →
+/// settle. Answers the time from the start to the last settlement, and the dialect.
+async fn run_baseline(
+    config: &Config,
+    desc: &TableDesc,
+    stats: Arc<Stats>,
+) -> Result<(Duration, Dialect), BoxError> {
+    use sqlx::Connection;
+    let w = config.workers;
+    match (config.adapter, &config.database) {
+        (AdapterKind::Sqlx, Database::Postgres(url)) => {
+            let mut conns = Vec::new();
+            for _ in 0..w {
+                conns.push(sqlx::PgConnection::connect(url).await?);
+            }
+            spawn_all(config, desc, Dialect::Postgres, conns, stats).await
+        }
+        (AdapterKind::Sqlx, Database::MySql(url)) => {
+            let mut conns = Vec::new();
+            for _ in 0..w {
+                conns.push(sqlx::MySqlConnection::connect(url).await?);
+            }
+            spawn_all(config, desc, Dialect::MariaDb, conns, stats).await
+        }
+        (AdapterKind::Sqlx, Database::Sqlite(path)) => {
+            let mut conns = Vec::new();
+            for _ in 0..w {
+                conns.push(
+                    sqlx::SqliteConnection::connect_with(&drivers::sqlite_options(path)).await?,
+                );
+            }
+            spawn_all(config, desc, Dialect::Sqlite, conns, stats).await
+        }
+        (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
+            let mut conns = Vec::new();
+            for _ in 0..w {
+                conns.push(drivers::TokioPg::connect(url).await?);
+            }
+            spawn_all(config, desc, Dialect::Postgres, conns, stats).await
+        }
+        (AdapterKind::MysqlAsync, Database::MySql(url)) => {
+            let opts = mysql_async::Opts::from_url(url)?;
+            let mut conns = Vec::new();
+            for _ in 0..w {
+                conns.push(drivers::MyAsync(
+                    mysql_async::Conn::new(opts.clone()).await?,
+                ));
+            }
+            spawn_all(config, desc, Dialect::MariaDb, conns, stats).await
+        }
+        (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
+            // Blocking connections: each task gets a thread of its own with a current-thread
+            // runtime for the handler's sleep.
+            let mut conns = Vec::new();
+            for _ in 0..w {
+                conns.push(drivers::open_rusqlite(path)?);
+            }
+            let statements = Statements::render(Dialect::Sqlite, desc, w);
+            let shared = shared(config, statements, String::new(), stats.clone());
+            let started = std::time::Instant::now();
+            let mut threads = Vec::new();
+            for conn in conns {
+                stats.acquired();
+                let shared = shared.clone();
+                threads.push(std::thread::spawn(move || -> Result<(), BoxError> {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_time()
+                        .build()?;
+                    rt.block_on(baseline::worker(conn, shared))
+                }));
+            }
+            let results = tokio::task::spawn_blocking(move || {
+                threads
+                    .into_iter()
+                    .map(|t| t.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+            let elapsed = started.elapsed();
+            for result in results {
+                result?;
+            }
+            Ok((elapsed, Dialect::Sqlite))
+        }
+        (adapter, database) => Err(format!(
+            "--adapter {} does not run on {}",
+            adapter.name(),
+            database.family()
+        )
+        .into()),
+    }
+}
+
+fn shared(
+    config: &Config,
+    statements: Statements,
+    database: String,
+    stats: Arc<Stats>,
+) -> Arc<Shared> {
+    Arc::new(Shared {
+        statements,
+        stats,
+        jobs: config.jobs,
+        workers: config.workers,
+        handler_ms: config.handler_ms,
+        database,
+        claim: tokio::sync::Mutex::new(()),
+        keys: Mutex::new(HashSet::new()),
+    })
+}
+
+async fn spawn_all<C: RawConn>(
+    config: &Config,
+    desc: &TableDesc,
+    dialect: Dialect,
+    mut conns: Vec<C>,
+    stats: Arc<Stats>,
+) -> Result<(Duration, Dialect), BoxError> {
+    let mut dialect = dialect;
+    let mut database = String::new();
+    if matches!(dialect, Dialect::MySql | Dialect::MariaDb)
+        && let Some(conn) = conns.first_mut()
+    {
+        let text = |rows: Vec<Vec<Value>>| {
+            rows.into_iter()
+                .next()
+                .and_then(|r| r.into_iter().next())
+                .and_then(|v| v.as_text().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let version = text(
+            conn.query("SELECT VERSION() AS db", Vec::new(), &["db"])
+                .await?,
+        );
+        dialect = if version.contains("MariaDB") {
+            Dialect::MariaDb
+        } else {
+            Dialect::MySql
+        };
+        database = text(
+            conn.query("SELECT DATABASE() AS db", Vec::new(), &["db"])
+                .await?,
+        );
+    }
+    let statements = Statements::render(dialect, desc, config.workers);
+    let shared = shared(config, statements, database, stats.clone());
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for conn in conns {
+        stats.acquired();
+        tasks.push(tokio::spawn(baseline::worker(conn, shared.clone())));
+    }
+    let mut result = Ok(());
+    for task in tasks {
+        if let Err(error) = task.await? {
+            result = Err(error);
+        }
+    }
+    let elapsed = started.elapsed();
+    result.map(|()| (elapsed, dialect))
+}
+
+/// The program: parses the command line, runs, and answers the exit code.
+pub fn main_with(args: impl IntoIterator<Item = String>) -> std::process::ExitCode {
+    let config = match Config::parse(args) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: could not start the tokio runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout();
+    match runtime.block_on(run(&config, &mut stdout)) {
+        Ok(_) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

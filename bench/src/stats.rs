@@ -1,0 +1,261 @@
+//! What one run measures: settlements, latencies, statements, connections, memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
+
+/// The message every job carries: when it was published, in microseconds since the epoch.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Job {
+    /// The publish time, microseconds since the Unix epoch.
+    pub t: i64,
+}
+
+/// The wall clock in microseconds since the Unix epoch.
+pub fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// The counters and samples of one run, shared by its workers.
+pub(crate) struct Stats {
+    settled: AtomicU64,
+    pickup_us: Mutex<Vec<i64>>,
+    settle_us: Mutex<Vec<i64>>,
+    ended: Mutex<HashMap<i64, Instant>>,
+    statements: Mutex<BTreeMap<String, u64>>,
+    /// Total time from issuing to the reply, by kind, in microseconds.
+    timings: Mutex<BTreeMap<String, u64>>,
+    held: AtomicI64,
+    peak: AtomicI64,
+    last_progress: Mutex<Instant>,
+    pub(crate) bar: ProgressBar,
+}
+
+impl Stats {
+    pub(crate) fn new(bar: ProgressBar) -> Self {
+        Self {
+            settled: AtomicU64::new(0),
+            pickup_us: Mutex::new(Vec::new()),
+            settle_us: Mutex::new(Vec::new()),
+            ended: Mutex::new(HashMap::new()),
+            statements: Mutex::new(BTreeMap::new()),
+            timings: Mutex::new(BTreeMap::new()),
+            held: AtomicI64::new(0),
+            peak: AtomicI64::new(0),
+            last_progress: Mutex::new(Instant::now()),
+            bar,
+        }
+    }
+
+    /// Rows settled so far.
+    pub(crate) fn settled(&self) -> u64 {
+        self.settled.load(Ordering::SeqCst)
+    }
+
+    /// How long since the last settlement (or since the run began).
+    pub(crate) fn idle(&self) -> Duration {
+        self.last_progress.lock().expect("not poisoned").elapsed()
+    }
+
+    /// A handler starts on a message with this payload: records its pickup latency.
+    pub(crate) fn handler_start(&self, payload: &[u8]) {
+        if let Ok(job) = serde_json::from_slice::<Job>(payload) {
+            self.pickup(job.t);
+        }
+    }
+
+    /// A handler starts on a message published at `t`: records its pickup latency.
+    pub(crate) fn pickup(&self, t: i64) {
+        let now = now_us();
+        self.pickup_us.lock().expect("not poisoned").push(now - t);
+    }
+
+    /// A handler ended on row `id` (for the framework, whose settlement is seen elsewhere).
+    pub(crate) fn handler_end(&self, id: i64) {
+        self.ended
+            .lock()
+            .expect("not poisoned")
+            .insert(id, Instant::now());
+    }
+
+    /// Row `id` is settled: records the settle latency from its handler's end.
+    pub(crate) fn settled_row(&self, id: i64) {
+        let ended = self.ended.lock().expect("not poisoned").remove(&id);
+        if let Some(ended) = ended {
+            self.settle_latency(ended.elapsed());
+        }
+        self.settled_one();
+    }
+
+    /// A settle latency measured directly (the baseline).
+    pub(crate) fn settle_latency(&self, latency: Duration) {
+        self.settle_us
+            .lock()
+            .expect("not poisoned")
+            .push(latency.as_micros() as i64);
+    }
+
+    /// One more row settled.
+    pub(crate) fn settled_one(&self) {
+        self.settled.fetch_add(1, Ordering::SeqCst);
+        *self.last_progress.lock().expect("not poisoned") = Instant::now();
+        self.bar.inc(1);
+    }
+
+    /// One statement (or pool operation) of this kind ran.
+    pub(crate) fn count(&self, kind: &str) {
+        let mut statements = self.statements.lock().expect("not poisoned");
+        match statements.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                statements.insert(kind.to_owned(), 1);
+            }
+        }
+    }
+
+    /// A statement (or pool operation) of this kind took `took`, from issue to reply.
+    pub(crate) fn timed(&self, kind: &str, took: Duration) {
+        let us = took.as_micros() as u64;
+        let mut timings = self.timings.lock().expect("not poisoned");
+        match timings.get_mut(kind) {
+            Some(n) => *n += us,
+            None => {
+                timings.insert(kind.to_owned(), us);
+            }
+        }
+    }
+
+    /// The mean time from issue to reply, by kind, in microseconds.
+    pub(crate) fn mean_us(&self) -> BTreeMap<String, u64> {
+        let counts = self.statements();
+        self.timings
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(k, total)| {
+                let n = counts.get(k).copied().unwrap_or(1).max(1);
+                (k.clone(), total / n)
+            })
+            .collect()
+    }
+
+    /// A connection was taken.
+    pub(crate) fn acquired(&self) {
+        let held = self.held.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(held, Ordering::SeqCst);
+    }
+
+    /// A connection was given back or closed.
+    pub(crate) fn released(&self) {
+        self.held.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The most connections held at once.
+    pub(crate) fn peak_connections(&self) -> i64 {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// The statements run, by kind.
+    pub(crate) fn statements(&self) -> BTreeMap<String, u64> {
+        self.statements.lock().expect("not poisoned").clone()
+    }
+
+    /// Pickup latencies, in microseconds, sorted.
+    pub(crate) fn pickups(&self) -> Vec<i64> {
+        let mut v = self.pickup_us.lock().expect("not poisoned").clone();
+        v.sort_unstable();
+        v
+    }
+
+    /// Settle latencies, in microseconds, sorted.
+    pub(crate) fn settles(&self) -> Vec<i64> {
+        let mut v = self.settle_us.lock().expect("not poisoned").clone();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// The `q` quantile (0..=1) of sorted samples in microseconds, in milliseconds.
+pub(crate) fn quantile_ms(sorted: &[i64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    Some(sorted[i.min(sorted.len() - 1)] as f64 / 1000.0)
+}
+
+/// The median of some numbers.
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Resets the process's peak resident set size (`VmHWM`), so the next reading is this run's.
+/// Answers whether the kernel took the reset.
+pub(crate) fn reset_peak_memory() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// The process's peak resident set size in KiB (`VmHWM` of `/proc/self/status`).
+pub(crate) fn peak_memory_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|line| {
+        line.strip_prefix("VmHWM:")?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// The 1-minute load average, from `/proc/loadavg`.
+pub(crate) fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Now as `YYYY-MM-DDTHH:MM:SSZ`.
+pub(crate) fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
