@@ -128,6 +128,22 @@ struct Sub {
 }
 
 impl Sub {
+    /// Whether a claim may start while another of the subscription runs.
+    ///
+    /// Row lock claims without an attempt column, lease claims and advisory claims on the
+    /// database's locks run side by side: `SKIP LOCKED`, the lease's fence and the key's lock
+    /// keep two claims from taking one row. A row lock claim that counts an attempt runs
+    /// alone: it commits the count before it locks the row, and a second claim of the process
+    /// in that window would count the same row again. A claim that reads the first due rows
+    /// only (SQLite's registry, a custom lock) runs alone, so the first row is read once.
+    fn side_by_side(&self) -> bool {
+        match self.statements.form {
+            Form::RowLock => self.desc.attempt.is_none(),
+            Form::Lease => true,
+            Form::Advisory => self.mode == KeyMode::Database,
+        }
+    }
+
     fn free(&self) -> usize {
         self.options
             .workers
@@ -729,15 +745,10 @@ impl<R> Broker<R> {
     }
 
     fn may_claim(&self, s: &Sub) -> bool {
-        // Row lock claims without an attempt column run side by side, one row each. Every
-        // other claim runs alone: a row lock claim that counts an attempt commits the count
-        // before it locks the row, and a second claim of the process in that window would
-        // count the same row again.
-        let side_by_side = s.statements.form == Form::RowLock && s.desc.attempt.is_none();
         s.state == SubState::Ready
             && !s.stopped
             && s.free() > 0
-            && (side_by_side || s.claims_in_flight == 0)
+            && (s.side_by_side() || s.claims_in_flight == 0)
     }
 
     /// Starts the claims that are due, and ends the shutdown when nothing is left.
@@ -790,7 +801,9 @@ impl<R> Broker<R> {
         };
         s.claiming += limit;
         s.claims_in_flight += 1;
-        s.next_claim_at = None;
+        // After a claim that found all it asked for, the next may start as soon as a slot
+        // frees, beside this one; otherwise this claim's end decides when the next runs.
+        s.next_claim_at = (s.side_by_side() && s.last_full).then_some(self.now);
         let claim = self.next_claim;
         self.next_claim += 1;
         let conn = self.new_conn();

@@ -2924,3 +2924,98 @@ fn advisory_claim_keeps_claim_order_within_a_key() {
         );
     }
 }
+
+/// The first statement of a claim of the form, per dialect: the one a test holds to keep the
+/// claim in flight.
+fn claim_kind(desc: &TableDesc, dialect: Dialect) -> StatementKind {
+    match desc.form() {
+        Form::Lease => lease_claim_kind(dialect),
+        _ => StatementKind::Candidates,
+    }
+}
+
+/// "Claims of several workers and processes never wait for each other": within one process,
+/// a lease claim and an advisory claim on the database's locks start while another claim of
+/// the subscription is still in flight, as soon as a worker is free.
+#[test]
+fn lease_and_advisory_claims_of_one_subscription_run_side_by_side() {
+    for (desc, dialects) in [(lease(), &ALL[..]), (advisory(), &SERVERS[..])] {
+        for &dialect in dialects {
+            // Two workers, a backlog: the first claim takes two rows, both in work.
+            let mut sim = Sim::start(dialect, desc, 2, &[0, 1, 2, 3, 4, 5]);
+            assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
+            let kind = claim_kind(&desc, dialect);
+            sim.hook(move |_, c| {
+                if kind_of(c) == Some(kind) {
+                    Intercept::Hold
+                } else {
+                    Intercept::Run
+                }
+            });
+            // One settles: a claim starts for its slot, and hangs.
+            let mark = sim.mark();
+            let first = sim.delivery(0, 1);
+            sim.settle(0, first, Outcome::Ack);
+            sim.run();
+            assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim in flight");
+            // The other settles while that claim hangs: a second claim starts beside it.
+            let second = sim.delivery(0, 2);
+            sim.settle(0, second, Outcome::Ack);
+            sim.run();
+            assert_eq!(
+                sim.procs[0].held.len(),
+                2,
+                "{dialect:?} {:?}: a second claim runs beside the first",
+                desc.form()
+            );
+            // Both answer: each takes a row of its own, and no row twice.
+            sim.hook = None;
+            for command in sim.take_held(0) {
+                sim.run_command(0, command);
+            }
+            sim.run();
+            let rows = sim.delivered_rows(0, mark);
+            assert_eq!(rows.len(), 2, "{dialect:?}: {rows:?}");
+            assert_ne!(rows[0], rows[1], "{dialect:?}: one row, one delivery");
+            assert_eq!(sim.in_work(0), 2, "{dialect:?}");
+        }
+    }
+}
+
+/// A row lock claim that counts an attempt runs alone: it commits the count before it locks
+/// the row, and a second claim in that window would count the same row again.
+#[test]
+fn row_lock_claims_that_count_attempts_run_one_at_a_time() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 2, &[0, 1, 2, 3]);
+        assert_eq!(sim.in_work(0), 2, "{dialect:?}");
+        let lock = StatementKind::LockRowById;
+        sim.hook(move |_, c| {
+            if kind_of(c) == Some(lock) {
+                Intercept::Hold
+            } else {
+                Intercept::Run
+            }
+        });
+        let first = sim.delivery(0, 1);
+        sim.settle(0, first, Outcome::Ack);
+        sim.run();
+        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim in flight");
+        let second = sim.delivery(0, 2);
+        let mark = sim.mark();
+        sim.settle(0, second, Outcome::Ack);
+        sim.run();
+        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: still one");
+        assert!(
+            sim.ops(0, mark).iter().all(|op| !matches!(op, Acquire)),
+            "{dialect:?}: no second claim started: {:?}",
+            sim.ops(0, mark)
+        );
+        sim.hook = None;
+        for command in sim.take_held(0) {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        assert_eq!(sim.in_work(0), 2, "{dialect:?}");
+    }
+}
