@@ -121,6 +121,10 @@ struct Sub {
     /// Slots that claims in flight hold.
     claiming: usize,
     claims_in_flight: usize,
+    /// The row lock form with an attempt column: the claim between its count and its lock.
+    counting: Option<u64>,
+    /// Claims that hold a connection and wait for the count to be theirs, in order.
+    count_queue: VecDeque<u64>,
     /// Claims no more: the runtime stopped it.
     stopped: bool,
     next_claim_at: Option<Time>,
@@ -130,18 +134,25 @@ struct Sub {
 impl Sub {
     /// Whether a claim may start while another of the subscription runs.
     ///
-    /// Row lock claims without an attempt column, lease claims and advisory claims on the
-    /// database's locks run side by side: `SKIP LOCKED`, the lease's fence and the key's lock
-    /// keep two claims from taking one row. A row lock claim that counts an attempt runs
-    /// alone: it commits the count before it locks the row, and a second claim of the process
-    /// in that window would count the same row again. A claim that reads the first due rows
-    /// only (SQLite's registry, a custom lock) runs alone, so the first row is read once.
+    /// Row lock claims, lease claims and advisory claims on the database's locks run side by
+    /// side: `SKIP LOCKED`, the lease's fence and the key's lock keep two claims from taking
+    /// one row. A row lock claim that counts an attempt commits the count before it locks the
+    /// row, and a second claim of the process in that window would count the same row again:
+    /// such claims acquire their connections side by side and then count one at a time
+    /// ([`Sub::counts_attempts`]). A claim that reads the first due rows only (SQLite's
+    /// registry, a custom lock) runs alone, so the first row is read once.
     fn side_by_side(&self) -> bool {
         match self.statements.form {
-            Form::RowLock => self.desc.attempt.is_none(),
-            Form::Lease => true,
+            Form::RowLock | Form::Lease => true,
             Form::Advisory => self.mode == KeyMode::Database,
         }
+    }
+
+    /// The row lock form with an attempt column: a claim counts and commits the attempt, then
+    /// locks the counted row.
+    fn counts_attempts(&self) -> bool {
+        self.statements.form == Form::RowLock
+            && (self.statements.count_row.is_some() || self.statements.select_row_id.is_some())
     }
 
     fn free(&self) -> usize {
@@ -476,6 +487,8 @@ impl<R> Broker<R> {
             next_check_at: None,
             in_work: 0,
             claiming: 0,
+            counting: None,
+            count_queue: VecDeque::new(),
             claims_in_flight: 0,
             stopped: false,
             next_claim_at: None,
@@ -1114,21 +1127,16 @@ impl<R> Broker<R> {
         let options = self.subs[sub.0].options;
         match stage {
             ClaimStage::Acquire => match form {
-                Form::RowLock => {
-                    // With an attempt column, the attempt is counted and committed before the
-                    // row is locked for the handler, so a crash spends it.
-                    if let Some(count) = statements.count_row.clone() {
-                        let binds = count.binds(|_| Value::Int(now.micros()));
-                        self.claim_execute(claim, conn, &count, binds, ClaimStage::CountRow);
-                    } else {
-                        let stage = if statements.select_row_id.is_some() {
-                            ClaimStage::BeginCount
-                        } else {
-                            ClaimStage::Begin
-                        };
-                        let begin = statements.begin.clone();
-                        self.claim_execute(claim, conn, &begin, Vec::new(), stage);
+                Form::RowLock if self.subs[sub.0].counts_attempts() => {
+                    let s = &mut self.subs[sub.0];
+                    s.count_queue.push_back(claim);
+                    if s.counting.is_none() {
+                        self.next_count(sub);
                     }
+                }
+                Form::RowLock => {
+                    let begin = statements.begin.clone();
+                    self.claim_execute(claim, conn, &begin, Vec::new(), ClaimStage::Begin);
                 }
                 Form::Lease if self.dialect.update_returning() => {
                     let statement = statements.claim_lease.clone().expect("lease statements");
@@ -1185,6 +1193,8 @@ impl<R> Broker<R> {
                 self.claim_execute(claim, conn, &statement, binds, stage);
             }
             ClaimStage::LockRow | ClaimStage::LockRowById => {
+                self.end_count(claim);
+                let statements = &self.subs[sub.0].statements;
                 let mut rows = rows_of(reply);
                 let Some(row) = rows.pop() else {
                     if matches!(stage, ClaimStage::LockRowById) {
@@ -1207,6 +1217,8 @@ impl<R> Broker<R> {
                     (id, attempt)
                 });
                 let Some((id, attempt)) = row else {
+                    self.end_count(claim);
+                    let statements = &self.subs[sub.0].statements;
                     if matches!(stage, ClaimStage::SelectRowId) {
                         let rollback = statements.rollback.clone();
                         self.claim_execute(
@@ -1425,6 +1437,7 @@ impl<R> Broker<R> {
     }
 
     fn on_claim_failed(&mut self, claim: u64, stage: ClaimStage, error: DbError) {
+        self.end_count(claim);
         let c = self.claims.get_mut(&claim).expect("claim in flight");
         let sub = c.sub;
         c.failed = true;
@@ -1482,6 +1495,7 @@ impl<R> Broker<R> {
     /// unless the broker is shutting down (the attempt is spent and the row is free).
     fn claim_lock_counted(&mut self, claim: u64, conn: ConnId) {
         if self.state != State::Running {
+            self.end_count(claim);
             self.claim_release(claim);
             return;
         }
@@ -1537,6 +1551,48 @@ impl<R> Broker<R> {
         match c.conn.take() {
             Some(conn) => self.claim_step(claim, conn, Action::Release, ClaimStage::Release),
             None => self.finish_claim(claim),
+        }
+    }
+
+    /// The row lock form with an attempt column: `claim`'s count and lock are done, or it
+    /// ended; the next claim waiting for the count starts it.
+    fn end_count(&mut self, claim: u64) {
+        let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
+            return;
+        };
+        let s = &mut self.subs[sub.0];
+        s.count_queue.retain(|c| *c != claim);
+        if s.counting == Some(claim) {
+            s.counting = None;
+            self.next_count(sub);
+        }
+    }
+
+    /// Starts the count of the first claim waiting for it. With an attempt column, the attempt
+    /// is counted and committed before the row is locked for the handler, so a crash spends
+    /// it. From the shutdown on, a waiting claim counts nothing and lets its connection go.
+    fn next_count(&mut self, sub: SubId) {
+        while self.subs[sub.0].counting.is_none() {
+            let Some(claim) = self.subs[sub.0].count_queue.pop_front() else {
+                return;
+            };
+            let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
+                continue;
+            };
+            if self.state != State::Running {
+                self.claim_release(claim);
+                continue;
+            }
+            self.subs[sub.0].counting = Some(claim);
+            let now = self.now;
+            let statements = &self.subs[sub.0].statements;
+            if let Some(count) = statements.count_row.clone() {
+                let binds = count.binds(|_| Value::Int(now.micros()));
+                self.claim_execute(claim, conn, &count, binds, ClaimStage::CountRow);
+            } else {
+                let begin = statements.begin.clone();
+                self.claim_execute(claim, conn, &begin, Vec::new(), ClaimStage::BeginCount);
+            }
         }
     }
 
@@ -1684,6 +1740,7 @@ impl<R> Broker<R> {
     }
 
     fn finish_claim(&mut self, claim: u64) {
+        self.end_count(claim);
         let Some(c) = self.claims.remove(&claim) else {
             return;
         };

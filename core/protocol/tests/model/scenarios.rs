@@ -2957,7 +2957,11 @@ fn lease_and_advisory_claims_of_one_subscription_run_side_by_side() {
             let first = sim.delivery(0, 1);
             sim.settle(0, first, Outcome::Ack);
             sim.run();
-            assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim in flight");
+            assert_eq!(
+                sim.procs[0].held.len(),
+                1,
+                "{dialect:?}: one claim in flight"
+            );
             // The other settles while that claim hangs: a second claim starts beside it.
             let second = sim.delivery(0, 2);
             sim.settle(0, second, Outcome::Ack);
@@ -2982,10 +2986,11 @@ fn lease_and_advisory_claims_of_one_subscription_run_side_by_side() {
     }
 }
 
-/// A row lock claim that counts an attempt runs alone: it commits the count before it locks
-/// the row, and a second claim in that window would count the same row again.
+/// A row lock claim that counts an attempt counts alone: it commits the count before it locks
+/// the row, and a second claim in that window would count the same row again. The next claim
+/// acquires its connection beside it and counts once the first has locked its row.
 #[test]
-fn row_lock_claims_that_count_attempts_run_one_at_a_time() {
+fn row_lock_claims_that_count_attempts_count_one_at_a_time() {
     for dialect in SERVERS {
         let mut sim = Sim::start(dialect, row_lock(), 2, &[0, 1, 2, 3]);
         assert_eq!(sim.in_work(0), 2, "{dialect:?}");
@@ -3000,22 +3005,40 @@ fn row_lock_claims_that_count_attempts_run_one_at_a_time() {
         let first = sim.delivery(0, 1);
         sim.settle(0, first, Outcome::Ack);
         sim.run();
-        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim in flight");
+        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim locks");
         let second = sim.delivery(0, 2);
         let mark = sim.mark();
         sim.settle(0, second, Outcome::Ack);
         sim.run();
-        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: still one");
+        let ops = sim.ops(0, mark);
         assert!(
-            sim.ops(0, mark).iter().all(|op| !matches!(op, Acquire)),
-            "{dialect:?}: no second claim started: {:?}",
-            sim.ops(0, mark)
+            ops.contains(&Acquire),
+            "{dialect:?}: the second claim acquires beside the first: {ops:?}"
         );
+        let counting = [StatementKind::CountRow, StatementKind::SelectRowId];
+        assert!(
+            counting.iter().all(|k| sim.runs_of(0, mark, *k).is_empty()),
+            "{dialect:?}: but does not count while the first has not locked its row: {ops:?}"
+        );
+        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}");
         sim.hook = None;
         for command in sim.take_held(0) {
             sim.run_command(0, command);
         }
         sim.run();
         assert_eq!(sim.in_work(0), 2, "{dialect:?}");
+        let rows = sim.delivered_rows(0, mark);
+        assert_eq!(
+            rows,
+            [3, 4],
+            "{dialect:?}: each claim takes a row of its own"
+        );
+        for row in [3, 4] {
+            assert_eq!(
+                sim.row(row).attempt,
+                1,
+                "{dialect:?}: row {row} counted once"
+            );
+        }
     }
 }
