@@ -448,14 +448,11 @@ impl Work {
         match self {
             Work::Execute { statement, binds } => {
                 let reply = execute(conn, &statement, binds, state.found_rows).await;
-                let ok = !matches!(reply, Reply::Failed(_));
-                match statement.kind {
-                    StatementKind::Begin if ok => state.in_tx = true,
-                    // A commit that failed may leave the transaction open; the release rolls
-                    // back where in doubt.
-                    StatementKind::Commit if ok => state.in_tx = false,
-                    StatementKind::Rollback if ok => state.in_tx = false,
-                    _ => {}
+                if let Some(in_tx) = statement
+                    .kind
+                    .transaction_after(!matches!(reply, Reply::Failed(_)))
+                {
+                    state.in_tx = in_tx;
                 }
                 reply
             }

@@ -17,9 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::{self, BoxFuture, Either, Shared};
-use ruststream_core::{
-    Action, Command, ConnId, DbError, ErrorKind, Reply, Statement, StatementKind, Value,
-};
+use ruststream_core::{Action, Command, ConnId, DbError, ErrorKind, Reply, Statement, Value};
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Pool};
 
@@ -367,15 +365,9 @@ async fn execute<DB: SqlxDatabase>(
         Ok(reply) => reply,
         Err(error) => Reply::Failed(error),
     };
-    let ok = !matches!(reply, Reply::Failed(_));
-    let in_tx = match statement.kind {
-        StatementKind::Begin if ok => Some(true),
-        // A commit that failed may leave the transaction open (MySQL); a rollback ends it
-        // either way, and the release rolls back again where in doubt.
-        StatementKind::Commit if ok => Some(false),
-        StatementKind::Rollback => Some(false),
-        _ => None,
-    };
+    let in_tx = statement
+        .kind
+        .transaction_after(!matches!(reply, Reply::Failed(_)));
     (reply, in_tx)
 }
 

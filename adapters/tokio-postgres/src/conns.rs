@@ -357,10 +357,10 @@ impl Connection {
                 return lost("the statement was cut short: its connection was closed");
             }
         };
-        match kind {
-            Some(StatementKind::Begin) if !matches!(reply, Reply::Failed(_)) => self.in_tx = true,
-            Some(StatementKind::Commit | StatementKind::Rollback) => self.in_tx = false,
-            _ => {}
+        if let Some(in_tx) =
+            kind.and_then(|k| k.transaction_after(!matches!(reply, Reply::Failed(_))))
+        {
+            self.in_tx = in_tx;
         }
         if let Reply::Failed(error) = &reply
             && (error.closes_connection() || self.object().is_closed())

@@ -191,6 +191,22 @@ pub enum StatementKind {
     Publish,
 }
 
+impl StatementKind {
+    /// Whether the session has a transaction open after a statement of this kind ran:
+    /// `Some(true)` after a `BEGIN` that succeeded, `Some(false)` after a `COMMIT` that
+    /// succeeded or any `ROLLBACK`, `None` where the statement leaves it as it was or in doubt
+    /// (a `COMMIT` that failed may leave it open on MySQL). An adapter keeps this to roll back
+    /// a connection it gives back with a transaction open.
+    pub fn transaction_after(self, succeeded: bool) -> Option<bool> {
+        match self {
+            StatementKind::Begin if succeeded => Some(true),
+            StatementKind::Commit if succeeded => Some(false),
+            StatementKind::Rollback => Some(false),
+            _ => None,
+        }
+    }
+}
+
 /// What the reply to a statement holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {

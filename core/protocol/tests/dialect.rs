@@ -1226,3 +1226,26 @@ fn broker_renders_statements_once_per_subscription() {
         }
     }
 }
+
+/// What each statement leaves of the session's transaction, as the adapters track it to roll
+/// back a connection given back with a transaction open.
+#[test]
+fn transaction_after_each_kind_of_statement() {
+    use ruststream_core::StatementKind as K;
+    assert_eq!(K::Begin.transaction_after(true), Some(true));
+    assert_eq!(K::Begin.transaction_after(false), None);
+    assert_eq!(K::Commit.transaction_after(true), Some(false));
+    assert_eq!(K::Commit.transaction_after(false), None, "in doubt");
+    assert_eq!(K::Rollback.transaction_after(true), Some(false));
+    assert_eq!(K::Rollback.transaction_after(false), Some(false));
+    for kind in [
+        K::CountRow,
+        K::LockRowById,
+        K::ClaimLease,
+        K::TryLock,
+        K::Candidates,
+    ] {
+        assert_eq!(kind.transaction_after(true), None, "{kind:?}");
+        assert_eq!(kind.transaction_after(false), None, "{kind:?}");
+    }
+}
