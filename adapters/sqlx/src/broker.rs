@@ -5,17 +5,18 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::adapter::{Adapter, AdapterError, Notifications, TakesRows};
 use ruststream::exec::{self, BoxFuture, Executor};
 use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
 use ruststream_core::spec::{Described, Features, ValidOn};
-use ruststream_core::{Command, Dialect, Reply};
+use ruststream_core::{Command, DbError, Dialect, Reply};
 use sqlx::pool::PoolOptions;
 use sqlx::{ConnectOptions, Connection, Pool};
 
 use crate::conn::Conns;
 use crate::db::SqlxDatabase;
 use crate::error::{SqlxBrokerError, SqlxPublisher};
+use crate::listen::Listener;
 use crate::lock::{CustomLock, PickLock};
 
 /// The options `DB`'s connections open with: `PgConnectOptions`, `MySqlConnectOptions`,
@@ -45,6 +46,8 @@ struct Inner<DB: SqlxDatabase> {
     source: Source<DB>,
     state: Mutex<State<DB>>,
     conns: Arc<Conns<DB>>,
+    /// The sessions that hear of other processes' publishes, once the runtime asked for one.
+    listener: Mutex<Option<Listener>>,
 }
 
 impl<DB: SqlxDatabase> Inner<DB> {
@@ -63,6 +66,11 @@ impl<DB: SqlxDatabase> Inner<DB> {
 
     fn owns_pool(&self) -> bool {
         !matches!(self.source, Source::Pool(_))
+    }
+
+    fn listener(&self) -> MutexGuard<'_, Option<Listener>> {
+        // The lock guards a plain option that no code panics while holding.
+        self.listener.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Where the pool connects, for messages: the URL without its password.
@@ -138,6 +146,7 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
                 source,
                 state: Mutex::new(State::Idle),
                 conns: Arc::new(Conns::new()),
+                listener: Mutex::new(None),
             }),
         }
     }
@@ -249,6 +258,18 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     type Row = DB::Row;
     type Lock = CustomLock<DB>;
 
+    /// On PostgreSQL: a session on a connection of its own (the pool's connect options, so
+    /// its `application_name` too, outside the pool's size) that runs `LISTEN ruststream`.
+    /// The other databases notify of no publish.
+    fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
+        let pool = self.inner.running_pool()?;
+        let mut listener = self.inner.listener();
+        if listener.is_none() {
+            *listener = Some(DB::listener(&pool)?);
+        }
+        listener.as_ref().map(Listener::open)
+    }
+
     /// Builds the pool where the broker builds it, and answers the server's dialect:
     /// PostgreSQL; MariaDB when `SELECT VERSION()` names it, MySQL otherwise; SQLite.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
@@ -327,10 +348,14 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
 
     /// Closes the broker: it lends no new connection. A pool it built closes: idle
     /// connections close at once, and a connection still held closes when it comes back. The
-    /// service's own pool stays open.
+    /// service's own pool stays open. The listening connection closes, whatever the pool.
     fn close(&self) -> BoxFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
+            let listener = inner.listener().take();
+            if let Some(listener) = listener {
+                listener.close().await;
+            }
             let pool = {
                 let mut state = inner.state();
                 let pool = match std::mem::replace(&mut *state, State::Closed(None)) {

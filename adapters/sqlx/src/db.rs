@@ -12,7 +12,9 @@ use sqlx::mysql::{MySql, MySqlConnection, MySqlDatabaseError, MySqlRow};
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgConnection, PgRow, PgTypeInfo, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
-use sqlx::{AssertSqlSafe, Column, Row, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Column, Pool, Row, TypeInfo, ValueRef};
+
+use crate::listen::Listener;
 
 mod sealed {
     pub trait Sealed {}
@@ -52,6 +54,11 @@ pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
     /// The kind of a driver error of this database.
     #[doc(hidden)]
     fn error_kind(error: &sqlx::Error) -> ErrorKind;
+
+    /// The sessions that hear of rows other processes publish, on connections like the
+    /// pool's: PostgreSQL's `LISTEN`; `None` where the database notifies of no publish.
+    #[doc(hidden)]
+    fn listener(pool: &Pool<Self>) -> Option<Listener>;
 }
 
 /// A driver error as the core reads it, with its kind per database.
@@ -285,6 +292,10 @@ impl SqlxDatabase for Postgres {
     fn error_kind(error: &sqlx::Error) -> ErrorKind {
         pg_kind(error)
     }
+
+    fn listener(pool: &Pool<Self>) -> Option<Listener> {
+        Some(Listener::new((*pool.connect_options()).clone()))
+    }
 }
 
 // ----- MySQL and MariaDB -----
@@ -405,6 +416,10 @@ impl SqlxDatabase for MySql {
     fn error_kind(error: &sqlx::Error) -> ErrorKind {
         mysql_kind(error)
     }
+
+    fn listener(_: &Pool<Self>) -> Option<Listener> {
+        None
+    }
 }
 
 // ----- SQLite -----
@@ -498,5 +513,9 @@ impl SqlxDatabase for Sqlite {
 
     fn error_kind(error: &sqlx::Error) -> ErrorKind {
         sqlite_kind(error)
+    }
+
+    fn listener(_: &Pool<Self>) -> Option<Listener> {
+        None
     }
 }

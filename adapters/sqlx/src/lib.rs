@@ -132,6 +132,14 @@
 //! message in work, row lock and advisory: each subscription's workers, plus one for its
 //! claims and one for publishes.
 //!
+//! On PostgreSQL a broker with subscriptions also keeps one connection outside the pool, with
+//! the pool's connect options, that runs `LISTEN ruststream` (a [`sqlx::postgres::PgListener`]):
+//! every publish notifies that channel with its table's name, so a row another process
+//! publishes wakes this broker's subscriptions of the table at once instead of at their next
+//! poll. When the connection is lost another opens and every subscription looks once; the
+//! broker's close ends it. On MySQL, MariaDB and SQLite only the publishing broker's own
+//! subscriptions wake; rows of other processes wait for the poll.
+//!
 //! Driver errors map to the core's kinds: I/O, TLS and protocol errors and sessions the server
 //! ended (`57P01`, MySQL 1927, 2013) are [`ErrorKind::ConnectionLost`]; a closed or exhausted
 //! pool is [`ErrorKind::PoolClosed`]; SQLSTATE `40001`, `40P01` and MySQL 1213 and 1205 are
@@ -210,6 +218,7 @@ mod broker;
 mod conn;
 mod db;
 mod error;
+mod listen;
 mod lock;
 
 pub use broker::{ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxRoute};

@@ -7,17 +7,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolConfig, RecyclingMethod, Runtime};
-use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::adapter::{Adapter, AdapterError, Notifications, TakesRows};
 use ruststream::exec::{self, BoxFuture, Executor};
 use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
 use ruststream_core::spec::{Described, Features, Postgres, ValidOn};
-use ruststream_core::{Command, Dialect, Reply};
+use ruststream_core::{Command, DbError, Dialect, Reply};
 use serde::de::DeserializeOwned;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{CancelToken, NoTls, Socket};
+use tokio_postgres::{CancelToken, Config, NoTls, Socket};
 
 use crate::conns::{Conns, Lender, Settings, no_tls_canceller};
 use crate::error::{TokioPostgresBrokerError, TokioPostgresPublisher};
+use crate::listen::{self, Connector, Sessions};
 use crate::lock::{CustomLock, PickLock};
 use crate::row::PgRow;
 
@@ -55,6 +56,18 @@ struct Inner {
     source: Source,
     state: Mutex<State>,
     conns: Arc<Conns>,
+    /// The listening sessions opened, for the close to wait for.
+    sessions: Arc<Sessions>,
+}
+
+/// Where the session that hears of other processes' publishes connects.
+enum Listen {
+    /// Where the URL of `from_url` points, without TLS; nowhere for the service's own pool.
+    Url,
+    /// Where the service said.
+    On(Connector),
+    /// Nowhere.
+    Off,
 }
 
 impl Inner {
@@ -121,6 +134,7 @@ pub(crate) fn redact(url: &str) -> String {
 pub struct TokioPostgresBroker {
     inner: Arc<Inner>,
     settings: Settings,
+    listen: Listen,
 }
 
 impl fmt::Debug for TokioPostgresBroker {
@@ -134,6 +148,14 @@ impl fmt::Debug for TokioPostgresBroker {
             .field("target", &self.inner.target())
             .field("owns_pool", &self.inner.owns_pool())
             .field("simple_query", &self.settings.simple)
+            .field(
+                "listens",
+                &match self.listen {
+                    Listen::Url => self.inner.owns_pool(),
+                    Listen::On(_) => true,
+                    Listen::Off => false,
+                },
+            )
             .field("state", &state)
             .field("connections_held", &self.inner.conns.held())
             .finish()
@@ -147,11 +169,13 @@ impl TokioPostgresBroker {
                 source,
                 state: Mutex::new(State::Idle),
                 conns: Arc::new(Conns::default()),
+                sessions: Arc::new(Sessions::default()),
             }),
             settings: Settings {
                 simple: false,
                 canceller: no_tls_canceller(),
             },
+            listen: Listen::Url,
         }
     }
 
@@ -211,6 +235,34 @@ impl TokioPostgresBroker {
             let tls = tls.clone();
             Box::pin(async move { token.cancel_query(tls).await })
         });
+        self
+    }
+
+    /// Hears of rows other processes publish on a connection of `config` over `tls`: a
+    /// session of its own, apart from the pool, that runs `LISTEN ruststream` while the broker
+    /// runs, so their rows wake this broker's subscriptions at once rather than at their next
+    /// poll. When the session is lost, another opens (after a pause, should that fail) and
+    /// every subscription looks for rows once.
+    ///
+    /// A broker of [`TokioPostgresBroker::from_url`] listens on its URL without TLS unless
+    /// told otherwise; a broker on the service's own pool ([`TokioPostgresBroker::new`])
+    /// listens only where this names. The session needs a connection of its own to the
+    /// server: a direct one, or PgBouncer in session pooling.
+    pub fn listen_on<T>(mut self, config: Config, tls: T) -> Self
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        self.listen = Listen::On(listen::connector(config, tls));
+        self
+    }
+
+    /// Hears of no other process's publish: their rows wait for the subscriptions' next
+    /// poll. This broker's own publishes still wake its subscriptions.
+    pub fn without_listener(mut self) -> Self {
+        self.listen = Listen::Off;
         self
     }
 
@@ -352,6 +404,25 @@ impl Adapter for TokioPostgresBroker {
     type Row = PgRow;
     type Lock = CustomLock;
 
+    /// A session on a connection of its own ([`TokioPostgresBroker::listen_on`]), its task on
+    /// the broker's tokio runtime, that runs `LISTEN ruststream`.
+    fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
+        let runtime = match &*self.inner.state() {
+            State::Running(lender) => lender.runtime.clone(),
+            State::Idle | State::Closed(_) => return None,
+        };
+        let connect = match (&self.listen, &self.inner.source) {
+            (Listen::Off, _) | (Listen::Url, Source::Pool(_)) => return None,
+            (Listen::On(connect), _) => connect.clone(),
+            (Listen::Url, Source::Url(url, _)) => {
+                // The start parsed the URL already.
+                let config: Config = url.parse().ok()?;
+                listen::connector(config, NoTls)
+            }
+        };
+        Some(listen::open(connect, runtime, self.inner.sessions.clone()))
+    }
+
     /// Builds the pool where the broker builds it, takes a connection to check the server
     /// (PostgreSQL 9.5 or later), and answers [`Dialect::Postgres`]. It runs in a tokio
     /// runtime, where the connections' tasks then run.
@@ -413,10 +484,12 @@ impl Adapter for TokioPostgresBroker {
 
     /// Closes the broker: it lends no new connection. A pool it built closes: idle
     /// connections close at once, and a connection still held closes when it comes back. The
-    /// service's own pool stays open.
+    /// service's own pool stays open. The close waits until every listening session's
+    /// connection has ended.
     fn close(&self) -> BoxFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
+            inner.sessions.close().await;
             let pool = {
                 let mut state = inner.state();
                 let pool = match std::mem::replace(&mut *state, State::Closed(None)) {

@@ -130,6 +130,14 @@
 //! connection per message in work (row lock, advisory): each subscription's workers, plus one
 //! for its claims and one for publishes.
 //!
+//! A broker with subscriptions also keeps one connection outside the pool that runs `LISTEN
+//! ruststream` ([`TokioPostgresBroker::listen_on`]; on the URL of
+//! [`TokioPostgresBroker::from_url`] unless told otherwise, nowhere for the service's own pool
+//! unless told): every publish notifies that channel with its table's name, so a row another
+//! process publishes wakes this broker's subscriptions of the table at once instead of at
+//! their next poll. When the connection is lost another opens and every subscription looks
+//! once; the broker's close waits until it has ended.
+//!
 //! On PostgreSQL the row lock form needs the isolation level read committed: a subscription
 //! whose sessions run at a stricter `default_transaction_isolation` fails its check at the
 //! start, with a message that names the setting. The advisory lock form needs a session per
@@ -194,6 +202,7 @@
 mod broker;
 mod conns;
 mod error;
+mod listen;
 mod literal;
 mod lock;
 mod row;

@@ -15,10 +15,33 @@
 //! concurrent claim finds nothing to take until the first commits. Such a table indexes the
 //! claim order's columns, then the id: `(due_at, id)` for the default order with a due column.
 //! PostgreSQL locks rows after the sort and the limit, and needs no index for it.
+//!
+//! On PostgreSQL a publish also notifies [`NOTIFY_CHANNEL`], in the same statement, with the
+//! table's name as the payload: a session that ran [`Dialect::listen_statement`] hears of the
+//! row once its transaction commits, and the runtime wakes the table's subscriptions at once
+//! instead of at their next poll. The other dialects have no such channel: there only the
+//! publishing process wakes its own subscriptions.
 
 use std::sync::Arc;
 
 use crate::spec::{Form, KeyPart, OrderBy, TableDesc};
+
+/// The PostgreSQL channel every publish notifies, with the table's name (as its description
+/// names it) as the payload; listening sessions run [`Dialect::listen_statement`].
+///
+/// A row another program inserts wakes no subscription unless that program notifies too:
+/// `NOTIFY ruststream, 'jobs'`, or [`Dialect::notify_statement`].
+pub const NOTIFY_CHANNEL: &str = "ruststream";
+
+/// Whether a notification's payload names `table`: the same name, or the same name with or
+/// without its schema (`app.jobs` and `jobs`). A payload that names a table of the same name
+/// in another schema matches too: it costs one claim that finds nothing.
+pub fn notification_names(payload: &str, table: &str) -> bool {
+    fn unqualified(name: &str) -> &str {
+        name.rsplit_once('.').map_or(name, |(_, name)| name)
+    }
+    payload == table || unqualified(payload) == unqualified(table)
+}
 
 /// A SQL dialect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,6 +79,34 @@ impl Dialect {
 
     const fn mysql_like(self) -> bool {
         matches!(self, Dialect::MySql | Dialect::MariaDb)
+    }
+
+    /// The statement a session runs to hear of published rows: `LISTEN ruststream` on
+    /// PostgreSQL ([`NOTIFY_CHANNEL`]); `None` elsewhere, where no publish notifies.
+    pub const fn listen_statement(self) -> Option<&'static str> {
+        match self {
+            Dialect::Postgres => Some("LISTEN ruststream"),
+            Dialect::MySql | Dialect::MariaDb | Dialect::Sqlite => None,
+        }
+    }
+
+    /// The statement that tells listening subscriptions of `table` that it has new rows, for
+    /// a row written without a ruststream publisher: `SELECT pg_notify('ruststream', 'jobs')`
+    /// on PostgreSQL, which notifies when its transaction commits; `None` elsewhere.
+    pub fn notify_statement(self, table: &str) -> Option<String> {
+        match self {
+            Dialect::Postgres => Some(format!("SELECT {}", self.notify_call(table))),
+            Dialect::MySql | Dialect::MariaDb | Dialect::Sqlite => None,
+        }
+    }
+
+    /// `pg_notify` of [`NOTIFY_CHANNEL`] with `table` as the payload.
+    fn notify_call(self, table: &str) -> String {
+        format!(
+            "pg_notify({}, {})",
+            self.text_literal(NOTIFY_CHANNEL),
+            self.text_literal(table)
+        )
     }
 
     /// `name` quoted as an identifier; a dotted name (`schema.table`) is quoted part by part.
@@ -187,7 +238,8 @@ pub enum StatementKind {
         /// Only while this process's lease holds the row.
         fenced: bool,
     },
-    /// Inserts a row.
+    /// Inserts a row; on PostgreSQL, in the same statement, notifies [`NOTIFY_CHANNEL`] with
+    /// the table's name. Its reply counts the rows written.
     Publish,
 }
 
@@ -369,7 +421,7 @@ pub struct Statements {
     pub read_row: Statement,
     /// Settle a row as done (an acknowledgement or a rejection): delete it, or mark it.
     pub settle: Statement,
-    /// Insert a row.
+    /// Insert a row, and on PostgreSQL notify [`NOTIFY_CHANNEL`].
     pub publish: Statement,
 }
 
@@ -947,7 +999,9 @@ impl Renderer<'_> {
         s.finish(kind, Output::Affected)
     }
 
-    /// The columns publishing writes, with their arguments.
+    /// The columns publishing writes, with their arguments. On PostgreSQL the insert sits in
+    /// a `WITH` whose query notifies once per row written: the reply is a row count all the
+    /// same, and the notification leaves with the commit.
     fn publish(&self) -> Statement {
         let mut columns: Vec<(&'static str, Arg)> = Vec::new();
         if !self.desc.id.generated {
@@ -975,7 +1029,11 @@ impl Renderer<'_> {
         if let Some(due) = self.desc.due.filter(|c| !c.generated) {
             columns.push((due.name, Arg::Due));
         }
+        let notifies = self.dialect == Dialect::Postgres;
         let mut s = Sql::new(self.dialect);
+        if notifies {
+            s.push("WITH rs_published AS (");
+        }
         s.push("INSERT INTO ").push(&self.table());
         if columns.is_empty() {
             s.push(if self.dialect.mysql_like() {
@@ -1003,6 +1061,11 @@ impl Renderer<'_> {
                 }
             }
             s.push(")");
+        }
+        if notifies {
+            s.push(" RETURNING 1) SELECT ")
+                .push(&self.dialect.notify_call(self.desc.table))
+                .push(" FROM rs_published");
         }
         s.finish(StatementKind::Publish, Output::Affected)
     }

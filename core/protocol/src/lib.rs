@@ -29,7 +29,9 @@ mod types;
 mod value;
 
 pub use broker::{Broker, BrokerError, DROP_GRACE, Publish, SubscribeOptions};
-pub use dialect::{Arg, Dialect, Output, Statement, StatementKind, Statements};
+pub use dialect::{
+    Arg, Dialect, NOTIFY_CHANNEL, Output, Statement, StatementKind, Statements, notification_names,
+};
 pub use spec::{Column, DescError, Form, InboxSpec, KeyPart, OrderBy, TableDesc};
 pub use types::{
     Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,

@@ -11,8 +11,9 @@ use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
 };
 use ruststream_core::{
-    Action, Arg, Broker, Dialect, Event, Form, Output, Publish, Reply, Row, Statement,
-    StatementKind, Statements, SubscribeOptions, TableDesc, Time, Value,
+    Action, Arg, Broker, Dialect, Event, Form, NOTIFY_CHANNEL, Output, Publish, Reply, Row,
+    Statement, StatementKind, Statements, SubscribeOptions, TableDesc, Time, Value,
+    notification_names,
 };
 
 const DIALECTS: [Dialect; 4] = [
@@ -152,8 +153,9 @@ fn postgres_row_lock_statements() {
     );
     assert_eq!(
         &*s.publish.sql,
-        r#"INSERT INTO "jobs" ("payload") VALUES ($1)"#
+        r#"WITH rs_published AS (INSERT INTO "jobs" ("payload") VALUES ($1) RETURNING 1) SELECT pg_notify('ruststream', 'jobs') FROM rs_published"#
     );
+    assert_eq!(s.publish.output, Output::Affected);
     assert_eq!(
         &*s.list_columns.sql,
         "SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns \
@@ -267,7 +269,7 @@ fn postgres_lease_statements() {
     assert_eq!(
         &*s.publish.sql,
         format!(
-            r#"INSERT INTO "jobs" ("payload", "due_at") VALUES ($1, {})"#,
+            r#"WITH rs_published AS (INSERT INTO "jobs" ("payload", "due_at") VALUES ($1, {}) RETURNING 1) SELECT pg_notify('ruststream', 'jobs') FROM rs_published"#,
             t(2)
         )
     );
@@ -385,7 +387,7 @@ fn postgres_advisory_statements() {
     assert!(s.take_count.is_none());
     assert_eq!(
         &*s.publish.sql,
-        r#"INSERT INTO "video_jobs" ("payload", "channel") VALUES ($1, $2)"#
+        r#"WITH rs_published AS (INSERT INTO "video_jobs" ("payload", "channel") VALUES ($1, $2) RETURNING 1) SELECT pg_notify('ruststream', 'video_jobs') FROM rs_published"#
     );
     assert_eq!(&*s.publish.args, &[Arg::Payload, Arg::Column("channel")]);
     assert!(s.lock_row.is_none() && s.isolation.is_none() && s.claim_lease.is_none());
@@ -506,7 +508,8 @@ fn schema_qualified_names() {
         r#"SELECT * FROM "app"."jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
     );
     assert_eq!(
-        &*pg.publish.sql, r#"INSERT INTO "app"."jobs" ("id", "payload") VALUES ($1, $2)"#,
+        &*pg.publish.sql,
+        r#"WITH rs_published AS (INSERT INTO "app"."jobs" ("id", "payload") VALUES ($1, $2) RETURNING 1) SELECT pg_notify('ruststream', 'app.jobs') FROM rs_published"#,
         "an id the service writes is published"
     );
     let my = render(Dialect::MySql, &SCHEMA);
@@ -552,6 +555,64 @@ fn custom_order() {
 }
 
 #[test]
+fn postgres_publish_notifies_and_the_others_do_not() {
+    assert_eq!(NOTIFY_CHANNEL, "ruststream");
+    assert_eq!(
+        Dialect::Postgres.listen_statement(),
+        Some("LISTEN ruststream"),
+        "the unquoted channel folds to the lower case pg_notify names"
+    );
+    assert_eq!(
+        Dialect::Postgres.notify_statement("app.jobs").as_deref(),
+        Some("SELECT pg_notify('ruststream', 'app.jobs')")
+    );
+    for dialect in [Dialect::MySql, Dialect::MariaDb, Dialect::Sqlite] {
+        assert_eq!(dialect.listen_statement(), None, "{dialect:?}");
+        assert_eq!(dialect.notify_statement("jobs"), None, "{dialect:?}");
+        for (name, desc) in descs() {
+            let s = Statements::render(dialect, &desc, 2);
+            assert!(
+                s.publish.sql.starts_with("INSERT INTO ") && !s.publish.sql.contains("notify"),
+                "{name}, {dialect:?}: {}",
+                s.publish.sql
+            );
+        }
+    }
+    for (name, desc) in descs() {
+        let s = Statements::render(Dialect::Postgres, &desc, 2);
+        let tail = format!(
+            " RETURNING 1) SELECT pg_notify('ruststream', '{}') FROM rs_published",
+            desc.table.replace('\'', "''")
+        );
+        assert!(
+            s.publish
+                .sql
+                .starts_with("WITH rs_published AS (INSERT INTO ")
+                && s.publish.sql.ends_with(&tail),
+            "{name}: {}",
+            s.publish.sql
+        );
+        assert_eq!(s.publish.output, Output::Affected, "{name}");
+    }
+    const ALL_GENERATED: InboxSpec<()> = InboxSpec::new("it's", Column::new("id").generated());
+    assert_eq!(
+        &*render(Dialect::Postgres, &ALL_GENERATED).publish.sql,
+        r#"WITH rs_published AS (INSERT INTO "it's" DEFAULT VALUES RETURNING 1) SELECT pg_notify('ruststream', 'it''s') FROM rs_published"#,
+        "a quote in the table's name is doubled in the payload"
+    );
+}
+
+#[test]
+fn a_notification_names_its_table_with_or_without_schema() {
+    assert!(notification_names("jobs", "jobs"));
+    assert!(notification_names("app.jobs", "app.jobs"));
+    assert!(notification_names("jobs", "app.jobs"));
+    assert!(notification_names("app.jobs", "jobs"));
+    assert!(!notification_names("jobs", "jobs_archive"));
+    assert!(!notification_names("app.jobs", "app.other"));
+}
+
+#[test]
 fn names_with_quote_characters_are_escaped() {
     let pg = render(Dialect::Postgres, &QUOTED);
     assert_eq!(
@@ -591,7 +652,7 @@ fn a_dotted_column_is_one_identifier() {
     );
     assert_eq!(
         &*pg.publish.sql,
-        r#"INSERT INTO "app"."jobs" ("body.bytes", "meta.channel") VALUES ($1, $2)"#
+        r#"WITH rs_published AS (INSERT INTO "app"."jobs" ("body.bytes", "meta.channel") VALUES ($1, $2) RETURNING 1) SELECT pg_notify('ruststream', 'app.jobs') FROM rs_published"#
     );
     let my = render(Dialect::MySql, &DOTTED);
     assert_eq!(

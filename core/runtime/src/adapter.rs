@@ -1,8 +1,14 @@
 //! The contract between the runtime and a driver adapter.
 
-use ruststream_core::{Command, Dialect, Reply};
+use futures::stream::BoxStream;
+use ruststream_core::{Command, DbError, Dialect, Reply};
 
 use crate::exec::BoxFuture;
+
+/// The notifications one listening session hears ([`Adapter::listen`]): the payload of each,
+/// the name of a table with new rows. The stream ends, or answers an error and then ends, when
+/// the session is lost; dropping it ends the session.
+pub type Notifications = BoxStream<'static, Result<String, DbError>>;
 
 /// Why an adapter could not start.
 #[derive(Debug, thiserror::Error)]
@@ -40,8 +46,25 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Closes what `start` opened: a pool the adapter built lends no new connection, and a
     /// connection still held closes when it comes back. A pool the service passed in stays
-    /// open.
+    /// open. Every listening session ([`Adapter::listen`]) has ended on the server when the
+    /// close completes; the runtime drops their streams before it closes.
     fn close(&self) -> BoxFuture<()>;
+
+    /// Opens a session that hears of rows other processes publish, where the database tells
+    /// of them: on PostgreSQL, a connection of its own that runs the dialect's
+    /// [`listen_statement`](ruststream_core::Dialect::listen_statement) and streams the
+    /// payloads of the notifications on
+    /// [`NOTIFY_CHANNEL`](ruststream_core::NOTIFY_CHANNEL). The session is open when the
+    /// future answers.
+    ///
+    /// The runtime calls it after `start`, for a broker with subscriptions, and again after a
+    /// session is lost (with a pause after a failure); after every session it opens it wakes
+    /// every subscription, since notifications sent while no session listened are lost.
+    /// `None`, the default: the database tells of no publish, or the adapter does not listen;
+    /// rows of other processes then wait for the next poll.
+    fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
+        None
+    }
 }
 
 /// An adapter that can take rows of `T`: it decodes its rows into `T` and knows `T`'s custom

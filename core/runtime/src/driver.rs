@@ -1,19 +1,26 @@
 //! The broker's driver: one task that owns the core's machine, runs its commands through the
 //! adapter, starts handlers, feeds replies, outcomes and time back, and re-arms one timer.
+//!
+//! A table's subscriptions wake (claim now rather than at their next poll) when this broker
+//! publishes into the table, and when the adapter's listening session hears that another
+//! process did ([`Adapter::listen`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::channel::{mpsc, oneshot};
+use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use ruststream_core::{
     Action, Broker, BrokerError, CheckError, ClosedCounts, CommandId, DbError, DeliveryId, Dialect,
     Event, Outcome, Publish, PublishId, PublisherId, Reply, SubId, TableDesc, Time,
+    notification_names,
 };
 
 use crate::adapter::{Adapter, AdapterError};
 use crate::exec::{BoxFuture, Executor};
+use crate::listen::{self, Notice};
 use crate::subscriber::Subscription;
 
 /// The wall clock, as the core reads time.
@@ -111,6 +118,8 @@ pub(crate) struct Driver<A: Adapter> {
     ready: Option<oneshot::Sender<Result<(), CheckError>>>,
     not_ready: usize,
     state: Arc<Mutex<HandleState<A::Row>>>,
+    /// What the adapter's listening sessions hear, where it listens.
+    notices: Option<BoxStream<'static, Notice>>,
 }
 
 /// A started broker, driven by its task.
@@ -146,6 +155,12 @@ pub(crate) async fn start<A: Adapter>(
     let (ready_tx, ready_rx) = oneshot::channel();
     let (closed_tx, closed_rx) = oneshot::channel();
     let not_ready = subs.len();
+    // A broker without subscriptions has nothing to wake.
+    let notices = if subs.is_empty() {
+        None
+    } else {
+        listen::notices(adapter.clone(), exec.clone())
+    };
     let driver = Driver {
         core,
         adapter,
@@ -159,6 +174,7 @@ pub(crate) async fn start<A: Adapter>(
         ready: (not_ready > 0).then_some(ready_tx),
         not_ready,
         state: state.clone(),
+        notices,
     };
     *state.lock().expect("the handle's state is never poisoned") = HandleState::Running(tx.clone());
     exec.spawn(Box::pin(async move {
@@ -191,6 +207,8 @@ impl<A: Adapter> Driver<A> {
                     .state
                     .lock()
                     .expect("the handle's state is never poisoned") = HandleState::Closed;
+                // The listening session ends before the close, which waits for its end.
+                self.notices = None;
                 self.adapter.close().await;
                 for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
                     let _ = waiter.send(Err(PublishError::Closed));
@@ -224,7 +242,49 @@ impl<A: Adapter> Driver<A> {
                         }
                     }
                 }
+                notice = next_notice(&mut self.notices).fuse() => match notice {
+                    Some(notice) => self.notice(notice),
+                    None => self.notices = None,
+                },
                 () = wait.fuse() => self.core.handle_timeout(now()),
+            }
+        }
+    }
+
+    /// Wakes the subscriptions of the tables the notices name, of every table after a
+    /// session opened; takes the notices already waiting first (up to [`NOTICE_BATCH`]), so a
+    /// burst wakes each once.
+    fn notice(&mut self, first: Notice) {
+        let mut every = false;
+        let mut tables: Vec<String> = Vec::new();
+        let mut take = |notice: Notice| match notice {
+            Notice::Listening => every = true,
+            Notice::Published(table) => {
+                if !tables.contains(&table) {
+                    tables.push(table);
+                }
+            }
+        };
+        take(first);
+        for _ in 1..NOTICE_BATCH {
+            let Some(notices) = &mut self.notices else {
+                break;
+            };
+            match notices.next().now_or_never() {
+                Some(Some(notice)) => take(notice),
+                Some(None) => self.notices = None,
+                None => break,
+            }
+        }
+        let now = now();
+        for (i, sub) in self.subs.iter().enumerate() {
+            if every
+                || tables
+                    .iter()
+                    .any(|table| notification_names(table, sub.desc.table))
+            {
+                tracing::trace!(subscription = sub.name, "woken by a notification");
+                self.core.wake(SubId(i), now);
             }
         }
     }
@@ -371,5 +431,16 @@ impl<A: Adapter> Driver<A> {
             Event::Closed(counts) => return Some(counts),
         }
         None
+    }
+}
+
+/// The most notices one wake-up takes.
+const NOTICE_BATCH: usize = 1024;
+
+/// The next notice of the listening sessions; never, where there are none.
+async fn next_notice(notices: &mut Option<BoxStream<'static, Notice>>) -> Option<Notice> {
+    match notices {
+        Some(notices) => notices.next().await,
+        None => futures::future::pending().await,
     }
 }

@@ -20,6 +20,7 @@ pub mod de;
 mod driver;
 pub mod exec;
 mod handle;
+mod listen;
 mod outcome;
 mod subscriber;
 mod table;

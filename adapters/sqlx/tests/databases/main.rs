@@ -12,3 +12,4 @@ mod forms;
 mod mariadb;
 mod postgres;
 mod sqlite;
+mod wake;
