@@ -346,6 +346,11 @@ enum State {
 /// After any input, drain [`Broker::poll_command`] and [`Broker::poll_event`] until both are
 /// empty, then arm one timer for [`Broker::poll_timeout`]. A spurious `handle_timeout` is
 /// harmless. `R` is the adapter's row type, which the core carries to the runtime unread.
+///
+/// Commands of one connection come out in the order they must run. On SQLite the broker hands
+/// out one statement at a time (the next after the reply to the last): SQLite takes one
+/// writer at a time, and statements handed out side by side would wait on each other in its
+/// busy handler, which sleeps.
 #[derive(Debug)]
 pub struct Broker<R> {
     dialect: Dialect,
@@ -361,6 +366,11 @@ pub struct Broker<R> {
     /// Keys in work in this process: the registry on SQLite, a shortcut elsewhere.
     keys: BTreeSet<Arc<str>>,
     commands: VecDeque<Command>,
+    /// SQLite: the statement the adapter runs now. The core hands SQLite one statement at a
+    /// time, so no two of its statements wait on each other for the database's write lock.
+    running_statement: Option<CommandId>,
+    /// SQLite: commands held back until the statement before them has answered, in order.
+    held_back: VecDeque<Command>,
     events: VecDeque<Event<R>>,
     counts: ClosedCounts,
     next_command: u64,
@@ -386,6 +396,8 @@ impl<R> Broker<R> {
             conns: BTreeSet::new(),
             keys: BTreeSet::new(),
             commands: VecDeque::new(),
+            running_statement: None,
+            held_back: VecDeque::new(),
             events: VecDeque::new(),
             counts: ClosedCounts::default(),
             next_command: 0,
@@ -665,6 +677,7 @@ impl<R> Broker<R> {
     /// The reply to a command.
     pub fn handle_reply(&mut self, id: CommandId, reply: Reply<R>, now: Time) {
         self.now = now;
+        self.statement_answered(id);
         let Some(step) = self.pending.remove(&id) else {
             return;
         };
@@ -743,7 +756,43 @@ impl<R> Broker<R> {
             _ => {}
         }
         self.pending.insert(id, step);
-        self.commands.push_back(Command { id, conn, action });
+        let command = Command { id, conn, action };
+        if self.dialect == Dialect::Sqlite {
+            // A command waits behind an earlier command of its connection that waits, and a
+            // statement behind the statement that runs.
+            let behind = self.held_back.iter().any(|c| c.conn == conn)
+                || (runs_sql(&command.action) && self.running_statement.is_some());
+            if behind {
+                self.held_back.push_back(command);
+                return;
+            }
+            if runs_sql(&command.action) {
+                self.running_statement = Some(id);
+            }
+        }
+        self.commands.push_back(command);
+    }
+
+    /// SQLite: the statement that ran has answered; the commands held back behind it go out,
+    /// up to the next statement.
+    fn statement_answered(&mut self, id: CommandId) {
+        if self.running_statement != Some(id) {
+            return;
+        }
+        self.running_statement = None;
+        let mut waiting = std::mem::take(&mut self.held_back);
+        while let Some(command) = waiting.pop_front() {
+            let behind = self.held_back.iter().any(|c| c.conn == command.conn)
+                || (runs_sql(&command.action) && self.running_statement.is_some());
+            if behind {
+                self.held_back.push_back(command);
+                continue;
+            }
+            if runs_sql(&command.action) {
+                self.running_statement = Some(command.id);
+            }
+            self.commands.push_back(command);
+        }
     }
 
     fn execute(&mut self, conn: ConnId, statement: &Statement, binds: Vec<Value>, step: Step) {
@@ -969,6 +1018,14 @@ impl<R> Broker<R> {
             .check_conn
             .expect("a check in flight holds its connection")
     }
+}
+
+/// Whether the action runs SQL on the database: a statement, or the service's own lock.
+fn runs_sql(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Execute { .. } | Action::Lock { .. } | Action::Unlock { .. }
+    )
 }
 
 fn micros(d: Duration) -> i64 {

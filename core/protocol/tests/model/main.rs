@@ -168,6 +168,8 @@ struct Process {
     waiting: Vec<Command>,
     /// Replies computed and not yet handed to the broker.
     replies: Vec<(CommandId, Reply<i64>)>,
+    /// Commands that run SQL, polled and not yet answered.
+    sql_outstanding: std::collections::BTreeSet<CommandId>,
     conns: BTreeMap<ConnId, SessId>,
     closed_conns: std::collections::BTreeSet<ConnId>,
     handlers: BTreeMap<DeliveryId, Handler>,
@@ -208,6 +210,7 @@ fn start(desc: TableDesc, config: Config, now: Time) -> Process {
         publisher,
         waiting: Vec::new(),
         replies: Vec::new(),
+        sql_outstanding: Default::default(),
         conns: BTreeMap::new(),
         closed_conns: Default::default(),
         handlers: BTreeMap::new(),
@@ -257,8 +260,23 @@ impl World {
             let p = &mut self.processes[slot];
             let mut progressed = false;
             while let Some(command) = p.broker.poll_command() {
+                if matches!(
+                    command.action,
+                    Action::Execute { .. } | Action::Lock { .. } | Action::Unlock { .. }
+                ) {
+                    p.sql_outstanding.insert(command.id);
+                }
                 p.waiting.push(command);
                 progressed = true;
+            }
+            // SQLite gets one statement at a time: none waits on another for the write lock.
+            if self.config.dialect == Dialect::Sqlite {
+                let p = &self.processes[slot];
+                assert!(
+                    p.sql_outstanding.len() <= 1,
+                    "SQLite: {} statements handed out at once",
+                    p.sql_outstanding.len()
+                );
             }
             while let Some(event) = self.processes[slot].broker.poll_event() {
                 self.on_event(slot, event);
@@ -495,6 +513,7 @@ impl World {
             return;
         }
         let (id, reply) = p.replies.remove(index % p.replies.len());
+        p.sql_outstanding.remove(&id);
         p.broker.handle_reply(id, reply, self.now);
         self.pump(slot);
     }
