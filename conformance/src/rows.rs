@@ -405,6 +405,7 @@ tables! {
     lease_kept_past_shutdown: delete;
     lease_extended_while_in_work: delete;
     publisher_closed_after_shutdown: delete;
+    publish_all_writes_every_row: delete;
     sigkill_worker: delete;
     killed_connection: delete;
 }

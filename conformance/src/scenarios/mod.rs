@@ -10,7 +10,7 @@
 //! - Leases (`lease.rs`): [`lease_extended_while_in_work`].
 //! - Shutdown (`shutdown.rs`): [`shutdown_releases_locks`],
 //!   [`shutdown_counts_locks_released`], [`lease_kept_past_shutdown`],
-//!   [`publisher_closed_after_shutdown`].
+//!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
 //! - Crashes (`crash.rs`): [`dropped_delivery_returns`], [`sigkill_worker`],
 //!   [`killed_connection`].
 
@@ -28,8 +28,8 @@ pub use settle::{
     retry_counts_the_attempt, undecodable_payload_rejected,
 };
 pub use shutdown::{
-    lease_kept_past_shutdown, publisher_closed_after_shutdown, shutdown_counts_locks_released,
-    shutdown_releases_locks,
+    lease_kept_past_shutdown, publish_all_writes_every_row, publisher_closed_after_shutdown,
+    shutdown_counts_locks_released, shutdown_releases_locks,
 };
 
 use crate::harness::{Harness, Support};

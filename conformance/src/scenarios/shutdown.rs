@@ -301,3 +301,62 @@ where
     );
     assert_eq!(recorder.pairs(), [(1, 1)]);
 }
+
+/// `publish_all` writes a batch larger than one insert takes (several inserts in one
+/// transaction) and a batch that fits one insert; the subscription takes every row once.
+pub async fn publish_all_writes_every_row<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+    body!(PublishAll => publish_all_in);
+    let form = Form::Lease;
+    run::<H, rows::publish_all_writes_every_row::Family, _>(harness, form, test, PublishAll).await
+}
+
+async fn publish_all_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    let large = 2 * ruststream_core::PUBLISH_BATCH as i64 + 7;
+    let message = |n: i64| {
+        Message::json(&Job { n })
+            .expect("a job encodes")
+            .column("k", ruststream_core::Value::Int(n % 5))
+    };
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, Opts::default()),
+        SHUTDOWN,
+    );
+    let stop = async {
+        let written = publisher.publish_all((1..=large).map(message)).await;
+        assert!(
+            written.is_ok(),
+            "{cx}: the large batch is written: {written:?}"
+        );
+        let written = publisher
+            .publish_all((large + 1..=large + 3).map(message))
+            .await;
+        assert!(
+            written.is_ok(),
+            "{cx}: the small batch is written: {written:?}"
+        );
+        let nothing = publisher.publish_all(Vec::new()).await;
+        assert!(
+            nothing.is_ok(),
+            "{cx}: an empty batch answers Ok: {nothing:?}"
+        );
+        cx.until("every job of both batches is handled", || async {
+            recorder.count() >= (large + 3) as usize && cx.count("1=1").await == 0
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    let mut ns = recorder.ns();
+    ns.sort_unstable();
+    assert_eq!(
+        ns,
+        (1..=large + 3).collect::<Vec<_>>(),
+        "{cx}: every row of the batches delivered once"
+    );
+}

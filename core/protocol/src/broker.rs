@@ -283,7 +283,9 @@ enum CheckStage {
 #[derive(Debug)]
 enum PublishStage {
     Acquire,
+    Begin,
     Insert,
+    Commit,
     Release,
     Close,
 }
@@ -315,7 +317,10 @@ enum Step {
 struct PublishFlow {
     publisher: PublisherId,
     conn: ConnId,
-    binds: Vec<Value>,
+    /// The inserts still to run, in order.
+    inserts: VecDeque<(Statement, Vec<Value>)>,
+    /// The inserts run in one transaction: a batch of more than one statement.
+    in_tx: bool,
     result: Option<Result<(), DbError>>,
 }
 
@@ -323,6 +328,11 @@ struct PublishFlow {
 struct Publisher {
     desc: TableDesc,
     statement: Statement,
+    /// `BEGIN` and `COMMIT`, around a batch of several inserts.
+    begin: Statement,
+    commit: Statement,
+    /// The inserts of a batch, by the rows they write.
+    batches: BTreeMap<usize, Statement>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -513,8 +523,14 @@ impl<R> Broker<R> {
     /// A publisher of rows into `desc`'s table; its statement is rendered once.
     pub fn publisher(&mut self, desc: TableDesc) -> Result<PublisherId, BrokerError> {
         desc.validate()?;
-        let statement = Statements::render(self.dialect, &desc, 1).publish;
-        self.publishers.push(Publisher { desc, statement });
+        let statements = Statements::render(self.dialect, &desc, 1);
+        self.publishers.push(Publisher {
+            desc,
+            statement: statements.publish,
+            begin: statements.begin,
+            commit: statements.commit,
+            batches: BTreeMap::new(),
+        });
         Ok(PublisherId(self.publishers.len() - 1))
     }
 
@@ -526,46 +542,71 @@ impl<R> Broker<R> {
         row: Publish,
         now: Time,
     ) -> Result<PublishId, BrokerError> {
+        self.publish_all(publisher, vec![row], now)
+    }
+
+    /// Publishes rows together: all of them or, when a statement fails, none. Up to
+    /// [`PUBLISH_BATCH`] rows go into one insert; more run as several inserts in one
+    /// transaction. One [`Event::Published`] answers the whole batch. Refused with
+    /// [`BrokerError::Closed`] from the shutdown on, and with [`BrokerError::MissingValue`]
+    /// when a row lacks a column the table needs: nothing is written then.
+    pub fn publish_all(
+        &mut self,
+        publisher: PublisherId,
+        rows: Vec<Publish>,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
         self.now = now;
         if self.state != State::Running {
             return Err(BrokerError::Closed);
         }
+        let dialect = self.dialect;
         let p = self
             .publishers
-            .get(publisher.0)
+            .get_mut(publisher.0)
             .ok_or(BrokerError::Unknown("publisher"))?;
-        let table = p.desc.table;
-        let mut missing = None;
-        let binds = p.statement.binds(|arg| match arg {
-            Arg::Id => row.id.clone().unwrap_or_else(|| {
-                missing = Some(p.desc.id.name);
-                Value::Null
-            }),
-            Arg::Payload => Value::Bytes(row.payload.clone()),
-            Arg::Due => Value::Int(row.due.unwrap_or(now).micros()),
-            Arg::Column(name) => row
-                .columns
-                .iter()
-                .find(|(c, _)| *c == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| {
-                    missing = Some(name);
-                    Value::Null
-                }),
-            _ => Value::Null,
-        });
-        if let Some(column) = missing {
-            return Err(BrokerError::MissingValue { table, column });
+        let mut binds = Vec::with_capacity(rows.len());
+        for row in &rows {
+            binds.push(row_binds(p, row, now)?);
+        }
+        let mut inserts = VecDeque::new();
+        let mut binds = binds.into_iter().peekable();
+        while binds.peek().is_some() {
+            let chunk: Vec<Vec<Value>> = binds.by_ref().take(PUBLISH_BATCH).collect();
+            let statement = if chunk.len() == 1 {
+                Some(p.statement.clone())
+            } else {
+                let desc = p.desc;
+                p.batches
+                    .entry(chunk.len())
+                    .or_insert_with(|| {
+                        Statements::publish_rows(dialect, &desc, chunk.len())
+                            .unwrap_or_else(|| p.statement.clone())
+                    })
+                    .clone()
+                    .into()
+            };
+            let statement = statement.expect("a statement for the chunk");
+            if statement.args.len() == chunk.iter().map(Vec::len).sum::<usize>() {
+                inserts.push_back((statement, chunk.concat()));
+            } else {
+                // Rows with no column to write: one `DEFAULT VALUES` insert each.
+                for binds in chunk {
+                    inserts.push_back((p.statement.clone(), binds));
+                }
+            }
         }
         let id = PublishId(self.next_publish);
         self.next_publish += 1;
         let conn = self.new_conn();
+        let in_tx = inserts.len() > 1;
         self.publishes.insert(
             id,
             PublishFlow {
                 publisher,
                 conn,
-                binds,
+                inserts,
+                in_tx,
                 result: None,
             },
         );
@@ -1017,6 +1058,39 @@ impl<R> Broker<R> {
         self.subs[sub.0]
             .check_conn
             .expect("a check in flight holds its connection")
+    }
+}
+
+/// The most rows one insert of a batch publish writes.
+pub const PUBLISH_BATCH: usize = 100;
+
+/// The binds of `row` for its publisher's single-row insert.
+fn row_binds(p: &Publisher, row: &Publish, now: Time) -> Result<Vec<Value>, BrokerError> {
+    let mut missing = None;
+    let binds = p.statement.binds(|arg| match arg {
+        Arg::Id => row.id.clone().unwrap_or_else(|| {
+            missing = Some(p.desc.id.name);
+            Value::Null
+        }),
+        Arg::Payload => Value::Bytes(row.payload.clone()),
+        Arg::Due => Value::Int(row.due.unwrap_or(now).micros()),
+        Arg::Column(name) => row
+            .columns
+            .iter()
+            .find(|(c, _)| *c == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| {
+                missing = Some(name);
+                Value::Null
+            }),
+        _ => Value::Null,
+    });
+    match missing {
+        Some(column) => Err(BrokerError::MissingValue {
+            table: p.desc.table,
+            column,
+        }),
+        None => Ok(binds),
     }
 }
 
@@ -2431,65 +2505,80 @@ impl<R> Broker<R> {
     // ----- publishes -----
 
     fn on_publish(&mut self, publish: PublishId, stage: PublishStage, reply: Reply<R>) {
-        let conn_of = |b: &Self| b.publish_conn(publish);
         let Some(flow) = self.publishes.get_mut(&publish) else {
             return;
         };
+        let conn = flow.conn;
         if let Reply::Failed(error) = reply {
             if flow.result.is_none() {
                 flow.result = Some(Err(error));
             }
             match stage {
                 PublishStage::Acquire => {
-                    let conn = conn_of(self);
                     self.conns.remove(&conn);
                     self.end_publish(publish);
                 }
-                PublishStage::Insert => {
-                    let conn = conn_of(self);
-                    self.send(
-                        conn,
-                        Action::Close,
-                        Step::Publish {
-                            publish,
-                            stage: PublishStage::Close,
-                        },
-                    );
+                PublishStage::Begin | PublishStage::Insert | PublishStage::Commit => {
+                    // Closing the session ends a transaction left open: nothing is written.
+                    self.publish_step(publish, Action::Close, PublishStage::Close);
                 }
                 PublishStage::Release | PublishStage::Close => self.end_publish(publish),
             }
             return;
         }
-        let conn = conn_of(self);
         match stage {
-            PublishStage::Acquire => {
-                let flow = &self.publishes[&publish];
-                let statement = self.publishers[flow.publisher.0].statement.clone();
-                let binds = flow.binds.clone();
+            PublishStage::Acquire if flow.in_tx => {
+                let begin = self.publishers[flow.publisher.0].begin.clone();
                 self.execute(
                     conn,
-                    &statement,
-                    binds,
+                    &begin,
+                    Vec::new(),
                     Step::Publish {
                         publish,
-                        stage: PublishStage::Insert,
+                        stage: PublishStage::Begin,
                     },
                 );
             }
-            PublishStage::Insert => {
-                let flow = self.publishes.get_mut(&publish).expect("publish in flight");
+            PublishStage::Acquire | PublishStage::Begin | PublishStage::Insert => {
+                match flow.inserts.pop_front() {
+                    Some((statement, binds)) => self.execute(
+                        conn,
+                        &statement,
+                        binds,
+                        Step::Publish {
+                            publish,
+                            stage: PublishStage::Insert,
+                        },
+                    ),
+                    None if flow.in_tx => {
+                        let commit = self.publishers[flow.publisher.0].commit.clone();
+                        self.execute(
+                            conn,
+                            &commit,
+                            Vec::new(),
+                            Step::Publish {
+                                publish,
+                                stage: PublishStage::Commit,
+                            },
+                        );
+                    }
+                    None => {
+                        flow.result = Some(Ok(()));
+                        self.publish_step(publish, Action::Release, PublishStage::Release);
+                    }
+                }
+            }
+            PublishStage::Commit => {
                 flow.result = Some(Ok(()));
-                self.send(
-                    conn,
-                    Action::Release,
-                    Step::Publish {
-                        publish,
-                        stage: PublishStage::Release,
-                    },
-                );
+                self.publish_step(publish, Action::Release, PublishStage::Release);
             }
             PublishStage::Release | PublishStage::Close => self.end_publish(publish),
         }
+    }
+
+    fn publish_step(&mut self, publish: PublishId, action: Action, stage: PublishStage) {
+        let conn = self.publish_conn(publish);
+        self.send(conn, action, Step::Publish { publish, stage });
     }
 
     fn publish_conn(&self, publish: PublishId) -> ConnId {

@@ -317,13 +317,23 @@ impl Sql {
     }
 
     fn arg(&mut self, arg: Arg) -> &mut Self {
+        self.placeholder(arg, false)
+    }
+
+    /// A placeholder of its own for `arg`, even where `arg` has one already: the rows of a
+    /// batch insert each bind their own values.
+    fn fresh_arg(&mut self, arg: Arg) -> &mut Self {
+        self.placeholder(arg, true)
+    }
+
+    fn placeholder(&mut self, arg: Arg, fresh: bool) -> &mut Self {
         match self.dialect {
             Dialect::MySql | Dialect::MariaDb => {
                 self.args.push(arg);
                 self.text.push('?');
             }
             Dialect::Postgres | Dialect::Sqlite => {
-                let n = match self.args.iter().position(|a| *a == arg) {
+                let n = match self.args.iter().position(|a| *a == arg).filter(|_| !fresh) {
                     Some(i) => i + 1,
                     None => {
                         self.args.push(arg);
@@ -344,16 +354,20 @@ impl Sql {
 
     /// A time argument converted to the dialect's column type.
     fn time(&mut self, arg: Arg) -> &mut Self {
+        self.time_placeholder(arg, false)
+    }
+
+    fn time_placeholder(&mut self, arg: Arg, fresh: bool) -> &mut Self {
         match self.dialect {
             Dialect::Postgres => self
                 .push("(TIMESTAMPTZ 'epoch' + CAST(")
-                .arg(arg)
+                .placeholder(arg, fresh)
                 .push(" AS BIGINT) * INTERVAL '1 microsecond')"),
             Dialect::MySql | Dialect::MariaDb => self
                 .push("TIMESTAMPADD(MICROSECOND, ")
-                .arg(arg)
+                .placeholder(arg, fresh)
                 .push(", TIMESTAMP'1970-01-01 00:00:00')"),
-            Dialect::Sqlite => self.arg(arg),
+            Dialect::Sqlite => self.placeholder(arg, fresh),
         }
     }
 
@@ -503,6 +517,15 @@ impl Statements {
             settle: r.settle(form == Form::Lease),
             publish: r.publish(),
         }
+    }
+
+    /// The insert of `rows` rows of `desc` in one statement (a batch publish), with each row's
+    /// arguments in turn; on PostgreSQL it notifies like [`Statements::publish`]. `None` for a
+    /// table whose rows have no column to write (every column filled by the database), which
+    /// takes one row per statement: `DEFAULT VALUES` writes one row.
+    pub fn publish_rows(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
+        let r = Renderer { dialect, desc };
+        (rows > 0 && !r.publish_columns().is_empty()).then(|| r.publish_n(rows))
     }
 
     /// The lease statement that writes `n` rows (MySQL and MariaDB).
@@ -1003,6 +1026,11 @@ impl Renderer<'_> {
     /// a `WITH` whose query notifies once per row written: the reply is a row count all the
     /// same, and the notification leaves with the commit.
     fn publish(&self) -> Statement {
+        self.publish_n(1)
+    }
+
+    /// The columns publishing writes, with their arguments.
+    fn publish_columns(&self) -> Vec<(&'static str, Arg)> {
         let mut columns: Vec<(&'static str, Arg)> = Vec::new();
         if !self.desc.id.generated {
             columns.push((self.desc.id.name, Arg::Id));
@@ -1029,6 +1057,12 @@ impl Renderer<'_> {
         if let Some(due) = self.desc.due.filter(|c| !c.generated) {
             columns.push((due.name, Arg::Due));
         }
+        columns
+    }
+
+    /// The insert of `rows` rows (one where the rows have no column to write).
+    fn publish_n(&self, rows: usize) -> Statement {
+        let columns = self.publish_columns();
         let notifies = self.dialect == Dialect::Postgres;
         let mut s = Sql::new(self.dialect);
         if notifies {
@@ -1049,18 +1083,21 @@ impl Renderer<'_> {
                 }
                 s.push(&self.q(column));
             }
-            s.push(") VALUES (");
-            for (i, (_, arg)) in columns.iter().enumerate() {
-                if i > 0 {
-                    s.push(", ");
+            s.push(") VALUES ");
+            for row in 0..rows {
+                s.push(if row > 0 { ", (" } else { "(" });
+                for (i, (_, arg)) in columns.iter().enumerate() {
+                    if i > 0 {
+                        s.push(", ");
+                    }
+                    if *arg == Arg::Due {
+                        s.time_placeholder(Arg::Due, true);
+                    } else {
+                        s.fresh_arg(*arg);
+                    }
                 }
-                if *arg == Arg::Due {
-                    s.time(Arg::Due);
-                } else {
-                    s.arg(*arg);
-                }
+                s.push(")");
             }
-            s.push(")");
         }
         if notifies {
             s.push(" RETURNING 1) SELECT ")

@@ -1310,3 +1310,50 @@ fn transaction_after_each_kind_of_statement() {
         assert_eq!(kind.transaction_after(false), None, "{kind:?}");
     }
 }
+
+/// A batch insert binds every row's values to placeholders of their own, in row order.
+#[test]
+fn publish_rows_binds_each_row_on_its_own_placeholders() {
+    use ruststream_core::{Column, InboxSpec, KeyPart};
+    const KEY: &[KeyPart] = &[KeyPart::Literal("jobs-"), KeyPart::Column("channel")];
+    let desc = *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .due(Column::new("due_at"))
+        .advisory(KEY)
+        .desc();
+    for dialect in [
+        Dialect::Postgres,
+        Dialect::MySql,
+        Dialect::MariaDb,
+        Dialect::Sqlite,
+    ] {
+        let one = Statements::render(dialect, &desc, 1).publish;
+        let three = Statements::publish_rows(dialect, &desc, 3).expect("columns to write");
+        assert_eq!(three.kind, StatementKind::Publish);
+        assert_eq!(three.args.len(), 3 * one.args.len(), "{dialect:?}");
+        assert_eq!(&three.args[..one.args.len()], &one.args[..], "{dialect:?}");
+        assert_eq!(
+            three.sql.matches("), (").count(),
+            2,
+            "{dialect:?}: {}",
+            three.sql
+        );
+        match dialect {
+            Dialect::Postgres => {
+                let last = format!("${}", three.args.len());
+                assert!(three.sql.contains(&last), "{}", three.sql);
+                assert!(three.sql.starts_with("WITH rs_published AS (INSERT INTO "));
+            }
+            Dialect::Sqlite => {
+                let last = format!("?{}", three.args.len());
+                assert!(three.sql.contains(&last), "{}", three.sql);
+            }
+            _ => assert_eq!(three.sql.matches('?').count(), three.args.len()),
+        }
+    }
+    let empty = *InboxSpec::new("signals", Column::new("id").generated()).desc();
+    assert!(
+        Statements::publish_rows(Dialect::Postgres, &empty, 3).is_none(),
+        "DEFAULT VALUES writes one row"
+    );
+}

@@ -72,7 +72,7 @@ pub(crate) enum Input<R> {
     Reply(CommandId, Reply<R>),
     Settle(DeliveryId, Outcome),
     Drop(DeliveryId),
-    Publish(Box<(TableDesc, Publish)>, PublishReply),
+    Publish(Box<(TableDesc, Vec<Publish>)>, PublishReply),
     Stop,
     Drained(oneshot::Sender<()>),
     Shutdown,
@@ -296,7 +296,7 @@ impl<A: Adapter> Driver<A> {
             Input::Settle(delivery, outcome) => self.core.settle(delivery, outcome, now),
             Input::Drop(delivery) => self.core.drop_delivery(delivery, now),
             Input::Publish(publish, reply) => {
-                let (desc, row) = *publish;
+                let (desc, rows) = *publish;
                 let publisher = match self.publishers.get(desc.table) {
                     Some(p) => *p,
                     None => match self.core.publisher(desc) {
@@ -310,7 +310,7 @@ impl<A: Adapter> Driver<A> {
                         }
                     },
                 };
-                match self.core.publish(publisher, row, now) {
+                match self.core.publish_all(publisher, rows, now) {
                     Ok(id) => {
                         self.waiters.insert(id, (desc.table, reply));
                     }

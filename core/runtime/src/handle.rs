@@ -184,6 +184,25 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     /// Publishes one row. Answers [`PublishError::Closed`] without writing once the broker is
     /// shut down.
     pub async fn publish(&self, message: Message) -> Result<(), PublishError> {
+        self.send(vec![message]).await
+    }
+
+    /// Publishes rows together: every row is written, or, when a statement fails, none is.
+    /// Up to [`ruststream_core::PUBLISH_BATCH`] rows go into one insert; more run as several
+    /// inserts in one transaction. An empty batch writes nothing and answers `Ok`. Answers
+    /// [`PublishError::Closed`] without writing once the broker is shut down.
+    pub async fn publish_all(
+        &self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), PublishError> {
+        let messages: Vec<Message> = messages.into_iter().collect();
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.send(messages).await
+    }
+
+    async fn send(&self, messages: Vec<Message>) -> Result<(), PublishError> {
         let tx = match &*self
             .state
             .lock()
@@ -193,21 +212,23 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
             HandleState::Idle | HandleState::Closed => return Err(PublishError::Closed),
         };
         let desc = *T::TABLE.table_desc();
-        let due = message.due.map(|at| {
-            let micros = at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_micros())
-                .unwrap_or(0);
-            Time(i64::try_from(micros).unwrap_or(i64::MAX))
-        });
-        let row = Publish {
-            id: None,
-            payload: message.payload,
-            columns: message.columns,
-            due,
-        };
+        let rows = messages
+            .into_iter()
+            .map(|message| Publish {
+                id: None,
+                payload: message.payload,
+                columns: message.columns,
+                due: message.due.map(|at| {
+                    let micros = at
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .map(|d| d.as_micros())
+                        .unwrap_or(0);
+                    Time(i64::try_from(micros).unwrap_or(i64::MAX))
+                }),
+            })
+            .collect();
         let (reply, answer) = oneshot::channel();
-        tx.unbounded_send(Input::Publish(Box::new((desc, row)), reply))
+        tx.unbounded_send(Input::Publish(Box::new((desc, rows)), reply))
             .map_err(|_| PublishError::Closed)?;
         answer.await.unwrap_or(Err(PublishError::Closed))
     }

@@ -564,22 +564,39 @@ impl Db {
                 Reply::Affected(1)
             }
             StatementKind::Publish => {
-                let channel = statement
+                // One row per run of the row's arguments: a batch repeats them.
+                let per_row = statement
                     .args
                     .iter()
-                    .position(|x| *x == Arg::Column("channel"))
-                    .and_then(|i| binds[i].as_int())
-                    .unwrap_or(0);
-                let due = if desc.due.is_some() { int(Arg::Due) } else { 0 };
-                let id = self.insert(channel, due);
-                if in_tx {
-                    self.sessions
-                        .get_mut(&sess)
-                        .expect("session")
-                        .undo
-                        .push((id, None));
+                    .skip(1)
+                    .position(|x| Some(x) == statement.args.first())
+                    .map_or(statement.args.len(), |i| i + 1)
+                    .max(1);
+                let rows = (binds.len() / per_row).max(1);
+                for row in 0..rows {
+                    let args = &statement.args[row * per_row..(row + 1) * per_row];
+                    let binds = &binds[row * per_row..(row + 1) * per_row];
+                    let of = |a: Arg| args.iter().position(|x| *x == a).map(|i| &binds[i]);
+                    let channel = of(Arg::Column("channel"))
+                        .and_then(Value::as_int)
+                        .unwrap_or(0);
+                    let due = if desc.due.is_some() {
+                        of(Arg::Due)
+                            .and_then(Value::as_int)
+                            .expect("an integer bind")
+                    } else {
+                        0
+                    };
+                    let id = self.insert(channel, due);
+                    if in_tx {
+                        self.sessions
+                            .get_mut(&sess)
+                            .expect("session")
+                            .undo
+                            .push((id, None));
+                    }
                 }
-                Reply::Affected(1)
+                Reply::Affected(rows as u64)
             }
         }
     }

@@ -129,6 +129,12 @@ enum Step {
     Shutdown { process: usize },
     /// A row is published, with this channel.
     Publish { process: usize, channel: i64 },
+    /// Several rows in one publish.
+    PublishAll {
+        process: usize,
+        channel: i64,
+        rows: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -149,6 +155,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..4usize).prop_map(|process| Step::Crash { process }),
         1 => (0..4usize).prop_map(|process| Step::Shutdown { process }),
         4 => (0..4usize, 0..4i64).prop_map(|(process, channel)| Step::Publish { process, channel }),
+        1 => (0..4usize, 0..4i64, 2..6usize)
+            .prop_map(|(process, channel, rows)| Step::PublishAll { process, channel, rows }),
     ]
 }
 
@@ -603,6 +611,26 @@ impl World {
                 let refused = p.broker.publish(p.publisher, publish(0), self.now);
                 assert_eq!(refused, Err(BrokerError::Closed));
                 assert_eq!(self.db.rows.len(), rows);
+            }
+            Step::PublishAll {
+                process,
+                channel,
+                rows,
+            } => {
+                let slot = process % slots;
+                let p = &mut self.processes[slot];
+                if p.shutdown {
+                    for _ in 0..rows {
+                        self.db.insert(channel, self.now.micros());
+                    }
+                    return;
+                }
+                let batch = (0..rows).map(|_| publish(channel)).collect();
+                p.broker
+                    .publish_all(p.publisher, batch, self.now)
+                    .expect("a running broker publishes");
+                p.broker.wake(p.sub, self.now);
+                self.pump(slot);
             }
             Step::Publish { process, channel } => {
                 let slot = process % slots;
