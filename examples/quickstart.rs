@@ -393,11 +393,14 @@ where
         .await?;
 
     let started = Instant::now();
-    for n in 0..args.jobs {
-        let flaky = args.flaky_every > 0 && n % args.flaky_every == 0;
-        let message = Message::json(&Job { n, flaky })?.column("channel", (n % args.keys) as i64);
-        publisher.publish(message).await?;
-    }
+    // The whole batch in one publish: all of it is written, or none.
+    let batch = (0..args.jobs)
+        .map(|n| {
+            let flaky = args.flaky_every > 0 && n % args.flaky_every == 0;
+            Ok(Message::json(&Job { n, flaky })?.column("channel", (n % args.keys) as i64))
+        })
+        .collect::<Result<Vec<_>, ruststream::PublishError>>()?;
+    publisher.publish_all(batch).await?;
     while state.done.load(Ordering::SeqCst) < args.jobs {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
