@@ -62,7 +62,8 @@ pub(crate) enum ColumnKind {
 pub(crate) fn column_kind(name: &str) -> ColumnKind {
     match name {
         "payload" => ColumnKind::Bytes,
-        "rs_key" | "db" => ColumnKind::Text,
+        // `QUERY PLAN`, `ANALYZE` and `detail`: the plans of PostgreSQL, MariaDB and SQLite.
+        "rs_key" | "db" | "QUERY PLAN" | "ANALYZE" | "EXPLAIN" | "detail" => ColumnKind::Text,
         "locked" | "unlocked" => ColumnKind::Truth,
         _ => ColumnKind::Int,
     }

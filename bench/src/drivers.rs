@@ -424,7 +424,7 @@ impl RawConn for MyAsync {
 // ----- tables and the backlog -----
 
 /// The table of a form, dropped and created anew.
-fn schema(database: &Database, table: &str) -> Vec<String> {
+pub(crate) fn schema(database: &Database, table: &str) -> Vec<String> {
     let create = match database {
         Database::Postgres(_) => format!(
             "CREATE TABLE {table} (

@@ -24,6 +24,8 @@
 mod baseline;
 mod drivers;
 mod framework;
+mod growth;
+mod publish;
 mod stats;
 
 use std::collections::{BTreeMap, HashSet};
@@ -39,6 +41,8 @@ use ruststream::core::{Dialect, Form, Statements, TableDesc, Value};
 use serde::Serialize;
 
 pub use framework::{AdvisoryJob, LeaseJob, RowLockJob};
+pub use growth::{GrowthRecord, run_growth};
+pub use publish::{PublishJob, PublishRecord, PublishSummary, run_publish};
 pub use stats::{Job, now_us};
 
 use baseline::{RawConn, Shared};
@@ -111,15 +115,48 @@ impl Database {
     }
 }
 
+/// What an invocation measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Throughput of a form beside the raw SQL loop (the default).
+    Claim,
+    /// The claim's latency as the table grows, most rows not yet due (`bench/src/growth.rs`).
+    Growth,
+    /// Rows published per second through ruststream's `Publisher` beside raw inserts
+    /// (`bench/src/publish.rs`).
+    Publish,
+}
+
 /// A run's settings, from the command line.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// What the invocation measures: `--scenario claim|growth|publish`.
+    pub scenario: Scenario,
     /// The adapter.
     pub adapter: AdapterKind,
     /// The database.
     pub database: Database,
     /// The form.
     pub form: Form,
+    /// Growth: the forms to measure (`--form` takes a list there; default: every form the
+    /// database has). Claim: the one form.
+    pub forms: Vec<Form>,
+    /// Growth: the table sizes, in rows (`--rows 10000,1000000`).
+    pub rows: Vec<u64>,
+    /// Growth: how many of the rows are due (`--due`, 1000); the others are due a day later.
+    pub due: u64,
+    /// Growth: the claims timed per size and form (`--claims`, 200).
+    pub claims: usize,
+    /// Growth: whether the table gets the claim's index on `(due_at, id)` (`--index due`, the
+    /// default) or none (`--index none`).
+    pub index: bool,
+    /// Publish: the publishers in flight at once (`--concurrency 1,4,16`).
+    pub concurrency: Vec<usize>,
+    /// Publish: the rows of one batched insert (`--batch`, 100).
+    pub batch: usize,
+    /// Publish: the rows of each batched run (`--batch-jobs`, 20000).
+    pub batch_jobs: u64,
     /// Jobs per run.
     pub jobs: u64,
     /// Workers (ruststream's `workers(W)`; the baseline's tasks and connections).
@@ -142,18 +179,31 @@ pub struct Config {
 
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
-[--workers W] [--keys K] [--handler-ms MS] [--rounds R] [--json FILE] [--quiet] [--no-baseline]";
+[--workers W] [--keys K] [--handler-ms MS] [--rounds R] [--json FILE] [--quiet] [--no-baseline]
+       ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
+[--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
+       ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
+[--concurrency C,C,..] [--batch B] [--batch-jobs N] [--keys K] [--rounds R] [--json FILE] [--quiet]";
 
 impl Config {
     /// Reads the command line (without the program's name).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut adapter = None;
         let mut url = None;
-        let mut form = None;
+        let mut forms: Option<Vec<Form>> = None;
         let mut config = Config {
+            scenario: Scenario::Claim,
             adapter: AdapterKind::Sqlx,
             database: Database::Sqlite(PathBuf::new()),
             form: Form::Lease,
+            forms: Vec::new(),
+            rows: vec![10_000, 1_000_000],
+            due: 1000,
+            claims: 200,
+            index: true,
+            concurrency: vec![1, 4, 16],
+            batch: 100,
+            batch_jobs: 20_000,
             jobs: 2000,
             workers: 4,
             keys: 100,
@@ -173,6 +223,36 @@ impl Config {
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
             match arg.as_str() {
+                "--scenario" => {
+                    config.scenario = match value("--scenario")?.as_str() {
+                        "claim" => Scenario::Claim,
+                        "growth" => Scenario::Growth,
+                        "publish" => Scenario::Publish,
+                        other => return Err(format!("--scenario {other}: unknown\n{USAGE}")),
+                    }
+                }
+                "--rows" => config.rows = numbers(&value("--rows")?, "--rows")?,
+                "--due" => config.due = number(&value("--due")?, "--due")?.max(1),
+                "--claims" => {
+                    config.claims = number(&value("--claims")?, "--claims")?.max(1) as usize
+                }
+                "--index" => {
+                    config.index = match value("--index")?.as_str() {
+                        "due" => true,
+                        "none" => false,
+                        other => return Err(format!("--index {other}: due or none\n{USAGE}")),
+                    }
+                }
+                "--concurrency" => {
+                    config.concurrency = numbers(&value("--concurrency")?, "--concurrency")?
+                        .into_iter()
+                        .map(|c| c.max(1) as usize)
+                        .collect()
+                }
+                "--batch" => config.batch = number(&value("--batch")?, "--batch")?.max(1) as usize,
+                "--batch-jobs" => {
+                    config.batch_jobs = number(&value("--batch-jobs")?, "--batch-jobs")?.max(1)
+                }
                 "--adapter" => {
                     adapter = Some(match value("--adapter")?.as_str() {
                         "sqlx" => AdapterKind::Sqlx,
@@ -184,12 +264,16 @@ impl Config {
                 }
                 "--url" => url = Some(value("--url")?),
                 "--form" => {
-                    form = Some(match value("--form")?.as_str() {
-                        "row-lock" | "row_lock" => Form::RowLock,
-                        "lease" => Form::Lease,
-                        "advisory" => Form::Advisory,
-                        other => return Err(format!("--form {other}: unknown\n{USAGE}")),
-                    })
+                    let mut list = Vec::new();
+                    for name in value("--form")?.split(',') {
+                        list.push(match name {
+                            "row-lock" | "row_lock" => Form::RowLock,
+                            "lease" => Form::Lease,
+                            "advisory" => Form::Advisory,
+                            other => return Err(format!("--form {other}: unknown\n{USAGE}")),
+                        });
+                    }
+                    forms = Some(list);
                 }
                 "--jobs" => config.jobs = number(&value("--jobs")?, "--jobs")?.max(1),
                 "--workers" => {
@@ -210,7 +294,6 @@ impl Config {
             }
         }
         config.adapter = adapter.ok_or_else(|| format!("--adapter is needed\n{USAGE}"))?;
-        config.form = form.ok_or_else(|| format!("--form is needed\n{USAGE}"))?;
         let url = match url {
             Some(url) => url,
             None => default_url(config.adapter),
@@ -230,8 +313,23 @@ impl Config {
                 config.database.family()
             ));
         }
-        if config.form == Form::RowLock && matches!(config.database, Database::Sqlite(_)) {
+        let sqlite = matches!(config.database, Database::Sqlite(_));
+        config.forms = match (config.scenario, forms) {
+            (Scenario::Claim, Some(list)) if list.len() == 1 => list,
+            (Scenario::Claim, Some(_)) => {
+                return Err(format!("--form takes one form in this scenario\n{USAGE}"));
+            }
+            (Scenario::Claim, None) => return Err(format!("--form is needed\n{USAGE}")),
+            (_, Some(list)) => list,
+            (_, None) if sqlite => vec![Form::Lease, Form::Advisory],
+            (_, None) => vec![Form::RowLock, Form::Lease, Form::Advisory],
+        };
+        config.form = config.forms[0];
+        if sqlite && config.forms.contains(&Form::RowLock) {
             return Err("SQLite has no row locks: --form lease or advisory".to_owned());
+        }
+        if config.rows.is_empty() || config.concurrency.is_empty() {
+            return Err(format!("--rows and --concurrency need a number\n{USAGE}"));
         }
         Ok(config)
     }
@@ -280,6 +378,14 @@ fn default_url(adapter: AdapterKind) -> String {
 fn number(text: &str, name: &str) -> Result<u64, String> {
     text.parse()
         .map_err(|_| format!("{name} {text}: not a number"))
+}
+
+/// A comma-separated list of numbers: `10000,1000000`.
+fn numbers(text: &str, name: &str) -> Result<Vec<u64>, String> {
+    text.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| number(part, name))
+        .collect()
 }
 
 /// The handler's work: a sleep of `ms`, or one yield.
@@ -591,6 +697,52 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"))
 }
 
+/// Where the JSON lines of the growth and publish scenarios go: appended to `--json FILE`, or
+/// written to `out`.
+pub(crate) struct Lines<'a> {
+    file: Option<std::fs::File>,
+    out: &'a mut (dyn Write + Send),
+}
+
+impl<'a> Lines<'a> {
+    pub(crate) fn open(config: &Config, out: &'a mut (dyn Write + Send)) -> Result<Self, BoxError> {
+        let file = match &config.json {
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
+            None => None,
+        };
+        Ok(Self { file, out })
+    }
+
+    /// Writes `record` as one JSON line.
+    pub(crate) fn emit(&mut self, record: &impl Serialize) -> Result<(), BoxError> {
+        let line = serde_json::to_string(record)?;
+        match self.file.as_mut() {
+            Some(f) => writeln!(f, "{line}")?,
+            None => writeln!(self.out, "{line}")?,
+        }
+        Ok(())
+    }
+}
+
+/// A progress bar of `len` steps on stderr, or a hidden one under `--quiet`.
+pub(crate) fn bar(config: &Config, len: u64, prefix: String) -> ProgressBar {
+    if !config.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:<32} {bar:30} {pos}/{len} {per_sec} {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.set_prefix(prefix);
+    bar
+}
+
 fn progress(config: &Config, side: Side, round: usize) -> ProgressBar {
     if !config.progress {
         return ProgressBar::hidden();
@@ -858,8 +1010,15 @@ pub fn main_with(args: impl IntoIterator<Item = String>) -> std::process::ExitCo
         }
     };
     let mut stdout = std::io::stdout();
-    match runtime.block_on(run(&config, &mut stdout)) {
-        Ok(_) => std::process::ExitCode::SUCCESS,
+    let result = runtime.block_on(async {
+        match config.scenario {
+            Scenario::Claim => run(&config, &mut stdout).await.map(drop),
+            Scenario::Growth => run_growth(&config, &mut stdout).await.map(drop),
+            Scenario::Publish => run_publish(&config, &mut stdout).await.map(drop),
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");
             std::process::ExitCode::FAILURE
