@@ -25,6 +25,7 @@ mod baseline;
 mod drivers;
 mod framework;
 mod growth;
+mod peer;
 mod publish;
 mod stats;
 
@@ -42,6 +43,7 @@ use serde::Serialize;
 
 pub use framework::{AdvisoryJob, LeaseJob, RowLockJob};
 pub use growth::{GrowthRecord, run_growth};
+pub use peer::{PeerKind, PeerSummary};
 pub use publish::{PublishJob, PublishRecord, PublishSummary, run_publish};
 pub use stats::{Job, now_us};
 
@@ -173,13 +175,15 @@ pub struct Config {
     pub progress: bool,
     /// Skip the baseline (ruststream only).
     pub no_baseline: bool,
+    /// A queue library run beside ruststream in each round (`--peer apalis`; PostgreSQL).
+    pub peer: Option<PeerKind>,
     /// The command line, as `cargo run --release -p ruststream-bench -- ..`.
     pub command: String,
 }
 
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
-[--workers W] [--keys K] [--handler-ms MS] [--rounds R] [--json FILE] [--quiet] [--no-baseline]
+[--workers W] [--keys K] [--handler-ms MS] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
@@ -212,6 +216,7 @@ impl Config {
             json: None,
             progress: true,
             no_baseline: false,
+            peer: None,
             command: String::new(),
         };
         let args: Vec<String> = args.into_iter().collect();
@@ -289,6 +294,7 @@ impl Config {
                 "--json" => config.json = Some(PathBuf::from(value("--json")?)),
                 "--quiet" => config.progress = false,
                 "--no-baseline" => config.no_baseline = true,
+                "--peer" => config.peer = Some(PeerKind::from_name(&value("--peer")?)?),
                 "--help" | "-h" => return Err(USAGE.to_owned()),
                 other => return Err(format!("unknown argument {other}\n{USAGE}")),
             }
@@ -331,6 +337,7 @@ impl Config {
         if config.rows.is_empty() || config.concurrency.is_empty() {
             return Err(format!("--rows and --concurrency need a number\n{USAGE}"));
         }
+        peer::check(&config)?;
         Ok(config)
     }
 
@@ -417,7 +424,7 @@ pub(crate) async fn wait_settled(stats: &Stats, jobs: u64) -> Result<(), BoxErro
 pub struct RunRecord {
     /// `"run"`.
     pub kind: &'static str,
-    /// `"baseline"` or `"ruststream"`.
+    /// `"baseline"`, `"ruststream"`, or the peer (`"apalis"`).
     pub implementation: &'static str,
     /// The round, from 1.
     pub round: usize,
@@ -519,12 +526,17 @@ pub struct Summary {
     pub cpus: usize,
     /// The 1-minute load average at the end.
     pub load1: Option<f64>,
+    /// With `--peer`: the peer's jobs per second and the ratios ruststream/peer.
+    #[serde(flatten)]
+    pub peer: Option<PeerSummary>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Baseline,
     RustStream,
+    /// The peer of `--peer` (bench/src/peer.rs).
+    Peer,
 }
 
 /// Runs the benchmark: `rounds` times the baseline then ruststream, a JSON line per run and a
@@ -550,13 +562,13 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
     let mut records: Vec<RunRecord> = Vec::new();
     let mut dialect_name = config.database.family();
     for round in 1..=config.rounds {
-        let sides: &[Side] = if config.no_baseline {
-            &[Side::RustStream]
-        } else {
-            &[Side::Baseline, Side::RustStream]
-        };
-        for &side in sides {
-            drivers::prepare(&config.database, desc.table, config.jobs, config.keys).await?;
+        for side in peer::sides(config) {
+            match side {
+                Side::Peer => peer::prepare(config).await?,
+                _ => {
+                    drivers::prepare(&config.database, desc.table, config.jobs, config.keys).await?
+                }
+            }
             let bar = progress(config, side, round);
             let stats = Arc::new(Stats::new(bar.clone()));
             let reset = stats::reset_peak_memory();
@@ -567,6 +579,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                     elapsed
                 }
                 Side::RustStream => run_framework(config, stats.clone()).await?,
+                Side::Peer => peer::run(config, stats.clone(), round).await?,
             };
             bar.finish_and_clear();
             let statements = stats.statements();
@@ -581,10 +594,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
             let settles = stats.settles();
             let record = RunRecord {
                 kind: "run",
-                implementation: match side {
-                    Side::Baseline => "baseline",
-                    Side::RustStream => "ruststream",
-                },
+                implementation: peer::implementation(config, side),
                 round,
                 adapter: config.adapter.name(),
                 database: dialect_name,
@@ -672,6 +682,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         date: stats::utc_now(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         load1: stats::load_average(),
+        peer: peer::summary(config, &records),
     };
     eprintln!(
         "summary {} {} {} W={}: ruststream {} jobs/s, baseline {} jobs/s, median ratio {}",
@@ -754,10 +765,7 @@ fn progress(config: &Config, side: Side, round: usize) -> ProgressBar {
     );
     bar.set_prefix(format!(
         "round {round} {}",
-        match side {
-            Side::Baseline => "baseline",
-            Side::RustStream => "ruststream",
-        }
+        peer::implementation(config, side)
     ));
     bar
 }

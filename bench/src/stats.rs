@@ -157,6 +157,11 @@ impl Stats {
         self.held.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// `n` connections were seen held at once (a sample, for the peer's pool).
+    pub(crate) fn peak_at_least(&self, n: i64) {
+        self.peak.fetch_max(n, Ordering::SeqCst);
+    }
+
     /// The most connections held at once.
     pub(crate) fn peak_connections(&self) -> i64 {
         self.peak.load(Ordering::SeqCst)
