@@ -429,7 +429,7 @@ pub(crate) fn schema(database: &Database, table: &str) -> Vec<String> {
         Database::Postgres(_) => format!(
             "CREATE TABLE {table} (
                 id BIGSERIAL PRIMARY KEY,
-                k BIGINT NOT NULL,
+                k BIGINT NOT NULL DEFAULT 0,
                 attempt BIGINT NOT NULL DEFAULT 0,
                 payload BYTEA NOT NULL,
                 locked_until TIMESTAMPTZ NULL
@@ -439,7 +439,7 @@ pub(crate) fn schema(database: &Database, table: &str) -> Vec<String> {
         Database::MySql(_) => format!(
             "CREATE TABLE {table} (
                 id BIGINT AUTO_INCREMENT PRIMARY KEY,
-                k BIGINT NOT NULL,
+                k BIGINT NOT NULL DEFAULT 0,
                 attempt BIGINT NOT NULL DEFAULT 0,
                 payload LONGBLOB NOT NULL,
                 locked_until DATETIME(6) NULL
@@ -448,7 +448,7 @@ pub(crate) fn schema(database: &Database, table: &str) -> Vec<String> {
         Database::Sqlite(_) => format!(
             "CREATE TABLE {table} (
                 id INTEGER PRIMARY KEY AUTOINCREMENT,
-                k INTEGER NOT NULL,
+                k INTEGER NOT NULL DEFAULT 0,
                 attempt INTEGER NOT NULL DEFAULT 0,
                 payload BLOB NOT NULL,
                 locked_until INTEGER NULL

@@ -28,6 +28,7 @@ mod growth;
 mod peer;
 mod publish;
 mod stats;
+mod wakeup;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -128,6 +129,9 @@ pub enum Scenario {
     /// Rows published per second through ruststream's `Publisher` beside raw inserts
     /// (`bench/src/publish.rs`).
     Publish,
+    /// Publish to handler start with a one-second poll interval, from the subscription's own
+    /// broker and from another (`bench/src/wakeup.rs`).
+    Wakeup,
 }
 
 /// A run's settings, from the command line.
@@ -187,7 +191,9 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
-[--concurrency C,C,..] [--batch B] [--batch-jobs N] [--keys K] [--rounds R] [--json FILE] [--quiet]";
+[--concurrency C,C,..] [--batch B] [--batch-jobs N] [--keys K] [--rounds R] [--json FILE] [--quiet]
+       ruststream-bench --scenario wakeup --adapter A --url URL [--form F,F,..] [--jobs N] \
+[--workers W] [--json FILE] [--quiet]";
 
 impl Config {
     /// Reads the command line (without the program's name).
@@ -233,6 +239,7 @@ impl Config {
                         "claim" => Scenario::Claim,
                         "growth" => Scenario::Growth,
                         "publish" => Scenario::Publish,
+                        "wakeup" => Scenario::Wakeup,
                         other => return Err(format!("--scenario {other}: unknown\n{USAGE}")),
                     }
                 }
@@ -824,7 +831,7 @@ async fn run_framework(config: &Config, stats: Arc<Stats>) -> Result<Duration, B
         }
         (AdapterKind::MysqlAsync, Database::MySql(url)) => {
             let sep = if url.contains('?') { '&' } else { '?' };
-            let url = format!("{url}{sep}pool_min=0&pool_max={n}");
+            let url = format!("{url}{sep}pool_min={n}&pool_max={n}");
             all_forms!(MySqlAsyncBroker::from_url(url))
         }
         (adapter, database) => Err(format!(
@@ -1023,6 +1030,7 @@ pub fn main_with(args: impl IntoIterator<Item = String>) -> std::process::ExitCo
             Scenario::Claim => run(&config, &mut stdout).await.map(drop),
             Scenario::Growth => run_growth(&config, &mut stdout).await.map(drop),
             Scenario::Publish => run_publish(&config, &mut stdout).await.map(drop),
+            Scenario::Wakeup => wakeup::run_wakeup(&config, &mut stdout).await,
         }
     });
     match result {
