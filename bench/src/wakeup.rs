@@ -21,7 +21,6 @@ use std::io::Write;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use ruststream::adapter::TakesRows;
 use ruststream::core::Form;
 use ruststream::{
@@ -29,6 +28,7 @@ use ruststream::{
     IntoSubscription, Message, PayloadRow, subscriber,
 };
 use serde::Serialize;
+use tokio::sync::mpsc;
 
 use crate::framework::{AdvisoryJob, LeaseJob, RowLockJob};
 use crate::stats::{Job, now_us};
@@ -174,7 +174,10 @@ async fn measure(config: &Config, form: Form, publisher: Publisher) -> Result<Ve
 
     let polled = matches!(
         (publisher, &config.database),
-        (Publisher::OtherProcess, Database::MySql(_) | Database::Sqlite(_))
+        (
+            Publisher::OtherProcess,
+            Database::MySql(_) | Database::Sqlite(_)
+        )
     );
     let samples = if polled {
         config.jobs.min(20) as usize
@@ -185,8 +188,12 @@ async fn measure(config: &Config, form: Form, publisher: Publisher) -> Result<Ve
     macro_rules! forms {
         ($make:expr) => {
             match form {
-                Form::RowLock => sample::<_, RowLockJob>(|| $make, publisher, samples, polled, config).await,
-                Form::Lease => sample::<_, LeaseJob>(|| $make, publisher, samples, polled, config).await,
+                Form::RowLock => {
+                    sample::<_, RowLockJob>(|| $make, publisher, samples, polled, config).await
+                }
+                Form::Lease => {
+                    sample::<_, LeaseJob>(|| $make, publisher, samples, polled, config).await
+                }
                 Form::Advisory => {
                     sample::<_, AdvisoryJob>(|| $make, publisher, samples, polled, config).await
                 }
@@ -197,7 +204,9 @@ async fn measure(config: &Config, form: Form, publisher: Publisher) -> Result<Ve
         ($make:expr) => {
             match form {
                 Form::RowLock => Err("SQLite has no row locks".into()),
-                Form::Lease => sample::<_, LeaseJob>(|| $make, publisher, samples, polled, config).await,
+                Form::Lease => {
+                    sample::<_, LeaseJob>(|| $make, publisher, samples, polled, config).await
+                }
                 Form::Advisory => {
                     sample::<_, AdvisoryJob>(|| $make, publisher, samples, polled, config).await
                 }
@@ -213,10 +222,12 @@ async fn measure(config: &Config, form: Form, publisher: Publisher) -> Result<Ve
             url.clone(),
             sqlx::mysql::MySqlPoolOptions::new().max_connections(n as u32)
         )),
-        (AdapterKind::Sqlx, Database::Sqlite(path)) => no_row_lock!(SqlxBroker::from_connect_options(
-            drivers::sqlite_options(path),
-            sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32)
-        )),
+        (AdapterKind::Sqlx, Database::Sqlite(path)) => {
+            no_row_lock!(SqlxBroker::from_connect_options(
+                drivers::sqlite_options(path),
+                sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32)
+            ))
+        }
         (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
             no_row_lock!(RusqliteBroker::open(path).max_connections(n))
         }
@@ -264,7 +275,11 @@ where
         Publisher::OtherProcess => Some(BrokerHandle::new(make())),
     };
     let other_running = match &other {
-        Some(handle) => Some(handle.start(Vec::new(), ruststream::exec::current()).await?),
+        Some(handle) => Some(
+            handle
+                .start(Vec::new(), ruststream::exec::current())
+                .await?,
+        ),
         None => None,
     };
     let publishing = match &other {
