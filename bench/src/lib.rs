@@ -21,6 +21,67 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Builds the broker of `$config`'s adapter on its database, with a pool of `$n` connections,
+/// as `$make`, a closure that builds a new one on each call, and evaluates `$server` (on
+/// PostgreSQL and MySQL/MariaDB) or `$sqlite` (on SQLite, which takes no row lock form) with
+/// it. The one place that sizes each driver's pool: the mysql-async pool keeps `pool_min =
+/// pool_max`, since mysql_async closes every connection given back beyond `pool_min`.
+macro_rules! with_broker {
+    ($config:expr, $n:expr, |$make:ident| $server:expr, $sqlite:expr) => {{
+        use ruststream_mysql_async::MySqlAsyncBroker;
+        use ruststream_rusqlite::RusqliteBroker;
+        use ruststream_sqlx::SqlxBroker;
+        use ruststream_tokio_postgres::TokioPostgresBroker;
+        use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+        use $crate::{AdapterKind, Database};
+
+        let n: usize = $n;
+        match ($config.adapter, &$config.database) {
+            (AdapterKind::Sqlx, Database::Postgres(url)) => {
+                let $make = || {
+                    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(n as u32);
+                    SqlxBroker::from_url(url.clone(), pool)
+                };
+                $server
+            }
+            (AdapterKind::Sqlx, Database::MySql(url)) => {
+                let $make = || {
+                    let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(n as u32);
+                    SqlxBroker::from_url(url.clone(), pool)
+                };
+                $server
+            }
+            (AdapterKind::Sqlx, Database::Sqlite(path)) => {
+                let $make = || {
+                    let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32);
+                    SqlxBroker::from_connect_options($crate::drivers::sqlite_options(path), pool)
+                };
+                $sqlite
+            }
+            (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
+                let $make = || RusqliteBroker::open(path).max_connections(n);
+                $sqlite
+            }
+            (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
+                let $make = || TokioPostgresBroker::from_url(url.clone(), PoolConfig::new(n));
+                $server
+            }
+            (AdapterKind::MysqlAsync, Database::MySql(url)) => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                let url = format!("{url}{sep}pool_min={n}&pool_max={n}");
+                let $make = || MySqlAsyncBroker::from_url(url.clone());
+                $server
+            }
+            (adapter, database) => Err(format!(
+                "--adapter {} does not run on {}",
+                adapter.name(),
+                database.family()
+            )
+            .into()),
+        }
+    }};
+}
+
 mod baseline;
 mod drivers;
 mod framework;
@@ -779,68 +840,20 @@ fn progress(config: &Config, side: Side, round: usize) -> ProgressBar {
 
 /// The ruststream side: the adapter's broker with one subscription of W workers.
 async fn run_framework(config: &Config, stats: Arc<Stats>) -> Result<Duration, BoxError> {
-    use ruststream_mysql_async::MySqlAsyncBroker;
-    use ruststream_rusqlite::RusqliteBroker;
-    use ruststream_sqlx::SqlxBroker;
-    use ruststream_tokio_postgres::TokioPostgresBroker;
-    use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
-
-    let n = config.pool_size();
-    macro_rules! all_forms {
-        ($adapter:expr) => {
-            match config.form {
-                Form::RowLock => framework::run::<_, RowLockJob>($adapter, config, stats).await,
-                Form::Lease => framework::run::<_, LeaseJob>($adapter, config, stats).await,
-                Form::Advisory => framework::run::<_, AdvisoryJob>($adapter, config, stats).await,
-            }
-        };
-    }
-    macro_rules! no_row_lock {
-        ($adapter:expr) => {
-            match config.form {
-                Form::RowLock => Err("SQLite has no row locks".into()),
-                Form::Lease => framework::run::<_, LeaseJob>($adapter, config, stats).await,
-                Form::Advisory => framework::run::<_, AdvisoryJob>($adapter, config, stats).await,
-            }
-        };
-    }
-    match (config.adapter, &config.database) {
-        (AdapterKind::Sqlx, Database::Postgres(url)) => {
-            let pool = sqlx::postgres::PgPoolOptions::new().max_connections(n as u32);
-            all_forms!(SqlxBroker::from_url(url.clone(), pool))
+    with_broker!(
+        config,
+        config.pool_size(),
+        |make| match config.form {
+            Form::RowLock => framework::run::<_, RowLockJob>(make(), config, stats).await,
+            Form::Lease => framework::run::<_, LeaseJob>(make(), config, stats).await,
+            Form::Advisory => framework::run::<_, AdvisoryJob>(make(), config, stats).await,
+        },
+        match config.form {
+            Form::RowLock => Err("SQLite has no row locks".into()),
+            Form::Lease => framework::run::<_, LeaseJob>(make(), config, stats).await,
+            Form::Advisory => framework::run::<_, AdvisoryJob>(make(), config, stats).await,
         }
-        (AdapterKind::Sqlx, Database::MySql(url)) => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(n as u32);
-            all_forms!(SqlxBroker::from_url(url.clone(), pool))
-        }
-        (AdapterKind::Sqlx, Database::Sqlite(path)) => {
-            let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32);
-            no_row_lock!(SqlxBroker::from_connect_options(
-                drivers::sqlite_options(path),
-                pool
-            ))
-        }
-        (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
-            no_row_lock!(RusqliteBroker::open(path).max_connections(n))
-        }
-        (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
-            all_forms!(TokioPostgresBroker::from_url(
-                url.clone(),
-                PoolConfig::new(n)
-            ))
-        }
-        (AdapterKind::MysqlAsync, Database::MySql(url)) => {
-            let sep = if url.contains('?') { '&' } else { '?' };
-            let url = format!("{url}{sep}pool_min={n}&pool_max={n}");
-            all_forms!(MySqlAsyncBroker::from_url(url))
-        }
-        (adapter, database) => Err(format!(
-            "--adapter {} does not run on {}",
-            adapter.name(),
-            database.family()
-        )
-        .into()),
-    }
+    )
 }
 
 /// The baseline: W connections of the adapter's driver, each in a task of claim → take →

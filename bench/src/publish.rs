@@ -636,46 +636,12 @@ async fn raw(config: &Config, c: usize, shared: Arc<Shared>) -> Result<Duration,
 /// The ruststream side: the adapter's broker, started with no subscription, and `c` tasks
 /// publishing through one `Publisher`.
 async fn framework(config: &Config, c: usize, shared: Arc<Shared>) -> Result<Duration, BoxError> {
-    use ruststream_mysql_async::MySqlAsyncBroker;
-    use ruststream_rusqlite::RusqliteBroker;
-    use ruststream_sqlx::SqlxBroker;
-    use ruststream_tokio_postgres::TokioPostgresBroker;
-    use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
-
-    let n = c + 2;
-    match (config.adapter, &config.database) {
-        (AdapterKind::Sqlx, Database::Postgres(url)) => {
-            let pool = sqlx::postgres::PgPoolOptions::new().max_connections(n as u32);
-            publish_through(SqlxBroker::from_url(url.clone(), pool), c, shared).await
-        }
-        (AdapterKind::Sqlx, Database::MySql(url)) => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(n as u32);
-            publish_through(SqlxBroker::from_url(url.clone(), pool), c, shared).await
-        }
-        (AdapterKind::Sqlx, Database::Sqlite(path)) => {
-            let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32);
-            let broker = SqlxBroker::from_connect_options(drivers::sqlite_options(path), pool);
-            publish_through(broker, c, shared).await
-        }
-        (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
-            publish_through(RusqliteBroker::open(path).max_connections(n), c, shared).await
-        }
-        (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
-            let broker = TokioPostgresBroker::from_url(url.clone(), PoolConfig::new(n));
-            publish_through(broker, c, shared).await
-        }
-        (AdapterKind::MysqlAsync, Database::MySql(url)) => {
-            let sep = if url.contains('?') { '&' } else { '?' };
-            let url = format!("{url}{sep}pool_min={n}&pool_max={n}");
-            publish_through(MySqlAsyncBroker::from_url(url), c, shared).await
-        }
-        (adapter, database) => Err(format!(
-            "--adapter {} does not run on {}",
-            adapter.name(),
-            database.family()
-        )
-        .into()),
-    }
+    with_broker!(
+        config,
+        c + 2,
+        |make| publish_through(make(), c, shared).await,
+        publish_through(make(), c, shared).await
+    )
 }
 
 fn message(shared: &Shared, n: u64) -> Result<Message, BoxError> {

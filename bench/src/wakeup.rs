@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 
 use crate::framework::{AdvisoryJob, LeaseJob, RowLockJob};
 use crate::stats::{Job, now_us};
-use crate::{AdapterKind, BoxError, Config, Database, Lines, drivers};
+use crate::{BoxError, Config, Database, Lines, drivers};
 
 /// The subscription's poll interval: a wake-up that waits for it shows.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -166,12 +166,6 @@ fn record(config: &Config, form: Form, publisher: Publisher, mut us: Vec<i64>) -
 
 /// The samples of one publisher, in microseconds.
 async fn measure(config: &Config, form: Form, publisher: Publisher) -> Result<Vec<i64>, BoxError> {
-    use ruststream_mysql_async::MySqlAsyncBroker;
-    use ruststream_rusqlite::RusqliteBroker;
-    use ruststream_sqlx::SqlxBroker;
-    use ruststream_tokio_postgres::TokioPostgresBroker;
-    use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
-
     let polled = matches!(
         (publisher, &config.database),
         (
@@ -184,68 +178,25 @@ async fn measure(config: &Config, form: Form, publisher: Publisher) -> Result<Ve
     } else {
         config.jobs as usize
     };
-    let n = config.pool_size();
-    macro_rules! forms {
-        ($make:expr) => {
-            match form {
-                Form::RowLock => {
-                    sample::<_, RowLockJob>(|| $make, publisher, samples, polled, config).await
-                }
-                Form::Lease => {
-                    sample::<_, LeaseJob>(|| $make, publisher, samples, polled, config).await
-                }
-                Form::Advisory => {
-                    sample::<_, AdvisoryJob>(|| $make, publisher, samples, polled, config).await
-                }
+    with_broker!(
+        config,
+        config.pool_size(),
+        |make| match form {
+            Form::RowLock =>
+                sample::<_, RowLockJob>(make, publisher, samples, polled, config).await,
+            Form::Lease => sample::<_, LeaseJob>(make, publisher, samples, polled, config).await,
+            Form::Advisory => {
+                sample::<_, AdvisoryJob>(make, publisher, samples, polled, config).await
             }
-        };
-    }
-    macro_rules! no_row_lock {
-        ($make:expr) => {
-            match form {
-                Form::RowLock => Err("SQLite has no row locks".into()),
-                Form::Lease => {
-                    sample::<_, LeaseJob>(|| $make, publisher, samples, polled, config).await
-                }
-                Form::Advisory => {
-                    sample::<_, AdvisoryJob>(|| $make, publisher, samples, polled, config).await
-                }
+        },
+        match form {
+            Form::RowLock => Err("SQLite has no row locks".into()),
+            Form::Lease => sample::<_, LeaseJob>(make, publisher, samples, polled, config).await,
+            Form::Advisory => {
+                sample::<_, AdvisoryJob>(make, publisher, samples, polled, config).await
             }
-        };
-    }
-    match (config.adapter, &config.database) {
-        (AdapterKind::Sqlx, Database::Postgres(url)) => forms!(SqlxBroker::from_url(
-            url.clone(),
-            sqlx::postgres::PgPoolOptions::new().max_connections(n as u32)
-        )),
-        (AdapterKind::Sqlx, Database::MySql(url)) => forms!(SqlxBroker::from_url(
-            url.clone(),
-            sqlx::mysql::MySqlPoolOptions::new().max_connections(n as u32)
-        )),
-        (AdapterKind::Sqlx, Database::Sqlite(path)) => {
-            no_row_lock!(SqlxBroker::from_connect_options(
-                drivers::sqlite_options(path),
-                sqlx::sqlite::SqlitePoolOptions::new().max_connections(n as u32)
-            ))
         }
-        (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
-            no_row_lock!(RusqliteBroker::open(path).max_connections(n))
-        }
-        (AdapterKind::TokioPostgres, Database::Postgres(url)) => forms!(
-            TokioPostgresBroker::from_url(url.clone(), PoolConfig::new(n))
-        ),
-        (AdapterKind::MysqlAsync, Database::MySql(url)) => {
-            let sep = if url.contains('?') { '&' } else { '?' };
-            let url = format!("{url}{sep}pool_min={n}&pool_max={n}");
-            forms!(MySqlAsyncBroker::from_url(url.clone()))
-        }
-        (adapter, database) => Err(format!(
-            "--adapter {} does not run on {}",
-            adapter.name(),
-            database.family()
-        )
-        .into()),
-    }
+    )
 }
 
 /// Starts a broker made by `make` with the subscription, and, for the other process, a second
