@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dialect::{Arg, Dialect, Statement, Statements};
+use crate::dialect::{Arg, Dialect, Statement, StatementKind, Statements};
 use crate::keys::{mysql_lock_name, postgres_key_hash};
 use crate::spec::{DescError, Form, TableDesc};
 use crate::types::{
@@ -16,6 +16,17 @@ use crate::value::{DbError, ErrorKind, Time, Value};
 
 /// How long a dropped delivery may take to release its lock before its connection is closed.
 pub const DROP_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the broker keeps a connection its flow gave back, for the next flow that needs one,
+/// before it gives the connection back to the pool, unless set otherwise
+/// ([`Broker::set_connection_linger`]).
+///
+/// A claim, a settlement or a publish that finds such a connection runs at once, without the
+/// pool's acquire and release (a round trip each on some pools: sqlx tests a connection when it
+/// is taken and when it comes back). Only a connection whose session is clean is kept: no
+/// transaction open or in doubt, no statement that failed on it, no custom lock run on it. The
+/// shutdown gives every kept connection back.
+pub const CONNECTION_LINGER: Duration = Duration::from_millis(5);
 
 /// The settings of one subscription.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,8 +382,28 @@ pub struct Broker<R> {
     deliveries: BTreeMap<DeliveryId, Delivery>,
     publishes: BTreeMap<PublishId, PublishFlow>,
     pending: BTreeMap<CommandId, Step>,
-    /// Connections the core holds, acquired and not yet released or closed.
+    /// Connections the core holds, acquired and not yet released or closed, by the ids the
+    /// flows know them by.
     conns: BTreeSet<ConnId>,
+    /// Connections a flow gave back that the broker keeps for the next acquire, with the time
+    /// each was given back, the most recent last ([`CONNECTION_LINGER`]).
+    idle: Vec<(ConnId, Time)>,
+    /// How long a connection is kept ([`Broker::set_connection_linger`]).
+    linger: Duration,
+    /// A flow's connection that is a kept one: the flow's id, and the id the adapter knows.
+    alias: BTreeMap<ConnId, ConnId>,
+    /// Connections (the adapter's ids) that are not kept when given back: a transaction was
+    /// begun and is not known to be over, a command failed on it, or a custom lock ran on it.
+    unclean: BTreeSet<ConnId>,
+    /// Commands whose reply tells whether their connection stays clean: the connection and
+    /// the statement's kind (`None` for a custom lock or unlock).
+    watched: BTreeMap<CommandId, (ConnId, Option<StatementKind>)>,
+    /// Acquires handed to the adapter and not yet answered: while one waits for the pool, a
+    /// connection given back goes to the pool, where that acquire finds it.
+    acquiring: BTreeSet<CommandId>,
+    /// Acquires and releases the broker answered itself (a kept connection), to answer
+    /// [`Reply::Done`] in order.
+    answered_here: VecDeque<CommandId>,
     /// Keys in work in this process: the registry on SQLite, a shortcut elsewhere.
     keys: BTreeSet<Arc<str>>,
     commands: VecDeque<Command>,
@@ -404,6 +435,13 @@ impl<R> Broker<R> {
             publishes: BTreeMap::new(),
             pending: BTreeMap::new(),
             conns: BTreeSet::new(),
+            idle: Vec::new(),
+            linger: CONNECTION_LINGER,
+            alias: BTreeMap::new(),
+            unclean: BTreeSet::new(),
+            watched: BTreeMap::new(),
+            answered_here: VecDeque::new(),
+            acquiring: BTreeSet::new(),
             keys: BTreeSet::new(),
             commands: VecDeque::new(),
             running_statement: None,
@@ -416,6 +454,16 @@ impl<R> Broker<R> {
             next_delivery: 0,
             next_publish: 0,
             now: Time(0),
+        }
+    }
+
+    /// How long a connection a flow gave back is kept for the next flow before it goes back
+    /// to the pool; [`CONNECTION_LINGER`] unless set. `Duration::ZERO` keeps none: every flow
+    /// acquires its connection from the pool and releases it there.
+    pub fn set_connection_linger(&mut self, linger: Duration) {
+        self.linger = linger;
+        if linger.is_zero() {
+            self.release_idle(true);
         }
     }
 
@@ -456,9 +504,10 @@ impl<R> Broker<R> {
         self.subs.get(sub.0).map_or(0, |s| s.in_work)
     }
 
-    /// The connections the core holds now.
+    /// The connections the core holds now: those its flows use and those it keeps for the
+    /// next flow ([`CONNECTION_LINGER`]).
     pub fn held_connections(&self) -> usize {
-        self.conns.len()
+        self.conns.len() + self.idle.len()
     }
 
     /// What the shutdown has done so far to the advisory locks.
@@ -517,6 +566,7 @@ impl<R> Broker<R> {
             last_full: false,
         });
         self.start_check(id);
+        self.drive();
         Ok(id)
     }
 
@@ -618,6 +668,7 @@ impl<R> Broker<R> {
                 stage: PublishStage::Acquire,
             },
         );
+        self.drive();
         Ok(id)
     }
 
@@ -637,6 +688,7 @@ impl<R> Broker<R> {
     /// Time has passed: claims due, lease extensions due, deadlines of dropped deliveries.
     pub fn handle_timeout(&mut self, now: Time) {
         self.now = now;
+        self.release_idle(false);
         let due: Vec<DeliveryId> = self
             .deliveries
             .iter()
@@ -697,6 +749,7 @@ impl<R> Broker<R> {
             return;
         }
         self.state = State::ShuttingDown;
+        self.release_idle(true);
         // A lease extension in flight ends with the shutdown once it is answered.
         for d in self.deliveries.values_mut() {
             if d.state == DeliveryState::Busy && d.ending.is_none() && d.queued.is_none() {
@@ -719,9 +772,27 @@ impl<R> Broker<R> {
     pub fn handle_reply(&mut self, id: CommandId, reply: Reply<R>, now: Time) {
         self.now = now;
         self.statement_answered(id);
+        self.acquiring.remove(&id);
+        if let Some((conn, kind)) = self.watched.remove(&id) {
+            let failed = matches!(reply, Reply::Failed(_));
+            match kind.and_then(|k| k.transaction_after(!failed)) {
+                _ if failed || kind.is_none() => {
+                    self.unclean.insert(conn);
+                }
+                Some(false) => {
+                    self.unclean.remove(&conn);
+                }
+                _ => {}
+            }
+        }
         let Some(step) = self.pending.remove(&id) else {
             return;
         };
+        self.dispatch(step, reply);
+        self.drive();
+    }
+
+    fn dispatch(&mut self, step: Step, reply: Reply<R>) {
         match step {
             Step::Check { sub, stage } => self.on_check(sub, stage, reply),
             Step::Claim { claim, stage } => self.on_claim(claim, stage, reply),
@@ -729,7 +800,29 @@ impl<R> Broker<R> {
             Step::Publish { publish, stage } => self.on_publish(publish, stage, reply),
             Step::Orphan => {}
         }
-        self.drive();
+    }
+
+    /// Answers the acquires and releases the broker took on itself (a kept connection), and
+    /// whatever those answers start in turn.
+    fn answer_here(&mut self) {
+        while let Some(id) = self.answered_here.pop_front() {
+            if let Some(step) = self.pending.remove(&id) {
+                self.dispatch(step, Reply::Done);
+            }
+        }
+    }
+
+    /// Gives kept connections back to the pool: those kept longer than [`CONNECTION_LINGER`],
+    /// or all of them.
+    fn release_idle(&mut self, all: bool) {
+        let now = self.now;
+        let (expired, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.idle)
+            .into_iter()
+            .partition(|(_, since)| all || since.plus(self.linger) <= now);
+        self.idle = kept;
+        for (conn, _) in expired {
+            self.send_now(conn, Action::Release, Step::Orphan);
+        }
     }
 
     // ----- outputs -----
@@ -748,6 +841,9 @@ impl<R> Broker<R> {
     pub fn poll_timeout(&self) -> Option<Time> {
         let mut next: Option<Time> = None;
         let mut consider = |t: Time| next = Some(next.map_or(t, |n: Time| n.min(t)));
+        for (_, since) in &self.idle {
+            consider(since.plus(self.linger));
+        }
         for d in self.deliveries.values() {
             if let Some(t) = d.deadline {
                 consider(t);
@@ -784,15 +880,67 @@ impl<R> Broker<R> {
         conn
     }
 
+    /// Sends a flow's command on its connection `conn`. An acquire takes a kept connection
+    /// when there is one, and a release of a clean connection keeps it
+    /// ([`CONNECTION_LINGER`]); the broker answers both itself.
     fn send(&mut self, conn: ConnId, action: Action, step: Step) {
-        let id = CommandId(self.next_command);
-        self.next_command += 1;
         match action {
             Action::Acquire => {
                 self.conns.insert(conn);
+                if self.state == State::Running
+                    && let Some((kept, _)) = self.idle.pop()
+                {
+                    self.alias.insert(conn, kept);
+                    self.answer_later(step);
+                    return;
+                }
             }
             Action::Release | Action::Close => {
                 self.conns.remove(&conn);
+                let physical = self.alias.remove(&conn).unwrap_or(conn);
+                if matches!(action, Action::Release)
+                    && self.state == State::Running
+                    && !self.linger.is_zero()
+                    && self.acquiring.is_empty()
+                    && !self.unclean.contains(&physical)
+                {
+                    self.idle.push((physical, self.now));
+                    self.answer_later(step);
+                    return;
+                }
+                self.unclean.remove(&physical);
+                self.send_now(physical, action, step);
+                return;
+            }
+            _ => {}
+        }
+        let physical = self.alias.get(&conn).copied().unwrap_or(conn);
+        self.send_now(physical, action, step);
+    }
+
+    fn answer_later(&mut self, step: Step) {
+        let id = CommandId(self.next_command);
+        self.next_command += 1;
+        self.pending.insert(id, step);
+        self.answered_here.push_back(id);
+    }
+
+    /// Hands a command to the adapter, on the adapter's connection `conn`.
+    fn send_now(&mut self, conn: ConnId, action: Action, step: Step) {
+        let id = CommandId(self.next_command);
+        self.next_command += 1;
+        match &action {
+            Action::Execute { statement, .. } => {
+                if statement.kind == StatementKind::Begin {
+                    self.unclean.insert(conn);
+                }
+                self.watched.insert(id, (conn, Some(statement.kind)));
+            }
+            Action::Lock { .. } | Action::Unlock { .. } => {
+                self.watched.insert(id, (conn, None));
+            }
+            Action::Acquire => {
+                self.acquiring.insert(id);
             }
             _ => {}
         }
@@ -856,6 +1004,16 @@ impl<R> Broker<R> {
 
     /// Starts the claims that are due, and ends the shutdown when nothing is left.
     fn drive(&mut self) {
+        loop {
+            self.answer_here();
+            self.drive_once();
+            if self.answered_here.is_empty() {
+                break;
+            }
+        }
+    }
+
+    fn drive_once(&mut self) {
         let now = self.now;
         if self.state == State::Running {
             for i in 0..self.subs.len() {
@@ -880,7 +1038,10 @@ impl<R> Broker<R> {
             }
         }
         if self.state == State::ShuttingDown && self.pending.is_empty() {
-            debug_assert!(self.conns.is_empty(), "a connection outlived the shutdown");
+            debug_assert!(
+                self.conns.is_empty() && self.idle.is_empty(),
+                "a connection outlived the shutdown"
+            );
             debug_assert!(
                 self.deliveries.is_empty(),
                 "a delivery outlived the shutdown"

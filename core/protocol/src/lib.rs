@@ -28,7 +28,9 @@ pub mod spec;
 mod types;
 mod value;
 
-pub use broker::{Broker, BrokerError, DROP_GRACE, PUBLISH_BATCH, Publish, SubscribeOptions};
+pub use broker::{
+    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, PUBLISH_BATCH, Publish, SubscribeOptions,
+};
 pub use dialect::{
     Arg, Dialect, NOTIFY_CHANNEL, Output, Statement, StatementKind, Statements, notification_names,
 };

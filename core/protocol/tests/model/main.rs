@@ -26,9 +26,9 @@ use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, Payload, Processed, own,
 };
 use ruststream_core::{
-    Action, Broker, BrokerError, Command, CommandId, ConnId, DbError, DeliveryId, Dialect,
-    ErrorKind, Event, Form, Outcome, Publish, PublisherId, Reply, SubId, SubscribeOptions,
-    TableDesc, Time, Value,
+    Action, Broker, BrokerError, CONNECTION_LINGER, Command, CommandId, ConnId, DbError,
+    DeliveryId, Dialect, ErrorKind, Event, Form, Outcome, Publish, PublisherId, Reply, SubId,
+    SubscribeOptions, TableDesc, Time, Value,
 };
 
 const ROW_LOCK: InboxSpec<(Payload, Attempt, Due)> =
@@ -77,6 +77,8 @@ struct Config {
     table: Table,
     workers: usize,
     processes: usize,
+    /// The brokers' connection linger: none, or the default.
+    linger: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +206,7 @@ struct World {
 
 fn start(desc: TableDesc, config: Config, now: Time) -> Process {
     let mut broker = Broker::new(config.dialect);
+    broker.set_connection_linger(config.linger);
     let options = SubscribeOptions {
         workers: config.workers,
         poll_interval: POLL,
@@ -769,11 +772,13 @@ fn configs(table: Table) -> impl Strategy<Value = Config> {
         dialects,
         1..4usize,
         prop_oneof![1 => Just(1usize), 3 => 2..4usize],
+        prop_oneof![Just(Duration::ZERO), Just(CONNECTION_LINGER)],
     )
-        .prop_map(move |(dialect, workers, processes)| Config {
+        .prop_map(move |(dialect, workers, processes, linger)| Config {
             dialect,
             table,
             workers,
+            linger,
             // One process serves a SQLite database.
             processes: if dialect == Dialect::Sqlite {
                 1
@@ -812,6 +817,7 @@ fn regression_row_lock_counted_row_taken_in_the_gap() {
         table: Table::RowLock,
         workers: 1,
         processes: 2,
+        linger: Duration::ZERO,
     };
     run(
         config,
