@@ -157,6 +157,8 @@ enum Track {
     Acquire,
     Release,
     Settle(i64),
+    /// Several lease settlements in one statement: the ids it settles.
+    SettleMany(Vec<i64>),
     Commit,
     Other,
 }
@@ -210,6 +212,15 @@ impl<A: Adapter> Adapter for Counted<A> {
                             .unwrap_or(-1);
                         Track::Settle(id)
                     }
+                    StatementKind::SettleLeases(_) => Track::SettleMany(
+                        statement
+                            .args
+                            .iter()
+                            .zip(binds)
+                            .filter(|(a, _)| matches!(a, Arg::IdAt(_)))
+                            .filter_map(|(_, v)| v.as_int())
+                            .collect(),
+                    ),
                     StatementKind::Commit => Track::Commit,
                     _ => Track::Other,
                 }
@@ -231,6 +242,11 @@ impl<A: Adapter> Adapter for Counted<A> {
                     settling.lock().expect("not poisoned").insert(conn, id);
                 }
                 Track::Settle(id) if ok => stats.settled_row(id),
+                Track::SettleMany(ids) if ok => {
+                    for id in ids {
+                        stats.settled_row(id);
+                    }
+                }
                 Track::Commit if ok => {
                     let id = settling.lock().expect("not poisoned").remove(&conn);
                     if let Some(id) = id {

@@ -229,6 +229,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms killed_connection: advisory Advisory);
         $crate::conformance_tests!(@one custom_lock_answers);
         $crate::conformance_tests!(@one lease_extended_while_in_work);
+        $crate::conformance_tests!(@one lease_acks_together);
+        $crate::conformance_tests!(@one lease_marks_together);
         $crate::conformance_tests!(@one lease_kept_past_shutdown);
         $crate::conformance_tests!(@one publisher_closed_after_shutdown);
         $crate::conformance_tests!(@one publish_all_writes_every_row);

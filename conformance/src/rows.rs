@@ -404,6 +404,8 @@ tables! {
     shutdown_counts_locks_released: delete;
     lease_kept_past_shutdown: delete;
     lease_extended_while_in_work: delete;
+    lease_acks_together: delete;
+    lease_marks_together: processed;
     publisher_closed_after_shutdown: delete;
     publish_all_writes_every_row: delete;
     sigkill_worker: delete;

@@ -723,3 +723,49 @@ async fn quoted_names() {
     );
     drop_table(&mut conn, &quoted).await;
 }
+
+/// MariaDB: several lease settlements in one `DELETE .. RETURNING`: each row only under its
+/// own fence; the ids it deleted come back, so a lost lease among them is told apart. The
+/// `processed_at` mark, an `UPDATE`, returns no rows on MariaDB and MySQL, and MySQL's
+/// `DELETE` neither: there each settlement runs on its own.
+#[tokio::test]
+async fn lease_settlements_in_one_statement() {
+    let table = unique("my_settle_leases");
+    let mut conn = connect().await;
+    create(&mut conn, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .lease(Column::new("locked_until"))
+        .desc();
+    assert!(Statements::settle_leases(Dialect::MySql, &desc, 3).is_none());
+    let s = Statements::render(Dialect::MariaDb, &desc, 3);
+    let now = now_micros();
+    for payload in [b"a", b"b", b"c"] {
+        publish(&mut conn, &s, payload, now - 1_000_000, "x").await;
+    }
+    let until = now + 30_000_000;
+    conn.query_drop(format!(
+        "UPDATE {table} SET locked_until = \
+         TIMESTAMPADD(MICROSECOND, {until}, TIMESTAMP'1970-01-01 00:00:00')"
+    ))
+    .await
+    .unwrap();
+    let held: Vec<i64> = conn
+        .query(format!("SELECT id FROM {table} ORDER BY id"))
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 3);
+    let settle = Statements::settle_leases(Dialect::MariaDb, &desc, 3).expect("MariaDB");
+    let fences = [until, until, until + 1];
+    let values = settle.binds(|arg| match arg {
+        Arg::IdAt(i) => Value::Int(held[i]),
+        Arg::FenceAt(i) => Value::Int(fences[i]),
+        _ => Value::Int(now),
+    });
+    let mut settled = ids(&query(&mut conn, &settle, &values).await);
+    settled.sort_unstable();
+    assert_eq!(settled, held[..2], "the third's fence is off");
+    let left: Vec<i64> = conn.query(format!("SELECT id FROM {table}")).await.unwrap();
+    assert_eq!(left, [held[2]], "only the third is left");
+    drop_table(&mut conn, table).await;
+}

@@ -508,3 +508,85 @@ fn quoted_names() {
     assert_eq!(int(&taken[0], "att\"empt"), 1);
     drop_table(&conn, &quoted);
 }
+
+/// Several lease settlements in one statement: each row only under its own fence; the ids it
+/// settled come back, so a lost lease among them is told apart.
+#[test]
+fn lease_settlements_in_one_statement() {
+    for marks in [false, true] {
+        let name = if marks {
+            "lite_settle_leases_marked"
+        } else {
+            "lite_settle_leases"
+        };
+        let file = DbFile::new(name);
+        let conn = file.open();
+        let table = unique(name);
+        create(&conn, table);
+        let spec = InboxSpec::new(table, Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .lease(Column::new("locked_until"));
+        let desc = if marks {
+            *spec.processed_at(Column::new("processed_at")).desc()
+        } else {
+            *spec.desc()
+        };
+        let s = Statements::render(Dialect::Sqlite, &desc, 3);
+        for payload in [b"a", b"b", b"c"] {
+            publish(&conn, &s, payload, 0, Value::Null);
+        }
+        let claim = get(&s.claim_lease);
+        let claimed = query(
+            &conn,
+            claim,
+            &binds(
+                claim,
+                &[
+                    (Arg::Now, Value::Int(NOW)),
+                    (Arg::Until, Value::Int(NOW + 7)),
+                    (Arg::Limit, Value::Int(3)),
+                ],
+            ),
+        );
+        let held = ids(&claimed);
+        assert_eq!(held.len(), 3);
+        let settle = Statements::settle_leases(Dialect::Sqlite, &desc, 3).expect("SQLite");
+        let fences = [NOW + 7, NOW + 7, NOW + 8];
+        let values = settle.binds(|arg| match arg {
+            Arg::IdAt(i) => Value::Int(held[i]),
+            Arg::FenceAt(i) => Value::Int(fences[i]),
+            _ => Value::Int(NOW),
+        });
+        let mut settled = ids(&query(&conn, &settle, &values));
+        settled.sort_unstable();
+        assert_eq!(
+            settled,
+            held[..2],
+            "marks {marks}: the third's fence is off"
+        );
+        let open: Vec<i64> = conn
+            .prepare(&format!(
+                "SELECT id FROM {table} WHERE processed_at IS NULL"
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(open, [held[2]], "marks {marks}: only the third is left");
+        if marks {
+            let cleared: i64 = conn
+                .query_row(
+                    &format!(
+                        "SELECT count(*) FROM {table} WHERE processed_at IS NOT NULL \
+                         AND locked_until IS NULL"
+                    ),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(cleared, 2);
+        }
+        drop_table(&conn, table);
+    }
+}

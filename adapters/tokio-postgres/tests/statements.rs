@@ -888,3 +888,89 @@ async fn times_round_trip_to_the_microsecond() {
         "the statements use the conversion checked here"
     );
 }
+
+/// Several lease settlements in one statement: each row only under its own fence; the ids it
+/// settled come back, so a lost lease among them is told apart.
+#[tokio::test]
+async fn lease_settlements_in_one_statement() {
+    for marks in [false, true] {
+        let table = if marks {
+            unique("pg_settle_leases_marked")
+        } else {
+            unique("pg_settle_leases")
+        };
+        let client = connect().await;
+        create(&client, table).await;
+        let spec = InboxSpec::new(table, Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .lease(Column::new("locked_until"));
+        let desc = if marks {
+            *spec.processed_at(Column::new("processed_at")).desc()
+        } else {
+            *spec.desc()
+        };
+        let s = Statements::render(Dialect::Postgres, &desc, 3);
+        let now = now_micros();
+        for payload in [b"a", b"b", b"c"] {
+            publish(&client, &s, payload, now - 1_000_000, "x").await;
+        }
+        let claim = get(&s.claim_lease);
+        let until = now + 30_000_000;
+        let claimed = query(
+            &client,
+            claim,
+            &binds(
+                claim,
+                &[
+                    (Arg::Now, Value::Int(now)),
+                    (Arg::Until, Value::Int(until)),
+                    (Arg::Limit, Value::Int(3)),
+                ],
+            ),
+        )
+        .await;
+        let held = ids(&claimed);
+        assert_eq!(held.len(), 3);
+        let settle = Statements::settle_leases(Dialect::Postgres, &desc, 3).expect("PostgreSQL");
+        let fences = [until, until, until + 1];
+        let values = settle.binds(|arg| match arg {
+            Arg::IdAt(i) => Value::Int(held[i]),
+            Arg::FenceAt(i) => Value::Int(fences[i]),
+            _ => Value::Int(now),
+        });
+        let settled = query(&client, &settle, &values).await;
+        let mut settled = ids(&settled);
+        settled.sort_unstable();
+        assert_eq!(
+            settled,
+            held[..2],
+            "marks {marks}: the third's fence is off"
+        );
+        let open = client
+            .query(
+                &format!("SELECT id FROM {table} WHERE processed_at IS NULL"),
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(&open),
+            [held[2]],
+            "marks {marks}: only the third is left"
+        );
+        if marks {
+            let cleared = client
+                .query(
+                    &format!(
+                        "SELECT count(*) AS n FROM {table} WHERE processed_at IS NOT NULL \
+                         AND locked_until IS NULL"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap();
+            assert_eq!(cleared[0].get::<_, i64>("n"), 2);
+        }
+        drop_table(&client, table).await;
+    }
+}

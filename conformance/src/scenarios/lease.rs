@@ -1,4 +1,5 @@
-//! Leases: extended while their delivery is in work.
+//! Leases: extended while their delivery is in work; settled together when their handlers end
+//! together.
 
 use std::time::Duration;
 
@@ -43,4 +44,67 @@ where
         [(1, 1)],
         "{cx}: while its delivery is in work, the lease is extended and no other claim takes the row"
     );
+}
+
+/// Handlers that end together settle together: many lease settlements asked for at once
+/// (eight handlers that sleep the same time) all take effect, each row deleted once and every
+/// job handled once. Where the database returns the rows a statement settled, those asked for
+/// while another runs settle in one statement.
+pub async fn lease_acks_together<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+    body!(LeaseAcksTogether => settle_together_in);
+    let form = Form::Lease;
+    run::<H, rows::lease_acks_together::Family, _>(harness, form, test, LeaseAcksTogether).await
+}
+
+/// As [`lease_acks_together`], on a table with `processed_at`: every row is marked once, its
+/// lease cleared.
+pub async fn lease_marks_together<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+    body!(LeaseMarksTogether => settle_together_in);
+    let form = Form::Lease;
+    run::<H, rows::lease_marks_together::Family, _>(harness, form, test, LeaseMarksTogether).await
+}
+
+async fn settle_together_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    const JOBS: i64 = 40;
+    let marks = cx.table.processed;
+    let recorder = Recorder::sleeping(Duration::from_millis(30));
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let opts = Opts::default().workers(8);
+    let service = cx.service(
+        &broker,
+        subscription::<T>(&recorder, opts),
+        Duration::from_secs(10),
+    );
+    let open = if marks { "processed_at IS NULL" } else { "1=1" };
+    let stop = async {
+        for n in 1..=JOBS {
+            cx.publish(&publisher, n, n).await;
+        }
+        cx.until("every job is handled and settled", || async {
+            recorder.count() >= JOBS as usize && cx.count(open).await == 0
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    let mut ns = recorder.ns();
+    ns.sort_unstable();
+    assert_eq!(
+        ns,
+        (1..=JOBS).collect::<Vec<_>>(),
+        "{cx}: every job handled once"
+    );
+    if marks {
+        assert_eq!(
+            cx.count("processed_at IS NOT NULL AND locked_until IS NULL")
+                .await,
+            JOBS,
+            "{cx}: every row marked processed, its lease cleared"
+        );
+    } else {
+        assert_eq!(cx.count("1=1").await, 0, "{cx}: every row deleted");
+    }
 }

@@ -140,6 +140,15 @@ struct Sub {
     stopped: bool,
     next_claim_at: Option<Time>,
     last_full: bool,
+    /// The lease form, where the database returns the rows a statement settled: the
+    /// delivery whose settlement statement runs now. Settlements asked for meanwhile wait
+    /// in `settle_waiting` and then run together in one statement.
+    settling: Option<DeliveryId>,
+    settle_waiting: VecDeque<DeliveryId>,
+    /// The settlements of several leases in one statement, by the rows they settle; empty
+    /// where the database cannot tell which rows such a statement settled.
+    settle_batches: BTreeMap<usize, Statement>,
+    batches_settlements: bool,
 }
 
 impl Sub {
@@ -266,13 +275,20 @@ struct Delivery {
     settled: bool,
     /// Whether the runtime was handed it (a claim cut short by the shutdown hands nothing).
     delivered: bool,
+    /// The lease form: other deliveries of its subscription whose settlements ride on this
+    /// one's statement.
+    batch: Vec<DeliveryId>,
 }
 
 #[derive(Debug)]
 enum DeliveryStage {
     Acquire,
-    Extend { until: Time },
+    Extend {
+        until: Time,
+    },
     Settle,
+    /// The lease form: the settlement of this delivery and of its batch in one statement.
+    SettleBatch,
     ReleaseLease,
     Commit,
     Rollback,
@@ -564,6 +580,10 @@ impl<R> Broker<R> {
             stopped: false,
             next_claim_at: None,
             last_full: false,
+            settling: None,
+            settle_waiting: VecDeque::new(),
+            settle_batches: BTreeMap::new(),
+            batches_settlements: Statements::settle_leases(self.dialect, &desc, 2).is_some(),
         });
         self.start_check(id);
         self.drive();
@@ -1221,6 +1241,10 @@ impl<R> Broker<R> {
             .expect("a check in flight holds its connection")
     }
 }
+
+/// The most lease settlements one statement runs: settlements asked for while another of
+/// the subscription's runs wait for it, then run together.
+pub const SETTLE_BATCH: usize = 64;
 
 /// The most rows one insert of a batch publish writes.
 pub const PUBLISH_BATCH: usize = 100;
@@ -2095,6 +2119,7 @@ impl<R> Broker<R> {
                 holds: true,
                 settled: false,
                 delivered: self.state == State::Running,
+                batch: Vec::new(),
             },
         );
         if self.state == State::Running {
@@ -2228,6 +2253,17 @@ impl<R> Broker<R> {
                 self.finish_delivery(delivery);
             }
             (Form::Lease, _) => {
+                if matches!(ending, Ending::Settle(Outcome::Ack | Outcome::Reject))
+                    && self.subs[sub.0].batches_settlements
+                {
+                    let s = &mut self.subs[sub.0];
+                    if s.settling.is_some() {
+                        // Rides on the next settlement statement.
+                        s.settle_waiting.push_back(delivery);
+                        return;
+                    }
+                    s.settling = Some(delivery);
+                }
                 let conn = self.new_conn();
                 self.delivery_step(delivery, conn, Action::Acquire, DeliveryStage::Acquire);
                 if let Some(d) = self.deliveries.get_mut(&delivery) {
@@ -2370,6 +2406,12 @@ impl<R> Broker<R> {
                             DeliveryStage::Extend { until },
                         );
                     }
+                    Some(Ending::Settle(Outcome::Ack | Outcome::Reject))
+                        if self.subs[sub.0].settling == Some(delivery)
+                            && !self.subs[sub.0].settle_waiting.is_empty() =>
+                    {
+                        self.settle_batch(delivery, conn);
+                    }
                     Some(Ending::Settle(Outcome::Ack | Outcome::Reject)) => {
                         let statement = statements.settle.clone();
                         let binds = statement.binds(|arg| match arg {
@@ -2452,6 +2494,7 @@ impl<R> Broker<R> {
                         }
                         let conn = d.conn.take().expect("the settlement's connection");
                         self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+                        self.settle_done(sub, delivery);
                     }
                     Form::Advisory => {
                         let d = self
@@ -2463,6 +2506,49 @@ impl<R> Broker<R> {
                         self.delivery_unlock(delivery);
                     }
                 }
+            }
+            DeliveryStage::SettleBatch => {
+                let settled: BTreeSet<Value> = rows_of(reply)
+                    .into_iter()
+                    .filter_map(|row| row.values.into_iter().next())
+                    .collect();
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                let batch = std::mem::take(&mut d.batch);
+                for each in std::iter::once(delivery).chain(batch.iter().copied()) {
+                    let Some(d) = self.deliveries.get_mut(&each) else {
+                        continue;
+                    };
+                    d.holds = false;
+                    let outcome = match d.ending {
+                        Some(Ending::Settle(o)) => o,
+                        _ => Outcome::Ack,
+                    };
+                    if settled.contains(&d.id) {
+                        d.settled = true;
+                        self.events.push_back(Event::Settled {
+                            delivery: each,
+                            outcome,
+                        });
+                    } else {
+                        self.events.push_back(Event::SettleFailed {
+                            delivery: each,
+                            error: SettleError::LeaseLost,
+                        });
+                    }
+                }
+                for each in batch {
+                    self.finish_delivery(each);
+                }
+                let d = self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight");
+                let conn = d.conn.take().expect("the settlement's connection");
+                self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+                self.settle_done(sub, delivery);
             }
             DeliveryStage::ReleaseLease => {
                 let d = self
@@ -2565,6 +2651,7 @@ impl<R> Broker<R> {
                 stage,
                 DeliveryStage::Acquire
                     | DeliveryStage::Settle
+                    | DeliveryStage::SettleBatch
                     | DeliveryStage::ReleaseLease
                     | DeliveryStage::Commit
             )
@@ -2573,6 +2660,24 @@ impl<R> Broker<R> {
                 delivery,
                 error: SettleError::Db(error.clone()),
             });
+            let batch = std::mem::take(
+                &mut self
+                    .deliveries
+                    .get_mut(&delivery)
+                    .expect("delivery in flight")
+                    .batch,
+            );
+            for each in batch {
+                self.events.push_back(Event::SettleFailed {
+                    delivery: each,
+                    error: SettleError::Db(error.clone()),
+                });
+                if let Some(d) = self.deliveries.get_mut(&each) {
+                    d.holds = false;
+                }
+                self.finish_delivery(each);
+            }
+            self.settle_done(sub, delivery);
         } else {
             self.events.push_back(Event::Error {
                 sub,
@@ -2653,6 +2758,11 @@ impl<R> Broker<R> {
             return;
         };
         debug_assert!(d.conn.is_none(), "a delivery ended holding a connection");
+        debug_assert!(
+            d.batch.is_empty(),
+            "a settlement ended with its batch unsettled"
+        );
+        self.settle_done(d.sub, delivery);
         let s = &mut self.subs[d.sub.0];
         s.in_work -= 1;
         if !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown)) && d.delivered {
@@ -2661,6 +2771,67 @@ impl<R> Broker<R> {
                 self.events.push_back(Event::Returned { delivery });
             }
         }
+    }
+
+    /// The lease form: settles `delivery` and the settlements waiting behind it, up to
+    /// [`SETTLE_BATCH`], in one statement on `conn`.
+    fn settle_batch(&mut self, delivery: DeliveryId, conn: ConnId) {
+        let now = self.now;
+        let sub = self.deliveries[&delivery].sub;
+        let s = &mut self.subs[sub.0];
+        let more = s.settle_waiting.len().min(SETTLE_BATCH - 1);
+        let batch: Vec<DeliveryId> = s.settle_waiting.drain(..more).collect();
+        let rows = batch.len() + 1;
+        let (dialect, desc) = (self.dialect, s.desc);
+        let statement = s
+            .settle_batches
+            .entry(rows)
+            .or_insert_with(|| {
+                Statements::settle_leases(dialect, &desc, rows).expect("a batch settlement")
+            })
+            .clone();
+        let mut ids = Vec::with_capacity(rows);
+        let mut fences = Vec::with_capacity(rows);
+        for each in std::iter::once(delivery).chain(batch.iter().copied()) {
+            let d = &self.deliveries[&each];
+            ids.push(d.id.clone());
+            fences.push(d.fence.unwrap_or_default());
+        }
+        let binds = statement.binds(|arg| match arg {
+            Arg::IdAt(i) => ids[i].clone(),
+            Arg::FenceAt(i) => Value::Int(fences[i].micros()),
+            _ => Value::Int(now.micros()),
+        });
+        self.deliveries
+            .get_mut(&delivery)
+            .expect("delivery in flight")
+            .batch = batch;
+        self.delivery_execute(
+            delivery,
+            conn,
+            &statement,
+            binds,
+            DeliveryStage::SettleBatch,
+        );
+    }
+
+    /// A settlement statement of `sub` that `delivery` ran has answered or will not run: the
+    /// settlements waiting behind it start, together.
+    fn settle_done(&mut self, sub: SubId, delivery: DeliveryId) {
+        let s = &mut self.subs[sub.0];
+        if s.settling != Some(delivery) {
+            return;
+        }
+        s.settling = None;
+        let Some(next) = s.settle_waiting.pop_front() else {
+            return;
+        };
+        s.settling = Some(next);
+        let conn = self.new_conn();
+        if let Some(d) = self.deliveries.get_mut(&next) {
+            d.conn = Some(conn);
+        }
+        self.delivery_step(next, conn, Action::Acquire, DeliveryStage::Acquire);
     }
 
     // ----- publishes -----

@@ -156,6 +156,8 @@ pub enum Arg {
     Until,
     /// The lease expiry this process wrote, which proves it still holds the row.
     Fence,
+    /// The `n`th fence of a batch: the lease expiry of the `n`th id.
+    FenceAt(usize),
     /// How many rows to select.
     Limit,
     /// An advisory lock's key: its PostgreSQL hash or its MySQL name.
@@ -238,6 +240,10 @@ pub enum StatementKind {
         /// Only while this process's lease holds the row.
         fenced: bool,
     },
+    /// Lease form: settles this many rows as done in one statement (deletes them, or marks
+    /// their `processed_at`), each only while this process's lease holds it: rows of the ids
+    /// settled.
+    SettleLeases(usize),
     /// Inserts a row; on PostgreSQL, in the same statement, notifies [`NOTIFY_CHANNEL`] with
     /// the table's name. Its reply counts the rows written.
     Publish,
@@ -526,6 +532,21 @@ impl Statements {
     pub fn publish_rows(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let r = Renderer { dialect, desc };
         (rows > 0 && !r.publish_columns().is_empty()).then(|| r.publish_n(rows))
+    }
+
+    /// The lease form: the settlement of `rows` rows as done in one statement, each fenced
+    /// by its own lease, returning the ids it settled, so that a lease lost among them is
+    /// told apart. Arguments: [`Arg::IdAt`] and [`Arg::FenceAt`] for each row, [`Arg::Now`].
+    /// `None` where the database cannot return the rows such a statement wrote (MySQL; on
+    /// MariaDB, the `processed_at` mark, an `UPDATE`) or for a form without leases.
+    pub fn settle_leases(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
+        let returns = match dialect {
+            Dialect::Postgres | Dialect::Sqlite => true,
+            Dialect::MariaDb => desc.processed_at.is_none(),
+            Dialect::MySql => false,
+        };
+        (rows > 0 && returns && desc.locked_until.is_some())
+            .then(|| Renderer { dialect, desc }.settle_leases(rows))
     }
 
     /// The lease statement that writes `n` rows (MySQL and MariaDB).
@@ -1020,6 +1041,46 @@ impl Renderer<'_> {
             self.fence(&mut s);
         }
         s.finish(kind, Output::Affected)
+    }
+
+    fn settle_leases(&self, rows: usize) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        match self.desc.processed_at {
+            Some(processed) => {
+                s.push("UPDATE ")
+                    .push(&self.table())
+                    .push(" SET ")
+                    .push(&self.q(processed.name))
+                    .push(" = ");
+                s.time(Arg::Now);
+                if let Some(lease) = self.desc.locked_until {
+                    s.push(", ").push(&self.q(lease.name)).push(" = NULL");
+                }
+            }
+            None => {
+                s.push("DELETE FROM ").push(&self.table());
+            }
+        }
+        let lease = self.q(self
+            .desc
+            .locked_until
+            .expect("the lease form has locked_until")
+            .name);
+        s.push(" WHERE ");
+        for i in 0..rows {
+            if i > 0 {
+                s.push(" OR ");
+            }
+            s.push("(").push(&self.id()).push(" = ").arg(Arg::IdAt(i));
+            s.push(" AND ").push(&lease).push(" = ");
+            s.time(Arg::FenceAt(i));
+            s.push(")");
+        }
+        s.push(" RETURNING ").push(&self.id());
+        s.finish(
+            StatementKind::SettleLeases(rows),
+            named(&[self.desc.id.name]),
+        )
     }
 
     /// The columns publishing writes, with their arguments. On PostgreSQL the insert sits in

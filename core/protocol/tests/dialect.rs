@@ -818,6 +818,10 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::Publish => {
                             matches!(arg, Arg::Id | Arg::Payload | Arg::Due | Arg::Column(_))
                         }
+                        StatementKind::SettleLeases(n) => {
+                            *arg == Arg::Now
+                                || matches!(arg, Arg::IdAt(i) | Arg::FenceAt(i) if *i < n)
+                        }
                     };
                     assert!(allowed, "unexpected {arg:?}: {what}");
                 }
@@ -1356,4 +1360,77 @@ fn publish_rows_binds_each_row_on_its_own_placeholders() {
         Statements::publish_rows(Dialect::Postgres, &empty, 3).is_none(),
         "DEFAULT VALUES writes one row"
     );
+}
+
+/// Several lease settlements in one statement: each row fenced by its own lease, the ids
+/// settled returned, where the database returns what a `DELETE` or `UPDATE` wrote.
+#[test]
+fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
+    let plain = *LEASE_PLAIN.desc();
+    let marked = *LEASE.desc();
+    let three = |dialect, desc| Statements::settle_leases(dialect, desc, 3);
+    assert_eq!(
+        three(Dialect::Postgres, &plain)
+            .expect("PostgreSQL")
+            .sql
+            .as_ref(),
+        "DELETE FROM \"jobs\" WHERE (\"id\" = $1 AND \"locked_until\" = \
+         (TIMESTAMPTZ 'epoch' + CAST($2 AS BIGINT) * INTERVAL '1 microsecond')) OR (\"id\" = $3 \
+         AND \"locked_until\" = (TIMESTAMPTZ 'epoch' + CAST($4 AS BIGINT) * INTERVAL '1 \
+         microsecond')) OR (\"id\" = $5 AND \"locked_until\" = (TIMESTAMPTZ 'epoch' + CAST($6 \
+         AS BIGINT) * INTERVAL '1 microsecond')) RETURNING \"id\""
+    );
+    assert_eq!(
+        three(Dialect::Sqlite, &plain).expect("SQLite").sql.as_ref(),
+        "DELETE FROM \"jobs\" WHERE (\"id\" = ?1 AND \"locked_until\" = ?2) OR \
+         (\"id\" = ?3 AND \"locked_until\" = ?4) OR (\"id\" = ?5 AND \"locked_until\" = ?6) \
+         RETURNING \"id\""
+    );
+    let mariadb = three(Dialect::MariaDb, &plain).expect("MariaDB deletes with RETURNING");
+    assert!(
+        mariadb
+            .sql
+            .starts_with("DELETE FROM `jobs` WHERE (`id` = ? AND `locked_until` = "),
+        "{}",
+        mariadb.sql
+    );
+    assert!(mariadb.sql.ends_with(" RETURNING `id`"), "{}", mariadb.sql);
+    assert_eq!(mariadb.sql.matches('?').count(), 6);
+    let st = three(Dialect::Postgres, &plain).expect("PostgreSQL");
+    assert_eq!(
+        st.args.as_ref(),
+        [
+            Arg::IdAt(0),
+            Arg::FenceAt(0),
+            Arg::IdAt(1),
+            Arg::FenceAt(1),
+            Arg::IdAt(2),
+            Arg::FenceAt(2)
+        ]
+    );
+    assert_eq!(st.kind, StatementKind::SettleLeases(3));
+    assert_eq!(
+        st.output,
+        Output::Rows {
+            columns: ["id"].as_slice().into(),
+            raw: false
+        }
+    );
+    // The processed_at mark clears the lease too.
+    let pg = three(Dialect::Postgres, &marked).expect("PostgreSQL");
+    assert!(
+        pg.sql.starts_with(&format!(
+            "UPDATE \"jobs\" SET \"processed_at\" = (TIMESTAMPTZ 'epoch' + CAST($1 AS \
+             BIGINT) * INTERVAL '1 microsecond'), \"locked_until\" = NULL WHERE (\"id\" = $2"
+        )),
+        "{}",
+        pg.sql
+    );
+    assert!(three(Dialect::Sqlite, &marked).is_some());
+    // Neither MySQL nor MariaDB's UPDATE returns the rows it wrote; MySQL's DELETE neither.
+    assert!(three(Dialect::MySql, &plain).is_none());
+    assert!(three(Dialect::MySql, &marked).is_none());
+    assert!(three(Dialect::MariaDb, &marked).is_none());
+    // No lease, no batch.
+    assert!(Statements::settle_leases(Dialect::Postgres, ROW_LOCK.desc(), 3).is_none());
 }

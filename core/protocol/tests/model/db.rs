@@ -563,6 +563,31 @@ impl Db {
                 }
                 Reply::Affected(1)
             }
+            StatementKind::SettleLeases(rows) => {
+                let mut settled = Vec::new();
+                for i in 0..rows {
+                    let id = int(Arg::IdAt(i));
+                    let holds = self
+                        .rows
+                        .get(&id)
+                        .is_some_and(|row| row.locked_until == Some(int(Arg::FenceAt(i))));
+                    if !holds || self.locked_by_other(id, sess) {
+                        continue;
+                    }
+                    if desc.processed_at.is_none() {
+                        self.write(sess, id, |r| *r = None);
+                    } else {
+                        let now = int(Arg::Now);
+                        self.write(sess, id, |r| {
+                            let r = r.as_mut().expect("row");
+                            r.processed_at = Some(now);
+                            r.locked_until = None;
+                        });
+                    }
+                    settled.push(Row::values(vec![Value::Int(id)]));
+                }
+                Reply::Rows(settled)
+            }
             StatementKind::Publish => {
                 // One row per run of the row's arguments: a batch repeats them.
                 let per_row = statement

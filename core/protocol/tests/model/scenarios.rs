@@ -3458,7 +3458,8 @@ fn a_connection_that_ran_a_custom_lock_is_not_kept() {
 /// acquire finds it, rather than waiting out the linger.
 #[test]
 fn a_connection_given_back_while_an_acquire_waits_goes_to_the_pool() {
-    let mut sim = start_lingering(Dialect::Postgres, lease(), 2, &[0, 1]);
+    // MySQL: each settlement runs a statement of its own (no batch: `DELETE` returns no ids).
+    let mut sim = start_lingering(Dialect::MySql, lease(), 2, &[0, 1]);
     assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
     let kept = sim.runs(0, 0)[0].conn;
     // The pool has no connection to give: acquires wait.
@@ -3506,5 +3507,212 @@ fn the_shutdown_gives_kept_connections_back() {
         assert_eq!(sim.closed(0).len(), 1, "{dialect:?}");
         assert_eq!(sim.procs[0].broker.held_connections(), 0, "{dialect:?}");
         assert!(sim.db.held_by(1).is_empty(), "{dialect:?}");
+    }
+}
+
+// ===== lease settlements together =====
+
+/// Runs a process's commands, holding back the first lease settlement statement, and
+/// answers with it.
+fn hold_first_settlement(sim: &mut Sim) {
+    let mut held = false;
+    sim.hook(move |_, command| match &command.action {
+        Action::Execute { statement, .. }
+            if !held && matches!(statement.kind, StatementKind::Delete { fenced: true }) =>
+        {
+            held = true;
+            Intercept::Hold
+        }
+        _ => Intercept::Run,
+    });
+}
+
+/// Settlements asked for while another of the subscription's runs wait for it, then settle
+/// together in one statement, each fenced by its own lease.
+#[test]
+fn lease_settlements_asked_for_while_one_runs_settle_together() {
+    for dialect in [Dialect::Postgres, Dialect::MariaDb, Dialect::Sqlite] {
+        let mut sim = Sim::start(dialect, lease(), 4, &[0, 1, 2, 3]);
+        assert_eq!(sim.delivered_rows(0, 0), [1, 2, 3, 4], "{dialect:?}");
+        hold_first_settlement(&mut sim);
+        let mark = sim.mark();
+        sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+        sim.run();
+        let first = sim.take_held(0);
+        assert_eq!(first.len(), 1, "{dialect:?}");
+        for row in [2, 3, 4] {
+            sim.settle(0, sim.delivery(0, row), Outcome::Ack);
+        }
+        sim.run();
+        assert!(
+            !sim.ops(0, mark).iter().any(|o| matches!(
+                o,
+                Exec(StatementKind::Delete { .. } | StatementKind::SettleLeases(_))
+            )),
+            "{dialect:?}: the three wait for the first: {:?}",
+            sim.ops(0, mark)
+        );
+        assert_eq!(
+            sim.in_work(0),
+            4,
+            "{dialect:?}: still in work until settled"
+        );
+        for command in first {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        let batch = only(sim.runs_of(0, mark, StatementKind::SettleLeases(3)));
+        let ids: Vec<Value> = (0..3).map(|i| batch.bind(Arg::IdAt(i))).collect();
+        assert_eq!(
+            ids,
+            [Value::Int(2), Value::Int(3), Value::Int(4)],
+            "{dialect:?}"
+        );
+        for (i, row) in [2, 3, 4].into_iter().enumerate() {
+            assert_eq!(
+                batch.bind(Arg::FenceAt(i)),
+                Value::Int(T0.plus(LEASE_TIME).micros()),
+                "{dialect:?}: row {row} fenced by its lease"
+            );
+        }
+        assert_eq!(
+            sim.runs_of(0, mark, StatementKind::Delete { fenced: true })
+                .len(),
+            1
+        );
+        let settled: Vec<DeliveryId> = sim
+            .events(0, mark)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Settled {
+                    delivery,
+                    outcome: Outcome::Ack,
+                } => Some(delivery),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(settled.len(), 4, "{dialect:?}: {:?}", sim.events(0, mark));
+        assert!(sim.db.rows.is_empty(), "{dialect:?}");
+        assert_eq!(sim.in_work(0), 0, "{dialect:?}");
+    }
+}
+
+/// In a batch, a row whose lease another claim took is not settled: that delivery alone
+/// fails with `LeaseLost`, the others settle.
+#[test]
+fn a_lost_lease_in_a_settlement_batch_fails_alone() {
+    for dialect in [Dialect::Postgres, Dialect::MariaDb, Dialect::Sqlite] {
+        let mut sim = Sim::start(dialect, lease(), 3, &[0, 1, 2]);
+        hold_first_settlement(&mut sim);
+        let mark = sim.mark();
+        sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+        sim.run();
+        let first = sim.take_held(0);
+        let (two, three) = (sim.delivery(0, 2), sim.delivery(0, 3));
+        sim.settle(0, two, Outcome::Ack);
+        sim.settle(0, three, Outcome::Reject);
+        // Another process's lease on row 3.
+        let theirs = T0.plus(LEASE_TIME * 3).micros();
+        sim.db.rows.get_mut(&3).expect("row 3").locked_until = Some(theirs);
+        for command in first {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        assert_eq!(
+            sim.runs_of(0, mark, StatementKind::SettleLeases(2)).len(),
+            1,
+            "{dialect:?}"
+        );
+        let events = sim.events(0, mark);
+        assert!(
+            events.contains(&Event::Settled {
+                delivery: two,
+                outcome: Outcome::Ack
+            }),
+            "{dialect:?}: {events:?}"
+        );
+        assert!(
+            events.contains(&Event::SettleFailed {
+                delivery: three,
+                error: SettleError::LeaseLost
+            }),
+            "{dialect:?}: {events:?}"
+        );
+        assert!(!sim.db.rows.contains_key(&2));
+        assert_eq!(
+            sim.row(3).locked_until,
+            Some(theirs),
+            "{dialect:?}: untouched"
+        );
+    }
+}
+
+/// A batch whose statement fails fails every settlement in it, closes its connection, and
+/// the settlements that waited behind it still run.
+#[test]
+fn a_failed_settlement_batch_fails_each_of_its_settlements() {
+    for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+        let mut sim = Sim::start(dialect, lease(), 3, &[0, 1, 2]);
+        hold_first_settlement(&mut sim);
+        sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+        sim.run();
+        let first = sim.take_held(0);
+        let (two, three) = (sim.delivery(0, 2), sim.delivery(0, 3));
+        sim.settle(0, two, Outcome::Ack);
+        sim.settle(0, three, Outcome::Ack);
+        sim.hook(|_, command| match &command.action {
+            Action::Execute { statement, .. }
+                if matches!(statement.kind, StatementKind::SettleLeases(_)) =>
+            {
+                Intercept::Answer(Reply::Failed(DbError::new(
+                    ErrorKind::Other,
+                    "the disk is full",
+                )))
+            }
+            _ => Intercept::Run,
+        });
+        let mark = sim.mark();
+        for command in first {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        let events = sim.events(0, mark);
+        for delivery in [two, three] {
+            assert!(
+                events.iter().any(|e| matches!(
+                    e,
+                    Event::SettleFailed { delivery: d, error: SettleError::Db(_) } if *d == delivery
+                )),
+                "{dialect:?}: {events:?}"
+            );
+        }
+        assert!(sim.ops(0, mark).contains(&Close), "{dialect:?}");
+        assert_eq!(sim.in_work(0), 0, "{dialect:?}");
+        assert!(sim.db.rows.contains_key(&2) && sim.db.rows.contains_key(&3));
+    }
+}
+
+/// MySQL's `DELETE` and MariaDB's `UPDATE` return no rows: there, each settlement runs its
+/// own statement, side by side.
+#[test]
+fn settlements_run_one_statement_each_where_the_database_returns_no_rows() {
+    for (dialect, desc) in [
+        (Dialect::MySql, lease()),
+        (Dialect::MariaDb, lease_marked()),
+    ] {
+        let mut sim = Sim::start(dialect, desc, 3, &[0, 1, 2]);
+        let mark = sim.mark();
+        for row in [1, 2, 3] {
+            sim.settle(0, sim.delivery(0, row), Outcome::Ack);
+        }
+        sim.run();
+        let kind = sim.statements(0).settle.kind;
+        assert_eq!(sim.runs_of(0, mark, kind).len(), 3, "{dialect:?}");
+        assert!(
+            !sim.ops(0, mark)
+                .iter()
+                .any(|o| matches!(o, Exec(StatementKind::SettleLeases(_)))),
+            "{dialect:?}"
+        );
     }
 }
