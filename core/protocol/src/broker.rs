@@ -348,6 +348,10 @@ struct PublishFlow {
     inserts: VecDeque<(Statement, Vec<Value>)>,
     /// The inserts run in one transaction: a batch of more than one statement.
     in_tx: bool,
+    /// Its inserts do not notify: a notification follows them ([`NOTIFY_EVERY`]).
+    quiet: bool,
+    /// The broker's own notification after quiet inserts: no [`Event::Published`].
+    internal: bool,
     result: Option<Result<(), DbError>>,
 }
 
@@ -360,6 +364,14 @@ struct Publisher {
     commit: Statement,
     /// The inserts of a batch, by the rows they write.
     batches: BTreeMap<usize, Statement>,
+    /// PostgreSQL: the inserts without the notification, by the rows they write, and the
+    /// notification on its own ([`NOTIFY_EVERY`]).
+    quiet_batches: BTreeMap<usize, Statement>,
+    notify: Option<Statement>,
+    /// When this publisher's last notifying statement started.
+    notified_at: Option<Time>,
+    /// When the notification owed for quiet inserts that took effect is due.
+    notify_due: Option<Time>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -600,6 +612,10 @@ impl<R> Broker<R> {
             begin: statements.begin,
             commit: statements.commit,
             batches: BTreeMap::new(),
+            quiet_batches: BTreeMap::new(),
+            notify: Statements::notify(self.dialect, &desc),
+            notified_at: None,
+            notify_due: None,
         });
         Ok(PublisherId(self.publishers.len() - 1))
     }
@@ -639,11 +655,31 @@ impl<R> Broker<R> {
         for row in &rows {
             binds.push(row_binds(p, row, now)?);
         }
+        // PostgreSQL: a notification commits one at a time with the other notifying
+        // transactions of the database, so a publisher notifies at most once per
+        // `NOTIFY_EVERY` and owes one notification after the inserts it left quiet.
+        let quiet = p.notify.is_some()
+            && !binds.is_empty()
+            && p.notified_at
+                .is_some_and(|t| now < t.plus(NOTIFY_EVERY) && now >= t);
+        if p.notify.is_some() && !quiet && !binds.is_empty() {
+            p.notified_at = Some(now);
+        }
         let mut inserts = VecDeque::new();
         let mut binds = binds.into_iter().peekable();
         while binds.peek().is_some() {
             let chunk: Vec<Vec<Value>> = binds.by_ref().take(PUBLISH_BATCH).collect();
-            let statement = if chunk.len() == 1 {
+            let statement = if quiet {
+                let desc = p.desc;
+                p.quiet_batches
+                    .entry(chunk.len())
+                    .or_insert_with(|| {
+                        Statements::publish_quiet(dialect, &desc, chunk.len())
+                            .unwrap_or_else(|| p.statement.clone())
+                    })
+                    .clone()
+                    .into()
+            } else if chunk.len() == 1 {
                 Some(p.statement.clone())
             } else {
                 let desc = p.desc;
@@ -661,8 +697,14 @@ impl<R> Broker<R> {
                 inserts.push_back((statement, chunk.concat()));
             } else {
                 // Rows with no column to write: one `DEFAULT VALUES` insert each.
+                let one = if quiet {
+                    Statements::publish_quiet(dialect, &p.desc, 1)
+                        .unwrap_or_else(|| p.statement.clone())
+                } else {
+                    p.statement.clone()
+                };
                 for binds in chunk {
-                    inserts.push_back((p.statement.clone(), binds));
+                    inserts.push_back((one.clone(), binds));
                 }
             }
         }
@@ -677,6 +719,8 @@ impl<R> Broker<R> {
                 conn,
                 inserts,
                 in_tx,
+                quiet,
+                internal: false,
                 result: None,
             },
         );
@@ -709,6 +753,9 @@ impl<R> Broker<R> {
     pub fn handle_timeout(&mut self, now: Time) {
         self.now = now;
         self.release_idle(false);
+        if self.state != State::Closed {
+            self.notify_owed(false);
+        }
         let due: Vec<DeliveryId> = self
             .deliveries
             .iter()
@@ -770,6 +817,7 @@ impl<R> Broker<R> {
         }
         self.state = State::ShuttingDown;
         self.release_idle(true);
+        self.notify_owed(true);
         // A lease extension in flight ends with the shutdown once it is answered.
         for d in self.deliveries.values_mut() {
             if d.state == DeliveryState::Busy && d.ending.is_none() && d.queued.is_none() {
@@ -863,6 +911,13 @@ impl<R> Broker<R> {
         let mut consider = |t: Time| next = Some(next.map_or(t, |n: Time| n.min(t)));
         for (_, since) in &self.idle {
             consider(since.plus(self.linger));
+        }
+        if self.state != State::Closed {
+            for p in &self.publishers {
+                if let Some(t) = p.notify_due {
+                    consider(t);
+                }
+            }
         }
         for d in self.deliveries.values() {
             if let Some(t) = d.deadline {
@@ -1245,6 +1300,14 @@ impl<R> Broker<R> {
 /// The most lease settlements one statement runs: settlements asked for while another of
 /// the subscription's runs wait for it, then run together.
 pub const SETTLE_BATCH: usize = 64;
+
+/// PostgreSQL: a publisher's notifying statements start at most this often. A publish within
+/// this time of the publisher's last notification inserts without notifying, and one
+/// notification follows once the time has passed and the insert has taken effect: concurrent
+/// publishers are not made to commit one at a time (PostgreSQL commits notifying
+/// transactions one at a time), and a subscription in another process still hears of the
+/// rows within this time of their insert.
+pub const NOTIFY_EVERY: Duration = Duration::from_millis(2);
 
 /// The most rows one insert of a batch publish writes.
 pub const PUBLISH_BATCH: usize = 100;
@@ -2920,7 +2983,60 @@ impl<R> Broker<R> {
     fn end_publish(&mut self, publish: PublishId) {
         if let Some(flow) = self.publishes.remove(&publish) {
             let result = flow.result.unwrap_or(Ok(()));
-            self.events.push_back(Event::Published { publish, result });
+            if flow.quiet && result.is_ok() {
+                let p = &mut self.publishers[flow.publisher.0];
+                let due = p
+                    .notified_at
+                    .map_or(self.now, |t| t.plus(NOTIFY_EVERY))
+                    .max(self.now);
+                if p.notify_due.is_none_or(|t| t > due) {
+                    p.notify_due = Some(due);
+                }
+                if self.state == State::ShuttingDown {
+                    self.notify_owed(true);
+                }
+            }
+            if !flow.internal {
+                self.events.push_back(Event::Published { publish, result });
+            }
+        }
+    }
+
+    /// PostgreSQL: the notifications owed for quiet inserts, those due (or all of them, at
+    /// the shutdown).
+    fn notify_owed(&mut self, all: bool) {
+        let now = self.now;
+        for i in 0..self.publishers.len() {
+            let p = &mut self.publishers[i];
+            let due = p.notify_due.is_some_and(|t| all || t <= now);
+            let Some(statement) = p.notify.clone().filter(|_| due) else {
+                continue;
+            };
+            p.notify_due = None;
+            p.notified_at = Some(now);
+            let id = PublishId(self.next_publish);
+            self.next_publish += 1;
+            let conn = self.new_conn();
+            self.publishes.insert(
+                id,
+                PublishFlow {
+                    publisher: PublisherId(i),
+                    conn,
+                    inserts: VecDeque::from([(statement, Vec::new())]),
+                    in_tx: false,
+                    quiet: false,
+                    internal: true,
+                    result: None,
+                },
+            );
+            self.send(
+                conn,
+                Action::Acquire,
+                Step::Publish {
+                    publish: id,
+                    stage: PublishStage::Acquire,
+                },
+            );
         }
     }
 }

@@ -244,6 +244,9 @@ pub enum StatementKind {
     /// their `processed_at`), each only while this process's lease holds it: rows of the ids
     /// settled.
     SettleLeases(usize),
+    /// PostgreSQL: notifies [`NOTIFY_CHANNEL`] with the table's name, after inserts that did
+    /// not notify.
+    Notify,
     /// Inserts a row; on PostgreSQL, in the same statement, notifies [`NOTIFY_CHANNEL`] with
     /// the table's name. Its reply counts the rows written.
     Publish,
@@ -531,7 +534,29 @@ impl Statements {
     /// takes one row per statement: `DEFAULT VALUES` writes one row.
     pub fn publish_rows(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let r = Renderer { dialect, desc };
-        (rows > 0 && !r.publish_columns().is_empty()).then(|| r.publish_n(rows))
+        (rows > 0 && !r.publish_columns().is_empty())
+            .then(|| r.publish_n(rows, dialect == Dialect::Postgres))
+    }
+
+    /// The insert of `rows` rows of `desc` (one row: [`Statements::publish`]) without the
+    /// notification: the same as the notifying insert except on PostgreSQL, where a
+    /// publisher that notified a moment ago leaves the next notification to a
+    /// [`Statements::notify`] after its inserts. `None` as for [`Statements::publish_rows`].
+    pub fn publish_quiet(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
+        let r = Renderer { dialect, desc };
+        (rows == 1 || (rows > 1 && !r.publish_columns().is_empty()))
+            .then(|| r.publish_n(rows, false))
+    }
+
+    /// PostgreSQL: tells the subscriptions listening in other processes that `desc`'s table
+    /// has new rows ([`Dialect::notify_statement`]); `None` elsewhere.
+    pub fn notify(dialect: Dialect, desc: &TableDesc) -> Option<Statement> {
+        dialect.notify_statement(desc.table).map(|sql| Statement {
+            kind: StatementKind::Notify,
+            sql: sql.into(),
+            args: Arc::from([]),
+            output: Output::Nothing,
+        })
     }
 
     /// The lease form: the settlement of `rows` rows as done in one statement, each fenced
@@ -1087,7 +1112,7 @@ impl Renderer<'_> {
     /// a `WITH` whose query notifies once per row written: the reply is a row count all the
     /// same, and the notification leaves with the commit.
     fn publish(&self) -> Statement {
-        self.publish_n(1)
+        self.publish_n(1, self.dialect == Dialect::Postgres)
     }
 
     /// The columns publishing writes, with their arguments.
@@ -1122,9 +1147,8 @@ impl Renderer<'_> {
     }
 
     /// The insert of `rows` rows (one where the rows have no column to write).
-    fn publish_n(&self, rows: usize) -> Statement {
+    fn publish_n(&self, rows: usize, notifies: bool) -> Statement {
         let columns = self.publish_columns();
-        let notifies = self.dialect == Dialect::Postgres;
         let mut s = Sql::new(self.dialect);
         if notifies {
             s.push("WITH rs_published AS (");

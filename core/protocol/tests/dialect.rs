@@ -785,6 +785,7 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::Commit
                         | StatementKind::Rollback
                         | StatementKind::CurrentDatabase
+                        | StatementKind::Notify
                         | StatementKind::Isolation => false,
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)
