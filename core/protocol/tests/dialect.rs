@@ -1420,10 +1420,10 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     // The processed_at mark clears the lease too.
     let pg = three(Dialect::Postgres, &marked).expect("PostgreSQL");
     assert!(
-        pg.sql.starts_with(&format!(
+        pg.sql.starts_with(
             "UPDATE \"jobs\" SET \"processed_at\" = (TIMESTAMPTZ 'epoch' + CAST($1 AS \
              BIGINT) * INTERVAL '1 microsecond'), \"locked_until\" = NULL WHERE (\"id\" = $2"
-        )),
+        ),
         "{}",
         pg.sql
     );
