@@ -295,7 +295,8 @@ where
     let jobs = subscriber("bench", worker)
         .map_source(|_| InboxQueue::<T>::new("bench"))
         .workers(NonZeroUsize::new(config.workers.max(1)).expect("at least one"))
-        .poll_interval(Duration::from_millis(1));
+        .poll_interval(Duration::from_millis(1))
+        .prefetch(config.prefetch);
     let started = Instant::now();
     let running = handle
         .start(vec![jobs.into_subscription()], ruststream::exec::current())

@@ -232,6 +232,8 @@ pub struct Config {
     pub keys: u64,
     /// How long each handler works, in milliseconds (0: it yields once).
     pub handler_ms: u64,
+    /// The lease form: rows ruststream claims ahead beyond the workers (`--prefetch`, 0).
+    pub prefetch: usize,
     /// Rounds of (baseline, ruststream).
     pub rounds: usize,
     /// Where the JSON lines go; stdout when `None`.
@@ -248,7 +250,7 @@ pub struct Config {
 
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
-[--workers W] [--keys K] [--handler-ms MS] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]]
+[--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
@@ -279,6 +281,7 @@ impl Config {
             workers: 4,
             keys: 100,
             handler_ms: 0,
+            prefetch: 0,
             rounds: 3,
             json: None,
             progress: true,
@@ -353,6 +356,9 @@ impl Config {
                     config.workers = number(&value("--workers")?, "--workers")?.max(1) as usize
                 }
                 "--keys" => config.keys = number(&value("--keys")?, "--keys")?.max(1),
+                "--prefetch" => {
+                    config.prefetch = number(&value("--prefetch")?, "--prefetch")? as usize
+                }
                 "--handler-ms" => {
                     config.handler_ms = number(&value("--handler-ms")?, "--handler-ms")?
                 }
@@ -510,6 +516,8 @@ pub struct RunRecord {
     pub keys: u64,
     /// The handler's work in milliseconds.
     pub handler_ms: u64,
+    /// The lease form: rows ruststream claims ahead beyond the workers.
+    pub prefetch: usize,
     /// Start to the last settlement, in seconds.
     pub elapsed_s: f64,
     /// Jobs settled per second.
@@ -564,6 +572,8 @@ pub struct Summary {
     pub keys: u64,
     /// The handler's work in milliseconds.
     pub handler_ms: u64,
+    /// The lease form: rows ruststream claims ahead beyond the workers.
+    pub prefetch: usize,
     /// The rounds.
     pub rounds: usize,
     /// ruststream's jobs per second, median over the rounds.
@@ -671,6 +681,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 workers: config.workers,
                 keys: config.keys,
                 handler_ms: config.handler_ms,
+                prefetch: config.prefetch,
                 elapsed_s: elapsed.as_secs_f64(),
                 jobs_per_s: config.jobs as f64 / elapsed.as_secs_f64(),
                 pickup_p50_ms: quantile_ms(&pickups, 0.5),
@@ -735,6 +746,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         workers: config.workers,
         keys: config.keys,
         handler_ms: config.handler_ms,
+        prefetch: config.prefetch,
         rounds: config.rounds,
         ruststream_jobs_per_s: med(&rs, |r| Some(r.jobs_per_s)),
         baseline_jobs_per_s: med(&base, |r| Some(r.jobs_per_s)),

@@ -237,6 +237,7 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
         poll_interval: Duration::from_millis(u.int_in_range(1..=2_000)?),
         lease: Duration::from_secs(u.int_in_range(1..=60)?),
         extend_every: Duration::from_secs(u.int_in_range(1..=30)?),
+        prefetch: u.int_in_range(0..=3)?,
     };
     r.broker = Broker::new(dialect);
     let sub = r.broker.subscribe(desc, options, r.now).ok();

@@ -39,6 +39,12 @@ pub struct SubscribeOptions {
     pub lease: Duration,
     /// The lease form: how often a lease in work is extended.
     pub extend_every: Duration,
+    /// The lease form: how many rows a subscription may claim ahead, beyond `workers`. A row
+    /// claimed ahead is held by its lease (extended like a lease in work) and handed to the
+    /// runtime as soon as a worker frees, without a claim's round trip; at most `workers` are
+    /// in work at once. When the subscription stops or the broker shuts down, the rows still
+    /// waiting are given back at once. Other forms claim none ahead.
+    pub prefetch: usize,
 }
 
 impl Default for SubscribeOptions {
@@ -48,6 +54,7 @@ impl Default for SubscribeOptions {
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
             extend_every: Duration::from_secs(10),
+            prefetch: 0,
         }
     }
 }
@@ -129,6 +136,10 @@ struct Sub {
     /// When a check that failed on a passing error runs again.
     next_check_at: Option<Time>,
     in_work: usize,
+    /// The deliveries handed to the runtime and not yet ended: at most `workers`.
+    handed: usize,
+    /// The lease form: rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
+    prefetch: usize,
     /// Slots that claims in flight hold.
     claiming: usize,
     claims_in_flight: usize,
@@ -176,9 +187,7 @@ impl Sub {
     }
 
     fn free(&self) -> usize {
-        self.options
-            .workers
-            .saturating_sub(self.in_work + self.claiming)
+        (self.options.workers + self.prefetch).saturating_sub(self.in_work + self.claiming)
     }
 }
 
@@ -408,6 +417,9 @@ pub struct Broker<R> {
     publishers: Vec<Publisher>,
     claims: BTreeMap<u64, Claim<R>>,
     deliveries: BTreeMap<DeliveryId, Delivery>,
+    /// The lease form, by subscription: rows claimed ahead, waiting for a free worker, in
+    /// claim order ([`SubscribeOptions::prefetch`]).
+    ahead: Vec<VecDeque<Delivered<R>>>,
     publishes: BTreeMap<PublishId, PublishFlow>,
     pending: BTreeMap<CommandId, Step>,
     /// Connections the core holds, acquired and not yet released or closed, by the ids the
@@ -460,6 +472,7 @@ impl<R> Broker<R> {
             publishers: Vec::new(),
             claims: BTreeMap::new(),
             deliveries: BTreeMap::new(),
+            ahead: Vec::new(),
             publishes: BTreeMap::new(),
             pending: BTreeMap::new(),
             conns: BTreeSet::new(),
@@ -524,12 +537,18 @@ impl<R> Broker<R> {
 
     /// How many messages are in work, over every subscription.
     pub fn in_work_total(&self) -> usize {
-        self.subs.iter().map(|s| s.in_work).sum()
+        self.subs.iter().map(|s| s.handed).sum()
     }
 
     /// How many messages of a subscription are in work.
     pub fn in_work(&self, sub: SubId) -> usize {
-        self.subs.get(sub.0).map_or(0, |s| s.in_work)
+        self.subs.get(sub.0).map_or(0, |s| s.handed)
+    }
+
+    /// How many rows a subscription claimed ahead and holds for its next free worker
+    /// ([`SubscribeOptions::prefetch`]).
+    pub fn claimed_ahead(&self, sub: SubId) -> usize {
+        self.ahead.get(sub.0).map_or(0, VecDeque::len)
     }
 
     /// The connections the core holds now: those its flows use and those it keeps for the
@@ -577,7 +596,16 @@ impl<R> Broker<R> {
         let id = SubId(self.subs.len());
         self.subs.push(Sub {
             desc,
-            statements: Statements::render(self.dialect, &desc, options.workers),
+            statements: Statements::render(
+                self.dialect,
+                &desc,
+                options.workers
+                    + if desc.form() == Form::Lease {
+                        options.prefetch
+                    } else {
+                        0
+                    },
+            ),
             options,
             mode,
             state: SubState::Checking,
@@ -585,6 +613,12 @@ impl<R> Broker<R> {
             check_conn: None,
             next_check_at: None,
             in_work: 0,
+            handed: 0,
+            prefetch: if desc.form() == Form::Lease {
+                options.prefetch
+            } else {
+                0
+            },
             claiming: 0,
             counting: None,
             count_queue: VecDeque::new(),
@@ -597,6 +631,7 @@ impl<R> Broker<R> {
             settle_batches: BTreeMap::new(),
             batches_settlements: Statements::settle_leases(self.dialect, &desc, 2).is_some(),
         });
+        self.ahead.push(VecDeque::new());
         self.start_check(id);
         self.drive();
         Ok(id)
@@ -803,6 +838,7 @@ impl<R> Broker<R> {
         if let Some(s) = self.subs.get_mut(sub.0) {
             s.stopped = true;
             s.next_claim_at = None;
+            self.give_back_ahead(sub);
         }
         self.drive();
     }
@@ -816,6 +852,9 @@ impl<R> Broker<R> {
             return;
         }
         self.state = State::ShuttingDown;
+        for waiting in &mut self.ahead {
+            waiting.clear();
+        }
         self.release_idle(true);
         self.notify_owed(true);
         // A lease extension in flight ends with the shutdown once it is answered.
@@ -2186,16 +2225,84 @@ impl<R> Broker<R> {
             },
         );
         if self.state == State::Running {
-            self.events.push_back(Event::Delivered(Delivered {
+            let delivered = Delivered {
                 sub,
                 delivery: id,
                 id: row_id,
                 attempt,
                 key,
                 row: row.raw,
-            }));
+            };
+            let s = &mut self.subs[sub.0];
+            if s.handed < s.options.workers {
+                s.handed += 1;
+                self.events.push_back(Event::Delivered(delivered));
+            } else {
+                // Claimed ahead: held by its lease until a worker frees, or given back at
+                // once when the subscription has stopped meanwhile.
+                let stopped = s.stopped;
+                if let Some(d) = self.deliveries.get_mut(&id) {
+                    d.delivered = false;
+                }
+                if stopped {
+                    self.end(id, Ending::Drop);
+                } else {
+                    self.ahead[sub.0].push_back(delivered);
+                }
+            }
         } else {
             self.end(id, Ending::Shutdown);
+        }
+    }
+
+    /// Hands rows claimed ahead to the runtime while workers are free; a row whose lease was
+    /// lost meanwhile is passed over and ends.
+    fn hand_ahead(&mut self, sub: SubId) {
+        while self.state == State::Running {
+            let s = &self.subs[sub.0];
+            if s.handed >= s.options.workers || s.stopped {
+                return;
+            }
+            let Some(next) = self.ahead[sub.0].pop_front() else {
+                return;
+            };
+            let now = self.now;
+            let Some(d) = self.deliveries.get_mut(&next.delivery) else {
+                continue;
+            };
+            // A lease that ran out while the row waited may be another process's now.
+            let ran_out = d.fence.is_none_or(|until| until <= now);
+            if d.lease_lost || d.ending.is_some() || ran_out {
+                match d.state {
+                    DeliveryState::InWork if d.ending.is_none() => {
+                        d.ending = Some(Ending::Drop);
+                        self.finish_delivery(next.delivery);
+                    }
+                    // An extension runs: the row is given back once it has answered.
+                    DeliveryState::Busy if d.ending.is_none() && d.queued.is_none() => {
+                        d.queued = Some(Ending::Drop);
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            d.delivered = true;
+            self.subs[sub.0].handed += 1;
+            self.events.push_back(Event::Delivered(next));
+        }
+    }
+
+    /// Gives back the rows a subscription claimed ahead: their leases are released at once.
+    fn give_back_ahead(&mut self, sub: SubId) {
+        let waiting: Vec<DeliveryId> = self.ahead[sub.0].drain(..).map(|d| d.delivery).collect();
+        for delivery in waiting {
+            let ends = self
+                .deliveries
+                .get(&delivery)
+                .is_some_and(|d| d.state == DeliveryState::InWork && d.ending.is_none());
+            if ends {
+                self.end(delivery, Ending::Drop);
+            }
         }
     }
 
@@ -2517,7 +2624,9 @@ impl<R> Broker<R> {
                 } else {
                     d.lease_lost = true;
                     d.holds = false;
-                    self.events.push_back(Event::LeaseLost { delivery });
+                    if d.delivered {
+                        self.events.push_back(Event::LeaseLost { delivery });
+                    }
                 }
                 let conn = d.conn.take().expect("the extension's connection");
                 self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
@@ -2828,11 +2937,17 @@ impl<R> Broker<R> {
         self.settle_done(d.sub, delivery);
         let s = &mut self.subs[d.sub.0];
         s.in_work -= 1;
+        if d.delivered {
+            s.handed -= 1;
+        }
         if !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown)) && d.delivered {
             let kept_lease = s.statements.form == Form::Lease && d.ending == Some(Ending::Shutdown);
             if !kept_lease {
                 self.events.push_back(Event::Returned { delivery });
             }
+        }
+        if d.delivered {
+            self.hand_ahead(d.sub);
         }
     }
 

@@ -108,6 +108,16 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
+    /// The lease form: how many rows to claim ahead, beyond the workers (default 0). A row
+    /// claimed ahead waits under its lease, extended like a lease in work, and goes to the
+    /// next free worker without a claim's round trip; at most `workers` messages are in work
+    /// at once. At the shutdown the rows still waiting are given back at once. Other forms
+    /// claim none ahead.
+    pub fn prefetch(mut self, rows: usize) -> Self {
+        self.options.prefetch = rows;
+        self
+    }
+
     /// Decodes payloads with `K` instead of JSON.
     pub fn codec<K: Codec>(mut self) -> Self
     where

@@ -79,6 +79,8 @@ struct Config {
     processes: usize,
     /// The brokers' connection linger: none, or the default.
     linger: Duration,
+    /// Rows claimed ahead beyond the workers (the lease form takes them).
+    prefetch: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,6 +214,7 @@ fn start(desc: TableDesc, config: Config, now: Time) -> Process {
         poll_interval: POLL,
         lease: LEASE_TIME,
         extend_every: Duration::from_secs(10),
+        prefetch: config.prefetch,
     };
     let sub = broker.subscribe(desc, options, now).expect("subscribes");
     let publisher = broker.publisher(desc).expect("publishes");
@@ -402,6 +405,16 @@ impl World {
                 }
                 let handler = Handler { row, key, holder };
                 self.processes[slot].handlers.insert(d.delivery, handler);
+                // At most `workers` in work, rows claimed ahead or not.
+                let p = &self.processes[slot];
+                assert!(
+                    p.handlers.len() <= self.config.workers
+                        && p.broker.in_work(p.sub) <= self.config.workers,
+                    "{} handlers, {} in work, beyond {} workers",
+                    p.handlers.len(),
+                    p.broker.in_work(p.sub),
+                    self.config.workers
+                );
             }
             Event::Settled { .. } | Event::SettleFailed { .. } | Event::Returned { .. } => {}
             Event::LeaseLost { .. } | Event::Error { .. } | Event::Published { .. } => {}
@@ -773,19 +786,23 @@ fn configs(table: Table) -> impl Strategy<Value = Config> {
         1..4usize,
         prop_oneof![1 => Just(1usize), 3 => 2..4usize],
         prop_oneof![Just(Duration::ZERO), Just(CONNECTION_LINGER)],
+        prop_oneof![2 => Just(0usize), 1 => 1..4usize],
     )
-        .prop_map(move |(dialect, workers, processes, linger)| Config {
-            dialect,
-            table,
-            workers,
-            linger,
-            // One process serves a SQLite database.
-            processes: if dialect == Dialect::Sqlite {
-                1
-            } else {
-                processes
+        .prop_map(
+            move |(dialect, workers, processes, linger, prefetch)| Config {
+                dialect,
+                table,
+                workers,
+                linger,
+                prefetch,
+                // One process serves a SQLite database.
+                processes: if dialect == Dialect::Sqlite {
+                    1
+                } else {
+                    processes
+                },
             },
-        })
+        )
 }
 
 fn run(config: Config, steps: &[Step]) {
@@ -818,6 +835,7 @@ fn regression_row_lock_counted_row_taken_in_the_gap() {
         workers: 1,
         processes: 2,
         linger: Duration::ZERO,
+        prefetch: 0,
     };
     run(
         config,
