@@ -136,8 +136,11 @@ struct Sub {
     /// When a check that failed on a passing error runs again.
     next_check_at: Option<Time>,
     in_work: usize,
-    /// The deliveries handed to the runtime and not yet ended: at most `workers`.
+    /// The deliveries handed to the runtime and not yet ended.
     handed: usize,
+    /// The deliveries handed to the runtime that it has not settled or dropped yet: at most
+    /// `workers`. A row claimed ahead goes to the runtime when this falls below `workers`.
+    handling: usize,
     /// The lease form: rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     prefetch: usize,
     /// Slots that claims in flight hold.
@@ -284,6 +287,8 @@ struct Delivery {
     settled: bool,
     /// Whether the runtime was handed it (a claim cut short by the shutdown hands nothing).
     delivered: bool,
+    /// Handed to the runtime, which has not settled or dropped it yet.
+    handling: bool,
     /// The lease form: other deliveries of its subscription whose settlements ride on this
     /// one's statement.
     batch: Vec<DeliveryId>,
@@ -614,6 +619,7 @@ impl<R> Broker<R> {
             next_check_at: None,
             in_work: 0,
             handed: 0,
+            handling: 0,
             prefetch: if desc.form() == Form::Lease {
                 options.prefetch
             } else {
@@ -819,6 +825,7 @@ impl<R> Broker<R> {
     /// The handler settled a delivery.
     pub fn settle(&mut self, delivery: DeliveryId, outcome: Outcome, now: Time) {
         self.now = now;
+        self.handler_done(delivery);
         self.end(delivery, Ending::Settle(outcome));
         self.drive();
     }
@@ -827,6 +834,7 @@ impl<R> Broker<R> {
     /// lock it holds is released (its connection closed) within [`DROP_GRACE`].
     pub fn drop_delivery(&mut self, delivery: DeliveryId, now: Time) {
         self.now = now;
+        self.handler_done(delivery);
         self.end(delivery, Ending::Drop);
         self.drive();
     }
@@ -2221,6 +2229,7 @@ impl<R> Broker<R> {
                 holds: true,
                 settled: false,
                 delivered: self.state == State::Running,
+                handling: false,
                 batch: Vec::new(),
             },
         );
@@ -2234,8 +2243,12 @@ impl<R> Broker<R> {
                 row: row.raw,
             };
             let s = &mut self.subs[sub.0];
-            if s.handed < s.options.workers {
+            if s.handling < s.options.workers {
                 s.handed += 1;
+                s.handling += 1;
+                if let Some(d) = self.deliveries.get_mut(&id) {
+                    d.handling = true;
+                }
                 self.events.push_back(Event::Delivered(delivered));
             } else {
                 // Claimed ahead: held by its lease until a worker frees, or given back at
@@ -2260,7 +2273,7 @@ impl<R> Broker<R> {
     fn hand_ahead(&mut self, sub: SubId) {
         while self.state == State::Running {
             let s = &self.subs[sub.0];
-            if s.handed >= s.options.workers || s.stopped {
+            if s.handling >= s.options.workers || s.stopped {
                 return;
             }
             let Some(next) = self.ahead[sub.0].pop_front() else {
@@ -2287,9 +2300,26 @@ impl<R> Broker<R> {
                 continue;
             }
             d.delivered = true;
-            self.subs[sub.0].handed += 1;
+            d.handling = true;
+            let s = &mut self.subs[sub.0];
+            s.handed += 1;
+            s.handling += 1;
             self.events.push_back(Event::Delivered(next));
         }
+    }
+
+    /// The runtime settled or dropped a delivery: its worker is free for a row claimed ahead.
+    fn handler_done(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(&delivery) else {
+            return;
+        };
+        if !d.handling {
+            return;
+        }
+        d.handling = false;
+        let sub = d.sub;
+        self.subs[sub.0].handling -= 1;
+        self.hand_ahead(sub);
     }
 
     /// Gives back the rows a subscription claimed ahead: their leases are released at once.
@@ -2939,6 +2969,9 @@ impl<R> Broker<R> {
         s.in_work -= 1;
         if d.delivered {
             s.handed -= 1;
+        }
+        if d.handling {
+            s.handling -= 1;
         }
         if !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown)) && d.delivered {
             let kept_lease = s.statements.form == Form::Lease && d.ending == Some(Ending::Shutdown);
