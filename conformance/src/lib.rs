@@ -231,6 +231,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one lease_extended_while_in_work);
         $crate::conformance_tests!(@one lease_acks_together);
         $crate::conformance_tests!(@one lease_marks_together);
+        $crate::conformance_tests!(@one lease_claims_ahead);
         $crate::conformance_tests!(@one lease_kept_past_shutdown);
         $crate::conformance_tests!(@one publisher_closed_after_shutdown);
         $crate::conformance_tests!(@one publish_all_writes_every_row);

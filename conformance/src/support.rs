@@ -288,6 +288,7 @@ pub(crate) struct Opts {
     pub(crate) workers: usize,
     pub(crate) poll: Duration,
     pub(crate) lease: Duration,
+    pub(crate) prefetch: usize,
 }
 
 impl Default for Opts {
@@ -296,6 +297,7 @@ impl Default for Opts {
             workers: 1,
             poll: POLL,
             lease: Duration::from_secs(30),
+            prefetch: 0,
         }
     }
 }
@@ -312,6 +314,10 @@ impl Opts {
     pub(crate) fn lease(self, lease: Duration) -> Self {
         Self { lease, ..self }
     }
+
+    pub(crate) fn prefetch(self, prefetch: usize) -> Self {
+        Self { prefetch, ..self }
+    }
 }
 
 /// The subscription of `T`'s table, handled by `recorder`.
@@ -325,6 +331,7 @@ pub(crate) fn subscription<T: SuiteRow>(
         .workers(workers)
         .poll_interval(opts.poll)
         .lease(opts.lease)
+        .prefetch(opts.prefetch)
         .build()
 }
 

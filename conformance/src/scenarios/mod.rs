@@ -8,7 +8,7 @@
 //! - Keys (`keys.rs`): [`key_one_at_a_time`], [`key_held_elsewhere`],
 //!   [`custom_lock_answers`], [`workers`].
 //! - Leases (`lease.rs`): [`lease_extended_while_in_work`], [`lease_acks_together`],
-//!   [`lease_marks_together`].
+//!   [`lease_marks_together`], [`lease_claims_ahead`].
 //! - Shutdown (`shutdown.rs`): [`shutdown_releases_locks`],
 //!   [`shutdown_counts_locks_released`], [`lease_kept_past_shutdown`],
 //!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
@@ -23,7 +23,9 @@ mod shutdown;
 
 pub use crash::{dropped_delivery_returns, killed_connection, sigkill_worker};
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
-pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
+pub use lease::{
+    lease_acks_together, lease_claims_ahead, lease_extended_while_in_work, lease_marks_together,
+};
 pub use settle::{
     ack_deletes, ack_marks_processed, claim_order, reject_settles_without_retry,
     retry_counts_the_attempt, undecodable_payload_rejected,
