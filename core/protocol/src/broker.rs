@@ -388,6 +388,34 @@ struct Publisher {
     notify_due: Option<Time>,
 }
 
+impl Publisher {
+    /// The insert of `rows` rows, notifying or `quiet`, rendered once per size; a table whose
+    /// rows have no column to write takes its one-row insert.
+    fn insert(&mut self, dialect: Dialect, rows: usize, quiet: bool) -> Statement {
+        if rows == 1 && !quiet {
+            return self.statement.clone();
+        }
+        let desc = self.desc;
+        let one = &self.statement;
+        let rendered = if quiet {
+            &mut self.quiet_batches
+        } else {
+            &mut self.batches
+        };
+        rendered
+            .entry(rows)
+            .or_insert_with(|| {
+                if quiet {
+                    Statements::publish_quiet(dialect, &desc, rows)
+                } else {
+                    Statements::publish_rows(dialect, &desc, rows)
+                }
+                .unwrap_or_else(|| one.clone())
+            })
+            .clone()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Running,
@@ -635,7 +663,7 @@ impl<R> Broker<R> {
             settling: None,
             settle_waiting: VecDeque::new(),
             settle_batches: BTreeMap::new(),
-            batches_settlements: Statements::settle_leases(self.dialect, &desc, 2).is_some(),
+            batches_settlements: Statements::settles_leases_together(self.dialect, &desc),
         });
         self.ahead.push(VecDeque::new());
         self.start_check(id);
@@ -710,40 +738,12 @@ impl<R> Broker<R> {
         let mut binds = binds.into_iter().peekable();
         while binds.peek().is_some() {
             let chunk: Vec<Vec<Value>> = binds.by_ref().take(PUBLISH_BATCH).collect();
-            let statement = if quiet {
-                let desc = p.desc;
-                p.quiet_batches
-                    .entry(chunk.len())
-                    .or_insert_with(|| {
-                        Statements::publish_quiet(dialect, &desc, chunk.len())
-                            .unwrap_or_else(|| p.statement.clone())
-                    })
-                    .clone()
-                    .into()
-            } else if chunk.len() == 1 {
-                Some(p.statement.clone())
-            } else {
-                let desc = p.desc;
-                p.batches
-                    .entry(chunk.len())
-                    .or_insert_with(|| {
-                        Statements::publish_rows(dialect, &desc, chunk.len())
-                            .unwrap_or_else(|| p.statement.clone())
-                    })
-                    .clone()
-                    .into()
-            };
-            let statement = statement.expect("a statement for the chunk");
+            let statement = p.insert(dialect, chunk.len(), quiet);
             if statement.args.len() == chunk.iter().map(Vec::len).sum::<usize>() {
                 inserts.push_back((statement, chunk.concat()));
             } else {
                 // Rows with no column to write: one `DEFAULT VALUES` insert each.
-                let one = if quiet {
-                    Statements::publish_quiet(dialect, &p.desc, 1)
-                        .unwrap_or_else(|| p.statement.clone())
-                } else {
-                    p.statement.clone()
-                };
+                let one = p.insert(dialect, 1, quiet);
                 for binds in chunk {
                     inserts.push_back((one.clone(), binds));
                 }

@@ -565,13 +565,19 @@ impl Statements {
     /// `None` where the database cannot return the rows such a statement wrote (MySQL; on
     /// MariaDB, the `processed_at` mark, an `UPDATE`) or for a form without leases.
     pub fn settle_leases(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
+        (rows > 0 && Self::settles_leases_together(dialect, desc))
+            .then(|| Renderer { dialect, desc }.settle_leases(rows))
+    }
+
+    /// Whether [`Statements::settle_leases`] renders for `desc` in `dialect`: a lease table on
+    /// a database that returns the rows its settlement statement wrote.
+    pub fn settles_leases_together(dialect: Dialect, desc: &TableDesc) -> bool {
         let returns = match dialect {
             Dialect::Postgres | Dialect::Sqlite => true,
             Dialect::MariaDb => desc.processed_at.is_none(),
             Dialect::MySql => false,
         };
-        (rows > 0 && returns && desc.locked_until.is_some())
-            .then(|| Renderer { dialect, desc }.settle_leases(rows))
+        returns && desc.locked_until.is_some()
     }
 
     /// The lease statement that writes `n` rows (MySQL and MariaDB).

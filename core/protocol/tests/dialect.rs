@@ -1432,6 +1432,14 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     assert!(three(Dialect::MySql, &plain).is_none());
     assert!(three(Dialect::MySql, &marked).is_none());
     assert!(three(Dialect::MariaDb, &marked).is_none());
+    assert!(Statements::settles_leases_together(
+        Dialect::MariaDb,
+        &plain
+    ));
+    assert!(!Statements::settles_leases_together(
+        Dialect::MariaDb,
+        &marked
+    ));
     // No lease, no batch.
     assert!(Statements::settle_leases(Dialect::Postgres, ROW_LOCK.desc(), 3).is_none());
 }
