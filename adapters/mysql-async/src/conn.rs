@@ -2,10 +2,11 @@
 //! acquire until its release or close, and runs its commands one after another, in the order
 //! the core gave them.
 //!
-//! The runtime spawns each command's future on its own, so the order is fixed when a command
-//! arrives, not when its future first runs: an acquire starts a task of its own on the tokio
-//! runtime (the connection's task), and every later command of that `ConnId` is sent to it at
-//! once, over a channel, where it waits its turn. The task owns the driver's connection.
+//! The runtime runs each command's future on its own, side by side with the others, so the
+//! order is fixed when a command arrives, not when its future first runs: an acquire starts a
+//! task of its own on the tokio runtime (the connection's task), and every later command of
+//! that `ConnId` is sent to it at once, over a channel, where it waits its turn. The task owns
+//! the driver's connection.
 //!
 //! A close does not wait for a statement in flight: it cuts it short. A connection of its own
 //! sends the server `KILL QUERY` for the session, the statement fails, and the connection is

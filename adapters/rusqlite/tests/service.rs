@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use common::*;
 use ruststream::exec::{Executor, Tokio};
-use ruststream_core::{Action, Command, CommandId, ConnId, ErrorKind, Reply, Value};
+use ruststream_core::{
+    Action, Command, CommandId, ConnId, Dialect, ErrorKind, Reply, StatementKind, Value,
+};
+use ruststream_rusqlite::CustomLock;
 use ruststream_rusqlite::prelude::*;
 use ruststream_rusqlite::rusqlite::{self, Connection};
 use serde::{Deserialize, Serialize};
@@ -467,5 +470,91 @@ async fn run_until_drains_then_closes_the_pool() {
         db.count("SELECT COUNT(*) FROM exports"),
         N,
         "no row written past the shutdown"
+    );
+}
+
+/// The rusqlite broker, whose first lease claim panics inside its future.
+struct PanicsOnce {
+    inner: RusqliteBroker,
+    panicked: Arc<AtomicUsize>,
+}
+
+impl ruststream::adapter::Adapter for PanicsOnce {
+    type Row = RusqliteRow;
+    type Lock = CustomLock;
+
+    fn start(
+        &self,
+    ) -> ruststream::exec::BoxFuture<Result<Dialect, ruststream::adapter::AdapterError>> {
+        self.inner.start()
+    }
+
+    fn execute(
+        &self,
+        command: Command,
+        lock: Option<CustomLock>,
+    ) -> ruststream::exec::BoxFuture<Reply<RusqliteRow>> {
+        let claim = matches!(
+            &command.action,
+            Action::Execute { statement, .. } if statement.kind == StatementKind::ClaimLease
+        );
+        if claim && self.panicked.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Box::pin(async { panic!("the first lease claim panics") });
+        }
+        self.inner.execute(command, lock)
+    }
+
+    fn close(&self) -> ruststream::exec::BoxFuture<()> {
+        self.inner.close()
+    }
+}
+
+impl ruststream::adapter::TakesRows<ExportJob> for PanicsOnce {
+    fn decode(row: RusqliteRow) -> Result<ExportJob, String> {
+        <RusqliteBroker as ruststream::adapter::TakesRows<ExportJob>>::decode(row)
+    }
+
+    fn custom_lock() -> Option<CustomLock> {
+        <RusqliteBroker as ruststream::adapter::TakesRows<ExportJob>>::custom_lock()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_whose_future_panics_fails_and_the_service_goes_on() {
+    let db = Db::new("panics");
+    db.schema();
+    let panicked = Arc::new(AtomicUsize::new(0));
+    let broker = BrokerHandle::new(PanicsOnce {
+        inner: RusqliteBroker::open(&db.path),
+        panicked: panicked.clone(),
+    });
+    let exports = broker.publisher::<ExportJob>();
+    let seen = Seen::default();
+    let service = RustStream::new(AppInfo::new("rusqlite-tests", "0.1.0"))
+        .shutdown_timeout(Duration::from_secs(10))
+        .with_broker(broker.clone(), |b| {
+            b.include(
+                subscriber("exports", Record::new(&seen))
+                    .map_source(|_| InboxQueue::<ExportJob>::new("exports"))
+                    .poll_interval(POLL)
+                    .build(),
+            );
+        });
+    let stop = async {
+        exports
+            .publish(Message::json(&Video { n: 7 }).unwrap())
+            .await
+            .unwrap();
+        eventually(&Tokio, WAIT, || seen.len() == 1).await;
+    };
+    service.run_until(stop).await.unwrap();
+    assert!(
+        panicked.load(Ordering::SeqCst) >= 2,
+        "the claim that panicked was followed by another"
+    );
+    assert_eq!(seen.all(), [(7, 1)], "the next claim took the row");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM exports WHERE processed_at IS NOT NULL"),
+        1
     );
 }

@@ -2,9 +2,10 @@
 //! acquire until its release or close, and runs its commands one after another, in the order
 //! the core gave them.
 //!
-//! The runtime spawns each command's future on its own, so the order is fixed when a command
-//! arrives, not when its future first runs: each command takes a turn behind the one before it
-//! on the same connection (a chain of oneshot channels) and waits for it. A close does not wait
+//! The runtime runs each command's future on its own, side by side with the others, so the
+//! order is fixed when a command arrives, not when its future first runs: each command takes a
+//! turn behind the one before it on the same connection (a chain of oneshot channels) and waits
+//! for it. A close does not wait
 //! for the statement in flight: it cuts it short (the statement's future is dropped, and the
 //! connection is closed hard, since its protocol state is unknown), and the commands queued
 //! behind it fail.

@@ -42,6 +42,10 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Runs one command and answers it. Every command gets exactly one reply; a command cut
     /// short answers [`Reply::Failed`].
+    ///
+    /// The runtime polls the futures of the commands in flight side by side on the broker's
+    /// own task, so a future must not block its thread; a future that panics answers as a
+    /// failure.
     fn execute(&self, command: Command, lock: Option<Self::Lock>) -> BoxFuture<Reply<Self::Row>>;
 
     /// Closes what `start` opened: a pool the adapter built lends no new connection, and a

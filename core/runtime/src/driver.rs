@@ -1,6 +1,10 @@
 //! The broker's driver: one task that owns the core's machine, runs its commands through the
 //! adapter, starts handlers, feeds replies, outcomes and time back, and re-arms one timer.
 //!
+//! The commands' futures run on the driver's own task, side by side: a reply is handled, and
+//! the command it lets out is on its way to the database, in one wake-up of that task, with no
+//! hop through a task of its own. Handlers run on tasks of their own.
+//!
 //! A table's subscriptions wake (claim now rather than at their next poll) when this broker
 //! publishes into the table, and when the adapter's listening session hears that another
 //! process did ([`Adapter::listen`]).
@@ -10,13 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::channel::{mpsc, oneshot};
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use ruststream_core::{
     Action, Broker, BrokerError, CheckError, ClosedCounts, CommandId, DbError, DeliveryId, Dialect,
-    Event, Outcome, Publish, PublishId, PublisherId, Reply, SubId, TableDesc, Time,
+    ErrorKind, Event, Outcome, Publish, PublishId, PublisherId, Reply, SubId, TableDesc, Time,
     notification_names,
 };
+use std::panic::AssertUnwindSafe;
 
 use crate::adapter::{Adapter, AdapterError};
 use crate::exec::{BoxFuture, Executor};
@@ -68,8 +73,7 @@ pub enum StartError {
     AlreadyStarted,
 }
 
-pub(crate) enum Input<R> {
-    Reply(CommandId, Reply<R>),
+pub(crate) enum Input {
     Settle(DeliveryId, Outcome),
     Drop(DeliveryId),
     Publish(Box<(TableDesc, Vec<Publish>)>, PublishReply),
@@ -78,19 +82,19 @@ pub(crate) enum Input<R> {
     Shutdown,
 }
 
-pub(crate) type Sender<R> = mpsc::UnboundedSender<Input<R>>;
+pub(crate) type Sender = mpsc::UnboundedSender<Input>;
 
 /// Where a publish's answer goes.
 pub(crate) type PublishReply = oneshot::Sender<Result<(), PublishError>>;
 
 /// Sends a drop for a delivery whose task ended without settling it.
-struct Guard<R: Send + 'static> {
-    tx: Sender<R>,
+struct Guard {
+    tx: Sender,
     delivery: DeliveryId,
     armed: bool,
 }
 
-impl<R: Send + 'static> Drop for Guard<R> {
+impl Drop for Guard {
     fn drop(&mut self) {
         if self.armed {
             let _ = self.tx.unbounded_send(Input::Drop(self.delivery));
@@ -99,9 +103,9 @@ impl<R: Send + 'static> Drop for Guard<R> {
 }
 
 /// The state a broker's handle shares with its driver.
-pub(crate) enum HandleState<R> {
+pub(crate) enum HandleState {
     Idle,
-    Running(Sender<R>),
+    Running(Sender),
     Closed,
 }
 
@@ -109,22 +113,24 @@ pub(crate) struct Driver<A: Adapter> {
     core: Broker<A::Row>,
     adapter: Arc<A>,
     exec: Arc<dyn Executor>,
-    tx: Sender<A::Row>,
-    rx: mpsc::UnboundedReceiver<Input<A::Row>>,
+    tx: Sender,
+    rx: mpsc::UnboundedReceiver<Input>,
     subs: Vec<Subscription<A>>,
     publishers: HashMap<&'static str, PublisherId>,
     waiters: BTreeMap<PublishId, (&'static str, PublishReply)>,
     drained: Vec<oneshot::Sender<()>>,
     ready: Option<oneshot::Sender<Result<(), CheckError>>>,
     not_ready: usize,
-    state: Arc<Mutex<HandleState<A::Row>>>,
+    state: Arc<Mutex<HandleState>>,
     /// What the adapter's listening sessions hear, where it listens.
     notices: Option<BoxStream<'static, Notice>>,
+    /// The commands in flight, each answering its id and reply.
+    running: FuturesUnordered<BoxFuture<(CommandId, Reply<A::Row>)>>,
 }
 
 /// A started broker, driven by its task.
-pub(crate) struct Started<R> {
-    pub(crate) tx: Sender<R>,
+pub(crate) struct Started {
+    pub(crate) tx: Sender,
     pub(crate) closed: oneshot::Receiver<ClosedCounts>,
 }
 
@@ -134,8 +140,8 @@ pub(crate) async fn start<A: Adapter>(
     adapter: Arc<A>,
     subs: Vec<Subscription<A>>,
     exec: Arc<dyn Executor>,
-    state: Arc<Mutex<HandleState<A::Row>>>,
-) -> Result<Started<A::Row>, StartError> {
+    state: Arc<Mutex<HandleState>>,
+) -> Result<Started, StartError> {
     {
         let state = state.lock().expect("the handle's state is never poisoned");
         if !matches!(*state, HandleState::Idle) {
@@ -175,6 +181,7 @@ pub(crate) async fn start<A: Adapter>(
         not_ready,
         state: state.clone(),
         notices,
+        running: FuturesUnordered::new(),
     };
     *state.lock().expect("the handle's state is never poisoned") = HandleState::Running(tx.clone());
     exec.spawn(Box::pin(async move {
@@ -233,6 +240,14 @@ impl<A: Adapter> Driver<A> {
                 None => Box::pin(futures::future::pending()),
             };
             futures::select! {
+                reply = next_reply(&mut self.running).fuse() => {
+                    let (id, reply) = reply;
+                    self.core.handle_reply(id, reply, now());
+                    // Take the other replies already in before the next flush.
+                    while let Some(Some((id, reply))) = self.running.next().now_or_never() {
+                        self.core.handle_reply(id, reply, now());
+                    }
+                }
                 input = self.rx.next() => {
                     if let Some(input) = input {
                         self.input(input);
@@ -289,10 +304,9 @@ impl<A: Adapter> Driver<A> {
         }
     }
 
-    fn input(&mut self, input: Input<A::Row>) {
+    fn input(&mut self, input: Input) {
         let now = now();
         match input {
-            Input::Reply(id, reply) => self.core.handle_reply(id, reply, now),
             Input::Settle(delivery, outcome) => self.core.settle(delivery, outcome, now),
             Input::Drop(delivery) => self.core.drop_delivery(delivery, now),
             Input::Publish(publish, reply) => {
@@ -346,11 +360,17 @@ impl<A: Adapter> Driver<A> {
                     _ => None,
                 };
                 let id = command.id;
-                let run = self.adapter.execute(command, lock);
-                let tx = self.tx.clone();
-                self.exec.spawn(Box::pin(async move {
-                    let reply = run.await;
-                    let _ = tx.unbounded_send(Input::Reply(id, reply));
+                let run = AssertUnwindSafe(self.adapter.execute(command, lock)).catch_unwind();
+                self.running.push(Box::pin(async move {
+                    // A command whose future panics answers as a failure: the machine waits
+                    // for every reply.
+                    let reply = run.await.unwrap_or_else(|_| {
+                        Reply::Failed(DbError::new(
+                            ErrorKind::Other,
+                            format!("the command {id} panicked"),
+                        ))
+                    });
+                    (id, reply)
                 }));
             }
             while let Some(event) = self.core.poll_event() {
@@ -436,6 +456,16 @@ impl<A: Adapter> Driver<A> {
 
 /// The most notices one wake-up takes.
 const NOTICE_BATCH: usize = 1024;
+
+/// The next reply of the commands in flight; never, while none is.
+async fn next_reply<R>(
+    running: &mut FuturesUnordered<BoxFuture<(CommandId, Reply<R>)>>,
+) -> (CommandId, Reply<R>) {
+    match running.next().await {
+        Some(reply) => reply,
+        None => futures::future::pending().await,
+    }
+}
 
 /// The next notice of the listening sessions; never, where there are none.
 async fn next_notice(notices: &mut Option<BoxStream<'static, Notice>>) -> Option<Notice> {

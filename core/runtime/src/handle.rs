@@ -20,7 +20,7 @@ use crate::table::InboxTable;
 /// A broker over an adapter. Cloning it shares the broker.
 pub struct BrokerHandle<A: Adapter> {
     adapter: Arc<A>,
-    state: Arc<Mutex<HandleState<A::Row>>>,
+    state: Arc<Mutex<HandleState>>,
 }
 
 impl<A: Adapter> Clone for BrokerHandle<A> {
@@ -89,7 +89,7 @@ impl<A: Adapter> BrokerHandle<A> {
 
 /// A started broker, driven in the background until it shuts down.
 pub struct RunningBroker<A: Adapter> {
-    tx: Sender<A::Row>,
+    tx: Sender,
     closed: oneshot::Receiver<ClosedCounts>,
     handle: BrokerHandle<A>,
 }
@@ -124,8 +124,8 @@ impl<A: Adapter> RunningBroker<A> {
 
 /// Publishes rows into `T`'s table.
 pub struct Publisher<T, A: Adapter> {
-    state: Arc<Mutex<HandleState<A::Row>>>,
-    row: PhantomData<fn() -> T>,
+    state: Arc<Mutex<HandleState>>,
+    row: PhantomData<fn() -> (T, A)>,
 }
 
 impl<T, A: Adapter> Clone for Publisher<T, A> {
