@@ -13,9 +13,12 @@
 //! - lease, PostgreSQL and SQLite: `claim_lease` (limit 1), the handler, `settle` (fenced by
 //!   the lease this task wrote). MySQL/MariaDB: `START TRANSACTION`, `select_lease`,
 //!   `mark_lease`, `COMMIT`, the handler, `settle`.
-//! - advisory: `candidates` (limit 2 W), then for each candidate until one is taken: lock the
-//!   key (`try_lock` on PostgreSQL and MySQL/MariaDB; on SQLite a set of keys in the process),
-//!   `take` (MySQL/MariaDB: `take_count` then `read_row`), the handler, `settle`, `unlock`.
+//! - advisory, PostgreSQL and MySQL/MariaDB: `candidates` (limit 2 W), then for each candidate
+//!   until one is taken: lock the key (`try_lock`), `take` (MySQL/MariaDB: `take_count` then
+//!   `read_row`), the handler, `settle`, `unlock`. SQLite: `candidates` (limit 1: the first due
+//!   row alone), its key put into a set of keys in the process, or nothing taken while the key
+//!   is in work (advisory.md: "A claim there reads the first due rows alone and takes nothing
+//!   while they are in work"), then `take`, the handler, `settle`, the key out of the set.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -301,9 +304,10 @@ async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, B
 async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
     let st = &shared.statements;
     let now = crate::stats::now_us();
+    let sqlite = st.dialect == Dialect::Sqlite;
     let mut b = Binds {
         now,
-        limit: 2 * shared.workers as i64,
+        limit: if sqlite { 1 } else { 2 * shared.workers as i64 },
         ..Binds::default()
     };
     let candidates = some(&st.candidates, "candidates")?;
@@ -322,14 +326,15 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             }
         });
         // Lock the key.
-        if st.dialect == Dialect::Sqlite {
+        if sqlite {
             if !shared
                 .keys
                 .lock()
                 .expect("not poisoned")
                 .insert(key.clone())
             {
-                continue;
+                // The first due row is in work: this claim takes nothing.
+                return Ok(false);
             }
         } else {
             let try_lock = some(&st.try_lock, "try_lock")?;
@@ -364,7 +369,7 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             settled(shared, ended);
         }
         // Unlock the key.
-        if st.dialect == Dialect::Sqlite {
+        if sqlite {
             shared.keys.lock().expect("not poisoned").remove(&key);
         } else {
             let unlock = some(&st.unlock, "unlock")?;

@@ -2505,6 +2505,13 @@ impl<R> Broker<R> {
         match self.subs[sub.0].mode {
             KeyMode::Registry => {
                 self.keys.remove(&key);
+                // The first due rows may be free now: the next claim need not wait for the
+                // poll.
+                let now = self.now;
+                let s = &mut self.subs[sub.0];
+                if !s.stopped {
+                    s.next_claim_at = Some(now);
+                }
                 self.after_unlock(delivery, true);
             }
             KeyMode::Custom => {
