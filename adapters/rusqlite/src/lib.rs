@@ -337,13 +337,15 @@ impl Adapter for RusqliteBroker {
         // in the order they were given.
         match self.pool.execute(command, lock) {
             CommandReply::Ready(reply) => Box::pin(std::future::ready(reply)),
-            CommandReply::Pending(answer) => Box::pin(async move {
-                answer.await.unwrap_or_else(|_| {
+            CommandReply::Pending(answer, answered) => Box::pin(async move {
+                let reply = answer.await.unwrap_or_else(|_| {
                     Reply::Failed(ruststream_core::DbError::new(
                         ruststream_core::ErrorKind::ConnectionLost,
                         "the connection's thread ended before it answered",
                     ))
-                })
+                });
+                answered.done();
+                reply
             }),
         }
     }

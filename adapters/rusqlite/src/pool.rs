@@ -9,6 +9,11 @@
 //!   commands came, so the commands of one `ConnId` run in order.
 //! - A worker opens its connection, then runs jobs from its queue until it is told to close
 //!   the connection; then it reports itself gone and its thread ends.
+//! - A statement (or a custom lock or unlock) of a bound `ConnId` whose commands have all
+//!   answered goes to its worker directly, without the manager's hop: nothing of that `ConnId`
+//!   is queued anywhere then, so it cannot overtake a command before it. Acquires, releases and
+//!   closes, and commands given while another of the `ConnId` is in flight, go through the
+//!   manager.
 //!
 //! Connections open when an acquire needs one and the pool holds fewer than its maximum; a
 //! connection closed by the core leaves room for a fresh one, opened by the next acquire that
@@ -104,10 +109,23 @@ enum Phase {
     Closed(mpsc::Sender<Msg>),
 }
 
+/// The workers of the bound `ConnId`s, which the manager fills at each bind.
+type Routes = Arc<Mutex<HashMap<ConnId, mpsc::Sender<Job>>>>;
+
+/// The commands of each `ConnId` given and not yet answered.
+type Flight = Arc<Mutex<HashMap<ConnId, usize>>>;
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The locks guard plain maps that no code panics while holding.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The pool as the broker holds it.
 pub(crate) struct Pool {
     phase: Mutex<Phase>,
     open: Arc<AtomicUsize>,
+    routes: Routes,
+    flight: Flight,
 }
 
 impl Pool {
@@ -115,6 +133,8 @@ impl Pool {
         Self {
             phase: Mutex::new(Phase::Idle),
             open: Arc::new(AtomicUsize::new(0)),
+            routes: Arc::new(Mutex::new(HashMap::new())),
+            flight: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -157,6 +177,7 @@ impl Pool {
             rx,
             slots: HashMap::new(),
             bound: HashMap::new(),
+            routes: self.routes.clone(),
             idle: Vec::new(),
             waiters: VecDeque::new(),
             next_slot: 0,
@@ -184,24 +205,59 @@ impl Pool {
         }
     }
 
-    /// Hands a command to the manager. Answers at once when the pool does not run.
+    /// Hands a command to its connection's worker, or to the manager. Answers at once when
+    /// the pool does not run.
     pub(crate) fn execute(&self, command: Command, lock: Option<CustomLock>) -> CommandReply {
         let (reply, answer) = oneshot::channel();
-        let sent = match &*self.phase() {
-            Phase::Running(tx) | Phase::Closed(tx) => tx
+        let conn = command.conn;
+        let phase = self.phase();
+        let manager = match &*phase {
+            Phase::Running(tx) | Phase::Closed(tx) => tx,
+            Phase::Idle => return CommandReply::Ready(pool_closed()),
+        };
+        let mut flight = locked(&self.flight);
+        let idle = !flight.contains_key(&conn);
+        let worker = match &command.action {
+            Action::Execute { .. } | Action::Lock { .. } | Action::Unlock { .. } if idle => {
+                locked(&self.routes).get(&conn).cloned()
+            }
+            Action::Release | Action::Close => {
+                locked(&self.routes).remove(&conn);
+                None
+            }
+            _ => None,
+        };
+        let sent = match (worker, command.action) {
+            (Some(worker), action) => match worker.send(Job::Run {
+                action,
+                lock,
+                reply,
+            }) {
+                Ok(()) => true,
+                Err(mpsc::SendError(job)) => {
+                    fail_job(job);
+                    true
+                }
+            },
+            (None, action) => manager
                 .send(Msg::Command {
-                    command,
+                    command: Command { action, ..command },
                     lock,
                     reply,
                 })
                 .is_ok(),
-            Phase::Idle => false,
         };
-        if sent {
-            CommandReply::Pending(answer)
-        } else {
-            CommandReply::Ready(pool_closed())
+        if !sent {
+            return CommandReply::Ready(pool_closed());
         }
+        *flight.entry(conn).or_insert(0) += 1;
+        CommandReply::Pending(
+            answer,
+            Answered {
+                conn,
+                flight: self.flight.clone(),
+            },
+        )
     }
 
     /// Closes the pool; the receiver completes once its idle connections are closed.
@@ -240,8 +296,27 @@ impl Drop for Pool {
 pub(crate) enum CommandReply {
     /// Answered without running.
     Ready(Reply<RusqliteRow>),
-    /// Answered by the manager or a worker.
-    Pending(oneshot::Receiver<Reply<RusqliteRow>>),
+    /// Answered by the manager or a worker; [`Answered::done`] once the answer is in.
+    Pending(oneshot::Receiver<Reply<RusqliteRow>>, Answered),
+}
+
+/// A command in flight, counted until its answer is in.
+pub(crate) struct Answered {
+    conn: ConnId,
+    flight: Flight,
+}
+
+impl Answered {
+    /// The command answered: nothing of it is queued anywhere now.
+    pub(crate) fn done(self) {
+        let mut flight = locked(&self.flight);
+        if let Some(n) = flight.get_mut(&self.conn) {
+            *n -= 1;
+            if *n == 0 {
+                flight.remove(&self.conn);
+            }
+        }
+    }
 }
 
 fn pool_closed() -> Reply<RusqliteRow> {
@@ -282,6 +357,8 @@ struct Manager {
     rx: mpsc::Receiver<Msg>,
     slots: HashMap<u64, Slot>,
     bound: HashMap<ConnId, u64>,
+    /// The workers of `bound`, for the commands that go to them directly.
+    routes: Routes,
     /// Idle connections, the most recently used last.
     idle: Vec<u64>,
     waiters: VecDeque<Waiter>,
@@ -453,6 +530,14 @@ impl Manager {
     fn bind(&mut self, slot: u64, conn: ConnId) {
         self.set_state(slot, SlotState::Bound(conn));
         self.bound.insert(conn, slot);
+        self.route(conn, slot);
+    }
+
+    /// Lets the commands of `conn` go to the worker of `slot` directly.
+    fn route(&self, conn: ConnId, slot: u64) {
+        if let Some(s) = self.slots.get(&slot) {
+            locked(&self.routes).insert(conn, s.jobs.clone());
+        }
     }
 
     /// An open connection is free: to the first waiter, else to the pool.
@@ -478,6 +563,8 @@ impl Manager {
         self.slots.remove(&slot);
         self.idle.retain(|s| *s != slot);
         self.bound.retain(|_, s| *s != slot);
+        let bound = &self.bound;
+        locked(&self.routes).retain(|conn, _| bound.contains_key(conn));
         if !self.closed
             && !self.waiters.is_empty()
             && self.slots.len() < self.config.max_connections
@@ -580,6 +667,7 @@ impl Manager {
                 );
                 if let SlotState::Bound(conn) = state {
                     self.bound.insert(conn, slot);
+                    self.route(conn, slot);
                 }
                 Ok(())
             }

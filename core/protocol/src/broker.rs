@@ -109,7 +109,8 @@ enum KeyMode {
 }
 
 impl KeyMode {
-    /// Whether a claim reads the first due rows alone and waits for a poll after a settlement.
+    /// Whether a claim reads the first due rows alone: it takes nothing while they are in work,
+    /// and the release of a key starts the next claim at once.
     fn first_rows_only(self) -> bool {
         matches!(self, KeyMode::Registry | KeyMode::Custom)
     }
@@ -190,6 +191,11 @@ impl Sub {
     }
 
     fn free(&self) -> usize {
+        if self.mode == KeyMode::Registry && self.in_work + self.claiming > 0 {
+            // SQLite's registry: one delivery in work at a time. A claim meanwhile would read
+            // the row in work, or take a second.
+            return 0;
+        }
         (self.options.workers + self.prefetch).saturating_sub(self.in_work + self.claiming)
     }
 }
@@ -2505,13 +2511,6 @@ impl<R> Broker<R> {
         match self.subs[sub.0].mode {
             KeyMode::Registry => {
                 self.keys.remove(&key);
-                // The first due rows may be free now: the next claim need not wait for the
-                // poll.
-                let now = self.now;
-                let s = &mut self.subs[sub.0];
-                if !s.stopped {
-                    s.next_claim_at = Some(now);
-                }
                 self.after_unlock(delivery, true);
             }
             KeyMode::Custom => {
@@ -2538,12 +2537,19 @@ impl<R> Broker<R> {
     /// The key is released (`true`) or may still be held (`false`): the connection goes back
     /// to the pool, or is closed.
     fn after_unlock(&mut self, delivery: DeliveryId, released: bool) {
+        let now = self.now;
         let d = self
             .deliveries
             .get_mut(&delivery)
             .expect("delivery in flight");
         if let Some(key) = &d.key {
             self.keys.remove(key);
+        }
+        let s = &mut self.subs[d.sub.0];
+        if released && s.mode.first_rows_only() && !s.stopped {
+            // A claim that reads the first due rows alone may find them free now: the next
+            // one need not wait for the poll.
+            s.next_claim_at = Some(now);
         }
         d.holds = false;
         if d.ending == Some(Ending::Settle(Outcome::Retry)) {
