@@ -98,6 +98,13 @@ async fn row_lock_holds_one_connection_per_message_in_work() {
         "each message in work holds a connection of its own, in its claim's transaction"
     );
     assert!(db.sessions("").await >= 4);
+    // A publish's connection is kept for the next flow for a few milliseconds, then given back.
+    eventually("the core holds the four connections in work alone", || async {
+        running.broker().connections_held() == 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(seen.in_work(), 4, "no fifth message while four are in work");
     assert_eq!(running.broker().connections_held(), 4);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM pg_conns_rowlock").await, 6);
 
