@@ -91,9 +91,10 @@ async fn row_lock_holds_one_connection_per_message_in_work() {
     );
     assert!(db.sessions("").await >= 4);
     // A publish's connection is kept for the next flow for a few milliseconds, then given back.
-    eventually("the core holds the four connections in work alone", || async {
-        running.broker().connections_held() == 4
-    })
+    eventually(
+        "the core holds the four connections in work alone",
+        || async { running.broker().connections_held() == 4 },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(seen.in_work(), 4, "no fifth message while four are in work");
