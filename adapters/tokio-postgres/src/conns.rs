@@ -1,15 +1,17 @@
-//! The connections the core names: each `ConnId` is a task that holds one pooled client from
-//! its acquire to its release or close, and runs that connection's commands in the order the
-//! core gave them.
+//! The connections the core names: each `ConnId` holds one pooled client from its acquire to
+//! its release or close, and runs that connection's commands one after another, in the order
+//! the core gave them.
 //!
-//! A command is handed to its connection's task when `execute` is called, not when its future
-//! is first polled, so the commands of one `ConnId` run in order whatever order the runtime
-//! polls their futures in. An acquire takes a client of the pool; a release gives it back,
-//! rolling back a transaction left open (or drops it from the pool when it is broken or the
-//! rollback fails); a close ends the session: it cuts short a statement still running (a
-//! cancel request, sent again until the statement ends, for up to [`CANCEL_GRACE`]), rolls
-//! back and unlocks what the session holds while it still answers, and takes the client out of
-//! the pool, which closes it.
+//! Each command's future runs the command itself, on the task that polls it (the broker's),
+//! with no task of its own between: the order is fixed when `execute` is called, not when the
+//! future is first polled, since each command takes a turn behind the one before it on the
+//! same `ConnId` (a chain of oneshot channels). An acquire takes a client of the pool; a
+//! release gives it back, rolling back a transaction left open (or drops it from the pool when
+//! it is broken or the rollback fails); a close ends the session: it cuts short a statement
+//! still running (a cancel request, sent again until the statement ends, for up to
+//! [`CANCEL_GRACE`]), rolls back and unlocks what the session holds while it still answers, and
+//! takes the client out of the pool, which closes it. A connection dropped otherwise goes back
+//! to the pool only when it holds nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,7 +21,7 @@ use deadpool_postgres::{Object, Pool};
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use ruststream_core::{Action, Command, ConnId, DbError, ErrorKind, Reply, StatementKind};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_postgres::CancelToken;
 
 use crate::error::pool_error;
@@ -60,39 +62,25 @@ pub(crate) struct Lender {
     pub(crate) settings: Arc<Settings>,
 }
 
-type ReplyTx = oneshot::Sender<Reply<PgRow>>;
-
-enum Job {
-    Run {
-        action: Action,
-        lock: Option<CustomLock>,
-        reply: ReplyTx,
-    },
-    Release {
-        reply: ReplyTx,
-    },
-    Close {
-        reply: ReplyTx,
-    },
-}
-
-impl Job {
-    /// Answers a job whose connection is gone.
-    fn answer_gone(self, error: &DbError) {
-        match self {
-            Job::Run { reply, .. } => {
-                let _ = reply.send(Reply::Failed(error.clone()));
-            }
-            Job::Release { reply } | Job::Close { reply } => {
-                let _ = reply.send(Reply::Done);
-            }
-        }
-    }
-}
-
+/// One `ConnId`'s connection and the order of its commands.
 struct Slot {
-    jobs: mpsc::UnboundedSender<Job>,
+    /// The connection, once acquired; taken out while a command runs on it.
+    conn: Arc<Mutex<Option<Connection>>>,
+    /// The turn of the last command queued: the next one waits for it.
+    tail: Option<oneshot::Receiver<()>>,
+    /// Set by a close: the statement running is cut short, and the ones queued fail.
     closing: watch::Sender<bool>,
+    /// The runtime the connection's futures need (its timers).
+    runtime: tokio::runtime::Handle,
+}
+
+impl Slot {
+    /// Queues a command: the turn of the one before it, and this one's, which ends when it is
+    /// dropped.
+    fn turn(&mut self) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
+        let (tx, rx) = oneshot::channel();
+        (self.tail.replace(rx), tx)
+    }
 }
 
 /// The connections the core holds, by `ConnId`.
@@ -109,17 +97,33 @@ fn ready(reply: Reply<PgRow>) -> BoxFuture<'static, Reply<PgRow>> {
     Box::pin(std::future::ready(reply))
 }
 
-fn answer(rx: oneshot::Receiver<Reply<PgRow>>) -> BoxFuture<'static, Reply<PgRow>> {
-    Box::pin(async move {
-        rx.await
-            .unwrap_or_else(|_| lost("the connection's task ended before it answered"))
-    })
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The locks guard plain data that no code panics while holding.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits for the command before, whether it completed or was dropped.
+async fn wait(before: Option<oneshot::Receiver<()>>) {
+    if let Some(before) = before {
+        let _ = before.await;
+    }
+}
+
+/// Polls a future inside a runtime's context, whatever executor polls it.
+fn in_runtime<F>(runtime: tokio::runtime::Handle, future: F) -> BoxFuture<'static, F::Output>
+where
+    F: std::future::Future + Send + 'static,
+{
+    let mut future = Box::pin(future);
+    Box::pin(std::future::poll_fn(move |cx| {
+        let _entered = runtime.enter();
+        future.as_mut().poll(cx)
+    }))
 }
 
 impl Conns {
     fn slots(&self) -> MutexGuard<'_, HashMap<ConnId, Slot>> {
-        // The lock guards a plain map that no code panics while holding.
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        locked(&self.slots)
     }
 
     /// How many connections the core holds now.
@@ -127,8 +131,10 @@ impl Conns {
         self.slots().len()
     }
 
-    /// Hands a command to its connection's task (or, for an acquire, starts the task). `lender`
-    /// is `None` when the broker does not run: an acquire then fails as a closed pool.
+    /// Queues a command on its connection (or, for an acquire, binds a connection to its id)
+    /// and answers the future that runs it. The order of a `ConnId`'s commands is fixed here,
+    /// when `execute` is called, not when the future is first polled. `lender` is `None` when
+    /// the broker does not run: an acquire then fails as a closed pool.
     pub(crate) fn execute(
         self: &Arc<Self>,
         lender: Option<Lender>,
@@ -136,50 +142,65 @@ impl Conns {
         lock: Option<CustomLock>,
     ) -> BoxFuture<'static, Reply<PgRow>> {
         let conn = command.conn;
-        let (reply, rx) = oneshot::channel();
-        let job = match command.action {
-            Action::Acquire => return self.acquire(lender, conn),
+        match command.action {
+            Action::Acquire => self.acquire(lender, conn),
             Action::Release => {
-                let Some(slot) = self.slots().remove(&conn) else {
+                let Some(mut slot) = self.slots().remove(&conn) else {
                     return ready(Reply::Done);
                 };
-                (slot, Job::Release { reply })
+                let (before, mine) = slot.turn();
+                in_runtime(slot.runtime, async move {
+                    wait(before).await;
+                    let connection = locked(&slot.conn).take();
+                    if let Some(connection) = connection {
+                        connection.release().await;
+                    }
+                    drop(mine);
+                    Reply::Done
+                })
             }
             Action::Close => {
-                let Some(slot) = self.slots().remove(&conn) else {
+                let Some(mut slot) = self.slots().remove(&conn) else {
                     return ready(Reply::Done);
                 };
                 // Cuts short a statement still running; the close itself runs after it.
-                let _ = slot.closing.send(true);
-                (slot, Job::Close { reply })
+                slot.closing.send_replace(true);
+                let (before, mine) = slot.turn();
+                in_runtime(slot.runtime, async move {
+                    wait(before).await;
+                    let connection = locked(&slot.conn).take();
+                    if let Some(connection) = connection {
+                        connection.close().await;
+                    }
+                    drop(mine);
+                    Reply::Done
+                })
             }
             action @ (Action::Execute { .. } | Action::Lock { .. } | Action::Unlock { .. }) => {
-                let slots = self.slots();
-                let Some(slot) = slots.get(&conn) else {
+                let mut slots = self.slots();
+                let Some(slot) = slots.get_mut(&conn) else {
                     return ready(lost(format!("{conn} holds no connection of the pool")));
                 };
-                let job = Job::Run {
-                    action,
-                    lock,
-                    reply,
-                };
-                if let Err(mpsc::error::SendError(job)) = slot.jobs.send(job) {
-                    job.answer_gone(&DbError::new(
-                        ErrorKind::ConnectionLost,
-                        "the connection's task has ended",
-                    ));
-                }
-                return answer(rx);
+                let (before, mine) = slot.turn();
+                let cell = slot.conn.clone();
+                let mut closing = slot.closing.subscribe();
+                let runtime = slot.runtime.clone();
+                drop(slots);
+                in_runtime(runtime, async move {
+                    wait(before).await;
+                    if *closing.borrow() {
+                        return lost("the connection was closed before the command ran");
+                    }
+                    let Some(mut connection) = locked(&cell).take() else {
+                        return lost("the connection's client is gone");
+                    };
+                    let reply = connection.run(action, lock, &mut closing).await;
+                    *locked(&cell) = Some(connection);
+                    drop(mine);
+                    reply
+                })
             }
-        };
-        let (slot, job) = job;
-        if let Err(mpsc::error::SendError(job)) = slot.jobs.send(job) {
-            job.answer_gone(&DbError::new(
-                ErrorKind::ConnectionLost,
-                "the connection's task has ended",
-            ));
         }
-        answer(rx)
     }
 
     fn acquire(
@@ -193,8 +214,9 @@ impl Conns {
                 "the broker is closed (or not started): it lends no connection",
             )));
         };
-        let (jobs, queue) = mpsc::unbounded_channel();
-        let (closing, closing_rx) = watch::channel(false);
+        let (closing, _) = watch::channel(false);
+        let cell = Arc::new(Mutex::new(None));
+        let (mine, tail) = oneshot::channel();
         {
             let mut slots = self.slots();
             if slots.contains_key(&conn) {
@@ -203,40 +225,41 @@ impl Conns {
                     format!("{conn} holds a connection already"),
                 )));
             }
-            slots.insert(conn, Slot { jobs, closing });
+            slots.insert(
+                conn,
+                Slot {
+                    conn: cell.clone(),
+                    tail: Some(tail),
+                    closing,
+                    runtime: lender.runtime.clone(),
+                },
+            );
         }
-        let (reply, rx) = oneshot::channel();
         let conns = Arc::downgrade(self);
-        let runtime = lender.runtime.clone();
-        runtime.spawn(async move {
-            let object = match lender.pool.get().await {
-                Ok(object) => object,
+        in_runtime(lender.runtime.clone(), async move {
+            let reply = match lender.pool.get().await {
+                Ok(object) => {
+                    *locked(&cell) = Some(Connection {
+                        object: Some(object),
+                        settings: lender.settings,
+                        in_tx: false,
+                        locked: false,
+                        broken: false,
+                        running: false,
+                    });
+                    Reply::Done
+                }
                 Err(error) => {
-                    let error = pool_error(&error);
+                    // The commands queued behind find no client, and fail as lost.
                     if let Some(conns) = conns.upgrade() {
                         conns.slots().remove(&conn);
                     }
-                    let _ = reply.send(Reply::Failed(error.clone()));
-                    let mut queue = queue;
-                    queue.close();
-                    while let Some(job) = queue.recv().await {
-                        job.answer_gone(&error);
-                    }
-                    return;
+                    Reply::Failed(pool_error(&error))
                 }
             };
-            let _ = reply.send(Reply::Done);
-            Connection {
-                object: Some(object),
-                settings: lender.settings,
-                in_tx: false,
-                locked: false,
-                broken: false,
-            }
-            .serve(queue, closing_rx)
-            .await;
-        });
-        answer(rx)
+            drop(mine);
+            reply
+        })
     }
 }
 
@@ -250,6 +273,21 @@ struct Connection {
     locked: bool,
     /// The connection must not go back to the pool.
     broken: bool,
+    /// A statement runs on it now.
+    running: bool,
+}
+
+impl Drop for Connection {
+    /// A connection dropped without its release or close (the broker went, or a command's
+    /// future was dropped midway) goes back to the pool only when it holds nothing: otherwise
+    /// it leaves the pool and closes, which ends its session, its transaction and its locks.
+    fn drop(&mut self) {
+        if let Some(object) = self.object.take()
+            && (self.in_tx || self.locked || self.broken || self.running)
+        {
+            drop(Object::take(object));
+        }
+    }
 }
 
 /// Completes once the connection is to close; never when its slot went without a close (a
@@ -265,43 +303,6 @@ impl Connection {
         self.object
             .as_ref()
             .expect("the connection holds its client until it ends")
-    }
-
-    async fn serve(
-        mut self,
-        mut queue: mpsc::UnboundedReceiver<Job>,
-        mut closing: watch::Receiver<bool>,
-    ) {
-        while let Some(job) = queue.recv().await {
-            match job {
-                Job::Run {
-                    action,
-                    lock,
-                    reply,
-                } => {
-                    let answer = if *closing.borrow() {
-                        lost("the connection was closed before the command ran")
-                    } else {
-                        self.run(action, lock, &mut closing).await
-                    };
-                    let _ = reply.send(answer);
-                }
-                Job::Release { reply } => {
-                    self.release().await;
-                    let _ = reply.send(Reply::Done);
-                    return;
-                }
-                Job::Close { reply } => {
-                    self.close().await;
-                    let _ = reply.send(Reply::Done);
-                    return;
-                }
-            }
-        }
-        // The broker went without releasing the connection: it closes if it holds anything.
-        if self.in_tx || self.locked || self.broken {
-            self.close().await;
-        }
     }
 
     async fn run(
@@ -321,6 +322,7 @@ impl Connection {
             .object
             .as_ref()
             .expect("the connection holds its client until it ends");
+        self.running = true;
         let run = run::run(object, &action, lock, self.settings.simple, self.in_tx);
         tokio::pin!(run);
         let cut = tokio::select! {
@@ -353,10 +355,12 @@ impl Connection {
                         "a statement cut short by a close did not end within {CANCEL_GRACE:?}; its connection is dropped"
                     );
                 }
+                self.running = false;
                 self.broken = true;
                 return lost("the statement was cut short: its connection was closed");
             }
         };
+        self.running = false;
         if let Some(in_tx) =
             kind.and_then(|k| k.transaction_after(!matches!(reply, Reply::Failed(_))))
         {

@@ -555,7 +555,8 @@ async fn commands_of_one_connection_run_in_order() {
     let driver = Arc::new(tokio::sync::Mutex::new(Driver::start(&db, 2, false).await));
     let mut d = driver.lock().await;
     assert!(matches!(d.run(1, Action::Acquire).await, Reply::Done));
-    // Hand many commands at once, then await their answers in reverse: they ran in order.
+    // Hand many commands at once, then poll their futures side by side, the last first: they
+    // run in the order they were handed.
     let futures: Vec<_> = (0..20)
         .map(|i| {
             let command = d.command(
@@ -570,8 +571,8 @@ async fn commands_of_one_connection_run_in_order() {
             d.broker.execute(command, None)
         })
         .collect();
-    for future in futures.into_iter().rev() {
-        assert!(matches!(future.await, Reply::Affected(1)));
+    for reply in futures::future::join_all(futures.into_iter().rev()).await {
+        assert!(matches!(reply, Reply::Affected(1)));
     }
     let order = values(
         d.sql(
