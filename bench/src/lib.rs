@@ -232,7 +232,7 @@ pub struct Config {
     pub keys: u64,
     /// How long each handler works, in milliseconds (0: it yields once).
     pub handler_ms: u64,
-    /// The lease form: rows ruststream claims ahead beyond the workers (`--prefetch`, 0).
+    /// Rows ruststream claims ahead beyond the workers (`--prefetch`, 0).
     pub prefetch: usize,
     /// Rounds of (baseline, ruststream).
     pub rounds: usize,
@@ -431,9 +431,10 @@ impl Config {
         }
     }
 
-    /// The pool size ruststream gets: a connection per worker, one for claims, one spare.
+    /// The pool size ruststream gets: a connection per worker and per row claimed ahead (the
+    /// row lock and advisory forms hold one each), one for claims, one spare.
     fn pool_size(&self) -> usize {
-        self.workers + 2
+        self.workers + self.prefetch + 2
     }
 }
 

@@ -222,6 +222,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms key_one_at_a_time: advisory Advisory, custom Custom);
         $crate::conformance_tests!(@forms key_held_elsewhere: advisory Advisory, custom Custom);
         $crate::conformance_tests!(@forms dropped_delivery_returns: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms claims_ahead: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms workers: advisory Advisory, custom Custom);
         $crate::conformance_tests!(@forms shutdown_releases_locks: advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms shutdown_counts_locks_released: advisory Advisory, custom Custom);
@@ -231,7 +232,6 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one lease_extended_while_in_work);
         $crate::conformance_tests!(@one lease_acks_together);
         $crate::conformance_tests!(@one lease_marks_together);
-        $crate::conformance_tests!(@one lease_claims_ahead);
         $crate::conformance_tests!(@one lease_kept_past_shutdown);
         $crate::conformance_tests!(@one publisher_closed_after_shutdown);
         $crate::conformance_tests!(@one publish_all_writes_every_row);

@@ -406,7 +406,7 @@ tables! {
     lease_extended_while_in_work: delete;
     lease_acks_together: delete;
     lease_marks_together: processed;
-    lease_claims_ahead: delete;
+    claims_ahead: delete;
     publisher_closed_after_shutdown: delete;
     publish_all_writes_every_row: delete;
     sigkill_worker: delete;

@@ -1,5 +1,5 @@
 //! Leases: extended while their delivery is in work; settled together when their handlers end
-//! together; claimed ahead.
+//! together.
 
 use std::time::Duration;
 
@@ -107,97 +107,4 @@ where
     } else {
         assert_eq!(cx.count("1=1").await, 0, "{cx}: every row deleted");
     }
-}
-
-/// Rows claimed ahead (`prefetch`): at most `workers` messages in work at once and every job
-/// handled once; at the shutdown the rows still waiting are given back at once, so another
-/// service takes them long before their 30 s leases would have run out.
-pub async fn lease_claims_ahead<H: Harness>(harness: &H, test: &TestName) -> Verdict {
-    body!(LeaseClaimsAhead => claims_ahead_in);
-    let form = Form::Lease;
-    run::<H, rows::lease_claims_ahead::Family, _>(harness, form, test, LeaseClaimsAhead).await
-}
-
-async fn claims_ahead_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
-where
-    H::Adapter: TakesRows<T>,
-{
-    const SHUTDOWN: Duration = Duration::from_secs(10);
-    let opts = Opts::default().workers(2).prefetch(3);
-    // Every job once, two at a time.
-    let recorder = Recorder::sleeping(Duration::from_millis(20));
-    let broker = cx.broker();
-    let publisher = broker.publisher::<T>();
-    let service = cx.service(&broker, subscription::<T>(&recorder, opts), SHUTDOWN);
-    let stop = async {
-        for n in 1..=12 {
-            cx.publish(&publisher, n, n).await;
-        }
-        cx.until("every job is handled and settled", || async {
-            recorder.count() >= 12 && cx.count("1=1").await == 0
-        })
-        .await;
-    };
-    service.run_until(stop).await.expect("the service runs");
-    let mut ns = recorder.ns();
-    ns.sort_unstable();
-    assert_eq!(
-        ns,
-        (1..=12).collect::<Vec<_>>(),
-        "{cx}: every job handled once"
-    );
-    assert!(
-        recorder.max_in_work() <= 2,
-        "{cx}: {} in work at once with workers(2)",
-        recorder.max_in_work()
-    );
-
-    // The shutdown gives back the rows claimed ahead.
-    let slow = Recorder::sleeping(Duration::from_millis(400));
-    let broker = cx.broker();
-    let publisher = broker.publisher::<T>();
-    let service = cx.service(&broker, subscription::<T>(&slow, opts), SHUTDOWN);
-    let stop = async {
-        for n in 101..=108 {
-            cx.publish(&publisher, n, n).await;
-        }
-        cx.until("two jobs are in work", || async { slow.count() >= 2 })
-            .await;
-    };
-    service.run_until(stop).await.expect("the service runs");
-    let handled = slow.count();
-    assert!(
-        (2..8).contains(&handled),
-        "{cx}: {handled} of 8 handled before the shutdown"
-    );
-    let left = 8 - handled as i64;
-    assert_eq!(
-        cx.count("1=1").await,
-        left,
-        "{cx}: the handled rows are settled"
-    );
-    let after = Recorder::acking();
-    let broker = cx.broker();
-    let service = cx.service(
-        &broker,
-        subscription::<T>(&after, Opts::default().workers(4)),
-        SHUTDOWN,
-    );
-    let stop = async {
-        cx.until_within(
-            "the rows given back are taken by the next service",
-            Duration::from_secs(5),
-            || async { after.count() >= left as usize && cx.count("1=1").await == 0 },
-        )
-        .await;
-    };
-    service.run_until(stop).await.expect("the service runs");
-    let mut all = slow.ns();
-    all.extend(after.ns());
-    all.sort_unstable();
-    assert_eq!(
-        all,
-        (101..=108).collect::<Vec<_>>(),
-        "{cx}: every job handled once, before or after the shutdown"
-    );
 }

@@ -8,24 +8,25 @@
 //! - Keys (`keys.rs`): [`key_one_at_a_time`], [`key_held_elsewhere`],
 //!   [`custom_lock_answers`], [`workers`].
 //! - Leases (`lease.rs`): [`lease_extended_while_in_work`], [`lease_acks_together`],
-//!   [`lease_marks_together`], [`lease_claims_ahead`].
+//!   [`lease_marks_together`].
+//! - Rows claimed ahead (`ahead.rs`): [`claims_ahead`].
 //! - Shutdown (`shutdown.rs`): [`shutdown_releases_locks`],
 //!   [`shutdown_counts_locks_released`], [`lease_kept_past_shutdown`],
 //!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
 //! - Crashes (`crash.rs`): [`dropped_delivery_returns`], [`sigkill_worker`],
 //!   [`killed_connection`].
 
+mod ahead;
 mod crash;
 mod keys;
 mod lease;
 mod settle;
 mod shutdown;
 
+pub use ahead::claims_ahead;
 pub use crash::{dropped_delivery_returns, killed_connection, sigkill_worker};
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
-pub use lease::{
-    lease_acks_together, lease_claims_ahead, lease_extended_while_in_work, lease_marks_together,
-};
+pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
 pub use settle::{
     ack_deletes, ack_marks_processed, claim_order, reject_settles_without_retry,
     retry_counts_the_attempt, undecodable_payload_rejected,

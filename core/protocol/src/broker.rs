@@ -39,11 +39,14 @@ pub struct SubscribeOptions {
     pub lease: Duration,
     /// The lease form: how often a lease in work is extended.
     pub extend_every: Duration,
-    /// The lease form: how many rows a subscription may claim ahead, beyond `workers`. A row
-    /// claimed ahead is held by its lease (extended like a lease in work) and handed to the
-    /// runtime as soon as a worker frees, without a claim's round trip; at most `workers` are
-    /// in work at once. When the subscription stops or the broker shuts down, the rows still
-    /// waiting are given back at once. Other forms claim none ahead.
+    /// How many rows a subscription may claim ahead, beyond `workers`. A row claimed ahead is
+    /// held as a row in work is (by its lease, extended like a lease in work; by its claim's
+    /// transaction, on a connection of its own, in the row lock form; by its key's lock, on a
+    /// connection of its own, in the advisory lock form) and handed to the runtime as soon as
+    /// a worker frees, without a claim's round trip; at most `workers` are in work at once.
+    /// When the subscription stops or the broker shuts down, the rows still waiting are given
+    /// back at once. A claim that reads the first due rows alone (SQLite's advisory form, a
+    /// custom lock) claims none ahead.
     pub prefetch: usize,
 }
 
@@ -142,7 +145,7 @@ struct Sub {
     /// The deliveries handed to the runtime that it has not settled or dropped yet: at most
     /// `workers`. A row claimed ahead goes to the runtime when this falls below `workers`.
     handling: usize,
-    /// The lease form: rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
+    /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     prefetch: usize,
     /// Slots that claims in flight hold.
     claiming: usize,
@@ -456,8 +459,8 @@ pub struct Broker<R> {
     publishers: Vec<Publisher>,
     claims: BTreeMap<u64, Claim<R>>,
     deliveries: BTreeMap<DeliveryId, Delivery>,
-    /// The lease form, by subscription: rows claimed ahead, waiting for a free worker, in
-    /// claim order ([`SubscribeOptions::prefetch`]).
+    /// By subscription: rows claimed ahead, waiting for a free worker, in claim order
+    /// ([`SubscribeOptions::prefetch`]).
     ahead: Vec<VecDeque<Delivered<R>>>,
     publishes: BTreeMap<PublishId, PublishFlow>,
     pending: BTreeMap<CommandId, Step>,
@@ -633,18 +636,15 @@ impl<R> Broker<R> {
             _ => KeyMode::None,
         };
         let id = SubId(self.subs.len());
+        // A claim that reads the first due rows alone takes one row at a time: none ahead.
+        let prefetch = if mode.first_rows_only() {
+            0
+        } else {
+            options.prefetch
+        };
         self.subs.push(Sub {
             desc,
-            statements: Statements::render(
-                self.dialect,
-                &desc,
-                options.workers
-                    + if desc.form() == Form::Lease {
-                        options.prefetch
-                    } else {
-                        0
-                    },
-            ),
+            statements: Statements::render(self.dialect, &desc, options.workers + prefetch),
             options,
             mode,
             state: SubState::Checking,
@@ -654,11 +654,7 @@ impl<R> Broker<R> {
             in_work: 0,
             handed: 0,
             handling: 0,
-            prefetch: if desc.form() == Form::Lease {
-                options.prefetch
-            } else {
-                0
-            },
+            prefetch,
             claiming: 0,
             counting: None,
             count_queue: VecDeque::new(),
@@ -2257,8 +2253,9 @@ impl<R> Broker<R> {
                 }
                 self.events.push_back(Event::Delivered(delivered));
             } else {
-                // Claimed ahead: held by its lease until a worker frees, or given back at
-                // once when the subscription has stopped meanwhile.
+                // Claimed ahead: held (by its lease, its transaction or its key's lock) until a
+                // worker frees, or given back at once when the subscription has stopped
+                // meanwhile.
                 let stopped = s.stopped;
                 if let Some(d) = self.deliveries.get_mut(&id) {
                     d.delivered = false;
@@ -2289,8 +2286,10 @@ impl<R> Broker<R> {
             let Some(d) = self.deliveries.get_mut(&next.delivery) else {
                 continue;
             };
-            // A lease that ran out while the row waited may be another process's now.
-            let ran_out = d.fence.is_none_or(|until| until <= now);
+            // A lease that ran out while the row waited may be another process's now; a row
+            // lock or a key's lock holds until this process ends it.
+            let ran_out = self.subs[sub.0].statements.form == Form::Lease
+                && d.fence.is_none_or(|until| until <= now);
             if d.lease_lost || d.ending.is_some() || ran_out {
                 match d.state {
                     DeliveryState::InWork if d.ending.is_none() => {

@@ -108,11 +108,15 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
-    /// The lease form: how many rows to claim ahead, beyond the workers (default 0). A row
-    /// claimed ahead waits under its lease, extended like a lease in work, and goes to the
-    /// next free worker without a claim's round trip; at most `workers` messages are in work
-    /// at once. At the shutdown the rows still waiting are given back at once. Other forms
-    /// claim none ahead.
+    /// How many rows to claim ahead, beyond the workers (default 0). A row claimed ahead is
+    /// held as a row in work is, and goes to the next free worker without a claim's round
+    /// trip; at most `workers` messages are in work at once. In the lease form it waits under
+    /// its lease, extended like a lease in work; in the row lock form in its claim's
+    /// transaction, and in the advisory lock form under its key's lock, each on a connection
+    /// of its own, so `prefetch(n)` holds up to `n` more connections of the pool. When the
+    /// subscription stops, and at the shutdown, the rows still waiting are given back at
+    /// once. A claim that reads the first due rows alone (SQLite's advisory form, a custom
+    /// lock) claims none ahead.
     pub fn prefetch(mut self, rows: usize) -> Self {
         self.options.prefetch = rows;
         self

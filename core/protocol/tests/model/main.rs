@@ -79,7 +79,7 @@ struct Config {
     processes: usize,
     /// The brokers' connection linger: none, or the default.
     linger: Duration,
-    /// Rows claimed ahead beyond the workers (the lease form takes them).
+    /// Rows claimed ahead beyond the workers.
     prefetch: usize,
 }
 
@@ -431,7 +431,7 @@ impl World {
                 );
                 if form == Form::Advisory {
                     // The deliveries in work, and the rows claims cut short had taken.
-                    let bound = p.held_at_shutdown + self.config.workers;
+                    let bound = p.held_at_shutdown + self.config.workers + self.config.prefetch;
                     assert!(
                         counts.locks_released + counts.connections_closed <= bound,
                         "{counts:?} counts more than the {bound} keys the process could hold"
