@@ -2,7 +2,8 @@
 # The "Beside a peer" set of BENCHMARKS.md: on PostgreSQL, sqlx and tokio-postgres in the three
 # forms, each round baseline, ruststream, then apalis (`--peer apalis`), first with a handler
 # that does nothing (2000 jobs), then one that sleeps 10 ms (1000 jobs), then the lease form
-# with apalis fetching 4 jobs at a time (`--peer apalis:4`) instead of 10. Each line of
+# with apalis fetching 4 jobs at a time (`--peer apalis:4`) instead of 10, then the three forms
+# with ruststream claiming 4 rows ahead (`--prefetch 4`) beside apalis's default. Each line of
 # target/bench/peer.jsonl is one run or one summary; `uptime` goes to stderr before each.
 # Usage: bench/measure-peer.sh  (BENCH_BIN=path runs a binary built beforehand)
 set -eu
@@ -16,7 +17,15 @@ if [ -z "$BIN" ]; then
     BIN=./target/release/ruststream-bench
 fi
 run() {
-    uptime >&2
+    for adapter in sqlx tokio-postgres; do
+    for form in row-lock lease advisory; do
+        run --adapter "$adapter" --url "$PG" --form "$form" --jobs 2000 --workers 4 --rounds 3 \
+            --prefetch 4 --peer apalis
+        run --adapter "$adapter" --url "$PG" --form "$form" --jobs 1000 --workers 4 --rounds 3 \
+            --handler-ms 10 --prefetch 4 --peer apalis
+    done
+done
+uptime >&2
     echo "+ cargo run --release -p ruststream-bench -- $* --quiet --json $OUT" >&2
     "$BIN" "$@" --quiet --json "$OUT"
 }
@@ -37,5 +46,13 @@ for adapter in sqlx tokio-postgres; do
         --peer apalis:4
     run --adapter "$adapter" --url "$PG" --form lease --jobs 1000 --workers 4 --rounds 3 \
         --handler-ms 10 --peer apalis:4
+done
+for adapter in sqlx tokio-postgres; do
+    for form in row-lock lease advisory; do
+        run --adapter "$adapter" --url "$PG" --form "$form" --jobs 2000 --workers 4 --rounds 3 \
+            --prefetch 4 --peer apalis
+        run --adapter "$adapter" --url "$PG" --form "$form" --jobs 1000 --workers 4 --rounds 3 \
+            --handler-ms 10 --prefetch 4 --peer apalis
+    done
 done
 uptime >&2

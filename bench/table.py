@@ -2,7 +2,8 @@
 """Prints the markdown rows of BENCHMARKS.md's claim tables from the bench's JSON lines.
 
 Usage: bench/table.py target/bench/results.jsonl [more.jsonl ...]
-       bench/table.py --peer target/bench/peer.jsonl   (the "Beside a peer" rows)
+       bench/table.py --peer target/bench/peer.jsonl   (the "Beside a peer" rows, with
+                                                       ruststream's prefetch beside apalis's batch)
 
 One row per summary line (one invocation): the median jobs per second of each side over the
 rounds, the median of the rounds' ratios (each round's in brackets), the pickup latencies, the
@@ -23,7 +24,7 @@ def main(paths):
     runs = [l for l in lines if l.get("kind") == "run"]
     for s in (l for l in lines if l.get("kind") == "summary"):
         mine = [r for r in runs if all(r.get(k) == s.get(k) for k in
-                ("adapter", "database", "form", "workers", "handler_ms", "jobs"))
+                ("adapter", "database", "form", "workers", "handler_ms", "jobs", "prefetch"))
                 and s["date"] >= r["date"]]
         mine = mine[-2 * s["rounds"]:]
         rs = [r for r in mine if r["implementation"] == "ruststream"]
@@ -51,7 +52,7 @@ def peer(paths):
     runs = [l for l in lines if l.get("kind") == "run"]
     for s in (l for l in lines if l.get("kind") == "summary" and l.get("peer")):
         mine = [r for r in runs if all(r.get(k) == s.get(k) for k in
-                ("adapter", "database", "form", "workers", "handler_ms", "jobs"))
+                ("adapter", "database", "form", "workers", "handler_ms", "jobs", "prefetch"))
                 and s["date"] >= r["date"]]
         mine = mine[-3 * s["rounds"]:]
         by = lambda side: [r for r in mine if r["implementation"] == side]
@@ -64,7 +65,8 @@ def peer(paths):
         pairs = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
         med = lambda side, k: sorted(r[k] for r in side)[len(side) // 2]
         print(
-            f"| {s['adapter']} | {s['form']} | {s['handler_ms']} ms | {s['peer_batch_size']} | "
+            f"| {s['adapter']} | {s['form']} | {s['handler_ms']} ms | {s.get('prefetch', 0)} | "
+            f"{s['peer_batch_size']} | "
             f"{s['ruststream_jobs_per_s']:.0f} | {s['peer_jobs_per_s']:.0f} | "
             f"{s['baseline_jobs_per_s']:.0f} | **{s['peer_ratio_median']:.2f}** "
             f"({pairs(s['peer_ratios'])}) | {s['ratio_median']:.2f} ({pairs(s['ratios'])}) | "

@@ -517,7 +517,7 @@ pub struct RunRecord {
     pub keys: u64,
     /// The handler's work in milliseconds.
     pub handler_ms: u64,
-    /// The lease form: rows ruststream claims ahead beyond the workers.
+    /// Rows ruststream claims ahead beyond the workers.
     pub prefetch: usize,
     /// Start to the last settlement, in seconds.
     pub elapsed_s: f64,
@@ -573,7 +573,7 @@ pub struct Summary {
     pub keys: u64,
     /// The handler's work in milliseconds.
     pub handler_ms: u64,
-    /// The lease form: rows ruststream claims ahead beyond the workers.
+    /// Rows ruststream claims ahead beyond the workers.
     pub prefetch: usize,
     /// The rounds.
     pub rounds: usize,
