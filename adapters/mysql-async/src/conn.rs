@@ -2,16 +2,24 @@
 //! acquire until its release or close, and runs its commands one after another, in the order
 //! the core gave them.
 //!
-//! The runtime runs each command's future on its own, side by side with the others, so the
-//! order is fixed when a command arrives, not when its future first runs: an acquire starts a
-//! task of its own on the tokio runtime (the connection's task), and every later command of
-//! that `ConnId` is sent to it at once, over a channel, where it waits its turn. The task owns
-//! the driver's connection.
+//! Each command's future runs the command itself, on the task that polls it, with no task of
+//! its own between. The runtime polls the commands' futures side by side, so the order is fixed
+//! when `execute` is called, not when a future first runs: each command takes a turn behind the
+//! one before it on the same `ConnId` (a chain of oneshot channels) and waits for it. The
+//! futures enter the broker's tokio runtime on every poll (mysql_async's IO and timers need
+//! it), whatever executor polls them.
 //!
-//! A close does not wait for a statement in flight: it cuts it short. A connection of its own
-//! sends the server `KILL QUERY` for the session, the statement fails, and the connection is
-//! closed; a command that still has not ended after a short grace (such as a custom lock that
-//! waits on something else) is dropped. The commands queued behind a close fail.
+//! An acquire takes a connection of the pool, waiting at most the broker's acquire timeout. A
+//! release gives it back, rolling back a transaction left open; a connection that was lost, cut
+//! short or does not roll back is closed instead. A close does not wait for a statement in
+//! flight: it cuts it short. A connection of its own sends the server `KILL QUERY` for the
+//! session, the statement fails, and the connection is closed; a command that still has not
+//! ended after a short grace (such as a custom lock that waits on something else) is dropped.
+//! The commands queued behind a close fail.
+//!
+//! A connection dropped without its release or close (the broker went away, or a command's
+//! future was dropped midway) never goes back to the pool: it closes, which ends its session,
+//! its transaction and its locks, after a `KILL QUERY` when a statement was running on it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,8 +34,7 @@ use ruststream_core::{
     Value,
 };
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{oneshot, watch};
 
 use crate::lock::CustomLock;
 use crate::value::{db_error, from_mysql, name_text, params};
@@ -44,43 +51,58 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-type ReplyTx = oneshot::Sender<Reply<mysql_async::Row>>;
+type MyReply = Reply<mysql_async::Row>;
 
-/// What a connection's task shares with the broker.
-struct Shared {
-    /// Set by a close: the command in flight is cut short, and the ones queued fail.
-    cut: watch::Sender<bool>,
-}
+/// Where a `ConnId`'s connection waits between its commands: empty until the acquire ends,
+/// while a command runs on it, and once it has gone.
+type Cell = Arc<Mutex<Option<Connection>>>;
 
-/// One `ConnId`: its task's queue.
+/// One `ConnId`: its connection and the order of its commands.
 struct Slot {
-    jobs: mpsc::UnboundedSender<Job>,
-    shared: Arc<Shared>,
+    /// The connection, once acquired; taken out while a command runs on it.
+    conn: Cell,
+    /// The turn of the last command queued: the next one waits for it.
+    tail: Option<oneshot::Receiver<()>>,
+    /// Set by a close: the command in flight is cut short, and the ones queued fail.
+    closing: watch::Sender<bool>,
+    /// The runtime the connection's futures run in.
+    runtime: Handle,
 }
 
-/// What a connection's task runs, in the order it came.
-enum Job {
-    /// A statement of the core, or the table's own lock or unlock.
-    Run { work: Work, reply: ReplyTx },
-    /// Give the connection back to the pool.
-    Release { reply: ReplyTx },
-    /// Close the connection.
-    Close { reply: ReplyTx },
-}
-
-impl Job {
-    /// Answers a job that finds no connection.
-    fn fail(self, error: impl FnOnce() -> DbError) {
-        match self {
-            Job::Run { reply, .. } => {
-                let _ = reply.send(Reply::Failed(error()));
-            }
-            // Nothing is held: nothing to give back or close.
-            Job::Release { reply } | Job::Close { reply } => {
-                let _ = reply.send(Reply::Done);
-            }
-        }
+impl Slot {
+    /// Queues a command: the turn of the one before it, and this one's, which ends when it is
+    /// dropped.
+    fn turn(&mut self) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
+        let (tx, rx) = oneshot::channel();
+        (self.tail.replace(rx), tx)
     }
+}
+
+/// Waits for the turn before this one; a turn whose command was dropped ends as well.
+async fn wait(before: Option<oneshot::Receiver<()>>) {
+    if let Some(before) = before {
+        let _ = before.await;
+    }
+}
+
+/// Completes once a close sets `closing`; never when the slot went without a close (a
+/// release, or the broker dropped).
+async fn closed(closing: &mut watch::Receiver<bool>) {
+    if closing.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Polls a future inside a runtime's context, whatever executor polls it.
+fn in_runtime<F>(runtime: Handle, future: F) -> BoxFuture<F::Output>
+where
+    F: Future + Send + 'static,
+{
+    let mut future = Box::pin(future);
+    Box::pin(std::future::poll_fn(move |cx| {
+        let _entered = runtime.enter();
+        future.as_mut().poll(cx)
+    }))
 }
 
 /// A command that runs on the connection.
@@ -98,32 +120,9 @@ enum Work {
     },
 }
 
-/// Completes once a close sets the cut (never if the close's sender is gone, which the task's
-/// own `Shared` keeps alive).
-async fn cut_short_by(cut: &mut watch::Receiver<bool>) {
-    if cut.wait_for(|c| *c).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// Whether a reply leaves the connection unfit for reuse.
-fn done_closes(reply: &Reply<mysql_async::Row>) -> bool {
+fn done_closes(reply: &MyReply) -> bool {
     matches!(reply, Reply::Failed(error) if error.closes_connection())
-}
-
-/// What the connection's task knows of its connection.
-#[derive(Default)]
-struct State {
-    /// Affected counts are the rows found, not the rows changed (`client_found_rows`).
-    found_rows: bool,
-    /// The connection was lost, a command on it timed out, or a close cut a command short
-    /// (the connection's protocol state is unknown): it is closed, not given back.
-    broken: bool,
-    /// A transaction is open: a `BEGIN` ran, and no `COMMIT` or `ROLLBACK` since.
-    in_tx: bool,
-    /// The table's own lock or unlock ran on the connection: its session may hold what the
-    /// service's code left, so the pool resets it as the pool's options say.
-    custom_ran: bool,
 }
 
 fn cut_short(conn: ConnId) -> DbError {
@@ -147,26 +146,12 @@ pub(crate) fn pool_closed() -> DbError {
     )
 }
 
-fn lost(conn: ConnId) -> DbError {
-    DbError::new(
-        ErrorKind::ConnectionLost,
-        format!("the task of {conn} ended before it answered"),
-    )
-}
-
-fn ready(reply: Reply<mysql_async::Row>) -> BoxFuture<Reply<mysql_async::Row>> {
+fn ready(reply: MyReply) -> BoxFuture<MyReply> {
     Box::pin(std::future::ready(reply))
 }
 
-fn answer(
-    conn: ConnId,
-    rx: oneshot::Receiver<Reply<mysql_async::Row>>,
-) -> BoxFuture<Reply<mysql_async::Row>> {
-    Box::pin(async move { rx.await.unwrap_or_else(|_| Reply::Failed(lost(conn))) })
-}
-
-/// What a pool lends with: the pool, the runtime its connections' tasks run on, and how long
-/// an acquire may wait.
+/// What a pool lends with: the pool, the runtime its connections' futures run in, and how
+/// long an acquire may wait.
 pub(crate) struct Lender {
     pub(crate) pool: Pool,
     pub(crate) runtime: Handle,
@@ -185,72 +170,38 @@ impl Conns {
         }
     }
 
-    /// How many ids hold (or are acquiring) a connection.
-    pub(crate) fn held(&self) -> usize {
-        lock(&self.slots).len()
+    fn slots(&self) -> MutexGuard<'_, HashMap<ConnId, Slot>> {
+        lock(&self.slots)
     }
 
-    /// Removes `conn` if it is still the slot of `shared` (an acquire that failed).
-    fn forget(&self, conn: ConnId, shared: &Arc<Shared>) {
-        let mut slots = lock(&self.slots);
-        if slots
-            .get(&conn)
-            .is_some_and(|s| Arc::ptr_eq(&s.shared, shared))
-        {
+    /// How many ids hold (or are acquiring) a connection.
+    pub(crate) fn held(&self) -> usize {
+        self.slots().len()
+    }
+
+    /// Removes `conn` if it is still the slot of `cell` (an acquire that failed).
+    fn forget(&self, conn: ConnId, cell: &Cell) {
+        let mut slots = self.slots();
+        if slots.get(&conn).is_some_and(|s| Arc::ptr_eq(&s.conn, cell)) {
             slots.remove(&conn);
         }
     }
 
     /// Answers `command`. The command takes its place in its connection's order now; the
-    /// future answers once the connection's task has run it. `lender` is `None` once the
-    /// broker is closed (or before it starts): an acquire then fails.
+    /// future runs it in that order. `lender` is `None` once the broker is closed (or before
+    /// it starts): an acquire then fails.
     pub(crate) fn execute(
         self: &Arc<Self>,
         lender: Option<Lender>,
         command: Command,
         custom: Option<CustomLock>,
-    ) -> BoxFuture<Reply<mysql_async::Row>> {
+    ) -> BoxFuture<MyReply> {
         let id = command.conn;
         match command.action {
-            Action::Acquire => {
-                let Some(lender) = lender else {
-                    return ready(Reply::Failed(pool_closed()));
-                };
-                let (jobs, queue) = mpsc::unbounded_channel();
-                let (cut, cut_rx) = watch::channel(false);
-                let shared = Arc::new(Shared { cut });
-                {
-                    let mut slots = lock(&self.slots);
-                    if slots.contains_key(&id) {
-                        return ready(Reply::Failed(DbError::new(
-                            ErrorKind::Other,
-                            format!("{id} holds a connection already"),
-                        )));
-                    }
-                    slots.insert(
-                        id,
-                        Slot {
-                            jobs,
-                            shared: shared.clone(),
-                        },
-                    );
-                }
-                let (reply, rx) = oneshot::channel();
-                let task = Task {
-                    conns: self.clone(),
-                    id,
-                    shared,
-                    cut: cut_rx,
-                    queue,
-                };
-                let runtime = lender.runtime.clone();
-                runtime.spawn(task.run(lender, reply));
-                answer(id, rx)
+            Action::Acquire => self.acquire(lender, id),
+            Action::Execute { statement, binds } => {
+                self.run(id, Work::Execute { statement, binds })
             }
-            Action::Execute { statement, binds } => self.send(id, |reply| Job::Run {
-                work: Work::Execute { statement, binds },
-                reply,
-            }),
             Action::Lock { ref key, .. } | Action::Unlock { ref key, .. } => {
                 let take = matches!(command.action, Action::Lock { .. });
                 let Some(custom) = custom else {
@@ -260,53 +211,135 @@ impl Conns {
                     )));
                 };
                 let key = key.clone();
-                self.send(id, |reply| Job::Run {
-                    work: Work::Custom { custom, key, take },
-                    reply,
-                })
+                self.run(id, Work::Custom { custom, key, take })
             }
             Action::Release => {
-                let Some(slot) = lock(&self.slots).remove(&id) else {
+                let Some(mut slot) = self.slots().remove(&id) else {
                     // Nothing is held under this id: nothing to give back.
                     return ready(Reply::Done);
                 };
-                let (reply, rx) = oneshot::channel();
-                if let Err(mpsc::error::SendError(job)) = slot.jobs.send(Job::Release { reply }) {
-                    job.fail(|| no_connection(id));
-                }
-                answer(id, rx)
+                let (before, mine) = slot.turn();
+                let runtime = slot.runtime.clone();
+                in_runtime(runtime, async move {
+                    let _mine = mine;
+                    wait(before).await;
+                    let connection = lock(&slot.conn).take();
+                    if let Some(connection) = connection {
+                        connection.release().await;
+                    }
+                    Reply::Done
+                })
             }
             Action::Close => {
-                let Some(slot) = lock(&self.slots).remove(&id) else {
+                let Some(mut slot) = self.slots().remove(&id) else {
                     return ready(Reply::Done);
                 };
-                // The task cuts short what runs now; what waits behind it fails.
-                slot.shared.cut.send_replace(true);
-                let (reply, rx) = oneshot::channel();
-                if let Err(mpsc::error::SendError(job)) = slot.jobs.send(Job::Close { reply }) {
-                    job.fail(|| no_connection(id));
-                }
-                answer(id, rx)
+                // The command running now is cut short; the ones waiting behind it fail.
+                slot.closing.send_replace(true);
+                let (before, mine) = slot.turn();
+                let runtime = slot.runtime.clone();
+                in_runtime(runtime, async move {
+                    let _mine = mine;
+                    wait(before).await;
+                    let connection = lock(&slot.conn).take();
+                    if let Some(connection) = connection {
+                        connection.close().await;
+                    }
+                    Reply::Done
+                })
             }
         }
     }
 
-    /// Sends a job to `id`'s task.
-    fn send(
-        &self,
-        id: ConnId,
-        job: impl FnOnce(ReplyTx) -> Job,
-    ) -> BoxFuture<Reply<mysql_async::Row>> {
-        let (reply, rx) = oneshot::channel();
-        let job = job(reply);
-        let sent = match lock(&self.slots).get(&id) {
-            Some(slot) => slot.jobs.send(job).map_err(|e| e.0),
-            None => Err(job),
+    /// Binds a connection of the pool to `id`; the commands given after it wait for it.
+    fn acquire(self: &Arc<Self>, lender: Option<Lender>, id: ConnId) -> BoxFuture<MyReply> {
+        let Some(lender) = lender else {
+            return ready(Reply::Failed(pool_closed()));
         };
-        if let Err(job) = sent {
-            job.fail(|| no_connection(id));
+        let (closing, mut cut) = watch::channel(false);
+        let cell: Cell = Arc::new(Mutex::new(None));
+        let (mine, tail) = oneshot::channel();
+        {
+            let mut slots = self.slots();
+            if slots.contains_key(&id) {
+                return ready(Reply::Failed(DbError::new(
+                    ErrorKind::Other,
+                    format!("{id} holds a connection already"),
+                )));
+            }
+            slots.insert(
+                id,
+                Slot {
+                    conn: cell.clone(),
+                    tail: Some(tail),
+                    closing,
+                    runtime: lender.runtime.clone(),
+                },
+            );
         }
-        answer(id, rx)
+        let conns = self.clone();
+        let runtime = lender.runtime.clone();
+        in_runtime(runtime, async move {
+            let _mine = mine;
+            let timeout = lender.acquire_timeout;
+            let got = tokio::select! {
+                biased;
+                () = closed(&mut cut) => None,
+                got = tokio::time::timeout(timeout, lender.pool.get_conn()) => Some(got),
+            };
+            let error = match got {
+                Some(Ok(Ok(conn))) => {
+                    *lock(&cell) = Some(Connection::new(conn, lender.runtime));
+                    return Reply::Done;
+                }
+                None => cut_short(id),
+                Some(Err(_)) => DbError::new(
+                    ErrorKind::PoolClosed,
+                    format!("the pool gave no connection within {timeout:?}"),
+                ),
+                Some(Ok(Err(error))) => {
+                    let mut error = db_error(&error);
+                    error.message =
+                        format!("cannot take a connection of the pool: {}", error.message);
+                    if error.kind == ErrorKind::Other {
+                        error.kind = ErrorKind::ConnectionLost;
+                    }
+                    error
+                }
+            };
+            // The core sends nothing more on an id whose acquire failed; a close that cut the
+            // acquire short finds no connection.
+            conns.forget(id, &cell);
+            Reply::Failed(error)
+        })
+    }
+
+    /// Runs `work` on `id`'s connection in its turn.
+    fn run(&self, id: ConnId, work: Work) -> BoxFuture<MyReply> {
+        let mut slots = self.slots();
+        let Some(slot) = slots.get_mut(&id) else {
+            return ready(Reply::Failed(no_connection(id)));
+        };
+        let (before, mine) = slot.turn();
+        let cell = slot.conn.clone();
+        let mut closing = slot.closing.subscribe();
+        let runtime = slot.runtime.clone();
+        drop(slots);
+        in_runtime(runtime, async move {
+            let _mine = mine;
+            wait(before).await;
+            if *closing.borrow() {
+                return Reply::Failed(cut_short(id));
+            }
+            let connection = lock(&cell).take();
+            let Some(mut connection) = connection else {
+                // The acquire failed, or a command before this one was dropped midway.
+                return Reply::Failed(no_connection(id));
+            };
+            let reply = connection.run(id, work, &mut closing).await;
+            *lock(&cell) = Some(connection);
+            reply
+        })
     }
 }
 
@@ -326,136 +359,166 @@ async fn kill_query(opts: Opts, thread: u32) {
     }
 }
 
-/// A connection's task: it acquires the connection, then runs the jobs of its `ConnId` in
-/// order until a release or a close.
-struct Task {
-    conns: Arc<Conns>,
-    id: ConnId,
-    shared: Arc<Shared>,
-    cut: watch::Receiver<bool>,
-    queue: mpsc::UnboundedReceiver<Job>,
+/// A connection of the pool held for a `ConnId`, and what is known of it.
+struct Connection {
+    /// The driver's connection, until it goes back to the pool or closes.
+    conn: Option<Conn>,
+    /// The runtime a connection dropped without its release or close closes on.
+    runtime: Handle,
+    /// What a kill of a statement in flight needs: the session's id, and options to open a
+    /// connection of its own.
+    thread: u32,
+    opts: Opts,
+    /// Affected counts are the rows found, not the rows changed (`client_found_rows`).
+    found_rows: bool,
+    /// The connection was lost, a command on it timed out, or a close cut a command short
+    /// (the connection's protocol state is unknown): it is closed, not given back.
+    broken: bool,
+    /// A transaction is open: a `BEGIN` ran, and no `COMMIT` or `ROLLBACK` since.
+    in_tx: bool,
+    /// The table's own lock or unlock ran on the connection: its session may hold what the
+    /// service's code left, so the pool resets it as the pool's options say.
+    custom_ran: bool,
+    /// A statement may be running on the connection now: one started and has not ended.
+    running: bool,
 }
 
-impl Task {
-    async fn run(mut self, lender: Lender, acquired: ReplyTx) {
-        let id = self.id;
-        let timeout = lender.acquire_timeout;
-        let got = {
-            let mut cut = self.cut.clone();
-            tokio::select! {
-                biased;
-                () = cut_short_by(&mut cut) => None,
-                got = tokio::time::timeout(timeout, lender.pool.get_conn()) => Some(got),
-            }
+impl Drop for Connection {
+    /// A connection dropped without its release or close (the broker went away, or a
+    /// command's future was dropped midway) closes, on the broker's runtime, rather than going
+    /// back to the pool: its session may hold a transaction, a lock or a half-run statement.
+    /// A statement still running is killed first.
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
         };
-        let mut conn = match got {
-            Some(Ok(Ok(conn))) => conn,
-            failed => {
-                let error = match failed {
-                    None => cut_short(id),
-                    Some(Err(_)) => DbError::new(
-                        ErrorKind::PoolClosed,
-                        format!("the pool gave no connection within {timeout:?}"),
-                    ),
-                    Some(Ok(Err(error))) => {
-                        let mut error = db_error(&error);
-                        error.message =
-                            format!("cannot take a connection of the pool: {}", error.message);
-                        if error.kind == ErrorKind::Other {
-                            error.kind = ErrorKind::ConnectionLost;
-                        }
-                        error
-                    }
-                    Some(Ok(Ok(_))) => unreachable!("matched above"),
-                };
-                self.conns.forget(id, &self.shared);
-                let _ = acquired.send(Reply::Failed(error));
-                // The core sends nothing more on an id whose acquire failed; a close that cut
-                // the acquire short waits in the queue.
-                while let Some(job) = self.queue.recv().await {
-                    job.fail(|| no_connection(id));
-                }
-                return;
+        let kill = self.running.then(|| (self.opts.clone(), self.thread));
+        drop(self.runtime.spawn(async move {
+            if let Some((opts, thread)) = kill {
+                kill_query(opts, thread).await;
             }
-        };
-        // What a kill of a statement in flight needs: the session's id, and options to open a
-        // connection of its own.
+            close(conn).await;
+        }));
+    }
+}
+
+impl Connection {
+    fn new(conn: Conn, runtime: Handle) -> Self {
         let thread = conn.id();
         let opts = conn.opts().clone();
-        let mut state = State {
+        Self {
             found_rows: opts.client_found_rows(),
-            ..State::default()
+            conn: Some(conn),
+            runtime,
+            thread,
+            opts,
+            broken: false,
+            in_tx: false,
+            custom_ran: false,
+            running: false,
+        }
+    }
+
+    /// Runs `work`, unless a close cuts it short: then the server kills the statement from a
+    /// connection of its own, and the command gets [`CUT_GRACE`] to end before it is dropped.
+    async fn run(
+        &mut self,
+        id: ConnId,
+        work: Work,
+        closing: &mut watch::Receiver<bool>,
+    ) -> MyReply {
+        if matches!(work, Work::Custom { .. }) {
+            self.custom_ran = true;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Reply::Failed(no_connection(id));
         };
-        let mut kill: Option<JoinHandle<()>> = None;
-        let _ = acquired.send(Reply::Done);
-        while let Some(job) = self.queue.recv().await {
-            match job {
-                Job::Run { work, reply } => {
-                    if *self.cut.borrow() {
-                        let _ = reply.send(Reply::Failed(cut_short(id)));
-                        continue;
-                    }
-                    if matches!(work, Work::Custom { .. }) {
-                        state.custom_ran = true;
-                    }
-                    let done = {
-                        let work = work.run(&mut conn, &mut state);
-                        tokio::pin!(work);
-                        let mut cut = self.cut.clone();
-                        tokio::select! {
-                            biased;
-                            done = &mut work => Some(done),
-                            () = cut_short_by(&mut cut) => {
-                                // A close came while the command runs: the server kills the
-                                // statement from a connection of its own, and the command
-                                // gets a short grace to end.
-                                kill = Some(tokio::spawn(kill_query(opts.clone(), thread)));
-                                tokio::time::timeout(CUT_GRACE, &mut work).await.ok()
-                            }
-                        }
-                    };
-                    let reply_now = match done {
-                        Some(reply) => reply,
-                        None => Reply::Failed(cut_short(id)),
-                    };
-                    if done_closes(&reply_now) || *self.cut.borrow() {
-                        state.broken = true;
-                    }
-                    let _ = reply.send(reply_now);
-                }
-                Job::Release { reply } => {
-                    release(conn, &state).await;
-                    let _ = reply.send(Reply::Done);
-                    return;
-                }
-                Job::Close { reply } => {
-                    if let Some(kill) = kill.take() {
-                        let _ = tokio::time::timeout(CLOSE_WAIT, kill).await;
-                    }
-                    close(conn).await;
-                    let _ = reply.send(Reply::Done);
-                    return;
+        self.running = true;
+        let done = {
+            let work = work.run(conn, self.found_rows);
+            tokio::pin!(work);
+            tokio::select! {
+                biased;
+                done = &mut work => Some(done),
+                () = closed(closing) => {
+                    let kill = kill_query(self.opts.clone(), self.thread);
+                    let (_, done) = tokio::join!(kill, tokio::time::timeout(CUT_GRACE, &mut work));
+                    done.ok()
                 }
             }
+        };
+        // A command dropped after its grace may have left its statement running.
+        self.running = done.is_none();
+        let reply = match done {
+            Some((reply, in_tx)) => {
+                if let Some(in_tx) = in_tx {
+                    self.in_tx = in_tx;
+                }
+                reply
+            }
+            None => Reply::Failed(cut_short(id)),
+        };
+        if done_closes(&reply) || *closing.borrow() {
+            self.broken = true;
         }
-        // Every sender is gone without a release or a close (the broker was dropped): the
-        // connection closes, and its session with it.
-        close(conn).await;
+        reply
+    }
+
+    /// Gives the connection back to the pool: a transaction left open is rolled back first; a
+    /// connection that was lost, cut short or does not roll back is closed instead. Into a
+    /// closed pool, the connection closes.
+    async fn release(mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if self.broken {
+            self.close().await;
+            return;
+        }
+        if self.in_tx || server_in_tx(conn) {
+            // Dropped midway, the connection closes rather than going back mid-rollback.
+            self.running = true;
+            let rolled_back = conn.query_drop("ROLLBACK").await;
+            self.running = false;
+            if let Err(error) = rolled_back {
+                tracing::warn!(
+                    "rolling back a released MySQL connection failed: {error}; it is closed"
+                );
+                self.close().await;
+                return;
+            }
+        }
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if !self.custom_ran {
+            // The connection comes back with no transaction and no lock of the broker's: the
+            // pool need not reset its session, and its prepared statements stay cached.
+            conn.reset_connection(false);
+        }
+        // Back to the pool, which checks it before lending it again, or closes it once closed.
+        drop(conn);
+    }
+
+    /// Closes the connection, ending its session.
+    async fn close(mut self) {
+        if let Some(conn) = self.conn.take() {
+            close(conn).await;
+        }
     }
 }
 
 impl Work {
-    async fn run(self, conn: &mut Conn, state: &mut State) -> Reply<mysql_async::Row> {
+    /// Runs the work; answers the reply and, where a statement opens or ends a transaction,
+    /// whether one is open after it.
+    async fn run(self, conn: &mut Conn, found_rows: bool) -> (MyReply, Option<bool>) {
         match self {
             Work::Execute { statement, binds } => {
-                let reply = execute(conn, &statement, binds, state.found_rows).await;
-                if let Some(in_tx) = statement
+                let reply = execute(conn, &statement, binds, found_rows).await;
+                let in_tx = statement
                     .kind
-                    .transaction_after(!matches!(reply, Reply::Failed(_)))
-                {
-                    state.in_tx = in_tx;
-                }
-                reply
+                    .transaction_after(!matches!(reply, Reply::Failed(_)));
+                (reply, in_tx)
             }
             Work::Custom { custom, key, take } => {
                 let which = if take { "lock" } else { "unlock" };
@@ -464,7 +527,7 @@ impl Work {
                 } else {
                     custom.unlock(conn, &key).await
                 };
-                match answer {
+                let reply = match answer {
                     Ok(b) => Reply::Bool(b),
                     Err(error) => {
                         let mut failed = db_error(&error);
@@ -474,7 +537,8 @@ impl Work {
                         );
                         Reply::Failed(failed)
                     }
-                }
+                };
+                (reply, None)
             }
         }
     }
@@ -486,30 +550,6 @@ fn server_in_tx(conn: &Conn) -> bool {
         ok.status_flags()
             .contains(StatusFlags::SERVER_STATUS_IN_TRANS)
     })
-}
-
-/// Gives a connection back to the pool: a transaction left open is rolled back first; a
-/// connection that was lost, cut short or does not roll back is closed instead. Into a closed
-/// pool, the connection closes.
-async fn release(mut conn: Conn, state: &State) {
-    if state.broken {
-        close(conn).await;
-        return;
-    }
-    if (state.in_tx || server_in_tx(&conn))
-        && let Err(error) = conn.query_drop("ROLLBACK").await
-    {
-        tracing::warn!("rolling back a released MySQL connection failed: {error}; it is closed");
-        close(conn).await;
-        return;
-    }
-    if !state.custom_ran {
-        // The connection comes back with no transaction and no lock of the broker's: the
-        // pool need not reset its session, and its prepared statements stay cached.
-        conn.reset_connection(false);
-    }
-    // Back to the pool, which checks it before lending it again, or closes it once closed.
-    drop(conn);
 }
 
 /// Closes a connection, ending its session: `COM_QUIT`, then the socket closes. A connection

@@ -108,10 +108,13 @@
 //! # Connections
 //!
 //! Each connection the core names holds a connection of the pool from its acquire to its
-//! release or close, and runs its commands in the order the core gave them, on a tokio task
-//! of its own. A release gives the connection back, rolling back a transaction left open; a
-//! close ends its session (`COM_QUIT`), and so its locks and its transaction, cutting short a
-//! statement still running on it with `KILL QUERY` from a connection of its own. Size the
+//! release or close, and runs its commands in the order the core gave them, each on the task
+//! that polls its future, inside the broker's tokio runtime. A release gives the connection
+//! back, rolling back a transaction left open; a close ends its session (`COM_QUIT`), and so
+//! its locks and its transaction, cutting short a statement still running on it with
+//! `KILL QUERY` from a connection of its own. A connection dropped without its release or
+//! close (the broker dropped, or a command's future dropped midway) closes rather than going
+//! back to the pool. Size the
 //! pool (`pool_max` in the URL, 100 by default) for the forms that hold a connection per
 //! message in work (row lock, advisory): each subscription's workers, plus one for its claims
 //! and one for publishes. An acquire waits up to [`MySqlAsyncBroker::acquire_timeout`].

@@ -1,11 +1,15 @@
 //! The adapter by hand, on the real server at `RUSTSTREAM_MYSQL_URL`: commands on named
 //! connections and their order, values and errors, affected counts with and without
 //! `client_found_rows`, the release's rollback, the close that cuts a statement short, the
-//! custom lock, the start's messages, and the pools' closing.
+//! connection of a command dropped midway or of a dropped broker, which leaves the pool, the
+//! commands polled by another executor, the custom lock, the start's messages, and the pools'
+//! closing.
 
 mod common;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -75,6 +79,33 @@ fn values(reply: MyReply) -> Vec<Vec<Value>> {
     }
 }
 
+/// Polls the futures side by side, each time in the order given, until every one has
+/// answered; answers their outputs in that order.
+async fn side_by_side<F: Future + Unpin>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<Option<F>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (future, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(polled) = future
+                && let Poll::Ready(done) = Pin::new(polled).poll(cx)
+            {
+                *output = Some(done);
+                *future = None;
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|output| output.expect("every future answered"))
+        .collect()
+}
+
 async fn started(broker: MySqlAsyncBroker) -> MySqlAsyncBroker {
     let dialect = Adapter::start(&broker).await.expect("the broker starts");
     assert_eq!(dialect, Dialect::MariaDb, "the test server is MariaDB");
@@ -97,8 +128,8 @@ async fn commands_run_in_order_on_their_connection() {
     assert_eq!(run(&broker, 1, Action::Acquire).await, Reply::Done);
     assert_eq!(broker.connections_held(), 1);
 
-    // Fifty inserts, given at once and answered in any order, run in the order given: each
-    // reads the count the one before it left.
+    // Fifty inserts, given at once and their futures polled side by side, the last first,
+    // run in the order given: each reads the count the one before it left.
     let insert = "INSERT INTO items (id, n) SELECT ?, COUNT(*) FROM items";
     let replies: Vec<_> = (0..50)
         .map(|i| {
@@ -108,8 +139,8 @@ async fn commands_run_in_order_on_their_connection() {
             )
         })
         .collect();
-    for reply in replies.into_iter().rev() {
-        assert_eq!(reply.await, Reply::Affected(1));
+    for reply in side_by_side(replies.into_iter().rev()).await {
+        assert_eq!(reply, Reply::Affected(1));
     }
     let ordered = db.count("SELECT COUNT(*) FROM items WHERE n = id").await;
     assert_eq!(ordered, 50, "every insert saw the ones before it");
@@ -623,6 +654,185 @@ async fn a_close_drops_a_custom_lock_that_does_not_end() {
         eventually_async(WAIT, gone).await,
         "the closed connection's session {id} ended"
     );
+    broker.close().await;
+    assert!(eventually_async(WAIT, || db.sessions_are(0)).await);
+    db.cleanup().await;
+}
+
+/// The server's id of the session behind `conn`.
+async fn session_of(broker: &MySqlAsyncBroker, conn: u64) -> i64 {
+    values(
+        run(
+            broker,
+            conn,
+            exec("SELECT CONNECTION_ID() AS id", rows(&["id"], false), vec![]),
+        )
+        .await,
+    )[0][0]
+        .as_int()
+        .expect("the session's id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_dropped_midway_takes_its_connection_out_of_the_pool() {
+    let db = TestDb::new("adapter_dropped", &[ITEMS]).await;
+    db.exec("INSERT INTO items (id, n) VALUES (1, 0), (2, 0)")
+        .await;
+    let broker = started(MySqlAsyncBroker::from_url(&db.url)).await;
+    let mut holder = db.conn().await;
+    holder.query_drop("START TRANSACTION").await.unwrap();
+    holder
+        .query_drop("SELECT * FROM items WHERE id = 1 FOR UPDATE")
+        .await
+        .unwrap();
+
+    assert_eq!(run(&broker, 1, Action::Acquire).await, Reply::Done);
+    let session = session_of(&broker, 1).await;
+    assert_eq!(
+        run(&broker, 1, fixed(StatementKind::Begin, "START TRANSACTION")).await,
+        Reply::Done
+    );
+    let update = |id: i64| {
+        exec(
+            "UPDATE items SET n = 1 WHERE id = ?",
+            Output::Affected,
+            vec![Value::Int(id)],
+        )
+    };
+    assert_eq!(run(&broker, 1, update(2)).await, Reply::Affected(1));
+    // The update of row 1 waits for the holder's lock; its future is dropped meanwhile.
+    let mut waiting = broker.execute(command(1, update(1)), None);
+    let mut watch = connect().await;
+    let start = Instant::now();
+    loop {
+        tokio::select! {
+            reply = &mut waiting => panic!("the update waits for the row: {reply:?}"),
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        let running: Option<i64> = watch
+            .exec_first(
+                "SELECT id FROM information_schema.processlist WHERE id = ? AND info LIKE 'UPDATE items%'",
+                (session,),
+            )
+            .await
+            .unwrap();
+        if running.is_some() {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the update never ran on the server");
+    }
+    drop(waiting);
+    watch.disconnect().await.unwrap();
+
+    // The connection does not go back to the pool: its session ends, and with it its
+    // transaction and its row locks.
+    assert!(
+        eventually_async(WAIT, || session_gone(session)).await,
+        "the session {session} of the dropped command ended"
+    );
+    let mut other = db.conn().await;
+    other.query_drop("START TRANSACTION").await.unwrap();
+    let free: Vec<(i64, i64)> = other
+        .query("SELECT id, n FROM items FOR UPDATE SKIP LOCKED")
+        .await
+        .unwrap();
+    assert_eq!(free, [(2, 0)], "row 2 is free and its update rolled back");
+    other.query_drop("ROLLBACK").await.unwrap();
+    other.disconnect().await.unwrap();
+    holder.query_drop("ROLLBACK").await.unwrap();
+    holder.disconnect().await.unwrap();
+
+    // The id holds no connection now: its commands fail, its release is a no-op.
+    let after = failed(run(&broker, 1, exec("SELECT 1", Output::Nothing, vec![])).await);
+    assert_eq!(after.kind, ErrorKind::ConnectionLost, "{after}");
+    assert_eq!(run(&broker, 1, Action::Release).await, Reply::Done);
+    assert_eq!(broker.connections_held(), 0);
+    // The pool lends a fresh connection.
+    assert_eq!(run(&broker, 2, Action::Acquire).await, Reply::Done);
+    assert_ne!(session_of(&broker, 2).await, session);
+    assert_eq!(run(&broker, 2, Action::Release).await, Reply::Done);
+    broker.close().await;
+    assert!(eventually_async(WAIT, || db.sessions_are(0)).await);
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_broker_closes_the_connections_it_holds() {
+    let db = TestDb::new("adapter_broker_dropped", &[ITEMS]).await;
+    db.exec("INSERT INTO items (id, n) VALUES (1, 0)").await;
+    // The service's own pool, which stays open and does not reset the sessions it gets back.
+    let pool = mysql_async::Pool::new(
+        db.plain_opts()
+            .pool_opts(mysql_async::PoolOpts::default().with_reset_connection(false)),
+    );
+    let broker = started(MySqlAsyncBroker::new(pool.clone())).await;
+    assert_eq!(run(&broker, 1, Action::Acquire).await, Reply::Done);
+    let session = session_of(&broker, 1).await;
+    assert_eq!(
+        run(&broker, 1, fixed(StatementKind::Begin, "START TRANSACTION")).await,
+        Reply::Done
+    );
+    let locked = run(
+        &broker,
+        1,
+        exec(
+            "SELECT id FROM items WHERE id = ? FOR UPDATE",
+            rows(&["id"], false),
+            vec![Value::Int(1)],
+        ),
+    )
+    .await;
+    assert_eq!(values(locked), vec![vec![Value::Int(1)]]);
+    drop(broker);
+    assert!(
+        eventually_async(WAIT, || session_gone(session)).await,
+        "the session {session} of the dropped broker ended"
+    );
+    let mut other = db.conn().await;
+    other.query_drop("START TRANSACTION").await.unwrap();
+    let free: Vec<i64> = other
+        .query("SELECT id FROM items FOR UPDATE SKIP LOCKED")
+        .await
+        .unwrap();
+    assert_eq!(free, [1], "the row lock went with the session");
+    other.query_drop("ROLLBACK").await.unwrap();
+    other.disconnect().await.unwrap();
+    // The pool lends a connection with no transaction.
+    let mut conn = pool.get_conn().await.unwrap();
+    let in_tx: Option<i64> = conn.query_first("SELECT @@in_transaction").await.unwrap();
+    assert_eq!(in_tx, Some(0));
+    drop(conn);
+    pool.disconnect().await.unwrap();
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_run_when_another_executor_polls_them() {
+    let db = TestDb::new("adapter_executor", &[]).await;
+    let broker = Arc::new(started(MySqlAsyncBroker::from_url(&db.url)).await);
+    // A thread outside the tokio runtime polls the commands' futures.
+    let replies = std::thread::spawn({
+        let broker = broker.clone();
+        move || {
+            futures_lite_block_on(async {
+                let acquired = run(&broker, 1, Action::Acquire).await;
+                let one = run(
+                    &broker,
+                    1,
+                    exec("SELECT 1 AS one", rows(&["one"], false), vec![]),
+                )
+                .await;
+                let released = run(&broker, 1, Action::Release).await;
+                (acquired, one, released)
+            })
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(replies.0, Reply::Done);
+    assert_eq!(values(replies.1), vec![vec![Value::Int(1)]]);
+    assert_eq!(replies.2, Reply::Done);
+    assert_eq!(broker.connections_held(), 0);
     broker.close().await;
     assert!(eventually_async(WAIT, || db.sessions_are(0)).await);
     db.cleanup().await;
