@@ -15,10 +15,13 @@
 //!   `mark_lease`, `COMMIT`, the handler, `settle`.
 //! - advisory, PostgreSQL and MySQL/MariaDB: `candidates` (limit 2 W), then for each candidate
 //!   until one is taken: lock the key (`try_lock`), `take` (MySQL/MariaDB: `take_count` then
-//!   `read_row`), the handler, `settle`, `unlock`. SQLite: `candidates` (limit 1: the first due
-//!   row alone), its key put into a set of keys in the process, or nothing taken while the key
-//!   is in work (advisory.md: "A claim there reads the first due rows alone and takes nothing
-//!   while they are in work"), then `take`, the handler, `settle`, the key out of the set.
+//!   `read_row`), the handler, `settle`, `unlock`. SQLite: one task at a time, as the core's
+//!   registry claims nothing while a row is in work (advisory.md: "A claim there reads the
+//!   first due rows alone and takes nothing while they are in work, so a subscription has one
+//!   delivery in work at a time"): under a mutex the tasks share, `candidates` (limit 1: the
+//!   first due row alone), its key put into a set of keys in the process, `take`, the
+//!   handler, `settle`, the key out of the set; the next task's claim starts as the mutex is
+//!   released.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -83,7 +86,9 @@ pub(crate) struct Shared {
     pub(crate) handler_ms: u64,
     /// MySQL/MariaDB: the database's name, for lock names.
     pub(crate) database: String,
-    /// Row lock form: one count-and-lock at a time.
+    /// Row lock form: one count-and-lock at a time. SQLite advisory form: one claim and its
+    /// delivery at a time, as the core's registry has (the next claim starts when the key is
+    /// released, and none runs meanwhile).
     pub(crate) claim: tokio::sync::Mutex<()>,
     /// SQLite advisory form: the keys in work.
     pub(crate) keys: Mutex<HashSet<String>>,
@@ -305,6 +310,12 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
     let st = &shared.statements;
     let now = crate::stats::now_us();
     let sqlite = st.dialect == Dialect::Sqlite;
+    // SQLite: no claim while a row is in work; the next one runs when its key is released.
+    let _turn = if sqlite {
+        Some(shared.claim.lock().await)
+    } else {
+        None
+    };
     let mut b = Binds {
         now,
         limit: if sqlite { 1 } else { 2 * shared.workers as i64 },

@@ -431,10 +431,14 @@ impl Config {
         }
     }
 
-    /// The pool size ruststream gets: a connection per worker and per row claimed ahead (the
-    /// row lock and advisory forms hold one each), one for claims, one spare.
+    /// The pool size ruststream gets: a connection per worker, one for claims, one spare, and
+    /// in the row lock and advisory forms one per row claimed ahead (each holds one).
     fn pool_size(&self) -> usize {
-        self.workers + self.prefetch + 2
+        let ahead = match self.form {
+            Form::Lease => 0,
+            Form::RowLock | Form::Advisory => self.prefetch,
+        };
+        self.workers + ahead + 2
     }
 }
 

@@ -314,8 +314,10 @@ pub(crate) async fn run(
 ) -> Result<Duration, BoxError> {
     let url = url(config)?;
     let mut probe = sqlx::PgConnection::connect(url).await?;
+    // A connection per worker and two, as ruststream's pool where no row claimed ahead holds
+    // one.
     let pool = PgPoolOptions::new()
-        .max_connections(config.pool_size() as u32)
+        .max_connections((config.workers + 2) as u32)
         .connect_lazy(url)?;
     let storage = PostgresStorage::<Job>::new(&pool)
         .with_config(storage_config(peer_of(config)?))

@@ -228,6 +228,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms shutdown_counts_locks_released: advisory Advisory, custom Custom);
         $crate::conformance_tests!(@forms sigkill_worker: lease Lease, advisory Advisory, row_lock RowLock);
         $crate::conformance_tests!(@forms killed_connection: advisory Advisory);
+        $crate::conformance_tests!(@forms killed_while_claimed_ahead: advisory Advisory);
         $crate::conformance_tests!(@one custom_lock_answers);
         $crate::conformance_tests!(@one lease_extended_while_in_work);
         $crate::conformance_tests!(@one lease_acks_together);

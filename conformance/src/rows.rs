@@ -411,4 +411,5 @@ tables! {
     publish_all_writes_every_row: delete;
     sigkill_worker: delete;
     killed_connection: delete;
+    killed_while_claimed_ahead: delete;
 }

@@ -116,8 +116,8 @@
 //! close (the broker dropped, or a command's future dropped midway) closes rather than going
 //! back to the pool. Size the
 //! pool (`pool_max` in the URL, 100 by default) for the forms that hold a connection per
-//! message in work (row lock, advisory): each subscription's workers, plus one for its claims
-//! and one for publishes. An acquire waits up to [`MySqlAsyncBroker::acquire_timeout`].
+//! message in work (row lock, advisory): each subscription's workers and rows claimed ahead
+//! (`prefetch`), plus one for its claims and one for publishes. An acquire waits up to [`MySqlAsyncBroker::acquire_timeout`].
 //! Keep `pool_min` (10 by default) at or above that number too: with mysql_async's default
 //! `inactive_connection_ttl` of zero, the pool keeps at most `pool_min` idle connections and
 //! closes every other connection given back, so a smaller `pool_min` opens a new connection

@@ -129,8 +129,8 @@
 //! with `client_connection_check_interval`).
 //!
 //! Size the pool (sqlx's default is ten connections) for the forms that hold a connection per
-//! message in work, row lock and advisory: each subscription's workers, plus one for its
-//! claims and one for publishes.
+//! message in work, row lock and advisory: each subscription's workers and rows claimed
+//! ahead (`prefetch`), plus one for its claims and one for publishes.
 //!
 //! On PostgreSQL a broker with subscriptions also keeps one connection outside the pool, with
 //! the pool's connect options, that runs `LISTEN ruststream` (a [`sqlx::postgres::PgListener`]):

@@ -127,8 +127,8 @@
 //! running with a cancel request (over [`TokioPostgresBroker::cancel_tls`] where the server
 //! takes no plain connection), rolls back and unlocks what the session holds while it still
 //! answers, and takes the connection out of the pool. Size the pool for the forms that hold a
-//! connection per message in work (row lock, advisory): each subscription's workers, plus one
-//! for its claims and one for publishes.
+//! connection per message in work (row lock, advisory): each subscription's workers and rows
+//! claimed ahead (`prefetch`), plus one for its claims and one for publishes.
 //!
 //! A broker with subscriptions also keeps one connection outside the pool that runs `LISTEN
 //! ruststream` ([`TokioPostgresBroker::listen_on`]; on the URL of

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use ruststream::adapter::TakesRows;
+use ruststream::core::PING_AHEAD_AFTER;
 
 use super::{body, run};
 use crate::harness::Harness;
@@ -15,6 +16,8 @@ use crate::{Form, TestName, Verdict};
 /// released, their transactions rolled back, their keys unlocked), so another service takes
 /// them at once, long before a 30 s lease would have run out. A claim that reads the first due
 /// rows alone (a custom lock, SQLite's advisory form) claims none ahead, and the same holds.
+/// Rows that wait longer than [`PING_AHEAD_AFTER`] are handed, once each (in the row lock and
+/// advisory forms after their sessions answered a ping).
 pub async fn claims_ahead<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
     body!(ClaimsAhead => claims_ahead_in);
     run::<H, rows::claims_ahead::Family, _>(harness, form, test, ClaimsAhead).await
@@ -102,4 +105,33 @@ where
         (101..=108).collect::<Vec<_>>(),
         "{cx}: every job handled once, before or after the shutdown"
     );
+
+    // Rows that wait longer than `PING_AHEAD_AFTER` for the one worker: in the row lock and
+    // advisory forms each is handed after its session answered a ping, once, at its first
+    // attempt.
+    let long = Recorder::sleeping(PING_AHEAD_AFTER + Duration::from_millis(200));
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let opts = Opts::default().workers(1).prefetch(2);
+    let service = cx.service(&broker, subscription::<T>(&long, opts), SHUTDOWN);
+    let stop = async {
+        for n in 201..=203 {
+            cx.publish(&publisher, n, n).await;
+        }
+        cx.until_within(
+            "the three jobs are handled and settled",
+            Duration::from_secs(20),
+            || async { long.count() >= 3 && cx.count("1=1").await == 0 },
+        )
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    let mut pairs = long.pairs();
+    pairs.sort_unstable();
+    assert_eq!(
+        pairs,
+        [(201, 1), (202, 1), (203, 1)],
+        "{cx}: each handled once, at its first attempt"
+    );
+    assert_eq!(long.max_in_work(), 1, "{cx}: one at a time with workers(1)");
 }

@@ -360,3 +360,70 @@ where
     service.run_until(stop).await.expect("the service runs");
     assert_eq!(recorder.pairs(), [(1, 1), (1, 2), (2, 1)]);
 }
+
+/// A row claimed ahead whose connection the server killed while the row waited (its key's
+/// lock gone with it) is never handed: once the worker frees, the row is taken again from the
+/// queue, at its next attempt, and handled once.
+pub async fn killed_while_claimed_ahead<H: Harness>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
+    needs(harness, harness.capabilities().kill_connection)?;
+    body!(KilledAhead => killed_ahead_in);
+    run::<H, rows::killed_while_claimed_ahead::Family, _>(harness, form, test, KilledAhead).await
+}
+
+async fn killed_ahead_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    let gate = Gate::default();
+    let recorder = {
+        let gate = gate.clone();
+        Recorder::new(move |seen| {
+            let gate = gate.clone();
+            async move {
+                if seen.n == 1 {
+                    gate.wait().await;
+                }
+                Ok(())
+            }
+        })
+    };
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let opts = Opts::default().workers(1).prefetch(1);
+    let service = cx.service(&broker, subscription::<T>(&recorder, opts), SHUTDOWN);
+    let stop = async {
+        cx.publish(&publisher, 1, 1).await;
+        cx.until("job 1 is in work", || async { recorder.saw(1) })
+            .await;
+        cx.publish(&publisher, 2, 2).await;
+        let key = cx.key(2);
+        cx.until(
+            "job 2 is claimed ahead, and its connection killed",
+            || async {
+                cx.harness
+                    .kill_key_holder(&cx.db, &key)
+                    .await
+                    .unwrap_or_else(|e| panic!("{cx}: killing the holder of {key} failed: {e}"))
+            },
+        )
+        .await;
+        // Long enough for the row to be pinged before it is handed.
+        sleep(ruststream::core::PING_AHEAD_AFTER + Duration::from_millis(200)).await;
+        assert!(!recorder.saw(2), "{cx}: job 2 waits for the one worker");
+        gate.open();
+        cx.until("job 2 is handled and settled", || async {
+            recorder.saw(2) && cx.count("1=1").await == 0
+        })
+        .await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    assert_eq!(
+        recorder.pairs(),
+        [(1, 1), (2, 2)],
+        "{cx}: the claim of job 2 whose session was killed is never handed; the next one is"
+    );
+}

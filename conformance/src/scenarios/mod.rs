@@ -14,7 +14,7 @@
 //!   [`shutdown_counts_locks_released`], [`lease_kept_past_shutdown`],
 //!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
 //! - Crashes (`crash.rs`): [`dropped_delivery_returns`], [`sigkill_worker`],
-//!   [`killed_connection`].
+//!   [`killed_connection`], [`killed_while_claimed_ahead`].
 
 mod ahead;
 mod crash;
@@ -24,7 +24,9 @@ mod settle;
 mod shutdown;
 
 pub use ahead::claims_ahead;
-pub use crash::{dropped_delivery_returns, killed_connection, sigkill_worker};
+pub use crash::{
+    dropped_delivery_returns, killed_connection, killed_while_claimed_ahead, sigkill_worker,
+};
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
 pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
 pub use settle::{

@@ -28,6 +28,14 @@ pub const DROP_GRACE: Duration = Duration::from_secs(5);
 /// shutdown gives every kept connection back.
 pub const CONNECTION_LINGER: Duration = Duration::from_millis(5);
 
+/// The row lock and advisory lock forms: a row claimed ahead that waited this long for a free
+/// worker is handed only after a `SELECT 1` on its connection answered
+/// ([`StatementKind::Ping`]). Its session holds the row's transaction or its key's lock; a
+/// session the server ended meanwhile (`idle_in_transaction_session_timeout`, `wait_timeout`,
+/// a kill) held them no longer, and another process may have taken the row: such a row is
+/// never handed, its connection closes, and the next claim takes what is due.
+pub const PING_AHEAD_AFTER: Duration = Duration::from_secs(1);
+
 /// The settings of one subscription.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SubscribeOptions {
@@ -301,6 +309,8 @@ struct Delivery {
     /// The lease form: other deliveries of its subscription whose settlements ride on this
     /// one's statement.
     batch: Vec<DeliveryId>,
+    /// When its claim took it.
+    claimed_at: Time,
 }
 
 #[derive(Debug)]
@@ -316,6 +326,8 @@ enum DeliveryStage {
     Commit,
     Rollback,
     Unlock,
+    /// A row claimed ahead: its session answers, so it is handed.
+    Ping,
     Release,
     Close,
 }
@@ -462,6 +474,9 @@ pub struct Broker<R> {
     /// By subscription: rows claimed ahead, waiting for a free worker, in claim order
     /// ([`SubscribeOptions::prefetch`]).
     ahead: Vec<VecDeque<Delivered<R>>>,
+    /// Rows claimed ahead whose session is asked whether it still answers before they are
+    /// handed ([`PING_AHEAD_AFTER`]), each with a worker's slot kept for it.
+    pinging: BTreeMap<DeliveryId, Delivered<R>>,
     publishes: BTreeMap<PublishId, PublishFlow>,
     pending: BTreeMap<CommandId, Step>,
     /// Connections the core holds, acquired and not yet released or closed, by the ids the
@@ -515,6 +530,7 @@ impl<R> Broker<R> {
             claims: BTreeMap::new(),
             deliveries: BTreeMap::new(),
             ahead: Vec::new(),
+            pinging: BTreeMap::new(),
             publishes: BTreeMap::new(),
             pending: BTreeMap::new(),
             conns: BTreeSet::new(),
@@ -1587,10 +1603,13 @@ impl<R> Broker<R> {
                     if !self.claims[&claim].loaded {
                         let statement = statements.candidates.clone().expect("advisory");
                         let s = &self.subs[sub.0];
+                        // Enough to pass over the rows in work (claimed ahead too) and the rows
+                        // the subscription's other claims are taking, and still find this
+                        // claim's: `claiming` counts this claim's slots and theirs.
                         let limit = if s.mode.first_rows_only() {
                             1
                         } else {
-                            s.in_work + 2 * self.claims[&claim].limit
+                            s.in_work + s.claiming + self.claims[&claim].limit
                         };
                         let binds = statement.binds(|arg| match arg {
                             Arg::Limit => Value::Int(limit as i64),
@@ -2233,6 +2252,7 @@ impl<R> Broker<R> {
                 delivered: self.state == State::Running,
                 handling: false,
                 batch: Vec::new(),
+                claimed_at: self.now,
             },
         );
         if self.state == State::Running {
@@ -2286,8 +2306,9 @@ impl<R> Broker<R> {
             let Some(d) = self.deliveries.get_mut(&next.delivery) else {
                 continue;
             };
-            // A lease that ran out while the row waited may be another process's now; a row
-            // lock or a key's lock holds until this process ends it.
+            // A lease that ran out while the row waited may be another process's now. A row
+            // lock or a key's lock holds while its session does: one that waited long is
+            // handed once its session has answered a ping.
             let ran_out = self.subs[sub.0].statements.form == Form::Lease
                 && d.fence.is_none_or(|until| until <= now);
             if d.lease_lost || d.ending.is_some() || ran_out {
@@ -2304,13 +2325,51 @@ impl<R> Broker<R> {
                 }
                 continue;
             }
-            d.delivered = true;
             d.handling = true;
+            let waited = now.since(d.claimed_at) >= PING_AHEAD_AFTER;
+            let conn = d.conn;
             let s = &mut self.subs[sub.0];
-            s.handed += 1;
             s.handling += 1;
+            if let (true, Some(ping), Some(conn)) = (waited, s.statements.ping.clone(), conn) {
+                // The worker's slot is kept for the row while its session is asked.
+                if let Some(d) = self.deliveries.get_mut(&next.delivery) {
+                    d.state = DeliveryState::Busy;
+                }
+                let delivery = next.delivery;
+                self.pinging.insert(delivery, next);
+                self.delivery_execute(delivery, conn, &ping, Vec::new(), DeliveryStage::Ping);
+                continue;
+            }
+            s.handed += 1;
+            if let Some(d) = self.deliveries.get_mut(&next.delivery) {
+                d.delivered = true;
+            }
             self.events.push_back(Event::Delivered(next));
         }
+    }
+
+    /// A row claimed ahead whose session answered its ping: handed, or given back when the
+    /// subscription stopped or the broker began its shutdown meanwhile.
+    fn pinged(&mut self, delivery: DeliveryId) {
+        let Some(next) = self.pinging.remove(&delivery) else {
+            return;
+        };
+        let Some(d) = self.deliveries.get_mut(&delivery) else {
+            return;
+        };
+        d.state = DeliveryState::InWork;
+        let sub = d.sub;
+        let queued = d.queued.take();
+        let stopped = self.subs[sub.0].stopped;
+        if queued.is_some() || stopped || self.state != State::Running {
+            d.handling = false;
+            self.subs[sub.0].handling -= 1;
+            self.end(delivery, queued.unwrap_or(Ending::Drop));
+            return;
+        }
+        d.delivered = true;
+        self.subs[sub.0].handed += 1;
+        self.events.push_back(Event::Delivered(next));
     }
 
     /// The runtime settled or dropped a delivery: its worker is free for a row claimed ahead.
@@ -2327,7 +2386,8 @@ impl<R> Broker<R> {
         self.hand_ahead(sub);
     }
 
-    /// Gives back the rows a subscription claimed ahead: their leases are released at once.
+    /// Gives back the rows a subscription claimed ahead, at once: their leases released, their
+    /// transactions rolled back, their keys' locks released.
     fn give_back_ahead(&mut self, sub: SubId) {
         let waiting: Vec<DeliveryId> = self.ahead[sub.0].drain(..).map(|d| d.delivery).collect();
         for delivery in waiting {
@@ -2564,7 +2624,9 @@ impl<R> Broker<R> {
             .take()
             .expect("an advisory delivery holds its connection");
         let shutdown = d.ending == Some(Ending::Shutdown);
-        let close = !released || d.ending == Some(Ending::Drop);
+        // A delivery the runtime dropped closes its connection; a row claimed ahead and given
+        // back before it was handed gives its connection back to the pool.
+        let close = !released || (d.ending == Some(Ending::Drop) && d.delivered);
         if shutdown {
             if released {
                 self.counts.locks_released += 1;
@@ -2824,6 +2886,7 @@ impl<R> Broker<R> {
                 };
                 self.after_unlock(delivery, released);
             }
+            DeliveryStage::Ping => self.pinged(delivery),
             DeliveryStage::Release | DeliveryStage::Close => {
                 let d = self
                     .deliveries
@@ -2843,6 +2906,16 @@ impl<R> Broker<R> {
     }
 
     fn on_delivery_failed(&mut self, delivery: DeliveryId, stage: DeliveryStage, error: DbError) {
+        if matches!(stage, DeliveryStage::Ping) {
+            // Its session no longer answers: the row is never handed, and ends as its
+            // connection closes.
+            self.pinging.remove(&delivery);
+            let d = self
+                .deliveries
+                .get_mut(&delivery)
+                .expect("delivery in flight");
+            d.ending = Some(d.queued.take().unwrap_or(Ending::Drop));
+        }
         let d = self
             .deliveries
             .get_mut(&delivery)
@@ -2991,7 +3064,7 @@ impl<R> Broker<R> {
                 self.events.push_back(Event::Returned { delivery });
             }
         }
-        if d.delivered {
+        if d.delivered || d.handling {
             self.hand_ahead(d.sub);
         }
     }

@@ -250,6 +250,10 @@ pub enum StatementKind {
     /// Inserts a row; on PostgreSQL, in the same statement, notifies [`NOTIFY_CHANNEL`] with
     /// the table's name. Its reply counts the rows written.
     Publish,
+    /// The row lock and advisory lock forms on a server: tells whether the session of a row
+    /// claimed ahead still answers (and so still holds the row's transaction or key) before
+    /// the row is handed.
+    Ping,
 }
 
 impl StatementKind {
@@ -446,6 +450,9 @@ pub struct Statements {
     pub settle: Statement,
     /// Insert a row, and on PostgreSQL notify [`NOTIFY_CHANNEL`].
     pub publish: Statement,
+    /// The row lock and advisory lock forms on a server: `SELECT 1` on the session of a row
+    /// claimed ahead that waited, before it is handed.
+    pub ping: Option<Statement>,
 }
 
 impl Statements {
@@ -525,6 +532,8 @@ impl Statements {
             read_row: r.read_row(rows),
             settle: r.settle(form == Form::Lease),
             publish: r.publish(),
+            ping: (form != Form::Lease && dialect != Dialect::Sqlite)
+                .then(|| r.fixed(StatementKind::Ping, "SELECT 1")),
         }
     }
 
@@ -610,6 +619,7 @@ impl Statements {
             &self.unlock,
             &self.take,
             &self.take_count,
+            &self.ping,
         ];
         out.extend(optional.into_iter().flatten());
         out.extend(self.mark_lease.iter());

@@ -29,8 +29,8 @@ mod types;
 mod value;
 
 pub use broker::{
-    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, NOTIFY_EVERY, PUBLISH_BATCH, Publish,
-    SETTLE_BATCH, SubscribeOptions,
+    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, NOTIFY_EVERY, PING_AHEAD_AFTER,
+    PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
 };
 pub use dialect::{
     Arg, Dialect, NOTIFY_CHANNEL, Output, Statement, StatementKind, Statements, notification_names,

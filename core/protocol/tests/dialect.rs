@@ -786,6 +786,7 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::Rollback
                         | StatementKind::CurrentDatabase
                         | StatementKind::Notify
+                        | StatementKind::Ping
                         | StatementKind::Isolation => false,
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)
@@ -877,6 +878,7 @@ fn identifiers_are_quoted_per_dialect() {
                         | StatementKind::Isolation
                         | StatementKind::TryLock
                         | StatementKind::Unlock
+                        | StatementKind::Ping
                 );
                 if touches_table {
                     assert!(st.sql.contains(&table), "quotes the table: {what}");
@@ -1442,4 +1444,27 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     ));
     // No lease, no batch.
     assert!(Statements::settle_leases(Dialect::Postgres, ROW_LOCK.desc(), 3).is_none());
+}
+
+/// The ping of a row claimed ahead: `SELECT 1`, no binds, nothing read, where a session holds
+/// the row (the row lock and advisory lock forms on a server); none in the lease form, whose
+/// fence decides, nor on SQLite, where no claim takes rows ahead in those forms.
+#[test]
+fn ping_where_a_session_holds_the_row() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Statements::render(dialect, &desc, 2);
+            let holds = desc.form() != Form::Lease && dialect != Dialect::Sqlite;
+            match &s.ping {
+                Some(ping) => {
+                    assert!(holds, "{name}, {dialect:?}: no ping wanted");
+                    assert_eq!(&*ping.sql, "SELECT 1", "{name}, {dialect:?}");
+                    assert_eq!(ping.kind, StatementKind::Ping);
+                    assert!(ping.args.is_empty());
+                    assert_eq!(ping.output, Output::Nothing);
+                }
+                None => assert!(!holds, "{name}, {dialect:?}: a ping wanted"),
+            }
+        }
+    }
 }

@@ -588,7 +588,7 @@ impl Db {
                 }
                 Reply::Rows(settled)
             }
-            StatementKind::Notify => Reply::Done,
+            StatementKind::Notify | StatementKind::Ping => Reply::Done,
             StatementKind::Publish => {
                 // One row per run of the row's arguments: a batch repeats them.
                 let per_row = statement

@@ -15,8 +15,9 @@ use ruststream_core::spec::own;
 use ruststream_core::{
     Action, Arg, Broker, BrokerError, CONNECTION_LINGER, CheckError, ClosedCounts, Column, Command,
     ConnId, DROP_GRACE, DbError, Delivered, DeliveryId, DescError, Dialect, ErrorKind, Event, Form,
-    InboxSpec, KeyPart, NOTIFY_EVERY, Outcome, Publish, PublishId, PublisherId, Reply, Row,
-    SettleError, Statement, StatementKind, SubId, SubscribeOptions, TableDesc, Time, Value,
+    InboxSpec, KeyPart, NOTIFY_EVERY, Outcome, PING_AHEAD_AFTER, Publish, PublishId, PublisherId,
+    Reply, Row, SettleError, Statement, StatementKind, SubId, SubscribeOptions, TableDesc, Time,
+    Value,
 };
 use sha2::{Digest, Sha256};
 
@@ -4151,6 +4152,13 @@ fn stopping_gives_back_the_rows_claimed_ahead_in_every_form_that_holds_a_session
                 1,
                 "{dialect:?} {form:?}: the rows ahead gave their connections back"
             );
+            let ops = sim.ops(0, mark);
+            assert_eq!(
+                ops.iter().filter(|op| **op == Release).count(),
+                2,
+                "{dialect:?} {form:?}: back to the pool, not closed: {ops:?}"
+            );
+            assert!(!ops.contains(&Close), "{dialect:?} {form:?}: {ops:?}");
             if form == Form::RowLock {
                 assert_eq!(
                     sim.runs_of(0, mark, StatementKind::Rollback).len(),
@@ -4240,5 +4248,70 @@ fn a_claim_of_the_first_due_rows_alone_claims_nothing_ahead() {
         assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
         assert_eq!(sim.procs[0].broker.claimed_ahead(sub), 0, "{dialect:?}");
         assert_eq!(sim.procs[0].broker.held_connections(), 1, "{dialect:?}");
+    }
+}
+
+/// A row claimed ahead that waited [`PING_AHEAD_AFTER`] is handed once its session answered a
+/// `SELECT 1`; one that waited less is handed at once (above).
+#[test]
+fn a_row_claimed_ahead_that_waited_is_handed_once_its_session_answers() {
+    for dialect in SERVERS {
+        for desc in [row_lock(), advisory()] {
+            let form = desc.form();
+            let mut sim = prefetching(dialect, desc, 1, 1, 2);
+            assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?} {form:?}");
+            let conn = sim.conn_of(0, 2);
+            sim.advance(PING_AHEAD_AFTER);
+            let mark = sim.mark();
+            sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+            assert!(
+                sim.delivered(0, mark).is_empty(),
+                "{dialect:?} {form:?}: not before its session answered"
+            );
+            sim.run();
+            assert_eq!(
+                sim.ops_on(0, conn, mark).first(),
+                Some(&Exec(StatementKind::Ping)),
+                "{dialect:?} {form:?}"
+            );
+            let d = only(sim.delivered(0, mark));
+            assert_eq!(d.row, Some(2), "{dialect:?} {form:?}");
+            assert_eq!(d.attempt, Some(1), "{dialect:?} {form:?}");
+            assert_eq!(sim.in_work(0), 1, "{dialect:?} {form:?}");
+        }
+    }
+}
+
+/// A row claimed ahead whose session the server ended while it waited (its transaction or
+/// its key's lock gone with it) is never handed: its connection closes, and the row is
+/// claimed again, with its next attempt.
+#[test]
+fn a_row_claimed_ahead_whose_session_ended_is_never_handed() {
+    for dialect in SERVERS {
+        for desc in [row_lock(), advisory()] {
+            let form = desc.form();
+            let mut sim = prefetching(dialect, desc, 1, 1, 2);
+            assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?} {form:?}");
+            let sess = sim.sess_of(0, sim.conn_of(0, 2));
+            sim.advance(PING_AHEAD_AFTER);
+            sim.db.kill(sess);
+            let mark = sim.mark();
+            sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+            sim.run();
+            let handed = sim.delivered(0, mark);
+            assert!(
+                handed.iter().all(|d| d.attempt == Some(2)),
+                "{dialect:?} {form:?}: the stale claim of row 2 is never handed: {handed:?}"
+            );
+            let d = only(handed);
+            assert_eq!(d.row, Some(2), "{dialect:?} {form:?}: claimed again");
+            assert!(
+                sim.events(0, mark)
+                    .iter()
+                    .any(|e| matches!(e, Event::Error { .. })),
+                "{dialect:?} {form:?}: the lost session is told"
+            );
+            assert_eq!(sim.row(2).attempt, 2, "{dialect:?} {form:?}");
+        }
     }
 }
