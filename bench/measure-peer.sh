@@ -17,15 +17,7 @@ if [ -z "$BIN" ]; then
     BIN=./target/release/ruststream-bench
 fi
 run() {
-    for adapter in sqlx tokio-postgres; do
-    for form in row-lock lease advisory; do
-        run --adapter "$adapter" --url "$PG" --form "$form" --jobs 2000 --workers 4 --rounds 3 \
-            --prefetch 4 --peer apalis
-        run --adapter "$adapter" --url "$PG" --form "$form" --jobs 1000 --workers 4 --rounds 3 \
-            --handler-ms 10 --prefetch 4 --peer apalis
-    done
-done
-uptime >&2
+    uptime >&2
     echo "+ cargo run --release -p ruststream-bench -- $* --quiet --json $OUT" >&2
     "$BIN" "$@" --quiet --json "$OUT"
 }
