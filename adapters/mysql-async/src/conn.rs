@@ -5,7 +5,7 @@
 //! Each command's future runs the command itself, on the task that polls it, with no task of
 //! its own between. The runtime polls the commands' futures side by side, so the order is fixed
 //! when `execute` is called, not when a future first runs: each command takes a turn behind the
-//! one before it on the same `ConnId` (a chain of oneshot channels) and waits for it. The
+//! one before it on the same `ConnId` ([`Turns`]) and waits for it. The
 //! futures enter the broker's tokio runtime on every poll (mysql_async's IO and timers need
 //! it), whatever executor polls them.
 //!
@@ -28,13 +28,14 @@ use std::time::Duration;
 use mysql_async::consts::StatusFlags;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Pool};
+use ruststream::adapter::Turns;
 use ruststream::exec::BoxFuture;
 use ruststream_core::{
     Action, Command, ConnId, DbError, ErrorKind, Output, Reply, Row, Statement, StatementKind,
     Value,
 };
 use tokio::runtime::Handle;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use crate::lock::CustomLock;
 use crate::value::{db_error, from_mysql, name_text, params};
@@ -61,28 +62,12 @@ type Cell = Arc<Mutex<Option<Connection>>>;
 struct Slot {
     /// The connection, once acquired; taken out while a command runs on it.
     conn: Cell,
-    /// The turn of the last command queued: the next one waits for it.
-    tail: Option<oneshot::Receiver<()>>,
+    /// The order of its commands.
+    turns: Turns,
     /// Set by a close: the command in flight is cut short, and the ones queued fail.
     closing: watch::Sender<bool>,
     /// The runtime the connection's futures run in.
     runtime: Handle,
-}
-
-impl Slot {
-    /// Queues a command: the turn of the one before it, and this one's, which ends when it is
-    /// dropped.
-    fn turn(&mut self) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
-        let (tx, rx) = oneshot::channel();
-        (self.tail.replace(rx), tx)
-    }
-}
-
-/// Waits for the turn before this one; a turn whose command was dropped ends as well.
-async fn wait(before: Option<oneshot::Receiver<()>>) {
-    if let Some(before) = before {
-        let _ = before.await;
-    }
 }
 
 /// Completes once a close sets `closing`; never when the slot went without a close (a
@@ -218,11 +203,10 @@ impl Conns {
                     // Nothing is held under this id: nothing to give back.
                     return ready(Reply::Done);
                 };
-                let (before, mine) = slot.turn();
+                let mut turn = slot.turns.take();
                 let runtime = slot.runtime.clone();
                 in_runtime(runtime, async move {
-                    let _mine = mine;
-                    wait(before).await;
+                    turn.wait().await;
                     let connection = lock(&slot.conn).take();
                     if let Some(connection) = connection {
                         connection.release().await;
@@ -236,11 +220,10 @@ impl Conns {
                 };
                 // The command running now is cut short; the ones waiting behind it fail.
                 slot.closing.send_replace(true);
-                let (before, mine) = slot.turn();
+                let mut turn = slot.turns.take();
                 let runtime = slot.runtime.clone();
                 in_runtime(runtime, async move {
-                    let _mine = mine;
-                    wait(before).await;
+                    turn.wait().await;
                     let connection = lock(&slot.conn).take();
                     if let Some(connection) = connection {
                         connection.close().await;
@@ -258,7 +241,8 @@ impl Conns {
         };
         let (closing, mut cut) = watch::channel(false);
         let cell: Cell = Arc::new(Mutex::new(None));
-        let (mine, tail) = oneshot::channel();
+        let mut turns = Turns::new();
+        let turn = turns.take();
         {
             let mut slots = self.slots();
             if slots.contains_key(&id) {
@@ -271,7 +255,7 @@ impl Conns {
                 id,
                 Slot {
                     conn: cell.clone(),
-                    tail: Some(tail),
+                    turns,
                     closing,
                     runtime: lender.runtime.clone(),
                 },
@@ -280,7 +264,7 @@ impl Conns {
         let conns = self.clone();
         let runtime = lender.runtime.clone();
         in_runtime(runtime, async move {
-            let _mine = mine;
+            let _turn = turn;
             let timeout = lender.acquire_timeout;
             let got = tokio::select! {
                 biased;
@@ -320,14 +304,13 @@ impl Conns {
         let Some(slot) = slots.get_mut(&id) else {
             return ready(Reply::Failed(no_connection(id)));
         };
-        let (before, mine) = slot.turn();
+        let mut turn = slot.turns.take();
         let cell = slot.conn.clone();
         let mut closing = slot.closing.subscribe();
         let runtime = slot.runtime.clone();
         drop(slots);
         in_runtime(runtime, async move {
-            let _mine = mine;
-            wait(before).await;
+            turn.wait().await;
             if *closing.borrow() {
                 return Reply::Failed(cut_short(id));
             }

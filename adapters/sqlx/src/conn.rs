@@ -4,9 +4,8 @@
 //!
 //! The runtime runs each command's future on its own, side by side with the others, so the
 //! order is fixed when a command arrives, not when its future first runs: each command takes a
-//! turn behind the one before it on the same connection (a chain of oneshot channels) and waits
-//! for it. A close does not wait
-//! for the statement in flight: it cuts it short (the statement's future is dropped, and the
+//! turn behind the one before it on the same connection ([`Turns`]) and waits for it. A close
+//! does not wait for the statement in flight: it cuts it short (the statement's future is dropped, and the
 //! connection is closed hard, since its protocol state is unknown), and the commands queued
 //! behind it fail.
 
@@ -18,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::{self, BoxFuture, Either, Shared};
+use ruststream::adapter::{Turn, Turns};
 use ruststream_core::{Action, Command, ConnId, DbError, ErrorKind, Reply, Statement, Value};
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Pool};
@@ -35,7 +35,7 @@ struct Slot<DB: SqlxDatabase> {
     /// The connection, once acquired; taken out while a command runs on it.
     conn: Mutex<Option<PoolConnection<DB>>>,
     /// The turn of the last command queued: the next one waits for it.
-    tail: Mutex<Option<oneshot::Receiver<()>>>,
+    turns: Mutex<Turns>,
     /// Fired by a close: the command in flight stops, the ones queued fail.
     cancel_tx: Mutex<Option<oneshot::Sender<()>>>,
     cancel: Shared<oneshot::Receiver<()>>,
@@ -54,7 +54,7 @@ impl<DB: SqlxDatabase> Slot<DB> {
         let (cancel_tx, cancel) = oneshot::channel();
         Self {
             conn: Mutex::new(None),
-            tail: Mutex::new(None),
+            turns: Mutex::new(Turns::new()),
             cancel_tx: Mutex::new(Some(cancel_tx)),
             cancel: cancel.shared(),
             closing: AtomicBool::new(false),
@@ -64,12 +64,9 @@ impl<DB: SqlxDatabase> Slot<DB> {
         }
     }
 
-    /// Queues a command: the turn of the one before it, and this one's, which ends when it is
-    /// dropped.
-    fn turn(&self) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
-        let (tx, rx) = oneshot::channel();
-        let before = lock(&self.tail).replace(rx);
-        (before, tx)
+    /// Queues a command: its turn, behind the command before it.
+    fn turn(&self) -> Turn {
+        lock(&self.turns).take()
     }
 
     fn cancelled(&self) -> bool {
@@ -101,13 +98,6 @@ impl<DB: SqlxDatabase> Slot<DB> {
                 None
             }
         }
-    }
-}
-
-/// Waits for the turn before this one; a turn whose command was dropped ends as well.
-async fn wait(before: Option<oneshot::Receiver<()>>) {
-    if let Some(before) = before {
-        let _ = before.await;
     }
 }
 
@@ -191,11 +181,10 @@ impl<DB: SqlxDatabase> Conns<DB> {
                     }
                     slots.insert(id, slot.clone());
                 }
-                let (before, turn) = slot.turn();
+                let mut turn = slot.turn();
                 let conns = self.clone();
                 Box::pin(async move {
-                    let _turn = turn;
-                    wait(before).await;
+                    turn.wait().await;
                     match slot.guarded(pool.acquire()).await {
                         Some(Ok(conn)) => {
                             slot.put(conn);
@@ -217,10 +206,9 @@ impl<DB: SqlxDatabase> Conns<DB> {
                     // Nothing is held under this id: nothing to give back.
                     return ready(Reply::Done);
                 };
-                let (before, turn) = slot.turn();
+                let mut turn = slot.turn();
                 Box::pin(async move {
-                    let _turn = turn;
-                    wait(before).await;
+                    turn.wait().await;
                     if let Some(conn) = slot.take() {
                         release(&slot, conn).await;
                     }
@@ -232,10 +220,9 @@ impl<DB: SqlxDatabase> Conns<DB> {
                     return ready(Reply::Done);
                 };
                 slot.fire_cancel();
-                let (before, turn) = slot.turn();
+                let mut turn = slot.turn();
                 Box::pin(async move {
-                    let _turn = turn;
-                    wait(before).await;
+                    turn.wait().await;
                     if let Some(conn) = slot.take() {
                         close(&slot, conn).await;
                     }
@@ -267,10 +254,9 @@ impl<DB: SqlxDatabase> Conns<DB> {
         let Some(slot) = self.get(id) else {
             return ready(Reply::Failed(no_connection(id)));
         };
-        let (before, turn) = slot.turn();
+        let mut turn = slot.turn();
         Box::pin(async move {
-            let _turn = turn;
-            wait(before).await;
+            turn.wait().await;
             if slot.cancelled() {
                 return Reply::Failed(cut_short(id));
             }

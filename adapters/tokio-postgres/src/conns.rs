@@ -5,7 +5,7 @@
 //! Each command's future runs the command itself, on the task that polls it (the broker's),
 //! with no task of its own between: the order is fixed when `execute` is called, not when the
 //! future is first polled, since each command takes a turn behind the one before it on the
-//! same `ConnId` (a chain of oneshot channels). An acquire takes a client of the pool; a
+//! same `ConnId` ([`Turns`]). An acquire takes a client of the pool; a
 //! release gives it back, rolling back a transaction left open (or drops it from the pool when
 //! it is broken or the rollback fails); a close ends the session: it cuts short a statement
 //! still running (a cancel request, sent again until the statement ends, for up to
@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
-use futures::channel::oneshot;
 use futures::future::BoxFuture;
+use ruststream::adapter::Turns;
 use ruststream_core::{Action, Command, ConnId, DbError, ErrorKind, Reply, StatementKind};
 use tokio::sync::watch;
 use tokio_postgres::CancelToken;
@@ -66,21 +66,12 @@ pub(crate) struct Lender {
 struct Slot {
     /// The connection, once acquired; taken out while a command runs on it.
     conn: Arc<Mutex<Option<Connection>>>,
-    /// The turn of the last command queued: the next one waits for it.
-    tail: Option<oneshot::Receiver<()>>,
+    /// The order of its commands.
+    turns: Turns,
     /// Set by a close: the statement running is cut short, and the ones queued fail.
     closing: watch::Sender<bool>,
     /// The runtime the connection's futures need (its timers).
     runtime: tokio::runtime::Handle,
-}
-
-impl Slot {
-    /// Queues a command: the turn of the one before it, and this one's, which ends when it is
-    /// dropped.
-    fn turn(&mut self) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
-        let (tx, rx) = oneshot::channel();
-        (self.tail.replace(rx), tx)
-    }
 }
 
 /// The connections the core holds, by `ConnId`.
@@ -100,13 +91,6 @@ fn ready(reply: Reply<PgRow>) -> BoxFuture<'static, Reply<PgRow>> {
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // The locks guard plain data that no code panics while holding.
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Waits for the command before, whether it completed or was dropped.
-async fn wait(before: Option<oneshot::Receiver<()>>) {
-    if let Some(before) = before {
-        let _ = before.await;
-    }
 }
 
 /// Polls a future inside a runtime's context, whatever executor polls it.
@@ -148,14 +132,14 @@ impl Conns {
                 let Some(mut slot) = self.slots().remove(&conn) else {
                     return ready(Reply::Done);
                 };
-                let (before, mine) = slot.turn();
+                let mut turn = slot.turns.take();
                 in_runtime(slot.runtime, async move {
-                    wait(before).await;
+                    turn.wait().await;
                     let connection = locked(&slot.conn).take();
                     if let Some(connection) = connection {
                         connection.release().await;
                     }
-                    drop(mine);
+                    drop(turn);
                     Reply::Done
                 })
             }
@@ -165,14 +149,14 @@ impl Conns {
                 };
                 // Cuts short a statement still running; the close itself runs after it.
                 slot.closing.send_replace(true);
-                let (before, mine) = slot.turn();
+                let mut turn = slot.turns.take();
                 in_runtime(slot.runtime, async move {
-                    wait(before).await;
+                    turn.wait().await;
                     let connection = locked(&slot.conn).take();
                     if let Some(connection) = connection {
                         connection.close().await;
                     }
-                    drop(mine);
+                    drop(turn);
                     Reply::Done
                 })
             }
@@ -181,13 +165,13 @@ impl Conns {
                 let Some(slot) = slots.get_mut(&conn) else {
                     return ready(lost(format!("{conn} holds no connection of the pool")));
                 };
-                let (before, mine) = slot.turn();
+                let mut turn = slot.turns.take();
                 let cell = slot.conn.clone();
                 let mut closing = slot.closing.subscribe();
                 let runtime = slot.runtime.clone();
                 drop(slots);
                 in_runtime(runtime, async move {
-                    wait(before).await;
+                    turn.wait().await;
                     if *closing.borrow() {
                         return lost("the connection was closed before the command ran");
                     }
@@ -196,7 +180,7 @@ impl Conns {
                     };
                     let reply = connection.run(action, lock, &mut closing).await;
                     *locked(&cell) = Some(connection);
-                    drop(mine);
+                    drop(turn);
                     reply
                 })
             }
@@ -216,7 +200,8 @@ impl Conns {
         };
         let (closing, _) = watch::channel(false);
         let cell = Arc::new(Mutex::new(None));
-        let (mine, tail) = oneshot::channel();
+        let mut turns = Turns::new();
+        let turn = turns.take();
         {
             let mut slots = self.slots();
             if slots.contains_key(&conn) {
@@ -229,7 +214,7 @@ impl Conns {
                 conn,
                 Slot {
                     conn: cell.clone(),
-                    tail: Some(tail),
+                    turns,
                     closing,
                     runtime: lender.runtime.clone(),
                 },
@@ -257,7 +242,7 @@ impl Conns {
                     Reply::Failed(pool_error(&error))
                 }
             };
-            drop(mine);
+            drop(turn);
             reply
         })
     }

@@ -400,9 +400,15 @@ where
         cx.until("job 1 is in work", || async { recorder.saw(1) })
             .await;
         cx.publish(&publisher, 2, 2).await;
+        // Taken (its attempt counted): the claim is over, and the key's lock stays with the
+        // row's connection while the row waits.
+        cx.until("job 2 is claimed ahead", || async {
+            cx.count("attempt = 1").await == 2
+        })
+        .await;
         let key = cx.key(2);
         cx.until(
-            "job 2 is claimed ahead, and its connection killed",
+            "the connection that holds job 2's key is killed",
             || async {
                 cx.harness
                     .kill_key_holder(&cx.db, &key)

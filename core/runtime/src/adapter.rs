@@ -1,5 +1,6 @@
 //! The contract between the runtime and a driver adapter.
 
+use futures::channel::oneshot;
 use futures::stream::BoxStream;
 use ruststream_core::{Command, DbError, Dialect, Reply};
 
@@ -79,4 +80,109 @@ pub trait TakesRows<T>: Adapter {
 
     /// The table's custom lock, where its description names one.
     fn custom_lock() -> Option<Self::Lock>;
+}
+
+/// The order of one connection's commands, for an adapter whose command futures run the
+/// commands themselves ([`Adapter::execute`]): each command takes a [`Turn`] when `execute` is
+/// called, behind the turn taken before it, and its future waits for that turn to end before
+/// it runs. The order is fixed when the commands are issued, whatever order the runtime first
+/// polls their futures in.
+#[derive(Debug, Default)]
+pub struct Turns {
+    tail: Option<oneshot::Receiver<Link>>,
+}
+
+/// What a turn hands the next as it ends: nothing once its own wait is over, or, when it ends
+/// before that (its future dropped unpolled), the turn it was still waiting for.
+#[derive(Debug)]
+struct Link(Option<oneshot::Receiver<Link>>);
+
+impl Turns {
+    /// No turn taken yet: the first runs at once.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The next turn, behind every turn taken before it.
+    pub fn take(&mut self) -> Turn {
+        let (mine, next) = oneshot::channel();
+        Turn {
+            before: self.tail.replace(next),
+            mine: Some(mine),
+        }
+    }
+}
+
+/// One command's place in its connection's order ([`Turns`]). It ends when it is dropped (its
+/// command answered, or its future dropped), and the next turn then runs once every turn
+/// before it has ended too.
+#[derive(Debug)]
+pub struct Turn {
+    before: Option<oneshot::Receiver<Link>>,
+    mine: Option<oneshot::Sender<Link>>,
+}
+
+impl Turn {
+    /// Waits until every turn taken before this one has ended.
+    pub async fn wait(&mut self) {
+        while let Some(before) = self.before.take() {
+            // A turn that ended without waiting hands over the one it waited for.
+            if let Ok(Link(earlier)) = before.await {
+                self.before = earlier;
+            }
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(mine) = self.mine.take() {
+            let _ = mine.send(Link(self.before.take()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::Turns;
+
+    #[test]
+    fn a_turn_waits_for_every_turn_taken_before_it() {
+        let mut turns = Turns::new();
+        let mut first = turns.take();
+        let second = turns.take();
+        let mut third = turns.take();
+        assert!(
+            first.wait().now_or_never().is_some(),
+            "the first runs at once"
+        );
+        let mut waiting = Box::pin(async move { third.wait().await });
+        assert!(waiting.as_mut().now_or_never().is_none(), "behind two");
+        drop(first);
+        assert!(
+            waiting.as_mut().now_or_never().is_none(),
+            "behind the second"
+        );
+        drop(second);
+        assert!(waiting.as_mut().now_or_never().is_some());
+    }
+
+    #[test]
+    fn a_turn_dropped_before_it_waited_keeps_the_next_behind_the_one_before_it() {
+        let mut turns = Turns::new();
+        let first = turns.take();
+        let second = turns.take();
+        let mut third = turns.take();
+        // The second's future is dropped while the first still runs.
+        drop(second);
+        let mut waiting = Box::pin(async move { third.wait().await });
+        assert!(
+            waiting.as_mut().now_or_never().is_none(),
+            "still behind the first"
+        );
+        drop(first);
+        assert!(waiting.as_mut().now_or_never().is_some());
+    }
 }
