@@ -1,7 +1,8 @@
 //! The pool: a manager thread that binds connections to the core's `ConnId`s, and one worker
 //! thread per connection that owns it and runs its commands in order. Nothing here blocks an
-//! executor: callers hand a command to the manager over a channel and wait on a futures
-//! oneshot.
+//! executor for longer than the broker's `look_for_answer` (300 µs by default): callers hand a
+//! command to a worker or the manager over a channel, look for its answer that long, yielding
+//! their thread, and then wait on a futures oneshot.
 //!
 //! - The manager owns the pool's state: which connection each `ConnId` is bound to, the idle
 //!   connections, the acquires waiting for one (with their deadline), and whether the pool is
@@ -48,6 +49,8 @@ pub(crate) struct Config {
     pub(crate) busy_timeout: Duration,
     pub(crate) acquire_timeout: Duration,
     pub(crate) statement_cache: usize,
+    /// How long the task that sent a statement looks for its answer before it waits.
+    pub(crate) look_for_answer: Duration,
 }
 
 pub(crate) type ReplyTx = oneshot::Sender<Reply<RusqliteRow>>;
@@ -877,6 +880,27 @@ fn next_job(queue: &mpsc::Receiver<Job>) -> Result<Job, mpsc::RecvError> {
     }
 }
 
+/// How long the task that sent a statement looks for its answer before it waits to be woken,
+/// unless the broker is told otherwise: most statements answer within it.
+pub(crate) const LOOK_FOR_ANSWER: Duration = Duration::from_micros(300);
+
+/// The answer to a command, when the connection's thread gives it within `look` (the task
+/// yields its thread between looks); `None` to wait for it, woken.
+pub(crate) fn answer_soon<T>(
+    answer: &mut oneshot::Receiver<T>,
+    look: Duration,
+) -> Option<Result<T, oneshot::Canceled>> {
+    let since = Instant::now();
+    loop {
+        match answer.try_recv() {
+            Ok(Some(reply)) => return Some(Ok(reply)),
+            Err(canceled) => return Some(Err(canceled)),
+            Ok(None) if since.elapsed() < look => std::thread::yield_now(),
+            Ok(None) => return None,
+        }
+    }
+}
+
 /// Opens a connection: the busy timeout, the statement cache, and on the start, WAL mode.
 fn open(config: &Config, start: bool) -> Result<Connection, DbError> {
     let path = config.path.display();
@@ -1033,5 +1057,57 @@ fn execute(
             }
             Ok(Reply::Rows(out))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_given_while_the_task_looks_is_taken_without_a_wake_up() {
+        let (tx, mut rx) = oneshot::channel::<u32>();
+        let sender = thread::spawn(move || {
+            thread::sleep(Duration::from_micros(200));
+            tx.send(7).expect("the receiver waits");
+        });
+        let since = Instant::now();
+        let answer = answer_soon(&mut rx, Duration::from_secs(5));
+        assert!(
+            matches!(answer, Some(Ok(7))),
+            "the answer is taken while looking"
+        );
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "the look ends with the answer"
+        );
+        sender.join().expect("the sender ends");
+    }
+
+    #[test]
+    fn no_answer_within_the_look_leaves_the_wait_to_the_future() {
+        let (tx, mut rx) = oneshot::channel::<u32>();
+        let since = Instant::now();
+        assert!(answer_soon(&mut rx, Duration::from_micros(300)).is_none());
+        assert!(
+            since.elapsed() >= Duration::from_micros(300),
+            "it looked as long as told"
+        );
+        assert!(
+            answer_soon(&mut rx, Duration::ZERO).is_none(),
+            "a zero look only tries"
+        );
+        tx.send(1).expect("the receiver is kept");
+        assert!(matches!(answer_soon(&mut rx, Duration::ZERO), Some(Ok(1))));
+    }
+
+    #[test]
+    fn a_sender_dropped_while_the_task_looks_ends_the_look() {
+        let (tx, mut rx) = oneshot::channel::<u32>();
+        drop(tx);
+        assert!(matches!(
+            answer_soon(&mut rx, Duration::from_secs(5)),
+            Some(Err(oneshot::Canceled))
+        ));
     }
 }

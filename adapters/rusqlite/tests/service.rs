@@ -29,10 +29,25 @@ fn acquire() -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_handles_and_settles_both_forms() {
-    const N: u32 = 12;
     let db = Db::new("settles");
+    settles_both_forms(&db, RusqliteBroker::open(&db.path)).await;
+}
+
+/// A task that never looks for an answer before it waits gets every answer by its wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_handles_and_settles_both_forms_without_looking_for_answers() {
+    let db = Db::new("settles_woken");
+    settles_both_forms(
+        &db,
+        RusqliteBroker::open(&db.path).look_for_answer(Duration::ZERO),
+    )
+    .await;
+}
+
+async fn settles_both_forms(db: &Db, broker: RusqliteBroker) {
+    const N: u32 = 12;
     db.schema();
-    let broker = RusqliteBroker::open(&db.path).handle();
+    let broker = broker.handle();
     let videos = broker.publisher::<VideoJob>();
     let exports = broker.publisher::<ExportJob>();
     let early = videos
