@@ -4,8 +4,8 @@
 //! connections, each owned by a thread of its own, and answers through futures oneshot
 //! channels: the broker runs on tokio, async-std, or any executor, and no blocking call ever
 //! runs on an executor's thread. The task that sent a statement looks for its answer for up
-//! to 300 µs, yielding its thread, before it waits to be woken
-//! ([`RusqliteBroker::look_for_answer`]). The adapter holds no queue logic: it opens and lends
+//! to 300 µs, letting the executor's other tasks run between looks, before it waits to be
+//! woken ([`RusqliteBroker::look_for_answer`]). The adapter holds no queue logic: it opens and lends
 //! connections, runs commands, maps rows and errors, and runs a table's own [`Lock`] and
 //! [`Unlock`].
 //!
@@ -265,12 +265,13 @@ impl RusqliteBroker {
         self
     }
 
-    /// How long the task that sent a statement looks for its answer, yielding its thread
-    /// between looks, before it waits to be woken by the connection's thread (default
-    /// 300 µs; zero: it never looks). A statement of SQLite usually answers within that time,
-    /// and a task woken by another thread starts again tens of microseconds later. The look
-    /// holds the executor's thread for at most this long a statement: set it to zero where
-    /// other tasks on the same runtime must never wait that long.
+    /// How long the task that sent a statement looks for its answer before it waits to be
+    /// woken by the connection's thread (default 300 µs; zero: it never looks). While it
+    /// looks, a poll that finds no answer wakes the task again at once, so it comes back after
+    /// the executor's other ready tasks have run and the executor's thread does not go to
+    /// sleep: a statement of SQLite usually answers within that time, and a sleeping thread
+    /// woken by another starts again tens of microseconds later. The look spends that thread's
+    /// time while the statement runs: set it to zero where an idle executor must not spin.
     pub fn look_for_answer(mut self, look: Duration) -> Self {
         self.config.look_for_answer = look;
         self
@@ -353,12 +354,8 @@ impl Adapter for RusqliteBroker {
         let look = self.config.look_for_answer;
         match self.pool.execute(command, lock) {
             CommandReply::Ready(reply) => Box::pin(std::future::ready(reply)),
-            CommandReply::Pending(mut answer, answered) => Box::pin(async move {
-                let early = pool::answer_soon(&mut answer, look);
-                let reply = match early {
-                    Some(reply) => reply,
-                    None => answer.await,
-                };
+            CommandReply::Pending(answer, answered) => Box::pin(async move {
+                let reply = pool::Answer::new(answer, look).await;
                 let reply = reply.unwrap_or_else(|_| {
                     Reply::Failed(ruststream_core::DbError::new(
                         ruststream_core::ErrorKind::ConnectionLost,

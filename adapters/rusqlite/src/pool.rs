@@ -1,8 +1,8 @@
 //! The pool: a manager thread that binds connections to the core's `ConnId`s, and one worker
 //! thread per connection that owns it and runs its commands in order. Nothing here blocks an
-//! executor for longer than the broker's `look_for_answer` (300 µs by default): callers hand a
-//! command to a worker or the manager over a channel, look for its answer that long, yielding
-//! their thread, and then wait on a futures oneshot.
+//! executor: callers hand a command to a worker or the manager over a channel and wait on a
+//! futures oneshot ([`Answer`]), looking for the answer for the broker's `look_for_answer`
+//! (300 µs by default) before they wait to be woken.
 //!
 //! - The manager owns the pool's state: which connection each `ConnId` is bound to, the idle
 //!   connections, the acquires waiting for one (with their deadline), and whether the pool is
@@ -884,20 +884,40 @@ fn next_job(queue: &mpsc::Receiver<Job>) -> Result<Job, mpsc::RecvError> {
 /// unless the broker is told otherwise: most statements answer within it.
 pub(crate) const LOOK_FOR_ANSWER: Duration = Duration::from_micros(300);
 
-/// The answer to a command, when the connection's thread gives it within `look` (the task
-/// yields its thread between looks); `None` to wait for it, woken.
-pub(crate) fn answer_soon<T>(
-    answer: &mut oneshot::Receiver<T>,
-    look: Duration,
-) -> Option<Result<T, oneshot::Canceled>> {
-    let since = Instant::now();
-    loop {
-        match answer.try_recv() {
-            Ok(Some(reply)) => return Some(Ok(reply)),
-            Err(canceled) => return Some(Err(canceled)),
-            Ok(None) if since.elapsed() < look => std::thread::yield_now(),
-            Ok(None) => return None,
+/// The answer to a command. Until `look` has passed since the first poll, a poll that finds no
+/// answer wakes its task again at once: the task comes back to look once the executor's other
+/// ready tasks have run, and the executor's thread does not go to sleep to be woken by the
+/// connection's thread, which costs tens of microseconds. After that it waits to be woken.
+pub(crate) struct Answer<T> {
+    receiver: oneshot::Receiver<T>,
+    look_until: Option<Instant>,
+}
+
+impl<T> Answer<T> {
+    pub(crate) fn new(receiver: oneshot::Receiver<T>, look: Duration) -> Self {
+        let look_until = (!look.is_zero()).then(|| Instant::now() + look);
+        Self {
+            receiver,
+            look_until,
         }
+    }
+}
+
+impl<T> std::future::Future for Answer<T> {
+    type Output = Result<T, oneshot::Canceled>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let answer = std::pin::Pin::new(&mut self.receiver).poll(cx);
+        if answer.is_pending() {
+            match self.look_until {
+                Some(until) if Instant::now() < until => cx.waker().wake_by_ref(),
+                _ => self.look_until = None,
+            }
+        }
+        answer
     }
 }
 
@@ -1063,51 +1083,78 @@ fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::sync::atomic::AtomicBool;
+    use std::task::{Context, Poll, Wake, Waker};
 
-    #[test]
-    fn an_answer_given_while_the_task_looks_is_taken_without_a_wake_up() {
-        let (tx, mut rx) = oneshot::channel::<u32>();
-        let sender = thread::spawn(move || {
-            thread::sleep(Duration::from_micros(200));
-            tx.send(7).expect("the receiver waits");
-        });
-        let since = Instant::now();
-        let answer = answer_soon(&mut rx, Duration::from_secs(5));
-        assert!(
-            matches!(answer, Some(Ok(7))),
-            "the answer is taken while looking"
-        );
-        assert!(
-            since.elapsed() < Duration::from_secs(5),
-            "the look ends with the answer"
-        );
-        sender.join().expect("the sender ends");
+    #[derive(Default)]
+    struct Woken(AtomicBool);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl Woken {
+        fn take(&self) -> bool {
+            self.0.swap(false, Ordering::SeqCst)
+        }
+    }
+
+    fn poll<T>(answer: &mut Answer<T>, waker: &Waker) -> Poll<Result<T, oneshot::Canceled>> {
+        std::pin::Pin::new(answer).poll(&mut Context::from_waker(waker))
     }
 
     #[test]
-    fn no_answer_within_the_look_leaves_the_wait_to_the_future() {
-        let (tx, mut rx) = oneshot::channel::<u32>();
-        let since = Instant::now();
-        assert!(answer_soon(&mut rx, Duration::from_micros(300)).is_none());
-        assert!(
-            since.elapsed() >= Duration::from_micros(300),
-            "it looked as long as told"
-        );
-        assert!(
-            answer_soon(&mut rx, Duration::ZERO).is_none(),
-            "a zero look only tries"
-        );
-        tx.send(1).expect("the receiver is kept");
-        assert!(matches!(answer_soon(&mut rx, Duration::ZERO), Some(Ok(1))));
+    fn while_it_looks_a_poll_without_the_answer_wakes_its_task_again() {
+        let woken = Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let (tx, rx) = oneshot::channel::<u32>();
+        let mut answer = Answer::new(rx, Duration::from_secs(60));
+        assert!(poll(&mut answer, &waker).is_pending());
+        assert!(woken.take(), "the task is woken at once, to look again");
+        assert!(poll(&mut answer, &waker).is_pending());
+        assert!(woken.take());
+        tx.send(7).expect("the answer is awaited");
+        assert_eq!(poll(&mut answer, &waker), Poll::Ready(Ok(7)));
     }
 
     #[test]
-    fn a_sender_dropped_while_the_task_looks_ends_the_look() {
-        let (tx, mut rx) = oneshot::channel::<u32>();
+    fn after_the_look_the_task_waits_for_the_connections_thread_to_wake_it() {
+        let woken = Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let (tx, rx) = oneshot::channel::<u32>();
+        let mut answer = Answer::new(rx, Duration::from_micros(200));
+        thread::sleep(Duration::from_micros(300));
+        assert!(poll(&mut answer, &waker).is_pending());
+        assert!(
+            !woken.take(),
+            "past the look, a poll does not wake its task"
+        );
+        assert!(poll(&mut answer, &waker).is_pending());
+        assert!(!woken.take());
+        tx.send(3).expect("the answer is awaited");
+        assert!(woken.take(), "the answer wakes the task");
+        assert_eq!(poll(&mut answer, &waker), Poll::Ready(Ok(3)));
+    }
+
+    #[test]
+    fn a_zero_look_never_wakes_its_own_task() {
+        let woken = Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let (tx, rx) = oneshot::channel::<u32>();
+        let mut answer = Answer::new(rx, Duration::ZERO);
+        assert!(poll(&mut answer, &waker).is_pending());
+        assert!(!woken.take());
         drop(tx);
-        assert!(matches!(
-            answer_soon(&mut rx, Duration::from_secs(5)),
-            Some(Err(oneshot::Canceled))
-        ));
+        assert!(
+            woken.take(),
+            "a thread that ends without answering wakes the task"
+        );
+        assert_eq!(
+            poll(&mut answer, &waker),
+            Poll::Ready(Err(oneshot::Canceled))
+        );
     }
 }
