@@ -378,6 +378,21 @@ impl Recorder {
         }
     }
 
+    /// A handler that waits for `gate` to open on the deliveries `held` picks, and
+    /// acknowledges every delivery.
+    pub(crate) fn gated(gate: &Gate, held: impl Fn(&Seen) -> bool + Send + Sync + 'static) -> Self {
+        let gate = gate.clone();
+        Self::new(move |seen| {
+            let wait = held(&seen).then(|| gate.clone());
+            async move {
+                if let Some(gate) = wait {
+                    gate.wait().await;
+                }
+                Ok(())
+            }
+        })
+    }
+
     /// A handler that acknowledges at once.
     pub(crate) fn acking() -> Self {
         Self::new(|_| async { Ok(()) })

@@ -1102,59 +1102,77 @@ mod tests {
         }
     }
 
-    fn poll<T>(answer: &mut Answer<T>, waker: &Waker) -> Poll<Result<T, oneshot::Canceled>> {
-        std::pin::Pin::new(answer).poll(&mut Context::from_waker(waker))
+    /// An answer awaited by a task whose wake-ups are recorded, and the sender that answers it.
+    struct Probe {
+        woken: Arc<Woken>,
+        waker: Waker,
+        tx: Option<oneshot::Sender<u32>>,
+        answer: Answer<u32>,
+    }
+
+    impl Probe {
+        fn new(look: Duration) -> Self {
+            let woken = Arc::new(Woken::default());
+            let (tx, rx) = oneshot::channel();
+            Self {
+                waker: Waker::from(woken.clone()),
+                woken,
+                tx: Some(tx),
+                answer: Answer::new(rx, look),
+            }
+        }
+
+        fn poll(&mut self) -> Poll<Result<u32, oneshot::Canceled>> {
+            std::pin::Pin::new(&mut self.answer).poll(&mut Context::from_waker(&self.waker))
+        }
+
+        fn woken(&self) -> bool {
+            self.woken.take()
+        }
+
+        fn answer(&mut self, n: u32) {
+            let tx = self.tx.take().expect("answered once");
+            tx.send(n).expect("the answer is awaited");
+        }
     }
 
     #[test]
     fn while_it_looks_a_poll_without_the_answer_wakes_its_task_again() {
-        let woken = Arc::new(Woken::default());
-        let waker = Waker::from(woken.clone());
-        let (tx, rx) = oneshot::channel::<u32>();
-        let mut answer = Answer::new(rx, Duration::from_secs(60));
-        assert!(poll(&mut answer, &waker).is_pending());
-        assert!(woken.take(), "the task is woken at once, to look again");
-        assert!(poll(&mut answer, &waker).is_pending());
-        assert!(woken.take());
-        tx.send(7).expect("the answer is awaited");
-        assert_eq!(poll(&mut answer, &waker), Poll::Ready(Ok(7)));
+        let mut probe = Probe::new(Duration::from_secs(60));
+        assert!(probe.poll().is_pending());
+        assert!(probe.woken(), "the task is woken at once, to look again");
+        assert!(probe.poll().is_pending());
+        assert!(probe.woken());
+        probe.answer(7);
+        assert_eq!(probe.poll(), Poll::Ready(Ok(7)));
     }
 
     #[test]
     fn after_the_look_the_task_waits_for_the_connections_thread_to_wake_it() {
-        let woken = Arc::new(Woken::default());
-        let waker = Waker::from(woken.clone());
-        let (tx, rx) = oneshot::channel::<u32>();
-        let mut answer = Answer::new(rx, Duration::from_micros(200));
+        let mut probe = Probe::new(Duration::from_micros(200));
         thread::sleep(Duration::from_micros(300));
-        assert!(poll(&mut answer, &waker).is_pending());
+        assert!(probe.poll().is_pending());
         assert!(
-            !woken.take(),
+            !probe.woken(),
             "past the look, a poll does not wake its task"
         );
-        assert!(poll(&mut answer, &waker).is_pending());
-        assert!(!woken.take());
-        tx.send(3).expect("the answer is awaited");
-        assert!(woken.take(), "the answer wakes the task");
-        assert_eq!(poll(&mut answer, &waker), Poll::Ready(Ok(3)));
+        assert!(probe.poll().is_pending());
+        assert!(!probe.woken());
+        probe.answer(3);
+        assert!(probe.woken(), "the answer wakes the task");
+        assert_eq!(probe.poll(), Poll::Ready(Ok(3)));
     }
 
     #[test]
     fn a_zero_look_never_wakes_its_own_task() {
-        let woken = Arc::new(Woken::default());
-        let waker = Waker::from(woken.clone());
-        let (tx, rx) = oneshot::channel::<u32>();
-        let mut answer = Answer::new(rx, Duration::ZERO);
-        assert!(poll(&mut answer, &waker).is_pending());
-        assert!(!woken.take());
-        drop(tx);
+        let mut probe = Probe::new(Duration::ZERO);
+        assert!(probe.poll().is_pending());
+        assert!(!probe.woken());
+        drop(probe.tx.take());
         assert!(
-            woken.take(),
+            probe.woken(),
             "a thread that ends without answering wakes the task"
         );
-        assert_eq!(
-            poll(&mut answer, &waker),
-            Poll::Ready(Err(oneshot::Canceled))
-        );
+        assert_eq!(probe.poll(), Poll::Ready(Err(oneshot::Canceled)));
     }
 }

@@ -313,18 +313,7 @@ where
     H::Adapter: TakesRows<T>,
 {
     let gate = Gate::default();
-    let recorder = {
-        let gate = gate.clone();
-        Recorder::new(move |seen| {
-            let gate = gate.clone();
-            async move {
-                if seen.attempt == 1 && seen.n == 1 {
-                    gate.wait().await;
-                }
-                Ok(())
-            }
-        })
-    };
+    let recorder = Recorder::gated(&gate, |seen| seen.attempt == 1 && seen.n == 1);
     let broker = cx.broker();
     let publisher = broker.publisher::<T>();
     let service = cx.service(
@@ -379,18 +368,7 @@ where
     H::Adapter: TakesRows<T>,
 {
     let gate = Gate::default();
-    let recorder = {
-        let gate = gate.clone();
-        Recorder::new(move |seen| {
-            let gate = gate.clone();
-            async move {
-                if seen.n == 1 {
-                    gate.wait().await;
-                }
-                Ok(())
-            }
-        })
-    };
+    let recorder = Recorder::gated(&gate, |seen| seen.n == 1);
     let broker = cx.broker();
     let publisher = broker.publisher::<T>();
     let opts = Opts::default().workers(1).prefetch(1);

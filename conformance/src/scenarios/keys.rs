@@ -183,18 +183,7 @@ where
     H::Adapter: TakesRows<T>,
 {
     let gate = Gate::default();
-    let recorder = {
-        let gate = gate.clone();
-        Recorder::new(move |seen| {
-            let gate = gate.clone();
-            async move {
-                if seen.n == 2 {
-                    gate.wait().await;
-                }
-                Ok(())
-            }
-        })
-    };
+    let recorder = Recorder::gated(&gate, |seen| seen.n == 2);
     let broker = cx.broker();
     let publisher = broker.publisher::<T>();
     let service = cx.service(
