@@ -31,14 +31,13 @@ use mysql_async::{Conn, Opts, Pool};
 use ruststream::adapter::Turns;
 use ruststream::exec::BoxFuture;
 use ruststream_core::{
-    Action, Command, ConnId, DbError, ErrorKind, Output, Reply, Row, Statement, StatementKind,
-    Value,
+    Action, Command, ConnId, DbError, ErrorKind, Output, Reply, Row, Statement, Value,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::lock::CustomLock;
-use crate::value::{db_error, from_mysql, name_text, params};
+use crate::value::{db_error, from_mysql, params};
 
 /// How long a command cut short by a close may take to end after the server was told to kill
 /// it, before it is dropped.
@@ -623,8 +622,6 @@ async fn run(
                     .await
                     .map_err(failed)?
             };
-            // The table's column names, which MySQL 8 may send as binary strings.
-            let names_as_text = statement.kind == StatementKind::ListColumns;
             let mut wanted: Option<Vec<usize>> = None;
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
@@ -635,12 +632,12 @@ async fn run(
                         let found = columns
                             .iter()
                             .map(|c| {
-                                column_index(names, c).ok_or_else(|| {
+                                column_index(names, c.name).ok_or_else(|| {
                                     DbError::new(
                                         ErrorKind::UndefinedColumn,
                                         format!(
-                                            "the statement's rows have no column `{c}`: {}",
-                                            statement.sql
+                                            "the statement's rows have no column `{}`: {}",
+                                            c.name, statement.sql
                                         ),
                                     )
                                 })
@@ -651,12 +648,25 @@ async fn run(
                 };
                 let values = indexes
                     .iter()
-                    .map(|&i| match row.as_ref(i) {
-                        Some(value) if names_as_text => name_text(from_mysql(value, &names[i])),
-                        Some(value) => from_mysql(value, &names[i]),
-                        None => Value::Null,
+                    .zip(columns.iter())
+                    .map(|(&i, c)| {
+                        let value = match row.as_ref(i) {
+                            Some(value) => from_mysql(value, &names[i]),
+                            None => Value::Null,
+                        };
+                        c.ty.read(value).map_err(|e| {
+                            DbError::new(
+                                ErrorKind::Other,
+                                format!(
+                                    "column `{}` does not read as {}: {e}: {}",
+                                    c.name,
+                                    c.ty.name(),
+                                    statement.sql
+                                ),
+                            )
+                        })
                     })
-                    .collect();
+                    .collect::<Result<Vec<Value>, DbError>>()?;
                 out.push(Row {
                     values,
                     raw: raw.then_some(row),

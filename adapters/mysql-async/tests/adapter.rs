@@ -60,7 +60,11 @@ fn fixed(kind: StatementKind, sql: &str) -> Action {
 
 fn rows(columns: &[&'static str], raw: bool) -> Output {
     Output::Rows {
-        columns: columns.to_vec().into(),
+        // The driver's own reading of each column: the core's id type keeps it.
+        columns: columns
+            .iter()
+            .map(|&name| ruststream_core::OutColumn::new(name, ruststream_core::ColumnType::Id))
+            .collect(),
         raw,
     }
 }

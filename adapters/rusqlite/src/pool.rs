@@ -1052,12 +1052,12 @@ fn execute(
             let wanted = columns
                 .iter()
                 .map(|c| {
-                    column_index(&names, c).ok_or_else(|| {
+                    column_index(&names, c.name).ok_or_else(|| {
                         DbError::new(
                             ErrorKind::UndefinedColumn,
                             format!(
-                                "the statement's rows have no column `{c}`: {}",
-                                statement.sql
+                                "the statement's rows have no column `{}`: {}",
+                                c.name, statement.sql
                             ),
                         )
                     })
@@ -1070,8 +1070,25 @@ fn execute(
                     .map(|i| row.get::<_, SqlValue>(i))
                     .collect::<rusqlite::Result<Vec<SqlValue>>>()
                     .map_err(sql_error)?;
+                let read = wanted
+                    .iter()
+                    .zip(columns.iter())
+                    .map(|(&i, c)| {
+                        c.ty.read(from_sql(&values[i])).map_err(|e| {
+                            DbError::new(
+                                ErrorKind::Other,
+                                format!(
+                                    "column `{}` does not read as {}: {e}: {}",
+                                    c.name,
+                                    c.ty.name(),
+                                    statement.sql
+                                ),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<Value>, DbError>>()?;
                 out.push(Row {
-                    values: wanted.iter().map(|&i| from_sql(&values[i])).collect(),
+                    values: read,
                     raw: raw.then(|| RusqliteRow::from_parts(names.clone(), values)),
                 });
             }

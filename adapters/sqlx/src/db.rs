@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use ruststream_core::{
-    DbError, Dialect, ErrorKind, Output, Reply, Row as CoreRow, Statement, Value,
+    DbError, Dialect, ErrorKind, OutColumn, Output, Reply, Row as CoreRow, Statement, Value,
 };
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySql, MySqlConnection, MySqlDatabaseError, MySqlRow};
@@ -97,11 +97,11 @@ fn column_index<R: Row>(row: &R, name: &str) -> Option<usize> {
     })
 }
 
-/// Reads the rows of a statement as its output names them, keeping each driver row when
-/// asked.
+/// Reads the rows of a statement as its output names them, each column as its declared type,
+/// keeping each driver row when asked.
 fn read_rows<R: Row>(
     rows: Vec<R>,
-    columns: &Arc<[&'static str]>,
+    columns: &Arc<[OutColumn]>,
     raw: bool,
     sql: &str,
     value: impl Fn(&R, usize) -> Result<Value, String>,
@@ -115,10 +115,10 @@ fn read_rows<R: Row>(
                 let found = columns
                     .iter()
                     .map(|c| {
-                        column_index(&row, c).ok_or_else(|| {
+                        column_index(&row, c.name).ok_or_else(|| {
                             DbError::new(
                                 ErrorKind::UndefinedColumn,
-                                format!("the statement's rows have no column `{c}`: {sql}"),
+                                format!("the statement's rows have no column `{}`: {sql}", c.name),
                             )
                         })
                     })
@@ -130,10 +130,14 @@ fn read_rows<R: Row>(
             .iter()
             .zip(columns.iter())
             .map(|(&i, c)| {
-                value(&row, i).map_err(|e| {
+                value(&row, i).and_then(|v| c.ty.read(v)).map_err(|e| {
                     DbError::new(
                         ErrorKind::Other,
-                        format!("column `{c}` does not read as a value: {e}: {sql}"),
+                        format!(
+                            "column `{}` does not read as {}: {e}: {sql}",
+                            c.name,
+                            c.ty.name()
+                        ),
                     )
                 })
             })

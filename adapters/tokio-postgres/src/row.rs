@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::fmt;
 
 use ruststream::de::{self, DecodeError};
-use ruststream_core::{DbError, ErrorKind, StatementKind, Value};
+use ruststream_core::{ColumnType, DbError, ErrorKind, OutColumn, Value};
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Row, SimpleQueryRow};
@@ -150,26 +150,29 @@ impl PgRow {
             .or_else(|| names.iter().position(|c| c.eq_ignore_ascii_case(name)))
     }
 
-    /// The values of `columns`, as the core reads them from a statement of `kind`.
+    /// The values of `columns`, each read as the type the core declares it.
     pub(crate) fn core_values(
         &self,
-        columns: &[&'static str],
-        kind: StatementKind,
+        columns: &[OutColumn],
         sql: &str,
     ) -> Result<Vec<Value>, DbError> {
         columns
             .iter()
             .map(|column| {
-                let index = self.index_of(column).ok_or_else(|| {
+                let index = self.index_of(column.name).ok_or_else(|| {
                     DbError::new(
                         ErrorKind::UndefinedColumn,
-                        format!("the statement's rows have no column `{column}`: {sql}"),
+                        format!("the statement's rows have no column `{}`: {sql}", column.name),
                     )
                 })?;
-                core_value(self.cell(index), column, kind).map_err(|message| {
+                core_value(self.cell(index), column.ty).map_err(|message| {
                     DbError::new(
                         ErrorKind::Other,
-                        format!("column `{column}` of the statement's rows: {message}: {sql}"),
+                        format!(
+                            "column `{}` of the statement's rows does not read as {}: {message}: {sql}",
+                            column.name,
+                            column.ty.name()
+                        ),
                     )
                 })
             })
@@ -323,14 +326,11 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
     out
 }
 
-/// The columns whose values the core reads as text, whatever they hold.
-const TEXT_COLUMNS: [&str; 4] = ["rs_key", "column_name", "isolation", "db"];
-
-/// A cell as the core reads it. Under the simple protocol the row tells no types: a lock's
-/// answer (`t`/`f`) is a boolean, the columns the core reads as text stay text, and other text
-/// that is an integer in its plain form (an id, an attempt) is an integer.
-fn core_value(cell: Cell<'_>, column: &str, kind: StatementKind) -> Result<Value, String> {
-    Ok(match cell {
+/// A cell as the core reads it: the value its type gives, read as the type the core declares
+/// for its column. Under the simple protocol the row tells no types: the cell's text is read as
+/// the declared type.
+fn core_value(cell: Cell<'_>, ty: ColumnType) -> Result<Value, String> {
+    let natural = match cell {
         Cell::Null => Value::Null,
         Cell::Bool(b) => Value::Bool(b),
         Cell::Int(i) => Value::Int(i),
@@ -338,18 +338,7 @@ fn core_value(cell: Cell<'_>, column: &str, kind: StatementKind) -> Result<Value
         Cell::Str(text) => Value::Text(text.to_owned()),
         Cell::Owned(text) => Value::Text(text),
         Cell::Bytes(bytes) => Value::Bytes(bytes.to_vec()),
-        Cell::Text(text) => match kind {
-            StatementKind::TryLock | StatementKind::Unlock => match text {
-                "t" | "true" => Value::Bool(true),
-                "f" | "false" => Value::Bool(false),
-                other => return Err(format!("`{other}` is not a boolean")),
-            },
-            _ if TEXT_COLUMNS.contains(&column) => Value::Text(text.to_owned()),
-            _ => match text.parse::<i64>() {
-                Ok(i) if i.to_string() == text => Value::Int(i),
-                _ => Value::Text(text.to_owned()),
-            },
-        },
+        Cell::Text(text) => return ty.read_text(text),
         Cell::Unsupported(ty) => {
             return Err(format!(
                 "the type `{}` is not one the broker reads (integers, text, uuid, boolean, bytea)",
@@ -357,7 +346,8 @@ fn core_value(cell: Cell<'_>, column: &str, kind: StatementKind) -> Result<Value
             ));
         }
         Cell::Broken(message) => return Err(message),
-    })
+    };
+    ty.read(natural)
 }
 
 #[cfg(test)]
@@ -365,31 +355,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn simple_text_reads_as_the_core_expects() {
-        let read = |text, column, kind| core_value(Cell::Text(text), column, kind).unwrap();
+    fn simple_text_reads_as_the_core_declares_it() {
+        let read = |text, ty| core_value(Cell::Text(text), ty).unwrap();
+        assert_eq!(read("t", ColumnType::Bool), Value::Bool(true));
+        assert_eq!(read("f", ColumnType::Bool), Value::Bool(false));
+        assert_eq!(read("42", ColumnType::Id), Value::Int(42));
+        assert_eq!(read("-3", ColumnType::Int), Value::Int(-3));
+        assert_eq!(read("007", ColumnType::Id), Value::Text("007".into()));
+        assert_eq!(read("7", ColumnType::Text), Value::Text("7".into()));
+        assert_eq!(read("t", ColumnType::Text), Value::Text("t".into()));
+        assert!(core_value(Cell::Text("x"), ColumnType::Bool).is_err());
+        assert!(core_value(Cell::Text("x"), ColumnType::Int).is_err());
+    }
+
+    #[test]
+    fn typed_cells_read_as_the_core_declares_them() {
         assert_eq!(
-            read("t", "locked", StatementKind::TryLock),
-            Value::Bool(true)
+            core_value(Cell::Int(7), ColumnType::Text),
+            Ok(Value::Text("7".into()))
         );
         assert_eq!(
-            read("f", "unlocked", StatementKind::Unlock),
-            Value::Bool(false)
-        );
-        assert_eq!(read("42", "id", StatementKind::Take), Value::Int(42));
-        assert_eq!(read("-3", "attempt", StatementKind::Take), Value::Int(-3));
-        assert_eq!(
-            read("007", "id", StatementKind::Take),
-            Value::Text("007".into())
+            core_value(Cell::Int(1), ColumnType::Bool),
+            Ok(Value::Bool(true))
         );
         assert_eq!(
-            read("7", "rs_key", StatementKind::Candidates),
-            Value::Text("7".into())
+            core_value(Cell::Str("5"), ColumnType::Int),
+            Ok(Value::Int(5))
         );
-        assert_eq!(
-            read("t", "column_name", StatementKind::ListColumns),
-            Value::Text("t".into())
-        );
-        assert!(core_value(Cell::Text("x"), "locked", StatementKind::TryLock).is_err());
+        assert_eq!(core_value(Cell::Null, ColumnType::Bool), Ok(Value::Null));
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::panic::AssertUnwindSafe;
 use bytes::BytesMut;
 use deadpool_postgres::ClientWrapper;
 use futures::FutureExt;
-use ruststream_core::{Action, DbError, ErrorKind, Output, Reply, Row, Statement, Value};
+use ruststream_core::{
+    Action, DbError, ErrorKind, OutColumn, Output, Reply, Row, Statement, Value,
+};
 use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Format, IsNull, ToSql, Type, to_sql_checked};
@@ -260,12 +262,12 @@ async fn run_simple(
 
 fn rows_of(
     rows: impl Iterator<Item = PgRow>,
-    columns: &[&'static str],
+    columns: &[OutColumn],
     raw: bool,
     statement: &Statement,
 ) -> Result<Vec<Row<PgRow>>, DbError> {
     rows.map(|row| {
-        let values = row.core_values(columns, statement.kind, &statement.sql)?;
+        let values = row.core_values(columns, &statement.sql)?;
         Ok(Row {
             values,
             raw: raw.then_some(row),

@@ -75,7 +75,11 @@ fn execute(kind: StatementKind, sql: &str, binds: Vec<Value>, output: Output) ->
 
 fn rows(columns: &[&'static str], raw: bool) -> Output {
     Output::Rows {
-        columns: columns.into(),
+        // The driver's own reading of each column: the core's id type keeps it.
+        columns: columns
+            .iter()
+            .map(|&name| ruststream_core::OutColumn::new(name, ruststream_core::ColumnType::Id))
+            .collect(),
         raw,
     }
 }

@@ -279,14 +279,114 @@ pub enum Output {
     Nothing,
     /// The number of rows affected.
     Affected,
-    /// Rows: for each, the values of these columns by name, and the driver's row itself when
-    /// `raw` is set (the runtime decodes the message from it).
+    /// Rows: for each, the values of these columns by name, each read as its declared
+    /// [`ColumnType`], and the driver's row itself when `raw` is set (the runtime decodes the
+    /// message from it).
     Rows {
-        /// The columns the core reads.
-        columns: Arc<[&'static str]>,
+        /// The columns the core reads, in the order of [`crate::Row::values`].
+        columns: Arc<[OutColumn]>,
         /// Whether the adapter keeps the driver's row.
         raw: bool,
     },
+}
+
+/// A column of a statement's rows that the core reads: its name and the type it reads it as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OutColumn {
+    /// The column's name (or alias) in the statement's rows; an adapter finds it exactly, or
+    /// else ignoring ASCII case.
+    pub name: &'static str,
+    /// What the core reads it as.
+    pub ty: ColumnType,
+}
+
+impl OutColumn {
+    /// A column of this name and type.
+    pub const fn new(name: &'static str, ty: ColumnType) -> Self {
+        Self { name, ty }
+    }
+}
+
+/// The type the core reads a column of a statement's rows as. An adapter reads the driver's
+/// cell into the [`Value`](crate::Value) its own type gives (an integer for an integer column,
+/// text for text, bytes for binary) and passes it through [`ColumnType::read`]; a driver that
+/// reports no types (PostgreSQL's simple protocol, whose cells are all text) passes the text
+/// through [`ColumnType::read_text`]. No adapter decides a type from a statement's kind or a
+/// column's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    /// A boolean: a lock's answer. Reads `true` and `false`, the integers `1` and `0` (MySQL's
+    /// `GET_LOCK`), and the text `t`, `f`, `true`, `false`, `1`, `0`.
+    Bool,
+    /// An integer: an attempt count. Reads integers, booleans as `0` and `1`, and text that is
+    /// an integer.
+    Int,
+    /// Text: a column's name, an advisory lock's key, a setting. Reads text, bytes as UTF-8
+    /// (bytes that are not are read lossily: MySQL 8 sends some text as binary strings), and
+    /// integers and booleans as their decimal or `true`/`false` text.
+    Text,
+    /// The table's id, of whatever type the table declares it: read as the column's own type
+    /// gives it, and bound back unchanged. Without types (text cells), an integer written
+    /// plainly (`42`, not `042`) reads as an integer, anything else as text.
+    Id,
+}
+
+impl ColumnType {
+    /// The type's name in messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ColumnType::Bool => "a boolean",
+            ColumnType::Int => "an integer",
+            ColumnType::Text => "text",
+            ColumnType::Id => "an id",
+        }
+    }
+
+    /// `value`, read from a cell of a driver that knows the column's type, as this type; a
+    /// `NULL` stays `NULL`.
+    pub fn read(self, value: crate::Value) -> Result<crate::Value, String> {
+        use crate::Value;
+        match (self, value) {
+            (_, Value::Null) => Ok(Value::Null),
+            (ColumnType::Id, value) => Ok(value),
+            (ColumnType::Bool, Value::Bool(b)) => Ok(Value::Bool(b)),
+            (ColumnType::Bool, Value::Int(i @ (0 | 1))) => Ok(Value::Bool(i == 1)),
+            (ColumnType::Bool, Value::Text(t)) => self.read_text(&t),
+            (ColumnType::Int, Value::Int(i)) => Ok(Value::Int(i)),
+            (ColumnType::Int, Value::Bool(b)) => Ok(Value::Int(i64::from(b))),
+            (ColumnType::Int, Value::Text(t)) => self.read_text(&t),
+            (ColumnType::Text, Value::Text(t)) => Ok(Value::Text(t)),
+            (ColumnType::Text, Value::Bytes(b)) => Ok(Value::Text(match String::from_utf8(b) {
+                Ok(text) => text,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            })),
+            (ColumnType::Text, Value::Int(i)) => Ok(Value::Text(i.to_string())),
+            (ColumnType::Text, Value::Bool(b)) => Ok(Value::Text(b.to_string())),
+            (ty, value) => Err(format!("{value} does not read as {}", ty.name())),
+        }
+    }
+
+    /// The text of a cell whose type the driver does not report, read as this type.
+    pub fn read_text(self, text: &str) -> Result<crate::Value, String> {
+        use crate::Value;
+        match self {
+            ColumnType::Bool => match text {
+                "t" | "true" | "1" => Ok(Value::Bool(true)),
+                "f" | "false" | "0" => Ok(Value::Bool(false)),
+                other => Err(format!("`{other}` does not read as a boolean")),
+            },
+            ColumnType::Int => text
+                .trim()
+                .parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| format!("`{text}` does not read as an integer")),
+            ColumnType::Text => Ok(Value::Text(text.to_owned())),
+            ColumnType::Id => Ok(match text.parse::<i64>() {
+                Ok(i) if i.to_string() == text => Value::Int(i),
+                _ => Value::Text(text.to_owned()),
+            }),
+        }
+    }
 }
 
 /// One statement of a subscription, rendered once.
@@ -484,12 +584,18 @@ impl Statements {
             current_database: mysql_like.then(|| {
                 let mut s = Sql::new(dialect);
                 s.push("SELECT DATABASE() AS db");
-                s.finish(StatementKind::CurrentDatabase, named(&["db"]))
+                s.finish(
+                    StatementKind::CurrentDatabase,
+                    named(&[("db", ColumnType::Text)]),
+                )
             }),
             isolation: (dialect == Dialect::Postgres && form == Form::RowLock).then(|| {
                 let mut s = Sql::new(dialect);
                 s.push("SELECT current_setting('transaction_isolation') AS isolation");
-                s.finish(StatementKind::Isolation, named(&["isolation"]))
+                s.finish(
+                    StatementKind::Isolation,
+                    named(&[("isolation", ColumnType::Text)]),
+                )
             }),
             // SQLite has no row locks: it renders no statement of the form (a subscription
             // to such a table is refused before it renders anything).
@@ -628,9 +734,12 @@ impl Statements {
     }
 }
 
-fn named(columns: &[&'static str]) -> Output {
+fn named(columns: &[(&'static str, ColumnType)]) -> Output {
     Output::Rows {
-        columns: columns.into(),
+        columns: columns
+            .iter()
+            .map(|&(name, ty)| OutColumn::new(name, ty))
+            .collect(),
         raw: false,
     }
 }
@@ -662,10 +771,10 @@ impl Renderer<'_> {
     }
 
     /// The columns the core reads from a taken row: the id, then the attempt.
-    fn row_columns(&self) -> Arc<[&'static str]> {
-        let mut columns = vec![self.desc.id.name];
+    fn row_columns(&self) -> Arc<[OutColumn]> {
+        let mut columns = vec![OutColumn::new(self.desc.id.name, ColumnType::Id)];
         if let Some(attempt) = self.desc.attempt {
-            columns.push(attempt.name);
+            columns.push(OutColumn::new(attempt.name, ColumnType::Int));
         }
         columns.into()
     }
@@ -745,7 +854,10 @@ impl Renderer<'_> {
                 s.push(")");
             }
         }
-        s.finish(StatementKind::ListColumns, named(&["column_name"]))
+        s.finish(
+            StatementKind::ListColumns,
+            named(&[("column_name", ColumnType::Text)]),
+        )
     }
 
     fn lock_row(&self, rows: Output) -> Statement {
@@ -788,7 +900,10 @@ impl Renderer<'_> {
         let attempt = self.desc.attempt.expect("an attempt column").name;
         s.finish(
             StatementKind::CountRow,
-            named(&[self.desc.id.name, attempt]),
+            named(&[
+                (self.desc.id.name, ColumnType::Id),
+                (attempt, ColumnType::Int),
+            ]),
         )
     }
 
@@ -806,7 +921,10 @@ impl Renderer<'_> {
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
         s.finish(
             StatementKind::SelectRowId,
-            named(&[self.desc.id.name, attempt]),
+            named(&[
+                (self.desc.id.name, ColumnType::Id),
+                (attempt, ColumnType::Int),
+            ]),
         )
     }
 
@@ -995,7 +1113,10 @@ impl Renderer<'_> {
         self.claimable(&mut s, true);
         self.order(&mut s);
         s.push(" LIMIT ").arg(Arg::Limit);
-        s.finish(StatementKind::Candidates, named(&["rs_id", "rs_key"]))
+        s.finish(
+            StatementKind::Candidates,
+            named(&[("rs_id", ColumnType::Id), ("rs_key", ColumnType::Text)]),
+        )
     }
 
     fn lock_fn(&self, lock: bool) -> Statement {
@@ -1012,7 +1133,7 @@ impl Renderer<'_> {
             (_, false) => s.push("SELECT RELEASE_LOCK(").arg(Arg::Key),
         };
         s.push(") AS ").push(column);
-        s.finish(kind, named(&[column]))
+        s.finish(kind, named(&[(column, ColumnType::Bool)]))
     }
 
     fn take(&self, rows: Output) -> Statement {
@@ -1120,7 +1241,7 @@ impl Renderer<'_> {
         s.push(" RETURNING ").push(&self.id());
         s.finish(
             StatementKind::SettleLeases(rows),
-            named(&[self.desc.id.name]),
+            named(&[(self.desc.id.name, ColumnType::Id)]),
         )
     }
 

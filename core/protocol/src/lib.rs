@@ -33,7 +33,8 @@ pub use broker::{
     PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
 };
 pub use dialect::{
-    Arg, Dialect, NOTIFY_CHANNEL, Output, Statement, StatementKind, Statements, notification_names,
+    Arg, ColumnType, Dialect, NOTIFY_CHANNEL, OutColumn, Output, Statement, StatementKind,
+    Statements, notification_names,
 };
 pub use spec::{Column, DescError, Form, InboxSpec, KeyPart, OrderBy, TableDesc};
 pub use types::{

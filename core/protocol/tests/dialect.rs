@@ -11,9 +11,9 @@ use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
 };
 use ruststream_core::{
-    Action, Arg, Broker, Dialect, Event, Form, NOTIFY_CHANNEL, Output, Publish, Reply, Row,
-    Statement, StatementKind, Statements, SubscribeOptions, TableDesc, Time, Value,
-    notification_names,
+    Action, Arg, Broker, ColumnType, Dialect, Event, Form, NOTIFY_CHANNEL, OutColumn, Output,
+    Publish, Reply, Row, Statement, StatementKind, Statements, SubscribeOptions, TableDesc, Time,
+    Value, notification_names,
 };
 
 const DIALECTS: [Dialect; 4] = [
@@ -370,7 +370,11 @@ fn postgres_advisory_statements() {
     assert_eq!(
         s.candidates.as_ref().unwrap().output,
         Output::Rows {
-            columns: vec!["rs_id", "rs_key"].into(),
+            columns: vec![
+                OutColumn::new("rs_id", ColumnType::Id),
+                OutColumn::new("rs_key", ColumnType::Text)
+            ]
+            .into(),
             raw: false
         }
     );
@@ -1046,9 +1050,13 @@ fn statements_match_the_form() {
             assert_eq!(s.publish.kind, StatementKind::Publish);
             assert_eq!(s.list_columns.kind, StatementKind::ListColumns);
             // Rows of taken rows carry the id, then the attempt, and the driver's row.
-            let row_columns: Vec<&str> = std::iter::once(desc.id.name)
-                .chain(desc.attempt.map(|a| a.name))
-                .collect();
+            let row_columns: Vec<OutColumn> =
+                std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
+                    .chain(
+                        desc.attempt
+                            .map(|a| OutColumn::new(a.name, ColumnType::Int)),
+                    )
+                    .collect();
             for (statement, kind) in [
                 (&s.count_row, StatementKind::CountRow),
                 (&s.select_row_id, StatementKind::SelectRowId),
@@ -1060,9 +1068,13 @@ fn statements_match_the_form() {
             }
             // The count reads back the row's id and the attempt it wrote, which the lock then
             // checks: a row counted again by another claim is not locked on a stale count.
-            let counted: Vec<&str> = std::iter::once(desc.id.name)
-                .chain(desc.attempt.map(|a| a.name))
-                .collect();
+            let counted: Vec<OutColumn> =
+                std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
+                    .chain(
+                        desc.attempt
+                            .map(|a| OutColumn::new(a.name, ColumnType::Int)),
+                    )
+                    .collect();
             for statement in [&s.count_row, &s.select_row_id].into_iter().flatten() {
                 assert_eq!(
                     statement.output,
@@ -1415,7 +1427,7 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     assert_eq!(
         st.output,
         Output::Rows {
-            columns: ["id"].as_slice().into(),
+            columns: [OutColumn::new("id", ColumnType::Id)].as_slice().into(),
             raw: false
         }
     );
@@ -1467,4 +1479,50 @@ fn ping_where_a_session_holds_the_row() {
             }
         }
     }
+}
+
+#[test]
+fn columns_read_as_their_declared_types() {
+    use ColumnType::{Bool, Id, Int, Text};
+    let read = |ty: ColumnType, v: Value| ty.read(v);
+    // Booleans: a lock's answer, as PostgreSQL (bool) and MySQL (1, 0) give it.
+    assert_eq!(read(Bool, Value::Bool(true)), Ok(Value::Bool(true)));
+    assert_eq!(read(Bool, Value::Int(1)), Ok(Value::Bool(true)));
+    assert_eq!(read(Bool, Value::Int(0)), Ok(Value::Bool(false)));
+    assert!(read(Bool, Value::Int(2)).is_err());
+    assert!(read(Bool, Value::Bytes(vec![1])).is_err());
+    // Integers: an attempt.
+    assert_eq!(read(Int, Value::Int(-4)), Ok(Value::Int(-4)));
+    assert_eq!(read(Int, Value::Text("12".into())), Ok(Value::Int(12)));
+    assert!(read(Int, Value::Text("twelve".into())).is_err());
+    // Text: names, keys and settings, which MySQL 8 may send as binary strings.
+    assert_eq!(
+        read(Text, Value::Bytes(b"id".to_vec())),
+        Ok(Value::Text("id".into()))
+    );
+    assert_eq!(read(Text, Value::Int(7)), Ok(Value::Text("7".into())));
+    assert_eq!(
+        read(Text, Value::Bytes(vec![b'k', 0xff])),
+        Ok(Value::Text("k\u{fffd}".into()))
+    );
+    // The id keeps the column's own type.
+    for v in [
+        Value::Int(3),
+        Value::Text("a".into()),
+        Value::Bytes(vec![0, 1]),
+    ] {
+        assert_eq!(read(Id, v.clone()), Ok(v));
+    }
+    // NULL stays NULL whatever the type.
+    for ty in [Bool, Int, Text, Id] {
+        assert_eq!(read(ty, Value::Null), Ok(Value::Null));
+    }
+    // Text cells of a driver that tells no types.
+    assert_eq!(Bool.read_text("t"), Ok(Value::Bool(true)));
+    assert_eq!(Bool.read_text("false"), Ok(Value::Bool(false)));
+    assert!(Bool.read_text("yes").is_err());
+    assert_eq!(Int.read_text("5"), Ok(Value::Int(5)));
+    assert_eq!(Id.read_text("42"), Ok(Value::Int(42)));
+    assert_eq!(Id.read_text("042"), Ok(Value::Text("042".into())));
+    assert_eq!(Text.read_text("42"), Ok(Value::Text("42".into())));
 }

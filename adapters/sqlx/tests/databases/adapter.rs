@@ -41,7 +41,11 @@ fn exec(sql: &str, output: Output, binds: Vec<Value>) -> Action {
 
 fn rows(columns: &[&'static str]) -> Output {
     Output::Rows {
-        columns: columns.to_vec().into(),
+        // The driver's own reading of each column: the core's id type keeps it.
+        columns: columns
+            .iter()
+            .map(|&name| ruststream_core::OutColumn::new(name, ruststream_core::ColumnType::Id))
+            .collect(),
         raw: false,
     }
 }

@@ -241,12 +241,12 @@ impl Db {
         let values = columns
             .iter()
             .map(|c| {
-                if *c == desc.id.name {
+                if c.name == desc.id.name {
                     Value::Int(id)
-                } else if Some(*c) == desc.attempt.map(|a| a.name) {
+                } else if Some(c.name) == desc.attempt.map(|a| a.name) {
                     Value::Int(row.attempt)
                 } else {
-                    panic!("the model has no column `{c}`")
+                    panic!("the model has no column `{}`", c.name)
                 }
             })
             .collect();
