@@ -28,6 +28,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ruststream::core::dialect::{AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim};
 use ruststream::core::keys::{mysql_lock_name, postgres_key_hash};
 use ruststream::core::{Arg, Dialect, Form, Statement, Statements, Value};
 
@@ -116,10 +117,8 @@ fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
     })
 }
 
-fn some<'a>(statement: &'a Option<Statement>, what: &str) -> Result<&'a Statement, BoxError> {
-    statement
-        .as_ref()
-        .ok_or_else(|| format!("the core rendered no {what} statement").into())
+fn wrong_form(want: &str) -> BoxError {
+    format!("the baseline of the {want} form ran on another form's statements").into()
 }
 
 /// The lease the baseline writes: the core's default, 30 s.
@@ -129,7 +128,7 @@ const LEASE_US: i64 = 30_000_000;
 pub(crate) async fn worker<C: RawConn>(mut conn: C, shared: Arc<Shared>) -> Result<(), BoxError> {
     let mut idle_since = Instant::now();
     while shared.stats.settled() < shared.jobs {
-        let took = match shared.statements.form {
+        let took = match shared.statements.form() {
             Form::RowLock => row_lock_once(&mut conn, &shared).await?,
             Form::Lease => lease_once(&mut conn, &shared).await?,
             Form::Advisory => advisory_once(&mut conn, &shared).await?,
@@ -222,35 +221,53 @@ async fn rows<C: RawConn>(
 
 async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
     let st = &shared.statements;
+    let FormStatements::RowLock(f) = &st.form else {
+        return Err(wrong_form("row lock"));
+    };
     let claim = shared.claim.lock().await;
     let now = crate::stats::now_us();
     let mut b = Binds {
         now,
         ..Binds::default()
     };
-    let (id, attempt) = if let Some(count_row) = &st.count_row {
-        let found = rows(conn, shared, count_row, &b, &["id", "attempt"]).await?;
-        let Some(row) = found.into_iter().next() else {
-            return Ok(false);
-        };
-        (row[0].clone(), row[1].as_int().unwrap_or(0))
-    } else {
-        run(conn, shared, &st.begin, &b).await?;
-        let select = some(&st.select_row_id, "select_row_id")?;
-        let found = rows(conn, shared, select, &b, &["id", "attempt"]).await?;
-        let Some(row) = found.into_iter().next() else {
-            run(conn, shared, &st.rollback, &b).await?;
-            return Ok(false);
-        };
-        b.id = Some(row[0].clone());
-        run(conn, shared, some(&st.count_attempt, "count_attempt")?, &b).await?;
-        run(conn, shared, &st.commit, &b).await?;
-        (row[0].clone(), row[1].as_int().unwrap_or(0) + 1)
+    let (id, attempt, lock) = match &f.claim {
+        RowLockClaim::Count {
+            count_row,
+            lock_row_by_id,
+        } => {
+            let found = rows(conn, shared, count_row, &b, &["id", "attempt"]).await?;
+            let Some(row) = found.into_iter().next() else {
+                return Ok(false);
+            };
+            (row[0].clone(), row[1].as_int().unwrap_or(0), lock_row_by_id)
+        }
+        RowLockClaim::SelectCount {
+            select_row_id,
+            count_attempt,
+            lock_row_by_id,
+        } => {
+            run(conn, shared, &st.begin, &b).await?;
+            let found = rows(conn, shared, select_row_id, &b, &["id", "attempt"]).await?;
+            let Some(row) = found.into_iter().next() else {
+                run(conn, shared, &st.rollback, &b).await?;
+                return Ok(false);
+            };
+            b.id = Some(row[0].clone());
+            run(conn, shared, count_attempt, &b).await?;
+            run(conn, shared, &st.commit, &b).await?;
+            (
+                row[0].clone(),
+                row[1].as_int().unwrap_or(0) + 1,
+                lock_row_by_id,
+            )
+        }
+        RowLockClaim::Lock { .. } => {
+            return Err("the bench's row lock table counts attempts".into());
+        }
     };
     b.id = Some(id);
     b.attempt = attempt;
     run(conn, shared, &st.begin, &b).await?;
-    let lock = some(&st.lock_row_by_id, "lock_row_by_id")?;
     let locked = rows(conn, shared, lock, &b, ROW).await?;
     drop(claim);
     let Some(row) = locked.into_iter().next() else {
@@ -258,7 +275,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
         return Ok(true);
     };
     let ended = handle(shared, &row).await;
-    run(conn, shared, &st.settle, &b).await?;
+    run(conn, shared, &f.settle, &b).await?;
     run(conn, shared, &st.commit, &b).await?;
     settled(shared, ended);
     Ok(true)
@@ -266,6 +283,9 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
 
 async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
     let st = &shared.statements;
+    let FormStatements::Lease(f) = &st.form else {
+        return Err(wrong_form("lease"));
+    };
     let now = crate::stats::now_us();
     let mut b = Binds {
         now,
@@ -273,26 +293,25 @@ async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, B
         limit: 1,
         ..Binds::default()
     };
-    let row = if let Some(claim) = &st.claim_lease {
-        rows(conn, shared, claim, &b, ROW).await?.into_iter().next()
-    } else {
-        run(conn, shared, &st.begin, &b).await?;
-        let select = some(&st.select_lease, "select_lease")?;
-        let found = rows(conn, shared, select, &b, ROW).await?;
-        match found.into_iter().next() {
-            Some(row) => {
-                b.id = Some(row[0].clone());
-                let mark = st
-                    .mark_lease
-                    .first()
-                    .ok_or("the core rendered no mark_lease")?;
-                run(conn, shared, mark, &b).await?;
-                run(conn, shared, &st.commit, &b).await?;
-                Some(row)
-            }
-            None => {
-                run(conn, shared, &st.commit, &b).await?;
-                None
+    let row = match &f.claim {
+        LeaseClaim::Returning { claim } => {
+            rows(conn, shared, claim, &b, ROW).await?.into_iter().next()
+        }
+        LeaseClaim::Locking { select, mark } => {
+            run(conn, shared, &st.begin, &b).await?;
+            let found = rows(conn, shared, select, &b, ROW).await?;
+            match found.into_iter().next() {
+                Some(row) => {
+                    b.id = Some(row[0].clone());
+                    let mark = mark.first().ok_or("the core rendered no lease mark")?;
+                    run(conn, shared, mark, &b).await?;
+                    run(conn, shared, &st.commit, &b).await?;
+                    Some(row)
+                }
+                None => {
+                    run(conn, shared, &st.commit, &b).await?;
+                    None
+                }
             }
         }
     };
@@ -301,13 +320,16 @@ async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, B
     };
     b.id = Some(row[0].clone());
     let ended = handle(shared, &row).await;
-    run(conn, shared, &st.settle, &b).await?;
+    run(conn, shared, &f.settle, &b).await?;
     settled(shared, ended);
     Ok(true)
 }
 
 async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
     let st = &shared.statements;
+    let FormStatements::Advisory(f) = &st.form else {
+        return Err(wrong_form("advisory lock"));
+    };
     let now = crate::stats::now_us();
     let sqlite = st.dialect == Dialect::Sqlite;
     // SQLite: no claim while a row is in work; the next one runs when its key is released.
@@ -321,8 +343,7 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
         limit: if sqlite { 1 } else { 2 * shared.workers as i64 },
         ..Binds::default()
     };
-    let candidates = some(&st.candidates, "candidates")?;
-    let found = rows(conn, shared, candidates, &b, &["rs_id", "rs_key"]).await?;
+    let found = rows(conn, shared, &f.candidates, &b, &["rs_id", "rs_key"]).await?;
     for candidate in found {
         let key = match &candidate[1] {
             Value::Text(t) => t.clone(),
@@ -337,18 +358,7 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             }
         });
         // Lock the key.
-        if sqlite {
-            if !shared
-                .keys
-                .lock()
-                .expect("not poisoned")
-                .insert(key.clone())
-            {
-                // The first due row is in work: this claim takes nothing.
-                return Ok(false);
-            }
-        } else {
-            let try_lock = some(&st.try_lock, "try_lock")?;
+        if let KeyLocks::Database { try_lock, .. } = &f.keys {
             let locked = rows(conn, shared, try_lock, &b, &["locked"]).await?;
             let locked = locked
                 .first()
@@ -358,33 +368,47 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             if !locked {
                 continue;
             }
+        } else {
+            if !shared
+                .keys
+                .lock()
+                .expect("not poisoned")
+                .insert(key.clone())
+            {
+                // The first due row is in work: this claim takes nothing.
+                return Ok(false);
+            }
         }
         // Take the row.
-        let row = if let Some(take_count) = &st.take_count {
-            if run(conn, shared, take_count, &b).await? > 0 {
-                rows(conn, shared, &st.read_row, &b, ROW)
-                    .await?
-                    .into_iter()
-                    .next()
-            } else {
-                None
+        let row = match &f.take {
+            AdvisoryTake::CountThenRead {
+                take_count,
+                read_row,
+            } => {
+                if run(conn, shared, take_count, &b).await? > 0 {
+                    rows(conn, shared, read_row, &b, ROW)
+                        .await?
+                        .into_iter()
+                        .next()
+                } else {
+                    None
+                }
             }
-        } else {
-            let take = some(&st.take, "take")?;
-            rows(conn, shared, take, &b, ROW).await?.into_iter().next()
+            AdvisoryTake::Returning { take } => {
+                rows(conn, shared, take, &b, ROW).await?.into_iter().next()
+            }
         };
         let took = row.is_some();
         if let Some(row) = row {
             let ended = handle(shared, &row).await;
-            run(conn, shared, &st.settle, &b).await?;
+            run(conn, shared, &f.settle, &b).await?;
             settled(shared, ended);
         }
         // Unlock the key.
-        if sqlite {
-            shared.keys.lock().expect("not poisoned").remove(&key);
-        } else {
-            let unlock = some(&st.unlock, "unlock")?;
+        if let KeyLocks::Database { unlock, .. } = &f.keys {
             rows(conn, shared, unlock, &b, &["unlocked"]).await?;
+        } else {
+            shared.keys.lock().expect("not poisoned").remove(&key);
         }
         if took {
             return Ok(true);

@@ -493,21 +493,21 @@ async fn table_bytes<C: RawConn>(conn: &mut C, dialect: Dialect) -> Result<Optio
 fn claim_statement(
     st: &Statements,
 ) -> Result<(&Statement, bool, &'static [&'static str]), BoxError> {
-    let found = match st.form {
-        Form::RowLock => st
-            .count_row
-            .as_ref()
-            .or(st.select_row_id.as_ref())
-            .map(|s| (s, true, &["id", "attempt"][..]))
-            .or_else(|| st.lock_row.as_ref().map(|s| (s, true, &["id"][..]))),
-        Form::Lease => st
-            .claim_lease
-            .as_ref()
-            .or(st.select_lease.as_ref())
-            .map(|s| (s, true, &["id"][..])),
-        Form::Advisory => st.candidates.as_ref().map(|s| (s, false, &["rs_id"][..])),
-    };
-    found.ok_or_else(|| "the core rendered no claim statement".into())
+    use ruststream::core::dialect::{FormStatements, LeaseClaim, RowLockClaim};
+    Ok(match &st.form {
+        FormStatements::RowLock(f) => match &f.claim {
+            RowLockClaim::Count { count_row: s, .. }
+            | RowLockClaim::SelectCount {
+                select_row_id: s, ..
+            } => (s, true, &["id", "attempt"][..]),
+            RowLockClaim::Lock { lock_row } => (lock_row, true, &["id"][..]),
+        },
+        FormStatements::Lease(f) => match &f.claim {
+            LeaseClaim::Returning { claim } => (claim, true, &["id"][..]),
+            LeaseClaim::Locking { select, .. } => (select, true, &["id"][..]),
+        },
+        FormStatements::Advisory(f) => (&f.candidates, false, &["rs_id"][..]),
+    })
 }
 
 fn binds(statement: &Statement, config: &Config) -> Vec<Value> {

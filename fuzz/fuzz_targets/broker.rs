@@ -13,8 +13,8 @@ use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, Payload, Processed, own,
 };
 use ruststream_core::{
-    Action, Broker, Command, DbError, DeliveryId, Dialect, ErrorKind, Event, Outcome, Output,
-    Publish, Reply, Row, StatementKind, SubscribeOptions, TableDesc, Time, Value,
+    Action, Broker, ColumnType, Command, DbError, DeliveryId, Dialect, ErrorKind, Event, Outcome,
+    Output, Publish, Reply, Row, StatementKind, SubscribeOptions, TableDesc, Time, Value,
 };
 
 const DIALECTS: [Dialect; 4] = [
@@ -156,18 +156,15 @@ fn plausible(u: &mut Unstructured<'_>, desc: &TableDesc, command: &Command) -> R
             let n = u.int_in_range(0..=4)?;
             let mut rows = Vec::with_capacity(n);
             for _ in 0..n {
-                let mut values = vec![Value::Int(u.int_in_range(1..=6)?)];
-                for column in columns.iter().skip(1) {
-                    values.push(match *column {
-                        "rs_key" => Value::Text(format!("jobs-{}", u.int_in_range(0..=3)?)),
-                        "locked" | "unlocked" => Value::Bool(u.ratio(3, 4)?),
-                        _ => Value::Int(u.int_in_range(0..=3)?),
+                // Each column of the type the statement declares it, as an adapter reads it.
+                let mut values = Vec::with_capacity(columns.len());
+                for column in columns.iter() {
+                    values.push(match column.ty {
+                        ColumnType::Id => Value::Int(u.int_in_range(1..=6)?),
+                        ColumnType::Text => Value::Text(format!("jobs-{}", u.int_in_range(0..=3)?)),
+                        ColumnType::Bool => Value::Bool(u.ratio(3, 4)?),
+                        ColumnType::Int => Value::Int(u.int_in_range(0..=3)?),
                     });
-                }
-                if columns.len() == 1
-                    && matches!(*columns.first().unwrap_or(&""), "locked" | "unlocked")
-                {
-                    values = vec![Value::Int(i64::from(u.ratio(3, 4)?))];
                 }
                 rows.push(Row::values(values));
             }

@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row};
 use ruststream_core::keys::{MYSQL_LOCK_NAME_MAX, mysql_lock_name};
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
-use ruststream_core::{Arg, Dialect, Output, Statement, Statements, Value};
+use ruststream_core::{Arg, Dialect, Output, Statement, StatementKind, Statements, Value};
 
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
 
@@ -75,8 +75,8 @@ async fn execute(conn: &mut Conn, statement: &Statement, binds: &[Value]) -> u64
     conn.affected_rows()
 }
 
-fn get(statement: &Option<Statement>) -> &Statement {
-    statement.as_ref().expect("the statement is rendered")
+fn get(statement: Option<&Statement>) -> &Statement {
+    statement.expect("the statement is rendered")
 }
 
 /// The binds of a statement whose args are all among the given values.
@@ -159,7 +159,7 @@ async fn check_statements() {
         .desc();
     for dialect in [Dialect::MariaDb, Dialect::MySql] {
         let s = Statements::render(dialect, &desc, 1);
-        let db = query(&mut conn, get(&s.current_database), &[]).await;
+        let db = query(&mut conn, get(s.current_database.as_ref()), &[]).await;
         assert_eq!(db[0].get::<String, _>("db").as_deref(), Some("test"));
         let list = &s.list_columns;
         let rows = query(
@@ -226,7 +226,16 @@ async fn row_lock_form() {
     for payload in [b"a", b"b"] {
         publish(&mut a, &s, payload, now_micros(), "x").await;
     }
-    let lock_row = get(&s.lock_row);
+    // A table whose description names no attempt column locks the first row in one
+    // statement; with one, the claim counts first (the test below).
+    let plain = Statements::render(
+        Dialect::MariaDb,
+        InboxSpec::new(table, Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .desc(),
+        2,
+    );
+    let lock_row = get(plain.of_kind(StatementKind::LockRow));
     execute(&mut a, &s.begin, &[]).await;
     let locked = query(&mut a, lock_row, &[]).await;
     assert_eq!(locked.len(), 1);
@@ -235,7 +244,7 @@ async fn row_lock_form() {
         locked[0].get::<Vec<u8>, _>("payload").as_deref(),
         Some(&b"a"[..])
     );
-    let count = get(&s.count_attempt);
+    let count = get(s.of_kind(StatementKind::CountAttempt));
     assert_eq!(execute(&mut a, count, &[Value::Int(first)]).await, 1);
 
     execute(&mut b, &s.begin, &[]).await;
@@ -244,7 +253,7 @@ async fn row_lock_form() {
     assert_ne!(ids(&skipped)[0], first, "B skips A's row");
     execute(&mut b, &s.rollback, &[]).await;
 
-    assert_eq!(execute(&mut a, &s.settle, &[Value::Int(first)]).await, 1);
+    assert_eq!(execute(&mut a, s.settle(), &[Value::Int(first)]).await, 1);
     execute(&mut a, &s.commit, &[]).await;
     assert!(
         query(&mut b, &s.read_row, &[Value::Int(first)])
@@ -268,9 +277,9 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     for payload in [b"a", b"b"] {
         publish(&mut a, &s, payload, now_micros(), "x").await;
     }
-    let select_id = get(&s.select_row_id);
-    let count = get(&s.count_attempt);
-    let lock_by_id = get(&s.lock_row_by_id);
+    let select_id = get(s.of_kind(StatementKind::SelectRowId));
+    let count = get(s.of_kind(StatementKind::CountAttempt));
+    let lock_by_id = get(s.of_kind(StatementKind::LockRowById));
 
     // A counts the first row's attempt in a transaction of its own, then locks the row.
     execute(&mut a, &s.begin, &[]).await;
@@ -323,7 +332,7 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         "a held row is skipped, not waited for"
     );
     execute(&mut b, &s.rollback, &[]).await;
-    assert_eq!(execute(&mut a, &s.settle, &[Value::Int(first)]).await, 1);
+    assert_eq!(execute(&mut a, s.settle(), &[Value::Int(first)]).await, 1);
     execute(&mut a, &s.commit, &[]).await;
     drop_table(&mut a, table).await;
 }
@@ -360,7 +369,7 @@ async fn lease_form() {
         "a published due time keeps its microseconds"
     );
 
-    let select = get(&s.select_lease);
+    let select = get(s.of_kind(StatementKind::SelectLease));
     let select_at = |now: i64, limit: i64| {
         binds(
             select,
@@ -379,7 +388,9 @@ async fn lease_form() {
         "B skips A's locked row and the future one, in claim order"
     );
     let until = now + 30_000_000;
-    let mark = s.mark_lease(2).expect("a statement for two rows");
+    let mark = s
+        .of_kind(StatementKind::MarkLease(2))
+        .expect("a statement for two rows");
     let mark_binds = |ids: &[i64]| {
         let mut values = vec![(Arg::Until, Value::Int(until))];
         values.extend(
@@ -394,7 +405,9 @@ async fn lease_form() {
         2
     );
     execute(&mut b, &s.commit, &[]).await;
-    let mark1 = s.mark_lease(1).expect("a statement for one row");
+    let mark1 = s
+        .of_kind(StatementKind::MarkLease(1))
+        .expect("a statement for one row");
     assert_eq!(
         execute(&mut a, mark1, &binds(mark1, &mark_binds(&[early]))).await,
         1
@@ -405,15 +418,23 @@ async fn lease_form() {
         let row = query(&mut a, &s.read_row, &[Value::Int(id)]).await;
         assert_eq!(int(&row[0], "attempt"), 1, "the claim counts the attempt");
     }
-    assert_eq!(s.mark_lease.len(), workers);
-    assert!(s.mark_lease(workers).is_some() && s.mark_lease(workers + 1).is_none());
+    assert_eq!(
+        (1..=workers + 1)
+            .filter(|&n| s.of_kind(StatementKind::MarkLease(n)).is_some())
+            .count(),
+        workers
+    );
+    assert!(
+        s.of_kind(StatementKind::MarkLease(workers)).is_some()
+            && s.of_kind(StatementKind::MarkLease(workers + 1)).is_none()
+    );
 
     execute(&mut a, &s.begin, &[]).await;
     assert!(query(&mut a, select, &select_at(now, 10)).await.is_empty());
     execute(&mut a, &s.commit, &[]).await;
 
     // Extend with the right fence, then with a stale one.
-    let extend = get(&s.extend_lease);
+    let extend = get(s.of_kind(StatementKind::ExtendLease));
     let until2 = until + 10_000_000;
     let extend_binds = |id: i64, fence: i64| {
         binds(
@@ -433,7 +454,7 @@ async fn lease_form() {
     );
 
     // Release, then settle under the fence.
-    let release = get(&s.release_lease);
+    let release = get(s.of_kind(StatementKind::ReleaseLease));
     let release_binds = |fence: i64| {
         binds(
             release,
@@ -446,7 +467,7 @@ async fn lease_form() {
     assert_eq!(execute(&mut a, release, &release_binds(until - 1)).await, 0);
     assert_eq!(execute(&mut a, release, &release_binds(until)).await, 1);
     assert_eq!(micros(&mut a, table, "locked_until", third).await, None);
-    let settle = &s.settle;
+    let settle = s.settle();
     let settle_binds = |id: i64, fence: i64| {
         binds(
             settle,
@@ -494,7 +515,7 @@ async fn advisory_form() {
     a.query_drop(format!("INSERT INTO {table} (payload) VALUES ('3')"))
         .await
         .unwrap();
-    let candidates = get(&s.candidates);
+    let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(
         &mut a,
         candidates,
@@ -508,13 +529,13 @@ async fn advisory_form() {
     assert_eq!(keys, ["video_jobs-7", "video_jobs-8", "video_jobs-"]);
     let first = int(&rows[0], "rs_id");
 
-    let database: String = query(&mut a, get(&s.current_database), &[]).await[0]
+    let database: String = query(&mut a, get(s.current_database.as_ref()), &[]).await[0]
         .get("db")
         .expect("a database");
     let name = mysql_lock_name(&database, &keys[0]);
     assert_eq!(name, format!("{database}.video_jobs-7"));
-    let try_lock = get(&s.try_lock);
-    let unlock = get(&s.unlock);
+    let try_lock = get(s.of_kind(StatementKind::TryLock));
+    let unlock = get(s.of_kind(StatementKind::Unlock));
     let answer = |rows: Vec<Row>, column: &str| rows[0].get::<Option<i64>, _>(column).flatten();
     let key = |name: &str| vec![Value::Text(name.to_owned())];
     assert_eq!(
@@ -528,8 +549,8 @@ async fn advisory_form() {
     );
 
     // The take counts the attempt, then the row is read.
-    let take_count = get(&s.take_count);
-    assert!(s.take.is_none());
+    let take_count = get(s.of_kind(StatementKind::TakeCount));
+    assert!(s.of_kind(StatementKind::Take).is_none());
     assert_eq!(
         execute(
             &mut a,
@@ -541,7 +562,7 @@ async fn advisory_form() {
     );
     let row = query(&mut a, &s.read_row, &[Value::Int(first)]).await;
     assert_eq!(int(&row[0], "attempt"), 1);
-    assert_eq!(execute(&mut a, &s.settle, &[Value::Int(first)]).await, 1);
+    assert_eq!(execute(&mut a, s.settle(), &[Value::Int(first)]).await, 1);
     assert_eq!(
         execute(
             &mut a,
@@ -607,7 +628,7 @@ async fn advisory_take_reads_only_claimable_rows() {
     let now = now_micros();
     publish(&mut conn, &s, b"due", now - 1_000, "").await;
     publish(&mut conn, &s, b"later", now + 60_000_000, "").await;
-    let candidates = get(&s.candidates);
+    let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(
         &mut conn,
         candidates,
@@ -623,13 +644,13 @@ async fn advisory_take_reads_only_claimable_rows() {
         rows[0].get::<String, _>("rs_key"),
         Some(format!("row-{id}"))
     );
-    let take = get(&s.take);
+    let take = get(s.of_kind(StatementKind::Take));
     let take_binds = binds(
         take,
         &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
     );
     assert_eq!(query(&mut conn, take, &take_binds).await.len(), 1);
-    let settle = &s.settle;
+    let settle = s.settle();
     let settled = binds(
         settle,
         &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
@@ -679,7 +700,7 @@ async fn quoted_names() {
     );
     let now = now_micros();
     execute(&mut conn, &s.begin, &[]).await;
-    let select = get(&s.select_lease);
+    let select = get(s.of_kind(StatementKind::SelectLease));
     let rows = query(
         &mut conn,
         select,
@@ -691,7 +712,7 @@ async fn quoted_names() {
     .await;
     assert_eq!(rows.len(), 1);
     let id = int(&rows[0], "i\"d");
-    let mark = s.mark_lease(1).unwrap();
+    let mark = s.of_kind(StatementKind::MarkLease(1)).unwrap();
     assert_eq!(
         execute(
             &mut conn,
@@ -715,7 +736,7 @@ async fn quoted_names() {
         .advisory(KEY)
         .desc();
     let s = Statements::render(Dialect::MariaDb, &desc, 1);
-    let candidates = get(&s.candidates);
+    let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(&mut conn, candidates, &[Value::Int(5)]).await;
     assert_eq!(
         rows[0].get::<String, _>("rs_key").as_deref(),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use rusqlite::Connection;
 use rusqlite::types::Value as SqlValue;
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
-use ruststream_core::{Arg, Dialect, Form, Output, Statement, Statements, Value};
+use ruststream_core::{Arg, Dialect, Form, Output, Statement, StatementKind, Statements, Value};
 
 /// A database file unique to this test and process, removed when dropped.
 struct DbFile {
@@ -89,8 +89,8 @@ fn execute(conn: &Connection, statement: &Statement, binds: &[Value]) -> usize {
         .unwrap_or_else(|e| panic!("{:?} failed: {e}\n{}", statement.kind, statement.sql))
 }
 
-fn get(statement: &Option<Statement>) -> &Statement {
-    statement.as_ref().expect("the statement is rendered")
+fn get(statement: Option<&Statement>) -> &Statement {
+    statement.expect("the statement is rendered")
 }
 
 /// The binds of a statement whose args are all among the given values.
@@ -162,7 +162,7 @@ fn check_statements() {
         .lease(Column::new("locked_until"))
         .desc();
     let s = Statements::render(Dialect::Sqlite, &desc, 1);
-    assert!(s.current_database.is_none() && s.isolation.is_none());
+    assert!(s.current_database.is_none() && s.of_kind(StatementKind::Isolation).is_none());
     let list = &s.list_columns;
     let rows = query(
         &conn,
@@ -217,7 +217,7 @@ fn check_statements() {
         (Arg::Payload, Value::Bytes(b"x".to_vec())),
     ];
     assert_eq!(execute(&conn, publish, &binds(publish, &values)), 1);
-    let claim = get(&s.claim_lease);
+    let claim = get(s.of_kind(StatementKind::ClaimLease));
     let claimed = query(
         &conn,
         claim,
@@ -237,8 +237,20 @@ fn check_statements() {
     // No row lock form on SQLite.
     let row_lock = *InboxSpec::new(table, Column::new("id")).desc();
     assert_eq!(row_lock.form(), Form::RowLock);
-    let s = Statements::render(Dialect::Sqlite, &row_lock, 1);
-    assert!(s.lock_row.is_none() && s.count_attempt.is_none());
+    let refused = ruststream_core::Broker::<()>::new(Dialect::Sqlite).subscribe(
+        row_lock,
+        ruststream_core::SubscribeOptions::default(),
+        ruststream_core::Time(0),
+    );
+    assert!(
+        matches!(
+            refused,
+            Err(ruststream_core::BrokerError::Desc(
+                ruststream_core::DescError::NoRowLocks { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
 }
 
 #[test]
@@ -256,13 +268,16 @@ fn lease_form() {
         .due(Column::new("due_at"))
         .desc();
     let s = Statements::render(Dialect::Sqlite, &desc, 4);
-    assert!(s.select_lease.is_none() && s.mark_lease.is_empty());
+    assert!(
+        s.of_kind(StatementKind::SelectLease).is_none()
+            && s.of_kind(StatementKind::MarkLease(1)).is_none()
+    );
     publish(&a, &s, b"late", NOW - 1_000_000, Value::Null);
     publish(&a, &s, b"early", NOW - 2_000_000, Value::Null);
     publish(&a, &s, b"future", NOW + 3_600_000_000, Value::Null);
     let (late, early) = (1, 2);
 
-    let claim = get(&s.claim_lease);
+    let claim = get(s.of_kind(StatementKind::ClaimLease));
     let until = NOW + 30_000_000;
     let claim_at = |now: i64, until: i64, limit: i64| {
         binds(
@@ -294,7 +309,7 @@ fn lease_form() {
     }
     assert!(query(&a, claim, &claim_at(NOW, until, 10)).is_empty());
 
-    let extend = get(&s.extend_lease);
+    let extend = get(s.of_kind(StatementKind::ExtendLease));
     let until2 = until + 10_000_000;
     let extend_binds = |id: i64, fence: i64| {
         binds(
@@ -316,7 +331,7 @@ fn lease_form() {
     assert_eq!(ids(&again), vec![early]);
     assert_eq!(int(&again[0], "attempt"), 2);
 
-    let release = get(&s.release_lease);
+    let release = get(s.of_kind(StatementKind::ReleaseLease));
     let release_binds = |fence: i64| {
         binds(
             release,
@@ -329,7 +344,7 @@ fn lease_form() {
     assert_eq!(execute(&a, release, &release_binds(after + 4)), 0);
     assert_eq!(execute(&a, release, &release_binds(after + 5)), 1);
 
-    let settle = &s.settle;
+    let settle = s.settle();
     let settle_binds = |id: i64, fence: i64| {
         binds(
             settle,
@@ -364,7 +379,7 @@ fn lease_form_deletes_under_the_fence() {
         .desc();
     let s = Statements::render(Dialect::Sqlite, &desc, 1);
     publish(&conn, &s, b"x", 0, Value::Null);
-    let claim = get(&s.claim_lease);
+    let claim = get(s.of_kind(StatementKind::ClaimLease));
     let claimed = query(
         &conn,
         claim,
@@ -378,7 +393,7 @@ fn lease_form_deletes_under_the_fence() {
         ),
     );
     let id = ids(&claimed)[0];
-    let settle = &s.settle;
+    let settle = s.settle();
     let fenced = |fence: i64| {
         binds(
             settle,
@@ -405,13 +420,13 @@ fn advisory_form() {
         .desc();
     let s = Statements::render(Dialect::Sqlite, &desc, 2);
     assert!(
-        s.try_lock.is_none() && s.unlock.is_none(),
+        s.of_kind(StatementKind::TryLock).is_none() && s.of_kind(StatementKind::Unlock).is_none(),
         "the process keeps SQLite's keys"
     );
     publish(&conn, &s, b"1", 0, Value::Int(7));
     publish(&conn, &s, b"2", 0, Value::Int(8));
     publish(&conn, &s, b"3", 0, Value::Null);
-    let candidates = get(&s.candidates);
+    let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(
         &conn,
         candidates,
@@ -424,12 +439,12 @@ fn advisory_form() {
         "an integer column renders as its digits, a NULL as nothing"
     );
     let first = int(&rows[0], "rs_id");
-    let take = get(&s.take);
+    let take = get(s.of_kind(StatementKind::Take));
     let taken = query(&conn, take, &binds(take, &[(Arg::Id, Value::Int(first))]));
     assert_eq!(ids(&taken), vec![first]);
     assert_eq!(int(&taken[0], "attempt"), 1);
     assert_eq!(taken[0]["payload"], SqlValue::Blob(b"1".to_vec()));
-    assert_eq!(execute(&conn, &s.settle, &[Value::Int(first)]), 1);
+    assert_eq!(execute(&conn, s.settle(), &[Value::Int(first)]), 1);
     assert!(query(&conn, take, &binds(take, &[(Arg::Id, Value::Int(first))])).is_empty());
     drop_table(&conn, table);
 }
@@ -450,7 +465,7 @@ fn advisory_take_reads_only_claimable_rows() {
     let s = Statements::render(Dialect::Sqlite, &desc, 2);
     publish(&conn, &s, b"due", NOW - 1, Value::Null);
     publish(&conn, &s, b"later", NOW + 1, Value::Null);
-    let candidates = get(&s.candidates);
+    let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(
         &conn,
         candidates,
@@ -462,13 +477,13 @@ fn advisory_take_reads_only_claimable_rows() {
     assert_eq!(rows.len(), 1, "the row not yet due is no candidate");
     let id = int(&rows[0], "rs_id");
     assert_eq!(text(&rows[0], "rs_key"), format!("row-{id}"));
-    let take = get(&s.take);
+    let take = get(s.of_kind(StatementKind::Take));
     let take_binds = binds(
         take,
         &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(NOW))],
     );
     assert_eq!(query(&conn, take, &take_binds).len(), 1);
-    let settle = &s.settle;
+    let settle = s.settle();
     let settled = binds(
         settle,
         &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(NOW))],
@@ -502,9 +517,17 @@ fn quoted_names() {
         (Arg::Column("ch`an\"nel"), Value::Text("z".into())),
     ];
     assert_eq!(execute(&conn, publish, &binds(publish, &values)), 1);
-    let rows = query(&conn, get(&s.candidates), &[Value::Int(5)]);
+    let rows = query(
+        &conn,
+        get(s.of_kind(StatementKind::Candidates)),
+        &[Value::Int(5)],
+    );
     assert_eq!(text(&rows[0], "rs_key"), "it's-\\z");
-    let taken = query(&conn, get(&s.take), &[Value::Int(int(&rows[0], "rs_id"))]);
+    let taken = query(
+        &conn,
+        get(s.of_kind(StatementKind::Take)),
+        &[Value::Int(int(&rows[0], "rs_id"))],
+    );
     assert_eq!(int(&taken[0], "att\"empt"), 1);
     drop_table(&conn, &quoted);
 }
@@ -535,7 +558,7 @@ fn lease_settlements_in_one_statement() {
         for payload in [b"a", b"b", b"c"] {
             publish(&conn, &s, payload, 0, Value::Null);
         }
-        let claim = get(&s.claim_lease);
+        let claim = get(s.of_kind(StatementKind::ClaimLease));
         let claimed = query(
             &conn,
             claim,

@@ -494,13 +494,12 @@ impl Sql {
     }
 }
 
-/// The statements of one subscription's table, in its dialect and form.
+/// The statements of one subscription's table, in its dialect and form: those every form
+/// runs, and the form's own in [`Statements::form`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Statements {
     /// The dialect.
     pub dialect: Dialect,
-    /// The form.
-    pub form: Form,
     /// Opens a transaction.
     pub begin: Statement,
     /// Commits.
@@ -509,67 +508,193 @@ pub struct Statements {
     pub rollback: Statement,
     /// Lists the table's columns.
     pub list_columns: Statement,
-    /// MySQL and MariaDB: the current database.
+    /// MySQL and MariaDB: the current database, whose name the advisory lock names carry.
     pub current_database: Option<Statement>,
-    /// PostgreSQL, row lock form: the isolation level.
-    pub isolation: Option<Statement>,
-    /// Row lock form: lock and read the first claimable row.
-    pub lock_row: Option<Statement>,
-    /// Row lock form with an attempt column: count the attempt.
-    pub count_attempt: Option<Statement>,
-    /// Row lock form with an attempt column, PostgreSQL: count the first row's attempt.
-    pub count_row: Option<Statement>,
-    /// Row lock form with an attempt column, MySQL and MariaDB: lock the first row's id.
-    pub select_row_id: Option<Statement>,
-    /// Row lock form with an attempt column: lock a counted row and read it.
-    pub lock_row_by_id: Option<Statement>,
-    /// Lease form, PostgreSQL and SQLite: the claim in one statement.
-    pub claim_lease: Option<Statement>,
-    /// Lease form, MySQL and MariaDB: lock and read the first claimable rows.
-    pub select_lease: Option<Statement>,
-    /// Lease form, MySQL and MariaDB: write the lease into `n` rows, at index `n - 1`.
-    pub mark_lease: Vec<Statement>,
-    /// Lease form: extend a lease.
-    pub extend_lease: Option<Statement>,
-    /// Lease form: give a row back at once.
-    pub release_lease: Option<Statement>,
-    /// Advisory lock form: the candidates.
-    pub candidates: Option<Statement>,
-    /// Advisory lock form, PostgreSQL, MySQL and MariaDB: take a key's lock.
-    pub try_lock: Option<Statement>,
-    /// Advisory lock form, PostgreSQL, MySQL and MariaDB: release a key's lock.
-    pub unlock: Option<Statement>,
-    /// Advisory lock form: take the row while it is claimable.
-    pub take: Option<Statement>,
-    /// Advisory lock form, MySQL and MariaDB with an attempt column: count the attempt while
-    /// the row is claimable; [`Statements::read_row`] then reads it.
-    pub take_count: Option<Statement>,
-    /// Read a row by id.
-    pub read_row: Statement,
-    /// Settle a row as done (an acknowledgement or a rejection): delete it, or mark it.
-    pub settle: Statement,
-    /// Insert a row, and on PostgreSQL notify [`NOTIFY_CHANNEL`].
+    /// Inserts a row, and on PostgreSQL notifies [`NOTIFY_CHANNEL`].
     pub publish: Statement,
-    /// The row lock and advisory lock forms on a server: `SELECT 1` on the session of a row
-    /// claimed ahead that waited, before it is handed.
+    /// Reads a row by id, with the driver's row: for tools and tests (the advisory take of
+    /// MySQL and MariaDB reads with its own, [`AdvisoryTake::CountThenRead`]).
+    pub read_row: Statement,
+    /// The statements of the table's form.
+    pub form: FormStatements,
+}
+
+/// The statements of one form, shared with the claims and deliveries of its subscription: a
+/// machine of one form reads only its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FormStatements {
+    /// The row lock form.
+    RowLock(Arc<RowLockStatements>),
+    /// The lease form.
+    Lease(Arc<LeaseStatements>),
+    /// The advisory lock form.
+    Advisory(Arc<AdvisoryStatements>),
+}
+
+/// The row lock form's statements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowLockStatements {
+    /// PostgreSQL: the session's isolation level, which the check reads.
+    pub isolation: Option<Statement>,
+    /// How a claim counts the attempt and locks the row.
+    pub claim: RowLockClaim,
+    /// Settles a row as done, in the claim's transaction: deletes it, or marks it.
+    pub settle: Statement,
+    /// `SELECT 1` on the session of a row claimed ahead that waited, before it is handed.
+    pub ping: Statement,
+}
+
+/// How a row lock claim takes its row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowLockClaim {
+    /// A table without an attempt column: `BEGIN`, then lock and read the first claimable row.
+    Lock {
+        /// Locks and reads the first claimable row, `FOR UPDATE SKIP LOCKED`.
+        lock_row: Statement,
+    },
+    /// PostgreSQL with an attempt column: count the first claimable row's attempt in one
+    /// statement that commits on its own, then `BEGIN` and lock the counted row.
+    Count {
+        /// Counts the first claimable row's attempt: a row of its id and the count.
+        count_row: Statement,
+        /// Locks the counted row while its attempt is still the one counted, and reads it.
+        lock_row_by_id: Statement,
+    },
+    /// MySQL and MariaDB with an attempt column: `BEGIN`, lock the first claimable row's id,
+    /// count its attempt, `COMMIT`; then `BEGIN` and lock the counted row.
+    SelectCount {
+        /// Locks the first claimable row, `FOR UPDATE SKIP LOCKED`: a row of its id and its
+        /// attempt before the count.
+        select_row_id: Statement,
+        /// Adds one to the row's attempt.
+        count_attempt: Statement,
+        /// Locks the counted row while its attempt is still the one counted, and reads it.
+        lock_row_by_id: Statement,
+    },
+}
+
+/// The lease form's statements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseStatements {
+    /// How a claim writes its leases.
+    pub claim: LeaseClaim,
+    /// Moves a held lease's expiry.
+    pub extend: Statement,
+    /// Gives a held row back to the queue at once.
+    pub release: Statement,
+    /// Settles a row as done while this process's lease holds it: deletes it, or marks it.
+    pub settle: Statement,
+    /// Whether several settlements run as one statement ([`Statements::settle_leases`]): the
+    /// database returns the rows such a statement settled.
+    pub settles_together: bool,
+}
+
+/// How a lease claim writes its leases.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseClaim {
+    /// PostgreSQL and SQLite: one `UPDATE .. RETURNING` writes the leases, counts the
+    /// attempts and reads the rows.
+    Returning {
+        /// The claim.
+        claim: Statement,
+    },
+    /// MySQL and MariaDB: `BEGIN`, lock and read the first claimable rows, write their
+    /// leases, `COMMIT`.
+    Locking {
+        /// Locks and reads the first claimable rows, `FOR UPDATE SKIP LOCKED`.
+        select: Statement,
+        /// Writes the lease into `n` locked rows and counts their attempts, at index `n - 1`,
+        /// for every `n` up to the most rows one claim takes.
+        mark: Vec<Statement>,
+    },
+}
+
+impl LeaseClaim {
+    /// The statement that writes the leases of `n` locked rows (MySQL and MariaDB).
+    pub fn mark(&self, n: usize) -> Option<&Statement> {
+        match self {
+            LeaseClaim::Locking { mark, .. } => n.checked_sub(1).and_then(|i| mark.get(i)),
+            LeaseClaim::Returning { .. } => None,
+        }
+    }
+}
+
+/// The advisory lock form's statements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdvisoryStatements {
+    /// The first claimable rows' ids and keys.
+    pub candidates: Statement,
+    /// Who holds the keys.
+    pub keys: KeyLocks,
+    /// How a locked candidate's row is taken.
+    pub take: AdvisoryTake,
+    /// Settles a row as done: deletes it, or marks it.
+    pub settle: Statement,
+    /// On a server: `SELECT 1` on the session of a row claimed ahead that waited, before it
+    /// is handed.
     pub ping: Option<Statement>,
+}
+
+/// Who holds the keys of the advisory lock form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyLocks {
+    /// PostgreSQL, MySQL and MariaDB: the database's locks, held by the session that took
+    /// them.
+    Database {
+        /// Takes a key's lock without waiting: a row of `locked`.
+        try_lock: Statement,
+        /// Releases a key's lock: a row of `unlocked`.
+        unlock: Statement,
+    },
+    /// SQLite: the process keeps the keys in work.
+    Registry,
+    /// The service's own `Lock` and `Unlock` (lock.md).
+    Custom,
+}
+
+/// How the advisory lock form takes a locked candidate's row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdvisoryTake {
+    /// One statement takes the row while it is claimable, counting its attempt where the
+    /// table has the column, and reads it.
+    Returning {
+        /// The take.
+        take: Statement,
+    },
+    /// MySQL and MariaDB with an attempt column: count the attempt while the row is
+    /// claimable, then read the row.
+    CountThenRead {
+        /// Counts the attempt while the row is claimable: rows affected.
+        take_count: Statement,
+        /// Reads the row by id.
+        read_row: Statement,
+    },
 }
 
 impl Statements {
     /// Renders every statement `desc` needs in `dialect`; `batch` is the most rows one claim
-    /// takes (the subscription's workers).
+    /// takes (the subscription's workers and rows claimed ahead).
+    ///
+    /// A row lock table in SQLite, which has no row locks, renders the form's statements all
+    /// the same; a subscription to it is refused before it renders anything.
     pub fn render(dialect: Dialect, desc: &TableDesc, batch: usize) -> Statements {
-        let form = desc.form();
         let r = Renderer { dialect, desc };
-        let row_columns = r.row_columns();
         let rows = Output::Rows {
-            columns: row_columns.clone(),
+            columns: r.row_columns(),
             raw: true,
         };
         let mysql_like = dialect.mysql_like();
+        let read_row = r.read_row(rows.clone());
+        // As `TableDesc::form` decides: an advisory key, else a lease column, else row locks.
+        let form = match (desc.advisory, desc.locked_until) {
+            (Some(_), _) => FormStatements::Advisory(Arc::new(r.advisory_statements(rows))),
+            (None, Some(lease)) => {
+                FormStatements::Lease(Arc::new(r.lease_statements(rows, batch, lease.name)))
+            }
+            (None, None) => FormStatements::RowLock(Arc::new(r.row_lock_statements(rows))),
+        };
         Statements {
             dialect,
-            form,
             begin: r.fixed(
                 StatementKind::Begin,
                 match dialect {
@@ -579,7 +704,7 @@ impl Statements {
                 },
             ),
             commit: r.fixed(StatementKind::Commit, "COMMIT"),
-            rollback: r.fixed(StatementKind::Rollback, "ROLLBACK"),
+            rollback: rollback(dialect),
             list_columns: r.list_columns(),
             current_database: mysql_like.then(|| {
                 let mut s = Sql::new(dialect);
@@ -589,57 +714,18 @@ impl Statements {
                     named(&[("db", ColumnType::Text)]),
                 )
             }),
-            isolation: (dialect == Dialect::Postgres && form == Form::RowLock).then(|| {
-                let mut s = Sql::new(dialect);
-                s.push("SELECT current_setting('transaction_isolation') AS isolation");
-                s.finish(
-                    StatementKind::Isolation,
-                    named(&[("isolation", ColumnType::Text)]),
-                )
-            }),
-            // SQLite has no row locks: it renders no statement of the form (a subscription
-            // to such a table is refused before it renders anything).
-            lock_row: (form == Form::RowLock && dialect.has_row_locks())
-                .then(|| r.lock_row(rows.clone())),
-            count_attempt: (form == Form::RowLock && dialect.has_row_locks())
-                .then(|| r.count_attempt(false))
-                .flatten(),
-            count_row: (form == Form::RowLock
-                && dialect == Dialect::Postgres
-                && desc.attempt.is_some())
-            .then(|| r.count_row()),
-            select_row_id: (form == Form::RowLock && mysql_like && desc.attempt.is_some())
-                .then(|| r.select_row_id()),
-            lock_row_by_id: (form == Form::RowLock
-                && dialect.has_row_locks()
-                && desc.attempt.is_some())
-            .then(|| r.lock_row_by_id(rows.clone())),
-            claim_lease: (form == Form::Lease && dialect.update_returning())
-                .then(|| r.claim_lease(rows.clone())),
-            select_lease: (form == Form::Lease && mysql_like).then(|| r.select_lease(rows.clone())),
-            mark_lease: if form == Form::Lease && mysql_like {
-                (1..=batch.max(1)).map(|n| r.mark_lease(n)).collect()
-            } else {
-                Vec::new()
-            },
-            extend_lease: (form == Form::Lease).then(|| r.extend_lease()),
-            release_lease: (form == Form::Lease).then(|| r.release_lease()),
-            candidates: (form == Form::Advisory).then(|| r.candidates()),
-            try_lock: (form == Form::Advisory && dialect != Dialect::Sqlite)
-                .then(|| r.lock_fn(true)),
-            unlock: (form == Form::Advisory && dialect != Dialect::Sqlite)
-                .then(|| r.lock_fn(false)),
-            take: (form == Form::Advisory
-                && (dialect.update_returning() || desc.attempt.is_none()))
-            .then(|| r.take(rows.clone())),
-            take_count: (form == Form::Advisory && mysql_like)
-                .then(|| r.count_attempt(true))
-                .flatten(),
-            read_row: r.read_row(rows),
-            settle: r.settle(form == Form::Lease),
             publish: r.publish(),
-            ping: (form != Form::Lease && dialect != Dialect::Sqlite)
-                .then(|| r.fixed(StatementKind::Ping, "SELECT 1")),
+            read_row,
+            form,
+        }
+    }
+
+    /// The form these statements are of.
+    pub fn form(&self) -> Form {
+        match self.form {
+            FormStatements::RowLock(_) => Form::RowLock,
+            FormStatements::Lease(_) => Form::Lease,
+            FormStatements::Advisory(_) => Form::Advisory,
         }
     }
 
@@ -680,8 +766,10 @@ impl Statements {
     /// `None` where the database cannot return the rows such a statement wrote (MySQL; on
     /// MariaDB, the `processed_at` mark, an `UPDATE`) or for a form without leases.
     pub fn settle_leases(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
-        (rows > 0 && Self::settles_leases_together(dialect, desc))
-            .then(|| Renderer { dialect, desc }.settle_leases(rows))
+        let lease = desc
+            .locked_until
+            .filter(|_| rows > 0 && Self::settles_leases_together(dialect, desc))?;
+        Some(Renderer { dialect, desc }.settle_leases(rows, lease.name))
     }
 
     /// Whether [`Statements::settle_leases`] renders for `desc` in `dialect`: a lease table on
@@ -695,9 +783,20 @@ impl Statements {
         returns && desc.locked_until.is_some()
     }
 
-    /// The lease statement that writes `n` rows (MySQL and MariaDB).
-    pub fn mark_lease(&self, n: usize) -> Option<&Statement> {
-        n.checked_sub(1).and_then(|i| self.mark_lease.get(i))
+    /// The rendered statement of `kind`, where the form runs one: for tools and tests that
+    /// look a statement up by what it does.
+    pub fn of_kind(&self, kind: StatementKind) -> Option<&Statement> {
+        self.all().into_iter().find(|s| s.kind == kind)
+    }
+
+    /// The form's settlement of a row as done: a delete or the `processed_at` mark, fenced by
+    /// the lease in the lease form.
+    pub fn settle(&self) -> &Statement {
+        match &self.form {
+            FormStatements::RowLock(f) => &f.settle,
+            FormStatements::Lease(f) => &f.settle,
+            FormStatements::Advisory(f) => &f.settle,
+        }
     }
 
     /// Every statement rendered, for listing and tests.
@@ -708,30 +807,61 @@ impl Statements {
             &self.rollback,
             &self.list_columns,
         ];
-        let optional = [
-            &self.current_database,
-            &self.isolation,
-            &self.lock_row,
-            &self.count_attempt,
-            &self.count_row,
-            &self.select_row_id,
-            &self.lock_row_by_id,
-            &self.claim_lease,
-            &self.select_lease,
-            &self.extend_lease,
-            &self.release_lease,
-            &self.candidates,
-            &self.try_lock,
-            &self.unlock,
-            &self.take,
-            &self.take_count,
-            &self.ping,
-        ];
-        out.extend(optional.into_iter().flatten());
-        out.extend(self.mark_lease.iter());
-        out.extend([&self.read_row, &self.settle, &self.publish]);
+        out.extend(&self.current_database);
+        match &self.form {
+            FormStatements::RowLock(f) => {
+                out.extend(&f.isolation);
+                match &f.claim {
+                    RowLockClaim::Lock { lock_row } => out.push(lock_row),
+                    RowLockClaim::Count {
+                        count_row,
+                        lock_row_by_id,
+                    } => out.extend([count_row, lock_row_by_id]),
+                    RowLockClaim::SelectCount {
+                        select_row_id,
+                        count_attempt,
+                        lock_row_by_id,
+                    } => out.extend([select_row_id, count_attempt, lock_row_by_id]),
+                }
+                out.extend([&f.settle, &f.ping]);
+            }
+            FormStatements::Lease(f) => {
+                match &f.claim {
+                    LeaseClaim::Returning { claim } => out.push(claim),
+                    LeaseClaim::Locking { select, mark } => {
+                        out.push(select);
+                        out.extend(mark);
+                    }
+                }
+                out.extend([&f.extend, &f.release, &f.settle]);
+            }
+            FormStatements::Advisory(f) => {
+                out.push(&f.candidates);
+                if let KeyLocks::Database { try_lock, unlock } = &f.keys {
+                    out.extend([try_lock, unlock]);
+                }
+                match &f.take {
+                    AdvisoryTake::Returning { take } => out.push(take),
+                    AdvisoryTake::CountThenRead {
+                        take_count,
+                        read_row,
+                    } => out.extend([take_count, read_row]),
+                }
+                out.push(&f.settle);
+                out.extend(&f.ping);
+            }
+        }
+        out.push(&self.publish);
         out
     }
+}
+
+/// `ROLLBACK` in `dialect`: what the broker runs on a connection it gives back to the pool
+/// while a transaction may be open on it.
+pub fn rollback(dialect: Dialect) -> Statement {
+    let mut s = Sql::new(dialect);
+    s.push("ROLLBACK");
+    s.finish(StatementKind::Rollback, Output::Nothing)
 }
 
 fn named(columns: &[(&'static str, ColumnType)]) -> Output {
@@ -762,6 +892,86 @@ impl Renderer<'_> {
 
     fn id(&self) -> String {
         self.q(self.desc.id.name)
+    }
+
+    fn row_lock_statements(&self, rows: Output) -> RowLockStatements {
+        let claim = match (self.desc.attempt, self.dialect) {
+            (None, _) => RowLockClaim::Lock {
+                lock_row: self.lock_row(rows),
+            },
+            (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => RowLockClaim::Count {
+                count_row: self.count_row(attempt.name),
+                lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
+            },
+            (Some(attempt), Dialect::MySql | Dialect::MariaDb) => RowLockClaim::SelectCount {
+                select_row_id: self.select_row_id(attempt.name),
+                count_attempt: self.count_attempt(attempt.name, false),
+                lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
+            },
+        };
+        RowLockStatements {
+            isolation: (self.dialect == Dialect::Postgres).then(|| {
+                let mut s = Sql::new(self.dialect);
+                s.push("SELECT current_setting('transaction_isolation') AS isolation");
+                s.finish(
+                    StatementKind::Isolation,
+                    named(&[("isolation", ColumnType::Text)]),
+                )
+            }),
+            claim,
+            settle: self.settle(None),
+            ping: self.fixed(StatementKind::Ping, "SELECT 1"),
+        }
+    }
+
+    fn lease_statements(&self, rows: Output, batch: usize, lease: &str) -> LeaseStatements {
+        let claim = if self.dialect.update_returning() {
+            LeaseClaim::Returning {
+                claim: self.claim_lease(rows, lease),
+            }
+        } else {
+            LeaseClaim::Locking {
+                select: self.select_lease(rows),
+                mark: (1..=batch.max(1))
+                    .map(|n| self.mark_lease(n, lease))
+                    .collect(),
+            }
+        };
+        LeaseStatements {
+            claim,
+            extend: self.extend_lease(lease),
+            release: self.release_lease(lease),
+            settle: self.settle(Some(lease)),
+            settles_together: Statements::settles_leases_together(self.dialect, self.desc),
+        }
+    }
+
+    fn advisory_statements(&self, rows: Output) -> AdvisoryStatements {
+        let keys = match (self.desc.custom_lock(), self.dialect) {
+            (true, _) => KeyLocks::Custom,
+            (false, Dialect::Sqlite) => KeyLocks::Registry,
+            (false, _) => KeyLocks::Database {
+                try_lock: self.lock_fn(true),
+                unlock: self.lock_fn(false),
+            },
+        };
+        let take = match self.desc.attempt.filter(|_| self.dialect.mysql_like()) {
+            Some(attempt) => AdvisoryTake::CountThenRead {
+                take_count: self.count_attempt(attempt.name, true),
+                read_row: self.read_row(rows),
+            },
+            None => AdvisoryTake::Returning {
+                take: self.take(rows),
+            },
+        };
+        AdvisoryStatements {
+            candidates: self.candidates(),
+            keys,
+            take,
+            settle: self.settle(None),
+            ping: (self.dialect != Dialect::Sqlite)
+                .then(|| self.fixed(StatementKind::Ping, "SELECT 1")),
+        }
     }
 
     fn fixed(&self, kind: StatementKind, text: &str) -> Statement {
@@ -880,8 +1090,8 @@ impl Renderer<'_> {
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
     }
 
-    fn count_row(&self) -> Statement {
-        let attempt = self.q(self.desc.attempt.expect("an attempt column").name);
+    fn count_row(&self, attempt_column: &'static str) -> Statement {
+        let attempt = self.q(attempt_column);
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ")
             .push(&self.table())
@@ -897,18 +1107,16 @@ impl Renderer<'_> {
             .push(&self.id())
             .push(", ")
             .push(&attempt);
-        let attempt = self.desc.attempt.expect("an attempt column").name;
         s.finish(
             StatementKind::CountRow,
             named(&[
                 (self.desc.id.name, ColumnType::Id),
-                (attempt, ColumnType::Int),
+                (attempt_column, ColumnType::Int),
             ]),
         )
     }
 
-    fn select_row_id(&self) -> Statement {
-        let attempt = self.desc.attempt.expect("an attempt column").name;
+    fn select_row_id(&self, attempt: &'static str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT ")
             .push(&self.id())
@@ -928,7 +1136,7 @@ impl Renderer<'_> {
         )
     }
 
-    fn lock_row_by_id(&self, rows: Output) -> Statement {
+    fn lock_row_by_id(&self, rows: Output, attempt: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT * FROM ")
             .push(&self.table())
@@ -937,7 +1145,7 @@ impl Renderer<'_> {
             .push(" = ")
             .arg(Arg::Id)
             .push(" AND ")
-            .push(&self.q(self.desc.attempt.expect("an attempt column").name))
+            .push(&self.q(attempt))
             .push(" = ")
             .arg(Arg::Attempt);
         self.claimable(&mut s, false);
@@ -947,8 +1155,8 @@ impl Renderer<'_> {
 
     /// Counts the attempt; `claimable` adds the row's claimable conditions (the advisory
     /// take on MySQL and MariaDB).
-    fn count_attempt(&self, claimable: bool) -> Option<Statement> {
-        let attempt = self.q(self.desc.attempt?.name);
+    fn count_attempt(&self, attempt: &str, claimable: bool) -> Statement {
+        let attempt = self.q(attempt);
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ")
             .push(&self.table())
@@ -966,15 +1174,11 @@ impl Renderer<'_> {
         } else {
             StatementKind::CountAttempt
         };
-        Some(s.finish(kind, Output::Affected))
+        s.finish(kind, Output::Affected)
     }
 
-    fn lease_set(&self, s: &mut Sql) {
-        let lease = self.q(self
-            .desc
-            .locked_until
-            .expect("the lease form has locked_until")
-            .name);
+    fn lease_set(&self, s: &mut Sql, lease: &str) {
+        let lease = self.q(lease);
         s.push(" SET ").push(&lease).push(" = ");
         s.time(Arg::Until);
         if let Some(attempt) = self.desc.attempt {
@@ -987,10 +1191,10 @@ impl Renderer<'_> {
         }
     }
 
-    fn claim_lease(&self, rows: Output) -> Statement {
+    fn claim_lease(&self, rows: Output, lease: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ").push(&self.table());
-        self.lease_set(&mut s);
+        self.lease_set(&mut s, lease);
         s.push(" WHERE ")
             .push(&self.id())
             .push(" IN (SELECT ")
@@ -1017,10 +1221,10 @@ impl Renderer<'_> {
         s.finish(StatementKind::SelectLease, rows)
     }
 
-    fn mark_lease(&self, n: usize) -> Statement {
+    fn mark_lease(&self, n: usize, lease: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ").push(&self.table());
-        self.lease_set(&mut s);
+        self.lease_set(&mut s, lease);
         s.push(" WHERE ").push(&self.id()).push(" IN (");
         for i in 0..n {
             if i > 0 {
@@ -1032,22 +1236,14 @@ impl Renderer<'_> {
         s.finish(StatementKind::MarkLease(n), Output::Affected)
     }
 
-    fn fence(&self, s: &mut Sql) {
-        let lease = self.q(self
-            .desc
-            .locked_until
-            .expect("the lease form has locked_until")
-            .name);
+    fn fence(&self, s: &mut Sql, lease: &str) {
+        let lease = self.q(lease);
         s.push(" AND ").push(&lease).push(" = ");
         s.time(Arg::Fence);
     }
 
-    fn extend_lease(&self) -> Statement {
-        let lease = self.q(self
-            .desc
-            .locked_until
-            .expect("the lease form has locked_until")
-            .name);
+    fn extend_lease(&self, lease_column: &str) -> Statement {
+        let lease = self.q(lease_column);
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ")
             .push(&self.table())
@@ -1056,16 +1252,12 @@ impl Renderer<'_> {
             .push(" = ");
         s.time(Arg::Until);
         s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
-        self.fence(&mut s);
+        self.fence(&mut s, lease_column);
         s.finish(StatementKind::ExtendLease, Output::Affected)
     }
 
-    fn release_lease(&self) -> Statement {
-        let lease = self.q(self
-            .desc
-            .locked_until
-            .expect("the lease form has locked_until")
-            .name);
+    fn release_lease(&self, lease_column: &str) -> Statement {
+        let lease = self.q(lease_column);
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ")
             .push(&self.table())
@@ -1075,7 +1267,7 @@ impl Renderer<'_> {
             .push(&self.id())
             .push(" = ")
             .arg(Arg::Id);
-        self.fence(&mut s);
+        self.fence(&mut s, lease_column);
         s.finish(StatementKind::ReleaseLease, Output::Affected)
     }
 
@@ -1178,7 +1370,10 @@ impl Renderer<'_> {
         s.finish(StatementKind::ReadRow, rows)
     }
 
-    fn settle(&self, fenced: bool) -> Statement {
+    /// Settles a row as done; `fence` is the lease column of the lease form, whose
+    /// settlement holds only while this process's lease holds the row.
+    fn settle(&self, fence: Option<&str>) -> Statement {
+        let fenced = fence.is_some();
         let mut s = Sql::new(self.dialect);
         let kind = match self.desc.processed_at {
             Some(processed) => {
@@ -1199,13 +1394,13 @@ impl Renderer<'_> {
             }
         };
         s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
-        if fenced {
-            self.fence(&mut s);
+        if let Some(lease) = fence {
+            self.fence(&mut s, lease);
         }
         s.finish(kind, Output::Affected)
     }
 
-    fn settle_leases(&self, rows: usize) -> Statement {
+    fn settle_leases(&self, rows: usize, lease_column: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         match self.desc.processed_at {
             Some(processed) => {
@@ -1223,11 +1418,7 @@ impl Renderer<'_> {
                 s.push("DELETE FROM ").push(&self.table());
             }
         }
-        let lease = self.q(self
-            .desc
-            .locked_until
-            .expect("the lease form has locked_until")
-            .name);
+        let lease = self.q(lease_column);
         s.push(" WHERE ");
         for i in 0..rows {
             if i > 0 {

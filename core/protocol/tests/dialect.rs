@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ruststream_core::dialect::{AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim};
 use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
 };
@@ -27,6 +28,9 @@ const ROW_LOCK: InboxSpec<(Payload, Attempt)> =
     InboxSpec::new("jobs", Column::new("id").generated())
         .payload(Column::new("payload"))
         .attempt(Column::new("attempt").generated());
+
+const ROW_LOCK_PLAIN: InboxSpec<(Payload,)> =
+    InboxSpec::new("jobs", Column::new("id").generated()).payload(Column::new("payload"));
 
 const LEASE: InboxSpec<(Payload, Attempt, Lease, Processed, Due)> =
     InboxSpec::new("jobs", Column::new("id").generated())
@@ -104,8 +108,146 @@ fn descs() -> Vec<(&'static str, TableDesc)> {
     ]
 }
 
-fn render(dialect: Dialect, desc: &InboxSpec<impl Sized>) -> Statements {
-    Statements::render(dialect, desc.desc(), 2)
+fn render(dialect: Dialect, desc: &InboxSpec<impl Sized>) -> Flat {
+    Flat::of(Statements::render(dialect, desc.desc(), 2))
+}
+
+/// Every statement of a rendering by its role, the form's own as options: the texts are
+/// asserted by name whatever form rendered them.
+struct Flat {
+    statements: Statements,
+    dialect: Dialect,
+    form: Form,
+    begin: Statement,
+    commit: Statement,
+    rollback: Statement,
+    list_columns: Statement,
+    current_database: Option<Statement>,
+    publish: Statement,
+    isolation: Option<Statement>,
+    lock_row: Option<Statement>,
+    count_row: Option<Statement>,
+    select_row_id: Option<Statement>,
+    count_attempt: Option<Statement>,
+    lock_row_by_id: Option<Statement>,
+    claim_lease: Option<Statement>,
+    select_lease: Option<Statement>,
+    mark_lease: Vec<Statement>,
+    extend_lease: Option<Statement>,
+    release_lease: Option<Statement>,
+    candidates: Option<Statement>,
+    try_lock: Option<Statement>,
+    unlock: Option<Statement>,
+    take: Option<Statement>,
+    take_count: Option<Statement>,
+    read_row: Option<Statement>,
+    settle: Statement,
+    ping: Option<Statement>,
+}
+
+impl Flat {
+    fn of(statements: Statements) -> Self {
+        let none = || None::<Statement>;
+        let mut flat = Flat {
+            dialect: statements.dialect,
+            form: statements.form(),
+            begin: statements.begin.clone(),
+            commit: statements.commit.clone(),
+            rollback: statements.rollback.clone(),
+            list_columns: statements.list_columns.clone(),
+            current_database: statements.current_database.clone(),
+            publish: statements.publish.clone(),
+            isolation: none(),
+            lock_row: none(),
+            count_row: none(),
+            select_row_id: none(),
+            count_attempt: none(),
+            lock_row_by_id: none(),
+            claim_lease: none(),
+            select_lease: none(),
+            mark_lease: Vec::new(),
+            extend_lease: none(),
+            release_lease: none(),
+            candidates: none(),
+            try_lock: none(),
+            unlock: none(),
+            take: none(),
+            take_count: none(),
+            read_row: none(),
+            settle: statements.publish.clone(),
+            ping: none(),
+            statements: statements.clone(),
+        };
+        match &statements.form {
+            FormStatements::RowLock(f) => {
+                flat.isolation = f.isolation.clone();
+                match &f.claim {
+                    RowLockClaim::Lock { lock_row } => flat.lock_row = Some(lock_row.clone()),
+                    RowLockClaim::Count {
+                        count_row,
+                        lock_row_by_id,
+                    } => {
+                        flat.count_row = Some(count_row.clone());
+                        flat.lock_row_by_id = Some(lock_row_by_id.clone());
+                    }
+                    RowLockClaim::SelectCount {
+                        select_row_id,
+                        count_attempt,
+                        lock_row_by_id,
+                    } => {
+                        flat.select_row_id = Some(select_row_id.clone());
+                        flat.count_attempt = Some(count_attempt.clone());
+                        flat.lock_row_by_id = Some(lock_row_by_id.clone());
+                    }
+                }
+                flat.settle = f.settle.clone();
+                flat.ping = Some(f.ping.clone());
+            }
+            FormStatements::Lease(f) => {
+                match &f.claim {
+                    LeaseClaim::Returning { claim } => flat.claim_lease = Some(claim.clone()),
+                    LeaseClaim::Locking { select, mark } => {
+                        flat.select_lease = Some(select.clone());
+                        flat.mark_lease = mark.clone();
+                    }
+                }
+                flat.extend_lease = Some(f.extend.clone());
+                flat.release_lease = Some(f.release.clone());
+                flat.settle = f.settle.clone();
+            }
+            FormStatements::Advisory(f) => {
+                flat.candidates = Some(f.candidates.clone());
+                if let KeyLocks::Database { try_lock, unlock } = &f.keys {
+                    flat.try_lock = Some(try_lock.clone());
+                    flat.unlock = Some(unlock.clone());
+                }
+                match &f.take {
+                    AdvisoryTake::Returning { take } => flat.take = Some(take.clone()),
+                    AdvisoryTake::CountThenRead {
+                        take_count,
+                        read_row,
+                    } => {
+                        flat.take_count = Some(take_count.clone());
+                        flat.read_row = Some(read_row.clone());
+                    }
+                }
+                flat.settle = f.settle.clone();
+                flat.ping = f.ping.clone();
+            }
+        }
+        flat
+    }
+
+    fn mark_lease(&self, n: usize) -> Option<&Statement> {
+        match &self.statements.form {
+            FormStatements::Lease(f) => f.claim.mark(n),
+            _ => None,
+        }
+    }
+
+    fn all(&self) -> Vec<&Statement> {
+        self.statements.all()
+    }
 }
 
 fn sql(statement: &Option<Statement>) -> &str {
@@ -121,13 +263,13 @@ fn postgres_row_lock_statements() {
     assert_eq!(&*s.begin.sql, "BEGIN");
     assert_eq!(&*s.commit.sql, "COMMIT");
     assert_eq!(&*s.rollback.sql, "ROLLBACK");
-    assert_eq!(
-        sql(&s.lock_row),
-        r#"SELECT * FROM "jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
+    assert!(
+        s.lock_row.is_none() && s.count_attempt.is_none(),
+        "with an attempt column the claim counts in one statement, then locks the counted row"
     );
     assert_eq!(
-        sql(&s.count_attempt),
-        r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1"#
+        sql(&render(Dialect::Postgres, &ROW_LOCK_PLAIN).lock_row),
+        r#"SELECT * FROM "jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
     );
     assert_eq!(
         sql(&s.count_row),
@@ -171,8 +313,12 @@ fn mysql_row_lock_statements() {
     for dialect in [Dialect::MySql, Dialect::MariaDb] {
         let s = render(dialect, &ROW_LOCK);
         assert_eq!(&*s.begin.sql, "START TRANSACTION");
+        assert!(
+            s.lock_row.is_none(),
+            "with an attempt column the claim counts first"
+        );
         assert_eq!(
-            sql(&s.lock_row),
+            sql(&render(dialect, &ROW_LOCK_PLAIN).lock_row),
             "SELECT * FROM `jobs` ORDER BY `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
         );
         assert_eq!(
@@ -202,10 +348,23 @@ fn mysql_row_lock_statements() {
 }
 
 #[test]
-fn sqlite_renders_no_row_lock_statement() {
-    let s = render(Dialect::Sqlite, &ROW_LOCK);
-    assert!(s.lock_row.is_none(), "SQLite has no row locks");
-    assert!(s.count_attempt.is_none());
+fn sqlite_refuses_the_row_lock_form() {
+    let mut broker: Broker<()> = Broker::new(Dialect::Sqlite);
+    let refused = broker.subscribe(*ROW_LOCK.desc(), SubscribeOptions::default(), Time(0));
+    assert!(
+        matches!(
+            refused,
+            Err(ruststream_core::BrokerError::Desc(
+                ruststream_core::DescError::NoRowLocks { .. }
+            ))
+        ),
+        "SQLite has no row locks: {refused:?}"
+    );
+    assert!(
+        broker.poll_command().is_none(),
+        "nothing runs for a refused table"
+    );
+    let s = render(Dialect::Sqlite, &LEASE);
     assert!(s.isolation.is_none());
     assert!(s.current_database.is_none());
     assert_eq!(&*s.begin.sql, "BEGIN IMMEDIATE");
@@ -432,7 +591,7 @@ fn mysql_advisory_statements() {
             "UPDATE `video_jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
         );
         assert_eq!(
-            &*s.read_row.sql,
+            sql(&s.read_row),
             "SELECT * FROM `video_jobs` WHERE `id` = ?"
         );
         let plain = render(dialect, &ADVISORY_PLAIN);
@@ -530,8 +689,8 @@ fn schema_qualified_names() {
     );
     assert_eq!(&*lite.list_columns.args, &[Arg::TableName, Arg::Schema]);
     assert_eq!(
-        &*lite.read_row.sql,
-        r#"SELECT * FROM "app"."jobs" WHERE "id" = ?1"#
+        sql(&lite.lock_row),
+        r#"SELECT * FROM "app"."jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
     );
 }
 
@@ -574,7 +733,7 @@ fn postgres_publish_notifies_and_the_others_do_not() {
         assert_eq!(dialect.listen_statement(), None, "{dialect:?}");
         assert_eq!(dialect.notify_statement("jobs"), None, "{dialect:?}");
         for (name, desc) in descs() {
-            let s = Statements::render(dialect, &desc, 2);
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
             assert!(
                 s.publish.sql.starts_with("INSERT INTO ") && !s.publish.sql.contains("notify"),
                 "{name}, {dialect:?}: {}",
@@ -583,7 +742,7 @@ fn postgres_publish_notifies_and_the_others_do_not() {
         }
     }
     for (name, desc) in descs() {
-        let s = Statements::render(Dialect::Postgres, &desc, 2);
+        let s = Flat::of(Statements::render(Dialect::Postgres, &desc, 2));
         let tail = format!(
             " RETURNING 1) SELECT pg_notify('ruststream', '{}') FROM rs_published",
             desc.table.replace('\'', "''")
@@ -740,7 +899,7 @@ fn dialect_is_mysql(dialect: Dialect) -> bool {
 fn placeholders_match_args_in_every_statement() {
     for (name, desc) in descs() {
         for dialect in DIALECTS {
-            let s = Statements::render(dialect, &desc, 3);
+            let s = Flat::of(Statements::render(dialect, &desc, 3));
             for st in s.all() {
                 let marks = placeholders(dialect, &st.sql);
                 let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
@@ -780,7 +939,7 @@ fn placeholders_match_args_in_every_statement() {
 fn args_are_the_ones_each_statement_needs() {
     for (name, desc) in descs() {
         for dialect in DIALECTS {
-            let s = Statements::render(dialect, &desc, 2);
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
             for st in s.all() {
                 let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
                 for arg in st.args.iter() {
@@ -862,7 +1021,7 @@ fn args_are_the_ones_each_statement_needs() {
 fn identifiers_are_quoted_per_dialect() {
     for (name, desc) in descs() {
         for dialect in DIALECTS {
-            let s = Statements::render(dialect, &desc, 2);
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
             let table = dialect.quote(desc.table);
             let (open, other) = if dialect_is_mysql(dialect) {
                 ('`', '"')
@@ -918,7 +1077,11 @@ fn identifiers_are_quoted_per_dialect() {
 fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
     for (name, desc) in descs() {
         for dialect in DIALECTS {
-            let s = Statements::render(dialect, &desc, 2);
+            if desc.form() == Form::RowLock && dialect == Dialect::Sqlite {
+                // Refused before anything renders: SQLite has no row locks.
+                continue;
+            }
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
             for st in s.all() {
                 let expected = match (st.kind, dialect) {
                     (_, Dialect::Sqlite) => false,
@@ -949,15 +1112,16 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
                 );
             }
             let claim = match (desc.form(), dialect) {
-                (Form::RowLock, Dialect::Sqlite) => None,
-                (Form::RowLock, _) => s.lock_row.as_ref(),
+                (Form::RowLock, _) => s
+                    .lock_row
+                    .as_ref()
+                    .or(s.count_row.as_ref())
+                    .or(s.select_row_id.as_ref()),
                 (Form::Lease, Dialect::Postgres | Dialect::Sqlite) => s.claim_lease.as_ref(),
                 (Form::Lease, _) => s.select_lease.as_ref(),
                 (Form::Advisory, _) => s.candidates.as_ref(),
             };
-            if !(desc.form() == Form::RowLock && dialect == Dialect::Sqlite) {
-                assert!(claim.is_some(), "{name}, {dialect:?}: a claim statement");
-            }
+            assert!(claim.is_some(), "{name}, {dialect:?}: a claim statement");
         }
     }
 }
@@ -966,7 +1130,11 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
 fn statements_match_the_form() {
     for (name, desc) in descs() {
         for dialect in DIALECTS {
-            let s = Statements::render(dialect, &desc, 2);
+            if desc.form() == Form::RowLock && dialect == Dialect::Sqlite {
+                // Refused before anything renders: SQLite has no row locks.
+                continue;
+            }
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
             let form = desc.form();
             let what = format!("{name}, {dialect:?}");
             assert_eq!(s.form, form, "{what}");
@@ -980,7 +1148,7 @@ fn statements_match_the_form() {
             );
             assert_eq!(
                 s.lock_row.is_some(),
-                form == Form::RowLock && dialect != Dialect::Sqlite,
+                form == Form::RowLock && desc.attempt.is_none(),
                 "{what}"
             );
             let counted_row_lock =
@@ -998,7 +1166,7 @@ fn statements_match_the_form() {
             assert_eq!(s.lock_row_by_id.is_some(), counted_row_lock, "{what}");
             assert_eq!(
                 s.count_attempt.is_some(),
-                s.lock_row.is_some() && desc.attempt.is_some(),
+                counted_row_lock && mysql,
                 "{what}"
             );
             assert_eq!(
@@ -1016,7 +1184,7 @@ fn statements_match_the_form() {
             assert_eq!(s.candidates.is_some(), form == Form::Advisory, "{what}");
             assert_eq!(
                 s.try_lock.is_some(),
-                form == Form::Advisory && dialect != Dialect::Sqlite,
+                form == Form::Advisory && dialect != Dialect::Sqlite && !desc.custom_lock(),
                 "{what}"
             );
             assert_eq!(s.unlock.is_some(), s.try_lock.is_some(), "{what}");
@@ -1025,6 +1193,7 @@ fn statements_match_the_form() {
                 form == Form::Advisory,
                 "{what}"
             );
+            assert_eq!(s.read_row.is_some(), s.take_count.is_some(), "{what}");
             assert!(!(s.take.is_some() && s.take_count.is_some()), "{what}");
             assert_eq!(
                 s.settle.kind,
@@ -1046,7 +1215,9 @@ fn statements_match_the_form() {
                     assert_eq!(statement.kind, kind, "{what}");
                 }
             }
-            assert_eq!(s.read_row.kind, StatementKind::ReadRow);
+            if let Some(read_row) = &s.read_row {
+                assert_eq!(read_row.kind, StatementKind::ReadRow);
+            }
             assert_eq!(s.publish.kind, StatementKind::Publish);
             assert_eq!(s.list_columns.kind, StatementKind::ListColumns);
             // Rows of taken rows carry the id, then the attempt, and the driver's row.
@@ -1094,10 +1265,10 @@ fn statements_match_the_form() {
                 &s.claim_lease,
                 &s.select_lease,
                 &s.take,
+                &s.read_row,
             ]
             .into_iter()
             .flatten()
-            .chain([&s.read_row])
             {
                 assert_eq!(
                     st.output,
@@ -1118,7 +1289,7 @@ fn mark_lease_for_each_batch_size_on_mysql_and_mariadb_only() {
     for workers in 1..=6 {
         for dialect in DIALECTS {
             for desc in [LEASE.desc(), LEASE_PLAIN.desc(), QUOTED.desc()] {
-                let s = Statements::render(dialect, desc, workers);
+                let s = Flat::of(Statements::render(dialect, desc, workers));
                 if !dialect_is_mysql(dialect) {
                     assert!(s.mark_lease.is_empty(), "{dialect:?}");
                     assert!(s.mark_lease(1).is_none());
@@ -1146,7 +1317,7 @@ fn mark_lease_for_each_batch_size_on_mysql_and_mariadb_only() {
         }
     }
     // A batch of zero workers still renders the one-row statement.
-    let s = Statements::render(Dialect::MySql, LEASE.desc(), 0);
+    let s = Flat::of(Statements::render(Dialect::MySql, LEASE.desc(), 0));
     assert_eq!(s.mark_lease.len(), 1);
 }
 
@@ -1257,9 +1428,12 @@ fn broker_renders_statements_once_per_subscription() {
                 now = now.plus(Duration::from_secs(1));
                 broker.handle_timeout(now);
             }
-            let statements = broker
-                .statements(sub)
-                .expect("the subscription's statements");
+            let statements = Flat::of(
+                broker
+                    .statements(sub)
+                    .expect("the subscription's statements")
+                    .clone(),
+            );
             let claim = match (desc.form(), dialect) {
                 // With an attempt column the row lock claim counts the attempt first.
                 (Form::RowLock, _) => statements
@@ -1465,7 +1639,11 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
 fn ping_where_a_session_holds_the_row() {
     for (name, desc) in descs() {
         for dialect in DIALECTS {
-            let s = Statements::render(dialect, &desc, 2);
+            if desc.form() == Form::RowLock && dialect == Dialect::Sqlite {
+                // Refused before anything renders: SQLite has no row locks.
+                continue;
+            }
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
             let holds = desc.form() != Form::Lease && dialect != Dialect::Sqlite;
             match &s.ping {
                 Some(ping) => {

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
+use ruststream_core::dialect::{FormStatements, KeyLocks, RowLockClaim};
 use ruststream_core::spec::own;
 use ruststream_core::{
     Action, Arg, Broker, BrokerError, CONNECTION_LINGER, CheckError, ClosedCounts, Column, Command,
@@ -814,11 +815,14 @@ fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
             ]
         };
         assert_eq!(sim.ops_on(0, conn, 0), expected, "{dialect:?}");
-        let lock_row = sim
-            .statements(0)
-            .lock_row_by_id
-            .clone()
-            .expect("lock_row_by_id");
+        let lock_row = match &sim.statements(0).form {
+            FormStatements::RowLock(f) => match &f.claim {
+                RowLockClaim::Count { lock_row_by_id, .. }
+                | RowLockClaim::SelectCount { lock_row_by_id, .. } => lock_row_by_id.clone(),
+                RowLockClaim::Lock { .. } => panic!("a table with attempts locks by id"),
+            },
+            other => panic!("the row lock form's statements, not {other:?}"),
+        };
         assert!(
             lock_row.sql.contains("FOR UPDATE SKIP LOCKED"),
             "{dialect:?}: {}",
@@ -1401,7 +1405,13 @@ fn advisory_locks_each_key_on_a_connection_of_its_own_without_waiting() {
             "{dialect:?}: three sessions hold the three keys"
         );
         assert_eq!(sim.procs[0].broker.held_connections(), 3);
-        let sql = sim.statements(0).try_lock.clone().expect("try_lock").sql;
+        let sql = match &sim.statements(0).form {
+            FormStatements::Advisory(f) => match &f.keys {
+                KeyLocks::Database { try_lock, .. } => try_lock.sql.clone(),
+                other => panic!("the database's locks, not {other:?}"),
+            },
+            other => panic!("the advisory form's statements, not {other:?}"),
+        };
         match dialect {
             Dialect::Postgres => assert!(sql.contains("pg_try_advisory_lock("), "{sql}"),
             _ => assert!(sql.contains("GET_LOCK(?, 0)"), "{sql}"),
@@ -1861,8 +1871,10 @@ fn advisory_postgres_locks_a_64_bit_hash_of_the_key_in_the_session() {
 fn advisory_sqlite_keeps_keys_in_process_with_one_delivery_in_work() {
     let mut sim = Sim::start(Dialect::Sqlite, advisory(), 3, &[0, 1, 2]);
     assert_eq!(sim.delivered_rows(0, 0), [1]);
-    assert!(sim.statements(0).try_lock.is_none());
-    assert!(sim.statements(0).unlock.is_none());
+    assert!(
+        matches!(&sim.statements(0).form, FormStatements::Advisory(f) if f.keys == KeyLocks::Registry),
+        "SQLite keeps the keys in the process: no lock statements"
+    );
     sim.advance(POLL * 5);
     assert_eq!(
         sim.delivered_rows(0, 0),
@@ -3726,7 +3738,11 @@ fn settlements_run_one_statement_each_where_the_database_returns_no_rows() {
             sim.settle(0, sim.delivery(0, row), Outcome::Ack);
         }
         sim.run();
-        let kind = sim.statements(0).settle.kind;
+        let kind = match &sim.statements(0).form {
+            FormStatements::Lease(f) => f.settle.kind,
+            FormStatements::RowLock(f) => f.settle.kind,
+            FormStatements::Advisory(f) => f.settle.kind,
+        };
         assert_eq!(sim.runs_of(0, mark, kind).len(), 3, "{dialect:?}");
         assert!(
             !sim.ops(0, mark)

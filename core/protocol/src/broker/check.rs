@@ -1,0 +1,217 @@
+//! The check of a subscription's table before it claims: the table and every described column
+//! exist, the database's name for lock names (MySQL, MariaDB), and PostgreSQL's isolation
+//! level for the row lock form.
+
+use std::collections::BTreeSet;
+
+use crate::dialect::{Arg, FormStatements, Statement};
+use crate::spec::TableDesc;
+use crate::types::{Action, CheckError, ConnId, Event, Reply, SubId};
+use crate::value::{ErrorKind, Value};
+
+use super::rows::{first_column, first_text};
+use super::sub::SubState;
+use super::{Broker, State, Step};
+
+/// Where a check is.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum CheckStage {
+    Acquire,
+    Columns,
+    Database,
+    Isolation,
+    Release,
+    Close,
+}
+
+impl<R> Broker<R> {
+    pub(super) fn start_check(&mut self, sub: SubId) {
+        let conn = self.new_conn();
+        let s = &mut self.subs[sub.0];
+        s.check.conn = Some(conn);
+        s.check.again_at = None;
+        self.check_step(sub, conn, Action::Acquire, CheckStage::Acquire);
+    }
+
+    fn check_step(&mut self, sub: SubId, conn: ConnId, action: Action, stage: CheckStage) {
+        self.send(conn, action, Step::Check { sub, stage });
+    }
+
+    fn check_execute(
+        &mut self,
+        sub: SubId,
+        conn: ConnId,
+        statement: Statement,
+        binds: Vec<Value>,
+        stage: CheckStage,
+    ) {
+        self.check_step(sub, conn, Action::Execute { statement, binds }, stage);
+    }
+
+    pub(super) fn on_check(&mut self, sub: SubId, stage: CheckStage, reply: Reply<R>) {
+        let Some(conn) = self.subs[sub.0].check.conn else {
+            return;
+        };
+        let table = self.subs[sub.0].desc.table;
+        if let Reply::Failed(error) = reply {
+            self.on_check_failed(sub, conn, stage, error);
+            return;
+        }
+        match stage {
+            CheckStage::Acquire => {
+                let s = &self.subs[sub.0];
+                let statement = s.statements.list_columns.clone();
+                let (schema, name) = match s.desc.table.rsplit_once('.') {
+                    Some((schema, name)) => (schema, name),
+                    None => ("", s.desc.table),
+                };
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Schema => Value::Text(schema.to_owned()),
+                    _ => Value::Text(name.to_owned()),
+                });
+                self.check_execute(sub, conn, statement, binds, CheckStage::Columns);
+            }
+            CheckStage::Columns => {
+                let found: BTreeSet<String> = first_column(reply)
+                    .into_iter()
+                    .filter_map(|v| match v {
+                        Value::Text(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect();
+                let error = if found.is_empty() {
+                    Some(CheckError::MissingTable { table })
+                } else {
+                    missing_column(&self.subs[sub.0].desc, &found).map(|(column, role)| {
+                        CheckError::MissingColumn {
+                            table,
+                            column,
+                            role,
+                        }
+                    })
+                };
+                match error {
+                    Some(error) => {
+                        self.check_failed(sub, error);
+                        self.check_step(sub, conn, Action::Release, CheckStage::Release);
+                    }
+                    None => self.check_next(sub, conn, CheckStage::Columns),
+                }
+            }
+            CheckStage::Database => {
+                self.subs[sub.0].check.database = first_text(reply);
+                self.check_next(sub, conn, CheckStage::Database);
+            }
+            CheckStage::Isolation => {
+                let level = first_text(reply).unwrap_or_default();
+                if !level.eq_ignore_ascii_case("read committed")
+                    && !level.eq_ignore_ascii_case("read uncommitted")
+                {
+                    self.check_failed(sub, CheckError::Isolation { table, level });
+                    self.check_step(sub, conn, Action::Release, CheckStage::Release);
+                    return;
+                }
+                self.check_next(sub, conn, CheckStage::Isolation);
+            }
+            CheckStage::Release | CheckStage::Close => self.on_check_done(sub),
+        }
+    }
+
+    fn on_check_failed(
+        &mut self,
+        sub: SubId,
+        conn: ConnId,
+        stage: CheckStage,
+        error: crate::DbError,
+    ) {
+        if matches!(stage, CheckStage::Release | CheckStage::Close) {
+            self.on_check_done(sub);
+            return;
+        }
+        let table = self.subs[sub.0].desc.table;
+        if error.kind == ErrorKind::UndefinedTable {
+            self.check_failed(sub, CheckError::MissingTable { table });
+        } else {
+            // A passing failure: the check runs again after a poll interval.
+            let s = &mut self.subs[sub.0];
+            s.check.again_at = Some(self.now.plus(s.options.poll_interval));
+            self.events.push_back(Event::Error { sub, error });
+        }
+        if matches!(stage, CheckStage::Acquire) {
+            self.conns.forget(conn);
+            self.subs[sub.0].check.conn = None;
+        } else {
+            self.check_step(sub, conn, Action::Close, CheckStage::Close);
+        }
+    }
+
+    fn check_failed(&mut self, sub: SubId, error: CheckError) {
+        self.subs[sub.0].state = SubState::Failed;
+        self.events.push_back(Event::CheckFailed { sub, error });
+    }
+
+    /// The check's step after `after`: the database's name, the isolation level, then done.
+    fn check_next(&mut self, sub: SubId, conn: ConnId, after: CheckStage) {
+        let s = &self.subs[sub.0];
+        let isolation = match &s.statements.form {
+            FormStatements::RowLock(f) => f.isolation.clone(),
+            FormStatements::Lease(_) | FormStatements::Advisory(_) => None,
+        };
+        let next = match (after, &s.statements.current_database, isolation) {
+            (CheckStage::Columns, Some(database), _) => {
+                Some((database.clone(), CheckStage::Database))
+            }
+            (CheckStage::Columns | CheckStage::Database, _, Some(isolation)) => {
+                Some((isolation, CheckStage::Isolation))
+            }
+            _ => None,
+        };
+        match next {
+            Some((statement, stage)) => self.check_execute(sub, conn, statement, Vec::new(), stage),
+            None => self.check_step(sub, conn, Action::Release, CheckStage::Release),
+        }
+    }
+
+    fn on_check_done(&mut self, sub: SubId) {
+        let now = self.now;
+        let running = self.state == State::Running;
+        let s = &mut self.subs[sub.0];
+        s.check.conn = None;
+        if s.state == SubState::Checking && s.check.again_at.is_none() && running {
+            s.state = SubState::Ready;
+            if !s.stopped {
+                s.next_claim_at = Some(now);
+            }
+            self.events.push_back(Event::Ready { sub });
+        }
+    }
+}
+
+/// The first described column the table lacks, with its role.
+fn missing_column(
+    desc: &TableDesc,
+    found: &BTreeSet<String>,
+) -> Option<(&'static str, &'static str)> {
+    let mut roles: Vec<(&'static str, &'static str)> = vec![(desc.id.name, "the id")];
+    let described = [
+        (desc.payload, "the payload"),
+        (desc.attempt, "the attempt"),
+        (desc.locked_until, "the lease's `locked_until`"),
+        (desc.processed_at, "`processed_at`"),
+        (desc.due, "the due time"),
+    ];
+    for (column, role) in described {
+        if let Some(column) = column {
+            roles.push((column.name, role));
+        }
+    }
+    for column in desc.key_columns() {
+        roles.push((column, "a part of the advisory lock key"));
+    }
+    for order in desc.order {
+        roles.push((order.column, "a column of the claim order"));
+    }
+    roles.into_iter().find(|(column, _)| {
+        !found.contains(*column) && !found.iter().any(|f| f.eq_ignore_ascii_case(column))
+    })
+}

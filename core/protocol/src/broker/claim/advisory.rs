@@ -1,0 +1,363 @@
+//! The advisory lock form's claim: read the first due rows with their keys, lock each key on a
+//! connection of its own without waiting, passing over a key held elsewhere, and take the row
+//! while it is still claimable (the take counts the attempt and commits). The connection that
+//! holds the delivery keeps the lock.
+//!
+//! On the database's locks, a key found held is passed over with every later candidate of it,
+//! so no row overtakes an earlier row of its key. A claim that reads the first due rows alone
+//! (SQLite's registry, a custom lock) takes nothing while they are held.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use crate::dialect::{AdvisoryStatements, AdvisoryTake, Arg, Dialect, KeyLocks};
+use crate::keys::{mysql_lock_name, postgres_key_hash};
+use crate::types::{Action, ConnId, Reply, SubId};
+use crate::value::Value;
+
+use super::super::rows::{Candidate, Taken, affected_any, answer, rows_of};
+use super::super::{Broker, State};
+use super::{Claim, ClaimForm, ClaimStage};
+
+/// Where an advisory claim is.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::broker) enum Stage {
+    Candidates,
+    Lock,
+    Take,
+    TakeCount,
+    ReadRow,
+    Unlock,
+}
+
+#[derive(Debug)]
+pub(in crate::broker) struct Claiming {
+    st: Arc<AdvisoryStatements>,
+    candidates: VecDeque<Candidate>,
+    /// The candidate whose key is being locked, or whose row is being taken.
+    current: Option<Candidate>,
+    /// The candidates have been read.
+    loaded: bool,
+    /// Keys this claim found held (in work here or elsewhere). Their later candidates are
+    /// passed over too, so no row overtakes an earlier row of its key.
+    passed: BTreeSet<Arc<str>>,
+}
+
+impl Claiming {
+    pub(super) fn new(st: &Arc<AdvisoryStatements>) -> Self {
+        Self {
+            st: st.clone(),
+            candidates: VecDeque::new(),
+            current: None,
+            loaded: false,
+            passed: BTreeSet::new(),
+        }
+    }
+
+    /// Whether candidates are left to try.
+    pub(super) fn has_more(&self) -> bool {
+        !self.candidates.is_empty() || self.current.is_some()
+    }
+
+    /// The claim ends: no candidate is tried; the one in hand, if any.
+    pub(super) fn abandon(&mut self) -> Option<Candidate> {
+        self.candidates.clear();
+        self.current.take()
+    }
+}
+
+impl<R> Broker<R> {
+    fn advisory(
+        claims: &mut BTreeMap<u64, Claim<R>>,
+        claim: u64,
+    ) -> Option<(SubId, &mut Claiming)> {
+        let c = claims.get_mut(&claim)?;
+        match &mut c.form {
+            ClaimForm::Advisory(a) => Some((c.sub, a)),
+            ClaimForm::RowLock(_) | ClaimForm::Lease(_) => None,
+        }
+    }
+
+    pub(super) fn advisory_acquired(&mut self, claim: u64, conn: ConnId) {
+        let now = self.now;
+        let Some((sub, a)) = Self::advisory(&mut self.claims, claim) else {
+            return;
+        };
+        if a.loaded {
+            self.lock_current(claim);
+            return;
+        }
+        let statement = a.st.candidates.clone();
+        let s = &self.subs[sub.0];
+        // Enough to pass over the rows in work (claimed ahead too) and the rows the
+        // subscription's other claims are taking, and still find this claim's: `claiming`
+        // counts this claim's slots and theirs.
+        let limit = if s.first_rows_only() {
+            1
+        } else {
+            let own = self.claims.get(&claim).map_or(0, |c| c.limit);
+            s.in_work + s.claiming + own
+        };
+        let binds = statement.binds(|arg| match arg {
+            Arg::Limit => Value::Int(limit as i64),
+            _ => Value::Int(now.micros()),
+        });
+        let stage = ClaimStage::Advisory(Stage::Candidates);
+        self.claim_execute(claim, conn, statement, binds, stage);
+    }
+
+    pub(super) fn on_advisory_claim(
+        &mut self,
+        claim: u64,
+        conn: ConnId,
+        stage: Stage,
+        reply: Reply<R>,
+    ) {
+        let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
+            return;
+        };
+        match stage {
+            Stage::Candidates => {
+                a.candidates
+                    .extend(rows_of(reply).into_iter().map(Candidate::read));
+                a.loaded = true;
+                self.next_candidate(claim);
+            }
+            Stage::Lock => self.key_locked(claim, answer(reply)),
+            Stage::Take | Stage::ReadRow => match rows_of(reply).pop() {
+                Some(row) => self.taken(claim, row),
+                None => self.unlock_current(claim),
+            },
+            Stage::TakeCount => {
+                let AdvisoryTake::CountThenRead { read_row, .. } = &a.st.take else {
+                    return;
+                };
+                let read_row = read_row.clone();
+                match a.current.as_ref().map(|c| c.id.clone()) {
+                    Some(id) if affected_any(&reply) => {
+                        let binds = read_row.binds(|_| id.clone());
+                        let stage = ClaimStage::Advisory(Stage::ReadRow);
+                        self.claim_execute(claim, conn, read_row, binds, stage);
+                    }
+                    _ => self.unlock_current(claim),
+                }
+            }
+            Stage::Unlock => {
+                let key = a.current.take().map(|c| c.key);
+                if let Some(key) = key {
+                    self.keys.remove(&key);
+                }
+                if answer(reply) {
+                    self.next_candidate(claim);
+                } else if let Some(c) = self.claims.get_mut(&claim) {
+                    // The session may still hold the key: closing it ends the lock.
+                    c.conn = None;
+                    self.claim_step(claim, conn, Action::Close, ClaimStage::Close);
+                }
+            }
+        }
+    }
+
+    /// The lock of the current candidate's key answered.
+    fn key_locked(&mut self, claim: u64, locked: bool) {
+        let running = self.state == State::Running;
+        let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
+            return;
+        };
+        let keys = &a.st.keys;
+        if locked {
+            if matches!(keys, KeyLocks::Database { .. })
+                && let Some(current) = &a.current
+            {
+                self.keys.insert(current.key.clone());
+            }
+            if running {
+                self.take_current(claim);
+            } else {
+                // The shutdown began while the lock ran: release the key and take nothing,
+                // so no attempt is spent on a row no handler will see.
+                self.unlock_current(claim);
+            }
+        } else if matches!(keys, KeyLocks::Custom) {
+            // The first due row's key is held: the claim takes nothing more.
+            a.abandon();
+            self.next_candidate(claim);
+        } else {
+            if let Some(candidate) = a.current.take() {
+                a.passed.insert(candidate.key);
+            }
+            self.next_candidate(claim);
+        }
+    }
+
+    /// The current candidate's row is taken: it goes to a delivery with the claim's
+    /// connection, which holds its key.
+    fn taken(&mut self, claim: u64, row: crate::Row<R>) {
+        let Some(c) = self.claims.get_mut(&claim) else {
+            return;
+        };
+        let sub = c.sub;
+        let ClaimForm::Advisory(a) = &mut c.form else {
+            return;
+        };
+        let Some(candidate) = a.current.take() else {
+            return;
+        };
+        c.found += 1;
+        let conn = c.conn.take();
+        let attempts = self.subs[sub.0].desc.attempt.is_some();
+        // The take's row already counts this attempt.
+        let taken = Taken::read(row, attempts, 0);
+        self.deliver(sub, taken, conn, Some(candidate.key), None);
+        self.next_candidate(claim);
+    }
+
+    /// The claim's next candidate, or its end.
+    pub(super) fn next_candidate(&mut self, claim: u64) {
+        loop {
+            let running = self.state == State::Running;
+            let Some(c) = self.claims.get_mut(&claim) else {
+                return;
+            };
+            let done = c.found >= c.limit;
+            let ClaimForm::Advisory(a) = &mut c.form else {
+                return;
+            };
+            if !running || done {
+                a.candidates.clear();
+            }
+            let Some(candidate) = a.candidates.pop_front() else {
+                self.claim_release(claim);
+                return;
+            };
+            match &a.st.keys {
+                KeyLocks::Database { .. }
+                    if self.keys.contains(&candidate.key) || a.passed.contains(&candidate.key) =>
+                {
+                    a.passed.insert(candidate.key);
+                    continue;
+                }
+                KeyLocks::Registry if self.keys.contains(&candidate.key) => {
+                    // The first due rows are in work: the claim takes nothing while they are.
+                    a.candidates.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            a.current = Some(candidate);
+            match c.conn {
+                Some(_) => self.lock_current(claim),
+                None => {
+                    let conn = self.new_conn();
+                    if let Some(c) = self.claims.get_mut(&claim) {
+                        c.conn = Some(conn);
+                    }
+                    self.claim_step(claim, conn, Action::Acquire, ClaimStage::Acquire);
+                }
+            }
+            return;
+        }
+    }
+
+    fn lock_current(&mut self, claim: u64) {
+        let running = self.state == State::Running;
+        let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
+            return;
+        };
+        let Some((sub, a)) = Self::advisory(&mut self.claims, claim) else {
+            return;
+        };
+        let Some(key) = a.current.as_ref().map(|c| c.key.clone()) else {
+            return;
+        };
+        if !running {
+            // The shutdown began while the claim's connection was acquired: take nothing.
+            a.abandon();
+            self.next_candidate(claim);
+            return;
+        }
+        match &a.st.keys {
+            KeyLocks::Registry => {
+                self.keys.insert(key);
+                self.take_current(claim);
+            }
+            KeyLocks::Custom => {
+                let stage = ClaimStage::Advisory(Stage::Lock);
+                self.claim_step(claim, conn, Action::Lock { sub, key }, stage);
+            }
+            KeyLocks::Database { try_lock, .. } => {
+                let statement = try_lock.clone();
+                let arg = self.key_arg(sub, &key);
+                let binds = statement.binds(|_| arg.clone());
+                let stage = ClaimStage::Advisory(Stage::Lock);
+                self.claim_execute(claim, conn, statement, binds, stage);
+            }
+        }
+    }
+
+    /// The bind that names a key's lock in the database.
+    pub(in crate::broker) fn key_arg(&self, sub: SubId, key: &str) -> Value {
+        match self.dialect {
+            Dialect::Postgres => Value::Int(postgres_key_hash(key)),
+            _ => Value::Text(mysql_lock_name(
+                self.subs[sub.0].check.database.as_deref().unwrap_or(""),
+                key,
+            )),
+        }
+    }
+
+    fn take_current(&mut self, claim: u64) {
+        let now = self.now;
+        let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
+            return;
+        };
+        let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
+            return;
+        };
+        let Some(id) = a.current.as_ref().map(|c| c.id.clone()) else {
+            return;
+        };
+        let (statement, stage) = match &a.st.take {
+            AdvisoryTake::Returning { take } => (take.clone(), Stage::Take),
+            AdvisoryTake::CountThenRead { take_count, .. } => {
+                (take_count.clone(), Stage::TakeCount)
+            }
+        };
+        let binds = statement.binds(|arg| match arg {
+            Arg::Id => id.clone(),
+            _ => Value::Int(now.micros()),
+        });
+        self.claim_execute(claim, conn, statement, binds, ClaimStage::Advisory(stage));
+    }
+
+    /// The current candidate's row is no longer claimable: release its key.
+    fn unlock_current(&mut self, claim: u64) {
+        let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
+            return;
+        };
+        let Some((sub, a)) = Self::advisory(&mut self.claims, claim) else {
+            return;
+        };
+        let Some(key) = a.current.as_ref().map(|c| c.key.clone()) else {
+            return;
+        };
+        match &a.st.keys {
+            KeyLocks::Registry => {
+                a.current = None;
+                self.keys.remove(&key);
+                self.next_candidate(claim);
+            }
+            KeyLocks::Custom => {
+                let stage = ClaimStage::Advisory(Stage::Unlock);
+                self.claim_step(claim, conn, Action::Unlock { sub, key }, stage);
+            }
+            KeyLocks::Database { unlock, .. } => {
+                let statement = unlock.clone();
+                let arg = self.key_arg(sub, &key);
+                let binds = statement.binds(|_| arg.clone());
+                let stage = ClaimStage::Advisory(Stage::Unlock);
+                self.claim_execute(claim, conn, statement, binds, stage);
+            }
+        }
+    }
+}

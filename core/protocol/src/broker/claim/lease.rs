@@ -1,0 +1,189 @@
+//! The lease form's claim: write an expiry into the first claimable rows, counting their
+//! attempts, and deliver them under it. PostgreSQL and SQLite do it in one `UPDATE ..
+//! RETURNING`; MySQL and MariaDB lock and read the rows, then write the leases, in one
+//! transaction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::dialect::{Arg, LeaseClaim, LeaseStatements};
+use crate::types::{ConnId, Event, Reply, Row, SubId};
+use crate::value::{DbError, ErrorKind, Time, Value};
+
+use super::super::Broker;
+use super::super::rows::{Taken, rows_of};
+use super::{Claim, ClaimForm, ClaimStage, Fixed};
+
+/// Where a lease claim is.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::broker) enum Stage {
+    /// The claim in one statement.
+    ClaimLease,
+    Begin,
+    SelectLease,
+    MarkLease,
+    Commit,
+}
+
+#[derive(Debug)]
+pub(in crate::broker) struct Claiming<R> {
+    st: Arc<LeaseStatements>,
+    /// The expiry the claim wrote.
+    until: Option<Time>,
+    /// MySQL and MariaDB: the rows locked and read, whose leases are being written.
+    pub(super) taken: Vec<Row<R>>,
+}
+
+impl<R> Claiming<R> {
+    pub(super) fn new(st: &Arc<LeaseStatements>) -> Self {
+        Self {
+            st: st.clone(),
+            until: None,
+            taken: Vec::new(),
+        }
+    }
+}
+
+impl<R> Broker<R> {
+    fn lease(
+        claims: &mut BTreeMap<u64, Claim<R>>,
+        claim: u64,
+    ) -> Option<(SubId, usize, &mut Claiming<R>)> {
+        let c = claims.get_mut(&claim)?;
+        match &mut c.form {
+            ClaimForm::Lease(l) => Some((c.sub, c.limit, l)),
+            ClaimForm::RowLock(_) | ClaimForm::Advisory(_) => None,
+        }
+    }
+
+    pub(super) fn lease_claim_acquired(&mut self, claim: u64, conn: ConnId) {
+        let now = self.now;
+        let Some((sub, limit, l)) = Self::lease(&mut self.claims, claim) else {
+            return;
+        };
+        let LeaseClaim::Returning { claim: statement } = &l.st.claim else {
+            self.claim_fixed(claim, conn, Fixed::Begin, ClaimStage::Lease(Stage::Begin));
+            return;
+        };
+        let statement = statement.clone();
+        let until = now.plus(self.subs[sub.0].options.lease);
+        l.until = Some(until);
+        let binds = statement.binds(|arg| match arg {
+            Arg::Until => Value::Int(until.micros()),
+            Arg::Limit => Value::Int(limit as i64),
+            _ => Value::Int(now.micros()),
+        });
+        let stage = ClaimStage::Lease(Stage::ClaimLease);
+        self.claim_execute(claim, conn, statement, binds, stage);
+    }
+
+    pub(super) fn on_lease_claim(
+        &mut self,
+        claim: u64,
+        conn: ConnId,
+        stage: Stage,
+        reply: Reply<R>,
+    ) {
+        let now = self.now;
+        let Some((sub, limit, l)) = Self::lease(&mut self.claims, claim) else {
+            return;
+        };
+        let st = l.st.clone();
+        match (stage, &st.claim) {
+            (Stage::ClaimLease, _) => {
+                self.deliver_leased(claim, rows_of(reply), 0);
+                self.claim_release(claim);
+            }
+            (Stage::Begin, LeaseClaim::Locking { select, .. }) => {
+                let binds = select.binds(|arg| match arg {
+                    Arg::Limit => Value::Int(limit as i64),
+                    _ => Value::Int(now.micros()),
+                });
+                let stage = ClaimStage::Lease(Stage::SelectLease);
+                self.claim_execute(claim, conn, select.clone(), binds, stage);
+            }
+            (Stage::SelectLease, claiming) => {
+                let mut rows = rows_of(reply);
+                // More rows than the limit asked for are not this claim's to take.
+                rows.truncate(limit);
+                let Some(mark) = claiming.mark(rows.len()).cloned() else {
+                    // No row (or, past the rendered sizes, none this claim may write).
+                    self.claim_fixed(claim, conn, Fixed::Commit, ClaimStage::Lease(Stage::Commit));
+                    return;
+                };
+                let until = now.plus(self.subs[sub.0].options.lease);
+                let ids: Vec<Value> = rows
+                    .iter()
+                    .map(|r| r.values.first().cloned().unwrap_or(Value::Null))
+                    .collect();
+                let binds = mark.binds(|arg| match arg {
+                    Arg::IdAt(i) => ids[i].clone(),
+                    _ => Value::Int(until.micros()),
+                });
+                l.taken = rows;
+                l.until = Some(until);
+                self.claim_execute(
+                    claim,
+                    conn,
+                    mark,
+                    binds,
+                    ClaimStage::Lease(Stage::MarkLease),
+                );
+            }
+            (Stage::MarkLease, _) => {
+                self.claim_fixed(claim, conn, Fixed::Commit, ClaimStage::Lease(Stage::Commit));
+            }
+            (Stage::Commit, _) => {
+                let rows = std::mem::take(&mut l.taken);
+                // The rows were read before their attempts were counted.
+                self.deliver_leased(claim, rows, 1);
+                self.claim_release(claim);
+            }
+            (Stage::Begin, LeaseClaim::Returning { .. }) => {}
+        }
+    }
+
+    /// Delivers the rows a lease claim took, under the lease it wrote. A reply that comes
+    /// after the lease ran out delivers nothing: another claim may hold the rows by now, and
+    /// the attempt is spent.
+    fn deliver_leased(&mut self, claim: u64, rows: Vec<Row<R>>, add: i64) {
+        let now = self.now;
+        let Some(c) = self.claims.get_mut(&claim) else {
+            return;
+        };
+        c.found = rows.len();
+        let sub = c.sub;
+        let until = match &c.form {
+            ClaimForm::Lease(l) => l.until,
+            ClaimForm::RowLock(_) | ClaimForm::Advisory(_) => None,
+        };
+        let Some(until) = until else {
+            debug_assert!(rows.is_empty(), "rows taken without a lease");
+            return;
+        };
+        if now >= until {
+            let table = self.subs[sub.0].desc.table;
+            self.events.push_back(Event::Error {
+                sub,
+                error: DbError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "table `{table}`: the claim of {} rows answered after their lease ran out; they return to the queue",
+                        rows.len()
+                    ),
+                ),
+            });
+            return;
+        }
+        let attempts = self.subs[sub.0].desc.attempt.is_some();
+        for row in rows {
+            self.deliver(
+                sub,
+                Taken::read(row, attempts, add),
+                None,
+                None,
+                Some(until),
+            );
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The row lock and advisory lock forms' deliveries, whose connection holds the row (the
+//! claim's transaction) or the key (its lock) from the claim to the end.
+//!
+//! Row lock: the settlement's statement commits the claim's transaction; a retry commits the
+//! counted attempt alone; a drop or the shutdown rolls it back. Advisory lock: the settlement
+//! commits on its own, then the key is released; a retry runs no statement, and the release
+//! returns the row. A connection whose key may still be held closes, which ends the lock.
+
+use crate::dialect::{Arg, KeyLocks};
+use crate::types::{Action, DeliveryId, Event, Outcome};
+use crate::value::Value;
+
+use super::super::Broker;
+use super::{DeliveryStage, Ending, Held};
+
+impl<R> Broker<R> {
+    /// A row lock delivery ends, in its claim's transaction.
+    pub(super) fn row_lock_end(&mut self, delivery: DeliveryId, ending: Ending) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let (Held::RowLock(st), Some(conn)) = (&d.held, d.conn) else {
+            debug_assert!(false, "a row lock delivery holds its connection");
+            return self.finish_delivery(delivery);
+        };
+        let statements = &self.subs[d.sub.0].statements;
+        let (statement, binds, stage) = match ending {
+            Ending::Settle(Outcome::Ack | Outcome::Reject) => {
+                let id = d.id.clone();
+                let binds = st.settle.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    _ => Value::Int(now.micros()),
+                });
+                (st.settle.clone(), binds, DeliveryStage::Settle)
+            }
+            Ending::Settle(Outcome::Retry) => {
+                (statements.commit.clone(), Vec::new(), DeliveryStage::Commit)
+            }
+            Ending::Drop | Ending::Shutdown => (
+                statements.rollback.clone(),
+                Vec::new(),
+                DeliveryStage::Rollback,
+            ),
+        };
+        self.delivery_execute(delivery, conn, &statement, binds, stage);
+    }
+
+    /// An advisory delivery ends: a settlement's statement, then the release of its key.
+    pub(super) fn advisory_end(&mut self, delivery: DeliveryId, ending: Ending) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let (Held::Advisory { st, .. }, Some(conn)) = (&d.held, d.conn) else {
+            debug_assert!(false, "an advisory delivery holds its connection");
+            return self.finish_delivery(delivery);
+        };
+        if !matches!(ending, Ending::Settle(Outcome::Ack | Outcome::Reject)) {
+            return self.delivery_unlock(delivery);
+        }
+        let id = d.id.clone();
+        let settle = st.settle.clone();
+        let binds = settle.binds(|arg| match arg {
+            Arg::Id => id.clone(),
+            _ => Value::Int(now.micros()),
+        });
+        self.delivery_execute(delivery, conn, &settle, binds, DeliveryStage::Settle);
+    }
+
+    /// The settlement's statement ran: a row lock delivery commits it; an advisory delivery is
+    /// settled, and its key is released.
+    pub(super) fn held_settled(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        match &d.held {
+            Held::RowLock(_) => {
+                let Some(conn) = d.conn else {
+                    return;
+                };
+                let commit = self.subs[d.sub.0].statements.commit.clone();
+                self.delivery_execute(delivery, conn, &commit, Vec::new(), DeliveryStage::Commit);
+            }
+            Held::Advisory { .. } => {
+                d.settled = true;
+                let outcome = match d.ending {
+                    Some(Ending::Settle(o)) => o,
+                    _ => Outcome::Ack,
+                };
+                self.events.push_back(Event::Settled { delivery, outcome });
+                self.delivery_unlock(delivery);
+            }
+            Held::Lease(_) => {}
+        }
+    }
+
+    /// A row lock delivery's transaction ended: committed (settled) or rolled back.
+    pub(super) fn row_lock_ended(&mut self, delivery: DeliveryId, stage: DeliveryStage) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.holds = false;
+        if matches!(stage, DeliveryStage::Commit) {
+            d.settled = true;
+            if let Some(Ending::Settle(outcome)) = d.ending {
+                self.events.push_back(Event::Settled { delivery, outcome });
+            }
+        }
+        self.delivery_release(delivery);
+    }
+
+    /// Releases an advisory delivery's key.
+    fn delivery_unlock(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let (Held::Advisory { st, key }, Some(conn)) = (&d.held, d.conn) else {
+            return;
+        };
+        let (sub, key) = (d.sub, key.clone());
+        match &st.keys {
+            KeyLocks::Registry => {
+                self.keys.remove(&key);
+                self.after_unlock(delivery, true);
+            }
+            KeyLocks::Custom => {
+                let action = Action::Unlock { sub, key };
+                self.delivery_step(delivery, conn, action, DeliveryStage::Unlock);
+            }
+            KeyLocks::Database { unlock, .. } => {
+                let unlock = unlock.clone();
+                let arg = self.key_arg(sub, &key);
+                let binds = unlock.binds(|_| arg.clone());
+                self.delivery_execute(delivery, conn, &unlock, binds, DeliveryStage::Unlock);
+            }
+        }
+    }
+
+    /// The key is released (`true`) or may still be held (`false`): the connection goes back
+    /// to the pool, or is closed.
+    pub(super) fn after_unlock(&mut self, delivery: DeliveryId, released: bool) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        if let Some(key) = d.key() {
+            self.keys.remove(key);
+        }
+        let s = &mut self.subs[d.sub.0];
+        if released && s.first_rows_only() && !s.stopped {
+            // A claim that reads the first due rows alone may find them free now: the next
+            // one need not wait for the poll.
+            s.next_claim_at = Some(now);
+        }
+        d.holds = false;
+        if d.ending == Some(Ending::Settle(Outcome::Retry)) {
+            // A retry runs no statement: the release returns the row.
+            d.settled = true;
+            self.events.push_back(Event::Settled {
+                delivery,
+                outcome: Outcome::Retry,
+            });
+        }
+        let Some(conn) = d.conn.take() else {
+            return self.finish_delivery(delivery);
+        };
+        if d.ending == Some(Ending::Shutdown) {
+            if released {
+                self.counts.locks_released += 1;
+            } else {
+                self.counts.connections_closed += 1;
+            }
+        }
+        // A delivery the runtime dropped closes its connection; a row claimed ahead and given
+        // back before it was handed gives its connection back to the pool.
+        let close = !released || (d.ending == Some(Ending::Drop) && d.delivered);
+        let (action, stage) = if close {
+            (Action::Close, DeliveryStage::Close)
+        } else {
+            (Action::Release, DeliveryStage::Release)
+        };
+        self.delivery_step(delivery, conn, action, stage);
+    }
+}

@@ -1,0 +1,313 @@
+//! The lease form's deliveries: each statement on a connection of its own, fenced by the
+//! expiry this process wrote last. A lease in work is extended; a settlement deletes or marks
+//! the row, and, where the database returns the rows a statement settled, the settlements
+//! asked for while one runs wait for it and then run together in one statement; a retry or a
+//! drop gives the row back at once.
+
+use crate::dialect::{Arg, Statement, Statements};
+use crate::types::{Action, ConnId, DeliveryId, Event, Outcome, Reply, SettleError, SubId};
+use crate::value::Value;
+
+use super::super::Broker;
+use super::super::options::SETTLE_BATCH;
+use super::super::rows::{affected_any, first_column};
+use super::{DeliveryStage, DeliveryState, Ending};
+
+impl<R> Broker<R> {
+    /// A lease delivery ends: a settlement or a release of the lease, each on a connection of
+    /// its own; a delivery the shutdown ends keeps its lease.
+    pub(super) fn lease_end(&mut self, delivery: DeliveryId, ending: Ending) {
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let sub = d.sub;
+        if ending == Ending::Shutdown && d.delivered {
+            // The delivery keeps its lease, which runs out unless it settles first.
+            self.finish_delivery(delivery);
+            return;
+        }
+        let together = d.lease().is_some_and(|l| l.st.settles_together);
+        if matches!(ending, Ending::Settle(Outcome::Ack | Outcome::Reject)) && together {
+            let settles = &mut self.subs[sub.0].settles;
+            if settles.settling.is_some() {
+                // Rides on the next settlement statement.
+                settles.waiting.push_back(delivery);
+                return;
+            }
+            settles.settling = Some(delivery);
+        }
+        self.lease_acquire(delivery);
+    }
+
+    /// The lease form: extend a lease in work.
+    pub(in crate::broker) fn extend(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.state = DeliveryState::Busy;
+        if let Some(l) = d.lease_mut() {
+            l.extend_at = None;
+        }
+        self.lease_acquire(delivery);
+    }
+
+    /// The connection of the delivery's next statement.
+    fn lease_acquire(&mut self, delivery: DeliveryId) {
+        let conn = self.new_conn();
+        if let Some(d) = self.deliveries.get_mut(delivery) {
+            d.conn = Some(conn);
+        }
+        self.delivery_step(delivery, conn, Action::Acquire, DeliveryStage::Acquire);
+    }
+
+    /// The statement's connection came: the extension, the settlement (alone or with those
+    /// waiting behind it), or the release of the lease.
+    pub(super) fn lease_acquired(&mut self, delivery: DeliveryId) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let (Some(conn), Some(l)) = (d.conn, d.lease()) else {
+            return;
+        };
+        let sub = d.sub;
+        let id = d.id.clone();
+        let fence = l.fence.unwrap_or_default();
+        let st = l.st.clone();
+        let batched = self.subs[sub.0].settles.settling == Some(delivery)
+            && !self.subs[sub.0].settles.waiting.is_empty();
+        match d.ending {
+            None => {
+                let until = now.plus(self.subs[sub.0].options.lease);
+                let binds = st.extend.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    Arg::Fence => Value::Int(fence.micros()),
+                    _ => Value::Int(until.micros()),
+                });
+                let stage = DeliveryStage::Extend { until };
+                self.delivery_execute(delivery, conn, &st.extend, binds, stage);
+            }
+            Some(Ending::Settle(Outcome::Ack | Outcome::Reject)) if batched => {
+                self.settle_batch(delivery, conn);
+            }
+            Some(Ending::Settle(Outcome::Ack | Outcome::Reject)) => {
+                let binds = st.settle.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    Arg::Fence => Value::Int(fence.micros()),
+                    _ => Value::Int(now.micros()),
+                });
+                self.delivery_execute(delivery, conn, &st.settle, binds, DeliveryStage::Settle);
+            }
+            Some(_) => {
+                let binds = st.release.binds(|arg| match arg {
+                    Arg::Id => id.clone(),
+                    _ => Value::Int(fence.micros()),
+                });
+                let stage = DeliveryStage::ReleaseLease;
+                self.delivery_execute(delivery, conn, &st.release, binds, stage);
+            }
+        }
+    }
+
+    /// The extension answered: the lease holds until `until`, or it was lost.
+    pub(super) fn extended(&mut self, delivery: DeliveryId, until: crate::Time, reply: &Reply<R>) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let extend_every = self.subs[d.sub.0].options.extend_every;
+        let held = affected_any(reply);
+        if let Some(l) = d.lease_mut() {
+            if held {
+                l.fence = Some(until);
+                l.extend_at = Some(now.plus(extend_every));
+            } else {
+                l.lost = true;
+            }
+        }
+        if !held {
+            d.holds = false;
+            if d.delivered {
+                self.events.push_back(Event::LeaseLost { delivery });
+            }
+        }
+        self.delivery_release(delivery);
+    }
+
+    /// The settlement of one lease answered.
+    pub(super) fn lease_settled(&mut self, delivery: DeliveryId, reply: &Reply<R>) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let sub = d.sub;
+        d.holds = false;
+        let outcome = match d.ending {
+            Some(Ending::Settle(o)) => o,
+            _ => Outcome::Ack,
+        };
+        if affected_any(reply) {
+            d.settled = true;
+            self.events.push_back(Event::Settled { delivery, outcome });
+        } else {
+            self.events.push_back(Event::SettleFailed {
+                delivery,
+                error: SettleError::LeaseLost,
+            });
+        }
+        self.delivery_release(delivery);
+        self.settle_done(sub, delivery);
+    }
+
+    /// The settlement of a batch answered with the ids it settled: each of the batch is
+    /// settled, or its lease was lost.
+    pub(super) fn batch_settled(&mut self, delivery: DeliveryId, reply: Reply<R>) {
+        let settled = first_column(reply);
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let sub = d.sub;
+        let batch = d
+            .lease_mut()
+            .map(|l| std::mem::take(&mut l.batch))
+            .unwrap_or_default();
+        for each in std::iter::once(delivery).chain(batch.iter().copied()) {
+            let Some(d) = self.deliveries.get_mut(each) else {
+                continue;
+            };
+            d.holds = false;
+            let outcome = match d.ending {
+                Some(Ending::Settle(o)) => o,
+                _ => Outcome::Ack,
+            };
+            if settled.contains(&d.id) {
+                d.settled = true;
+                self.events.push_back(Event::Settled {
+                    delivery: each,
+                    outcome,
+                });
+            } else {
+                self.events.push_back(Event::SettleFailed {
+                    delivery: each,
+                    error: SettleError::LeaseLost,
+                });
+            }
+        }
+        for each in batch {
+            self.finish_delivery(each);
+        }
+        self.delivery_release(delivery);
+        self.settle_done(sub, delivery);
+    }
+
+    /// The release of the lease (a retry, a drop) answered.
+    pub(super) fn lease_released(&mut self, delivery: DeliveryId, reply: &Reply<R>) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.holds = false;
+        if let Some(Ending::Settle(outcome)) = d.ending {
+            if affected_any(reply) {
+                d.settled = true;
+                self.events.push_back(Event::Settled { delivery, outcome });
+            } else {
+                self.events.push_back(Event::SettleFailed {
+                    delivery,
+                    error: SettleError::LeaseLost,
+                });
+            }
+        }
+        self.delivery_release(delivery);
+    }
+
+    /// Settles `delivery` and the settlements waiting behind it, up to [`SETTLE_BATCH`], in
+    /// one statement on `conn`.
+    fn settle_batch(&mut self, delivery: DeliveryId, conn: ConnId) {
+        let now = self.now;
+        let Some(sub) = self.deliveries.get(delivery).map(|d| d.sub) else {
+            return;
+        };
+        let s = &mut self.subs[sub.0];
+        let more = s.settles.waiting.len().min(SETTLE_BATCH - 1);
+        let batch: Vec<DeliveryId> = s.settles.waiting.drain(..more).collect();
+        let Some(statement) = self.batch_statement(sub, batch.len() + 1) else {
+            // No statement settles them together: each settles on its own.
+            let waiting = &mut self.subs[sub.0].settles.waiting;
+            for each in batch.into_iter().rev() {
+                waiting.push_front(each);
+            }
+            return self.settle_alone(delivery, conn);
+        };
+        let mut ids = Vec::with_capacity(batch.len() + 1);
+        let mut fences = Vec::with_capacity(batch.len() + 1);
+        for each in std::iter::once(delivery).chain(batch.iter().copied()) {
+            if let Some(d) = self.deliveries.get(each) {
+                ids.push(d.id.clone());
+                fences.push(d.lease().and_then(|l| l.fence).unwrap_or_default());
+            }
+        }
+        let binds = statement.binds(|arg| match arg {
+            Arg::IdAt(i) => ids[i].clone(),
+            Arg::FenceAt(i) => Value::Int(fences[i].micros()),
+            _ => Value::Int(now.micros()),
+        });
+        if let Some(l) = self
+            .deliveries
+            .get_mut(delivery)
+            .and_then(|d| d.lease_mut())
+        {
+            l.batch = batch;
+        }
+        self.delivery_execute(
+            delivery,
+            conn,
+            &statement,
+            binds,
+            DeliveryStage::SettleBatch,
+        );
+    }
+
+    /// The settlement of one lease, on `conn`.
+    fn settle_alone(&mut self, delivery: DeliveryId, conn: ConnId) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let Some(l) = d.lease() else {
+            return;
+        };
+        let (id, fence, st) = (d.id.clone(), l.fence.unwrap_or_default(), l.st.clone());
+        let binds = st.settle.binds(|arg| match arg {
+            Arg::Id => id.clone(),
+            Arg::Fence => Value::Int(fence.micros()),
+            _ => Value::Int(now.micros()),
+        });
+        self.delivery_execute(delivery, conn, &st.settle, binds, DeliveryStage::Settle);
+    }
+
+    /// The settlement of `rows` leases of `sub` in one statement, rendered once per size.
+    fn batch_statement(&mut self, sub: SubId, rows: usize) -> Option<Statement> {
+        let dialect = self.dialect;
+        let s = &mut self.subs[sub.0];
+        if let Some(statement) = s.settles.batches.get(&rows) {
+            return Some(statement.clone());
+        }
+        let statement = Statements::settle_leases(dialect, &s.desc, rows)?;
+        s.settles.batches.insert(rows, statement.clone());
+        Some(statement)
+    }
+
+    /// A settlement statement of `sub` that `delivery` ran has answered or will not run: the
+    /// settlements waiting behind it start, together.
+    pub(in crate::broker) fn settle_done(&mut self, sub: SubId, delivery: DeliveryId) {
+        let settles = &mut self.subs[sub.0].settles;
+        if settles.settling != Some(delivery) {
+            return;
+        }
+        settles.settling = None;
+        let Some(next) = settles.waiting.pop_front() else {
+            return;
+        };
+        settles.settling = Some(next);
+        self.lease_acquire(next);
+    }
+}

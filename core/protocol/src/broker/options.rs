@@ -1,0 +1,114 @@
+//! The broker's settings, limits and refusals.
+
+use std::time::Duration;
+
+use crate::spec::DescError;
+use crate::value::{Time, Value};
+
+/// How long a dropped delivery may take to release its lock before its connection is closed.
+pub const DROP_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the broker keeps a connection its flow gave back, for the next flow that needs one,
+/// before it gives the connection back to the pool, unless set otherwise
+/// ([`Broker::set_connection_linger`](crate::Broker::set_connection_linger)).
+///
+/// A claim, a settlement or a publish that finds such a connection runs at once, without the
+/// pool's acquire and release (a round trip each on some pools: sqlx tests a connection when it
+/// is taken and when it comes back). Only a connection whose session is clean is kept: no
+/// transaction open or in doubt, no statement that failed on it, no custom lock run on it. The
+/// shutdown gives every kept connection back.
+pub const CONNECTION_LINGER: Duration = Duration::from_millis(5);
+
+/// The row lock and advisory lock forms: a row claimed ahead that waited this long for a free
+/// worker is handed only after a `SELECT 1` on its connection answered
+/// ([`StatementKind::Ping`](crate::StatementKind::Ping)). Its session holds the row's
+/// transaction or its key's lock; a session the server ended meanwhile
+/// (`idle_in_transaction_session_timeout`, `wait_timeout`, a kill) held them no longer, and
+/// another process may have taken the row: such a row is never handed, its connection closes,
+/// and the next claim takes what is due.
+pub const PING_AHEAD_AFTER: Duration = Duration::from_secs(1);
+
+/// The most lease settlements one statement runs: settlements asked for while another of
+/// the subscription's runs wait for it, then run together.
+pub const SETTLE_BATCH: usize = 64;
+
+/// PostgreSQL: a publisher's notifying statements start at most this often. A publish within
+/// this time of the publisher's last notification inserts without notifying, and one
+/// notification follows once the time has passed and the insert has taken effect: concurrent
+/// publishers are not made to commit one at a time (PostgreSQL commits notifying
+/// transactions one at a time), and a subscription in another process still hears of the
+/// rows within this time of their insert.
+pub const NOTIFY_EVERY: Duration = Duration::from_millis(2);
+
+/// The most rows one insert of a batch publish writes.
+pub const PUBLISH_BATCH: usize = 100;
+
+/// The settings of one subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubscribeOptions {
+    /// How many messages may be in work at once.
+    pub workers: usize,
+    /// How long a subscription waits between claims that found nothing.
+    pub poll_interval: Duration,
+    /// The lease form: how long a lease lasts.
+    pub lease: Duration,
+    /// The lease form: how often a lease in work is extended.
+    pub extend_every: Duration,
+    /// How many rows a subscription may claim ahead, beyond `workers`. A row claimed ahead is
+    /// held as a row in work is (by its lease, extended like a lease in work; by its claim's
+    /// transaction, on a connection of its own, in the row lock form; by its key's lock, on a
+    /// connection of its own, in the advisory lock form) and handed to the runtime as soon as
+    /// a worker frees, without a claim's round trip; at most `workers` are in work at once.
+    /// When the subscription stops or the broker shuts down, the rows still waiting are given
+    /// back at once. A claim that reads the first due rows alone (SQLite's advisory form, a
+    /// custom lock) claims none ahead.
+    pub prefetch: usize,
+}
+
+impl Default for SubscribeOptions {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            poll_interval: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            extend_every: Duration::from_secs(10),
+            prefetch: 0,
+        }
+    }
+}
+
+/// A row to publish.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Publish {
+    /// The id, where the table's id is not generated.
+    pub id: Option<Value>,
+    /// The encoded message.
+    pub payload: Vec<u8>,
+    /// The values of the key's columns, by column name.
+    pub columns: Vec<(&'static str, Value)>,
+    /// When the row becomes due; now when `None`.
+    pub due: Option<Time>,
+}
+
+/// Why a call was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// The broker is shutting down or shut down: nothing is written.
+    #[error("the broker is shut down")]
+    Closed,
+    /// The description breaks a rule.
+    #[error(transparent)]
+    Desc(#[from] DescError),
+    /// A publish names no value for a column the table needs.
+    #[error("table `{table}`: the publish gives no value for column `{column}`")]
+    MissingValue {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+    },
+    /// No such subscription or publisher.
+    #[error("no such {0}")]
+    Unknown(&'static str),
+}

@@ -1,0 +1,316 @@
+//! Publishes: rows written into a table, one insert or several in one transaction, and on
+//! PostgreSQL the notifications that wake other processes' subscriptions, at most one per
+//! [`NOTIFY_EVERY`] per publisher.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::dialect::{Arg, Dialect, Statement, Statements};
+use crate::spec::TableDesc;
+use crate::types::{Action, ConnId, Event, PublishId, PublisherId, Reply};
+use crate::value::{DbError, Time, Value};
+
+use super::options::{BrokerError, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
+use super::{Broker, State, Step};
+
+/// Where a publish is.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum PublishStage {
+    Acquire,
+    Begin,
+    Insert,
+    Commit,
+    Release,
+    Close,
+}
+
+#[derive(Debug)]
+pub(super) struct PublishFlow {
+    publisher: PublisherId,
+    conn: ConnId,
+    /// The inserts still to run, in order.
+    inserts: VecDeque<(Statement, Vec<Value>)>,
+    /// The inserts run in one transaction: a batch of more than one statement.
+    in_tx: bool,
+    /// Its inserts do not notify: a notification follows them ([`NOTIFY_EVERY`]).
+    quiet: bool,
+    /// The broker's own notification after quiet inserts: no [`Event::Published`].
+    internal: bool,
+    result: Option<Result<(), DbError>>,
+}
+
+/// A table publishes write into, with its statements.
+#[derive(Debug)]
+pub(super) struct Publisher {
+    desc: TableDesc,
+    statement: Statement,
+    /// `BEGIN` and `COMMIT`, around a batch of several inserts.
+    begin: Statement,
+    commit: Statement,
+    /// The inserts of a batch, by the rows they write.
+    batches: BTreeMap<usize, Statement>,
+    /// PostgreSQL: the inserts without the notification, by the rows they write, and the
+    /// notification on its own ([`NOTIFY_EVERY`]).
+    quiet_batches: BTreeMap<usize, Statement>,
+    notify: Option<Statement>,
+    /// When this publisher's last notifying statement started.
+    notified_at: Option<Time>,
+    /// When the notification owed for quiet inserts that took effect is due.
+    pub(super) notify_due: Option<Time>,
+}
+
+impl Publisher {
+    pub(super) fn new(dialect: Dialect, desc: TableDesc) -> Self {
+        let statements = Statements::render(dialect, &desc, 1);
+        Self {
+            desc,
+            statement: statements.publish,
+            begin: statements.begin,
+            commit: statements.commit,
+            batches: BTreeMap::new(),
+            quiet_batches: BTreeMap::new(),
+            notify: Statements::notify(dialect, &desc),
+            notified_at: None,
+            notify_due: None,
+        }
+    }
+
+    /// The insert of `rows` rows, notifying or `quiet`, rendered once per size; a table whose
+    /// rows have no column to write takes its one-row insert.
+    fn insert(&mut self, dialect: Dialect, rows: usize, quiet: bool) -> Statement {
+        if rows == 1 && !quiet {
+            return self.statement.clone();
+        }
+        let desc = self.desc;
+        let one = &self.statement;
+        let rendered = if quiet {
+            &mut self.quiet_batches
+        } else {
+            &mut self.batches
+        };
+        rendered
+            .entry(rows)
+            .or_insert_with(|| {
+                if quiet {
+                    Statements::publish_quiet(dialect, &desc, rows)
+                } else {
+                    Statements::publish_rows(dialect, &desc, rows)
+                }
+                .unwrap_or_else(|| one.clone())
+            })
+            .clone()
+    }
+
+    /// The binds of `row` for the single-row insert.
+    fn binds(&self, row: &Publish, now: Time) -> Result<Vec<Value>, BrokerError> {
+        let mut missing = None;
+        let binds = self.statement.binds(|arg| match arg {
+            Arg::Id => row.id.clone().unwrap_or_else(|| {
+                missing = Some(self.desc.id.name);
+                Value::Null
+            }),
+            Arg::Payload => Value::Bytes(row.payload.clone()),
+            Arg::Due => Value::Int(row.due.unwrap_or(now).micros()),
+            Arg::Column(name) => row
+                .columns
+                .iter()
+                .find(|(c, _)| *c == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| {
+                    missing = Some(name);
+                    Value::Null
+                }),
+            _ => Value::Null,
+        });
+        match missing {
+            Some(column) => Err(BrokerError::MissingValue {
+                table: self.desc.table,
+                column,
+            }),
+            None => Ok(binds),
+        }
+    }
+
+    /// The inserts of `binds` (one row each), up to [`PUBLISH_BATCH`] rows per statement.
+    fn inserts(
+        &mut self,
+        dialect: Dialect,
+        binds: Vec<Vec<Value>>,
+        quiet: bool,
+    ) -> VecDeque<(Statement, Vec<Value>)> {
+        let mut inserts = VecDeque::new();
+        let mut binds = binds.into_iter().peekable();
+        while binds.peek().is_some() {
+            let chunk: Vec<Vec<Value>> = binds.by_ref().take(PUBLISH_BATCH).collect();
+            let statement = self.insert(dialect, chunk.len(), quiet);
+            if statement.args.len() == chunk.iter().map(Vec::len).sum::<usize>() {
+                inserts.push_back((statement, chunk.concat()));
+            } else {
+                // Rows with no column to write: one `DEFAULT VALUES` insert each.
+                let one = self.insert(dialect, 1, quiet);
+                for binds in chunk {
+                    inserts.push_back((one.clone(), binds));
+                }
+            }
+        }
+        inserts
+    }
+}
+
+impl<R> Broker<R> {
+    /// Starts a publish of `rows` through `publisher`.
+    pub(super) fn start_publish(
+        &mut self,
+        publisher: PublisherId,
+        rows: Vec<Publish>,
+    ) -> Result<PublishId, BrokerError> {
+        let now = self.now;
+        let dialect = self.dialect;
+        let p = self
+            .publishers
+            .get_mut(publisher.0)
+            .ok_or(BrokerError::Unknown("publisher"))?;
+        let binds = rows
+            .iter()
+            .map(|row| p.binds(row, now))
+            .collect::<Result<Vec<_>, _>>()?;
+        // PostgreSQL: a notification commits one at a time with the other notifying
+        // transactions of the database, so a publisher notifies at most once per
+        // `NOTIFY_EVERY` and owes one notification after the inserts it left quiet.
+        let quiet = p.notify.is_some()
+            && !binds.is_empty()
+            && p.notified_at
+                .is_some_and(|t| now < t.plus(NOTIFY_EVERY) && now >= t);
+        if p.notify.is_some() && !quiet && !binds.is_empty() {
+            p.notified_at = Some(now);
+        }
+        let inserts = p.inserts(dialect, binds, quiet);
+        let in_tx = inserts.len() > 1;
+        Ok(self.run_publish(publisher, inserts, in_tx, quiet, false))
+    }
+
+    fn run_publish(
+        &mut self,
+        publisher: PublisherId,
+        inserts: VecDeque<(Statement, Vec<Value>)>,
+        in_tx: bool,
+        quiet: bool,
+        internal: bool,
+    ) -> PublishId {
+        let id = PublishId(self.next_publish);
+        self.next_publish += 1;
+        let conn = self.new_conn();
+        self.publishes.insert(
+            id,
+            PublishFlow {
+                publisher,
+                conn,
+                inserts,
+                in_tx,
+                quiet,
+                internal,
+                result: None,
+            },
+        );
+        self.publish_step(id, conn, Action::Acquire, PublishStage::Acquire);
+        id
+    }
+
+    fn publish_step(
+        &mut self,
+        publish: PublishId,
+        conn: ConnId,
+        action: Action,
+        stage: PublishStage,
+    ) {
+        self.send(conn, action, Step::Publish { publish, stage });
+    }
+
+    pub(super) fn on_publish(&mut self, publish: PublishId, stage: PublishStage, reply: Reply<R>) {
+        let Some(flow) = self.publishes.get_mut(&publish) else {
+            return;
+        };
+        let conn = flow.conn;
+        if let Reply::Failed(error) = reply {
+            if flow.result.is_none() {
+                flow.result = Some(Err(error));
+            }
+            match stage {
+                PublishStage::Acquire => {
+                    self.conns.forget(conn);
+                    self.end_publish(publish);
+                }
+                PublishStage::Begin | PublishStage::Insert | PublishStage::Commit => {
+                    // Closing the session ends a transaction left open: nothing is written.
+                    self.publish_step(publish, conn, Action::Close, PublishStage::Close);
+                }
+                PublishStage::Release | PublishStage::Close => self.end_publish(publish),
+            }
+            return;
+        }
+        let p = &self.publishers[flow.publisher.0];
+        let next = match stage {
+            PublishStage::Acquire if flow.in_tx => {
+                Some((p.begin.clone(), Vec::new(), PublishStage::Begin))
+            }
+            PublishStage::Acquire | PublishStage::Begin | PublishStage::Insert => {
+                match flow.inserts.pop_front() {
+                    Some((statement, binds)) => Some((statement, binds, PublishStage::Insert)),
+                    None if flow.in_tx => {
+                        Some((p.commit.clone(), Vec::new(), PublishStage::Commit))
+                    }
+                    None => None,
+                }
+            }
+            PublishStage::Commit => None,
+            PublishStage::Release | PublishStage::Close => return self.end_publish(publish),
+        };
+        match next {
+            Some((statement, binds, stage)) => {
+                let action = Action::Execute { statement, binds };
+                self.publish_step(publish, conn, action, stage);
+            }
+            None => {
+                flow.result = Some(Ok(()));
+                self.publish_step(publish, conn, Action::Release, PublishStage::Release);
+            }
+        }
+    }
+
+    fn end_publish(&mut self, publish: PublishId) {
+        let Some(flow) = self.publishes.remove(&publish) else {
+            return;
+        };
+        let result = flow.result.unwrap_or(Ok(()));
+        if flow.quiet && result.is_ok() {
+            let now = self.now;
+            let p = &mut self.publishers[flow.publisher.0];
+            let due = p.notified_at.map_or(now, |t| t.plus(NOTIFY_EVERY)).max(now);
+            if p.notify_due.is_none_or(|t| t > due) {
+                p.notify_due = Some(due);
+            }
+            if self.state == State::ShuttingDown {
+                self.notify_owed(true);
+            }
+        }
+        if !flow.internal {
+            self.events.push_back(Event::Published { publish, result });
+        }
+    }
+
+    /// PostgreSQL: the notifications owed for quiet inserts, those due (or all of them, at
+    /// the shutdown).
+    pub(super) fn notify_owed(&mut self, all: bool) {
+        let now = self.now;
+        for i in 0..self.publishers.len() {
+            let p = &mut self.publishers[i];
+            let due = p.notify_due.is_some_and(|t| all || t <= now);
+            let Some(statement) = p.notify.clone().filter(|_| due) else {
+                continue;
+            };
+            p.notify_due = None;
+            p.notified_at = Some(now);
+            let inserts = VecDeque::from([(statement, Vec::new())]);
+            self.run_publish(PublisherId(i), inserts, false, false, true);
+        }
+    }
+}

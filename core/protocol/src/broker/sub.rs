@@ -1,0 +1,174 @@
+//! A subscription: its table, statements and settings, its check's state, and the counts its
+//! claims are decided by.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::dialect::{FormStatements, KeyLocks, RowLockClaim, Statement, Statements};
+use crate::spec::TableDesc;
+use crate::types::{ConnId, DeliveryId};
+use crate::value::Time;
+
+use super::options::SubscribeOptions;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SubState {
+    Checking,
+    Ready,
+    Failed,
+}
+
+/// The check of a subscription's table.
+#[derive(Debug, Default)]
+pub(super) struct CheckState {
+    /// The connection the check runs on, while it runs.
+    pub(super) conn: Option<ConnId>,
+    /// When a check that failed on a passing error runs again.
+    pub(super) again_at: Option<Time>,
+    /// MySQL and MariaDB: the database's name, for lock names.
+    pub(super) database: Option<String>,
+}
+
+/// The row lock form with an attempt column: a claim counts and commits the attempt, then
+/// locks the counted row, and a second claim of the process in between would count the same
+/// row again. Claims acquire their connections side by side and count one at a time.
+#[derive(Debug, Default)]
+pub(super) struct CountQueue {
+    /// The claim between its count and its lock.
+    pub(super) counting: Option<u64>,
+    /// Claims that hold a connection and wait for the count to be theirs, in order.
+    pub(super) waiting: VecDeque<u64>,
+}
+
+/// The lease form, where the database returns the rows a statement settled: the delivery
+/// whose settlement statement runs now. Settlements asked for meanwhile wait, then run
+/// together in one statement.
+#[derive(Debug, Default)]
+pub(super) struct SettleQueue {
+    pub(super) settling: Option<DeliveryId>,
+    pub(super) waiting: VecDeque<DeliveryId>,
+    /// The settlements of several leases in one statement, by the rows they settle.
+    pub(super) batches: BTreeMap<usize, Statement>,
+}
+
+#[derive(Debug)]
+pub(super) struct Sub {
+    pub(super) desc: TableDesc,
+    pub(super) statements: Statements,
+    pub(super) options: SubscribeOptions,
+    pub(super) state: SubState,
+    pub(super) check: CheckState,
+    /// Rows claimed and not yet ended: in work, claimed ahead, or settling.
+    pub(super) in_work: usize,
+    /// The deliveries handed to the runtime and not yet ended.
+    pub(super) handed: usize,
+    /// The deliveries handed to the runtime that it has not settled or dropped yet: at most
+    /// `workers`. A row claimed ahead goes to the runtime when this falls below `workers`.
+    pub(super) handling: usize,
+    /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
+    pub(super) prefetch: usize,
+    /// Slots that claims in flight hold.
+    pub(super) claiming: usize,
+    pub(super) claims_in_flight: usize,
+    /// Claims no more: the runtime stopped it.
+    pub(super) stopped: bool,
+    pub(super) next_claim_at: Option<Time>,
+    /// The last claim found all it asked for.
+    pub(super) last_full: bool,
+    pub(super) counts: CountQueue,
+    pub(super) settles: SettleQueue,
+}
+
+impl Sub {
+    pub(super) fn new(desc: TableDesc, statements: Statements, options: SubscribeOptions) -> Self {
+        let mut sub = Self {
+            desc,
+            statements,
+            options,
+            state: SubState::Checking,
+            check: CheckState::default(),
+            in_work: 0,
+            handed: 0,
+            handling: 0,
+            prefetch: 0,
+            claiming: 0,
+            claims_in_flight: 0,
+            stopped: false,
+            next_claim_at: None,
+            last_full: false,
+            counts: CountQueue::default(),
+            settles: SettleQueue::default(),
+        };
+        // A claim that reads the first due rows alone takes one row at a time: none ahead.
+        sub.prefetch = if sub.first_rows_only() {
+            0
+        } else {
+            options.prefetch
+        };
+        sub
+    }
+
+    /// The advisory lock form: who holds the keys.
+    pub(super) fn keys(&self) -> Option<&KeyLocks> {
+        match &self.statements.form {
+            FormStatements::Advisory(f) => Some(&f.keys),
+            FormStatements::RowLock(_) | FormStatements::Lease(_) => None,
+        }
+    }
+
+    /// SQLite's registry of keys in work.
+    pub(super) fn registry(&self) -> bool {
+        matches!(self.keys(), Some(KeyLocks::Registry))
+    }
+
+    /// Whether a claim reads the first due rows alone (SQLite's registry, a custom lock): it
+    /// takes nothing while they are in work, and the release of a key starts the next claim
+    /// at once.
+    pub(super) fn first_rows_only(&self) -> bool {
+        matches!(self.keys(), Some(KeyLocks::Registry | KeyLocks::Custom))
+    }
+
+    /// Whether a claim may start while another of the subscription runs.
+    ///
+    /// Row lock claims, lease claims and advisory claims on the database's locks run side by
+    /// side: `SKIP LOCKED`, the lease's fence and the key's lock keep two claims from taking
+    /// one row. A row lock claim that counts an attempt counts one at a time
+    /// ([`CountQueue`]). A claim that reads the first due rows only (SQLite's registry, a
+    /// custom lock) runs alone, so the first row is read once.
+    pub(super) fn side_by_side(&self) -> bool {
+        match self.keys() {
+            None => true,
+            Some(keys) => matches!(keys, KeyLocks::Database { .. }),
+        }
+    }
+
+    /// The row lock form with an attempt column.
+    pub(super) fn counts_attempts(&self) -> bool {
+        match &self.statements.form {
+            FormStatements::RowLock(f) => !matches!(f.claim, RowLockClaim::Lock { .. }),
+            FormStatements::Lease(_) | FormStatements::Advisory(_) => false,
+        }
+    }
+
+    /// The row lock form.
+    pub(super) fn row_locks(&self) -> bool {
+        matches!(self.statements.form, FormStatements::RowLock(_))
+    }
+
+    /// How many more rows claims may take now.
+    pub(super) fn free(&self) -> usize {
+        if self.registry() && self.in_work + self.claiming > 0 {
+            // SQLite's registry: one delivery in work at a time. A claim meanwhile would read
+            // the row in work, or take a second.
+            return 0;
+        }
+        (self.options.workers + self.prefetch).saturating_sub(self.in_work + self.claiming)
+    }
+
+    /// Whether a claim may start now, its time aside.
+    pub(super) fn may_claim(&self) -> bool {
+        self.state == SubState::Ready
+            && !self.stopped
+            && self.free() > 0
+            && (self.side_by_side() || self.claims_in_flight == 0)
+    }
+}
