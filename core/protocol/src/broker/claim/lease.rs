@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::dialect::{Arg, LeaseClaim, LeaseStatements};
-use crate::types::{ConnId, Event, Reply, Row, SubId};
+use crate::types::{ConnId, Event, Reply, SubId};
 use crate::value::{DbError, ErrorKind, Time, Value};
 
 use super::super::Broker;
@@ -31,7 +31,7 @@ pub(in crate::broker) struct Claiming<R> {
     /// The expiry the claim wrote.
     until: Option<Time>,
     /// MySQL and MariaDB: the rows locked and read, whose leases are being written.
-    pub(super) taken: Vec<Row<R>>,
+    pub(super) taken: Vec<Taken<R>>,
 }
 
 impl<R> Claiming<R> {
@@ -91,7 +91,12 @@ impl<R> Broker<R> {
         let st = l.st.clone();
         match (stage, &st.claim) {
             (Stage::ClaimLease, _) => {
-                self.deliver_leased(claim, rows_of(reply), 0);
+                let attempts = self.subs[sub.0].desc.attempt.is_some();
+                let taken = rows_of(reply)
+                    .into_iter()
+                    .map(|row| Taken::read(row, attempts, 0))
+                    .collect();
+                self.deliver_leased(claim, taken);
                 self.claim_release(claim);
             }
             (Stage::Begin, LeaseClaim::Locking { select, .. }) => {
@@ -112,15 +117,20 @@ impl<R> Broker<R> {
                     return;
                 };
                 let until = now.plus(self.subs[sub.0].options.lease);
-                let ids: Vec<Value> = rows
-                    .iter()
-                    .map(|r| r.values.first().cloned().unwrap_or(Value::Null))
+                // The rows are read before their attempts are counted.
+                let attempts = self.subs[sub.0].desc.attempt.is_some();
+                let taken: Vec<Taken<R>> = rows
+                    .into_iter()
+                    .map(|row| Taken::read(row, attempts, 1))
                     .collect();
                 let binds = mark.binds(|arg| match arg {
-                    Arg::IdAt(i) => ids[i].clone(),
+                    Arg::IdAt(i) => taken[i].id.clone(),
                     _ => Value::Int(until.micros()),
                 });
-                l.taken = rows;
+                let Some((_, _, l)) = Self::lease(&mut self.claims, claim) else {
+                    return;
+                };
+                l.taken = taken;
                 l.until = Some(until);
                 self.claim_execute(
                     claim,
@@ -134,9 +144,8 @@ impl<R> Broker<R> {
                 self.claim_fixed(claim, conn, Fixed::Commit, ClaimStage::Lease(Stage::Commit));
             }
             (Stage::Commit, _) => {
-                let rows = std::mem::take(&mut l.taken);
-                // The rows were read before their attempts were counted.
-                self.deliver_leased(claim, rows, 1);
+                let taken = std::mem::take(&mut l.taken);
+                self.deliver_leased(claim, taken);
                 self.claim_release(claim);
             }
             (Stage::Begin, LeaseClaim::Returning { .. }) => {}
@@ -146,7 +155,7 @@ impl<R> Broker<R> {
     /// Delivers the rows a lease claim took, under the lease it wrote. A reply that comes
     /// after the lease ran out delivers nothing: another claim may hold the rows by now, and
     /// the attempt is spent.
-    fn deliver_leased(&mut self, claim: u64, rows: Vec<Row<R>>, add: i64) {
+    fn deliver_leased(&mut self, claim: u64, rows: Vec<Taken<R>>) {
         let now = self.now;
         let Some(c) = self.claims.get_mut(&claim) else {
             return;
@@ -175,15 +184,8 @@ impl<R> Broker<R> {
             });
             return;
         }
-        let attempts = self.subs[sub.0].desc.attempt.is_some();
-        for row in rows {
-            self.deliver(
-                sub,
-                Taken::read(row, attempts, add),
-                None,
-                None,
-                Some(until),
-            );
+        for taken in rows {
+            self.deliver(sub, taken, None, None, Some(until));
         }
     }
 }
