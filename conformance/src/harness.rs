@@ -4,10 +4,11 @@ use std::future::Future;
 use std::pin::Pin;
 
 use futures::future::LocalBoxFuture;
+use ruststream::adapter::{Adapter, TakesRows};
 use ruststream::{BoxError, BrokerHandle};
 use ruststream_core::Dialect;
 
-use crate::rows::{Body, RowLockAdapter, SuiteAdapter, Tables};
+use crate::rows::{Body, SuiteRow, Tables};
 use crate::support::Cx;
 use crate::{Form, NotApplicable};
 
@@ -29,8 +30,8 @@ pub enum Support {
 /// What a harness can do beside running SQL, for the scenarios that need it.
 ///
 /// The forms it runs are not listed here but in its types: every harness runs the lease, the
-/// advisory lock and the custom lock forms (its adapter takes the suite's rows,
-/// [`SuiteAdapter`]); the row lock form runs where [`Harness::RowLock`] is [`RowLocks`].
+/// advisory lock and the custom lock forms (its adapter takes the suite's rows, [`Runs`]); the
+/// row lock form runs where [`Harness::RowLock`] is [`RowLocks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
     /// [`Harness::hold_key`]: holding an advisory key on a connection of the harness's own, as
@@ -57,12 +58,17 @@ pub trait HeldKey: Send {
 /// it starts (a crash test, a second broker after a shutdown) and [`Harness::execute`] and
 /// [`Harness::query_i64s`] for its own SQL. The scenario creates its tables itself, dropping
 /// them first; the harness gives the place.
+///
+/// A harness runs the scenarios on the suite's rows as its adapter decodes them ([`Runs`]):
+/// the rows its tests define with [`suite_rows!`](crate::suite_rows).
 pub trait Harness: Send + Sync + Sized + 'static {
-    /// The adapter, which takes every row type of the suite but the row lock form's.
-    type Adapter: SuiteAdapter;
+    /// The adapter. It takes the suite's rows in the lease, advisory lock and custom lock forms,
+    /// and in the row lock form where [`Harness::RowLock`] is [`RowLocks`]: [`Runs`] holds
+    /// where it does, for each scenario's tables.
+    type Adapter: Adapter;
     /// [`RowLocks`] where the adapter takes the suite's row lock tables, [`NoRowLocks`] where
     /// it does not (SQLite, where a row lock table does not compile).
-    type RowLock: RowLockSupport<Self>;
+    type RowLock: RowLockSupport;
 
     /// The harness's name in messages, such as `rusqlite`.
     fn name(&self) -> &'static str;
@@ -77,7 +83,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
     /// the row lock form where [`Harness::RowLock`] is [`RowLocks`].
     fn runs(&self, form: Form) -> Result<(), NotApplicable> {
         match form {
-            Form::RowLock => <Self::RowLock as RowLockSupport<Self>>::applies(self),
+            Form::RowLock => Self::RowLock::applies(self),
             Form::Lease | Form::Advisory | Form::Custom => Ok(()),
         }
     }
@@ -123,13 +129,52 @@ pub trait Harness: Send + Sync + Sized + 'static {
     }
 }
 
-/// Whether a harness's adapter takes the row lock form: [`RowLocks`] or [`NoRowLocks`].
-pub trait RowLockSupport<H: Harness> {
-    /// Whether the form applies, or why not.
-    fn applies(harness: &H) -> Result<(), NotApplicable>;
+/// A harness that runs a scenario on the tables `F`: its adapter takes `F`'s rows of the
+/// lease, advisory lock and custom lock forms, and its [`Harness::RowLock`] says whether it
+/// takes the row lock form's. Every such harness implements it; each scenario names the tables
+/// it needs, so a harness whose adapter does not take them fails to compile where the suite's
+/// tests are generated.
+pub trait Runs<F: Tables>: Harness {
+    /// Runs `body` on `F`'s table of `form`, or answers why the form does not apply.
+    fn on_form<'a, B: Body>(
+        form: Form,
+        body: B,
+        cx: &'a Cx<'a, Self>,
+    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable>;
+}
 
-    /// Runs `body` on `F`'s row lock table, where the form applies.
-    fn row_lock<'a, F: Tables, B: Body>(
+impl<H, F> Runs<F> for H
+where
+    H: Harness,
+    F: Tables,
+    H::Adapter: TakesRows<F::Lease> + TakesRows<F::Advisory> + TakesRows<F::Custom>,
+    H::RowLock: RowLockTable<H, F::RowLock>,
+{
+    fn on_form<'a, B: Body>(
+        form: Form,
+        body: B,
+        cx: &'a Cx<'a, H>,
+    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {
+        match form {
+            Form::Lease => Ok(body.run::<H, F::Lease>(cx)),
+            Form::Advisory => Ok(body.run::<H, F::Advisory>(cx)),
+            Form::Custom => Ok(body.run::<H, F::Custom>(cx)),
+            Form::RowLock => H::RowLock::row_lock(body, cx),
+        }
+    }
+}
+
+/// Whether a harness's adapter takes the row lock form: [`RowLocks`] or [`NoRowLocks`].
+pub trait RowLockSupport {
+    /// Whether the form applies on `harness`, or why not.
+    fn applies<H: Harness>(harness: &H) -> Result<(), NotApplicable>;
+}
+
+/// [`RowLockSupport`] on the row lock table `T`: runs a body there, where the form applies.
+/// [`RowLocks`] implements it where the adapter takes `T`'s rows, [`NoRowLocks`] always.
+pub trait RowLockTable<H: Harness, T: SuiteRow>: RowLockSupport {
+    /// Runs `body` on `T`'s table, or answers why the form does not apply.
+    fn row_lock<'a, B: Body>(
         body: B,
         cx: &'a Cx<'a, H>,
     ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable>;
@@ -143,31 +188,35 @@ pub struct RowLocks;
 #[derive(Clone, Copy, Debug)]
 pub struct NoRowLocks;
 
-impl<H: Harness> RowLockSupport<H> for RowLocks
-where
-    H::Adapter: RowLockAdapter,
-{
-    fn applies(_: &H) -> Result<(), NotApplicable> {
+impl RowLockSupport for RowLocks {
+    fn applies<H: Harness>(_: &H) -> Result<(), NotApplicable> {
         Ok(())
-    }
-
-    fn row_lock<'a, F: Tables, B: Body>(
-        body: B,
-        cx: &'a Cx<'a, H>,
-    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {
-        Ok(F::row_lock(body, cx))
     }
 }
 
-impl<H: Harness> RowLockSupport<H> for NoRowLocks {
-    fn applies(harness: &H) -> Result<(), NotApplicable> {
+impl<H: Harness, T: SuiteRow> RowLockTable<H, T> for RowLocks
+where
+    H::Adapter: TakesRows<T>,
+{
+    fn row_lock<'a, B: Body>(
+        body: B,
+        cx: &'a Cx<'a, H>,
+    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {
+        Ok(body.run::<H, T>(cx))
+    }
+}
+
+impl RowLockSupport for NoRowLocks {
+    fn applies<H: Harness>(harness: &H) -> Result<(), NotApplicable> {
         Err(NotApplicable {
             harness: harness.name(),
             reason: format!("{} has no row locks", harness.dialect().name()),
         })
     }
+}
 
-    fn row_lock<'a, F: Tables, B: Body>(
+impl<H: Harness, T: SuiteRow> RowLockTable<H, T> for NoRowLocks {
+    fn row_lock<'a, B: Body>(
         _: B,
         cx: &'a Cx<'a, H>,
     ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {

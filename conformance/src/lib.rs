@@ -2,20 +2,14 @@
 //! real database, in each form (spec `forms.md`, `advisory.md`, `lock.md`, `shutdown.md`),
 //! crash tests included.
 //!
-//! Each scenario is a `pub async fn` in [`scenarios`], generic over a [`Harness`]: the adapter's
-//! side of the suite, which makes a broker for a scenario, runs SQL on a connection of its own
-//! for setup and assertions, names its dialect and states its [`Capabilities`]. A scenario that
-//! cannot apply on a harness answers [`NotApplicable`] with the reason; the generated test
-//! prints one line, `not applicable on <harness>: <reason>`, and passes. Nothing is skipped
-//! silently.
-//!
-//! An adapter's `tests/conformance.rs` is a few lines:
-//!
-//! ```text
-//! ruststream_conformance::conformance_tests!(
-//!     ruststream_conformance::rusqlite::RusqliteHarness::new()
-//! );
-//! ```
+//! The suite depends on no adapter and no driver (its `tests/deps.rs` checks it): it holds the
+//! scenarios, the harness trait, the schema and the macros; each adapter's tests hold the
+//! adapter's side. Each scenario is a `pub async fn` in [`scenarios`], generic over the suite's
+//! rows ([`Rows`]) and a [`Harness`]: the adapter's side of the suite, which makes a broker for
+//! a scenario, runs SQL on a connection of its own for setup and assertions, names its dialect
+//! and states its [`Capabilities`]. A scenario that cannot apply on a harness answers
+//! [`NotApplicable`] with the reason; the generated test prints one line, `not applicable on
+//! <harness>: <reason>`, and passes. Nothing is skipped silently.
 //!
 //! [`conformance_tests!`] expands into one `#[test]` per scenario and form: a module per
 //! scenario that runs in several forms (`claim_order::lease`, `claim_order::advisory`, ...), a
@@ -27,23 +21,34 @@
 //! Every scenario and form has a table of its own (`cf_<scenario>_<form>`, [`rows`]), created
 //! by the scenario with DDL the suite renders per dialect ([`schema`]) and dropped first, so
 //! the scenarios run in parallel on one server database. The row types implement
-//! `InboxTable`, `PayloadRow` and `AttemptRow` by hand and decode with serde, with
-//! `sqlx::FromRow` (feature `sqlx`) and with mysql_async's `FromRow` (feature `mysql-async`).
+//! `InboxTable`, `PayloadRow` and `AttemptRow` by hand; [`suite_rows!`] defines them in an
+//! adapter's tests, where they derive the trait the adapter decodes rows with and implement
+//! its custom lock.
 //!
 //! # Harnesses
 //!
-//! | feature | harness | database |
-//! |---|---|---|
-//! | `rusqlite` | [`rusqlite::RusqliteHarness`] | SQLite, a file per scenario |
-//! | `tokio-postgres` | [`tokio_postgres::TokioPostgresHarness`] | PostgreSQL at `RUSTSTREAM_PG_URL`, a schema per scenario |
-//! | `sqlx` | [`sqlx::SqlxPostgresHarness`] | PostgreSQL at `RUSTSTREAM_PG_URL`, in the database `<database>_cf_sqlx`, a schema per scenario |
-//! | `sqlx` | [`sqlx::SqlxMySqlHarness`] | MariaDB at `RUSTSTREAM_MYSQL_URL`, a database per scenario |
-//! | `sqlx` | [`sqlx::SqlxSqliteHarness`] | SQLite, a file per scenario |
-//! | `mysql-async` | [`mysql_async::MySqlAsyncHarness`] | MariaDB at `RUSTSTREAM_MYSQL_URL`, a database per scenario |
+//! Each adapter's `tests/conformance/` holds its harnesses, its custom lock and the suite's
+//! rows as it decodes them, and runs the suite in one test target per harness:
+//!
+//! | adapter | test target (root file in `tests/conformance/`) | harness | database |
+//! |---|---|---|---|
+//! | `ruststream-rusqlite` | `conformance` (`main.rs`) | `RusqliteHarness` | SQLite, a file per scenario |
+//! | `ruststream-tokio-postgres` | `conformance` (`main.rs`) | `TokioPostgresHarness` | PostgreSQL at `RUSTSTREAM_PG_URL`, a schema per scenario |
+//! | `ruststream-tokio-postgres` | `conformance_simple` (`simple.rs`) | `TokioPostgresHarness`, simple query protocol | PostgreSQL at `RUSTSTREAM_PG_URL`, a schema per scenario |
+//! | `ruststream-sqlx` | `conformance_postgres` (`postgres.rs`) | `SqlxPostgresHarness` | PostgreSQL at `RUSTSTREAM_PG_URL`, in the database `<database>_cf_sqlx`, a schema per scenario |
+//! | `ruststream-sqlx` | `conformance_mariadb` (`mariadb.rs`) | `SqlxMySqlHarness` | MariaDB at `RUSTSTREAM_MYSQL_URL`, a database per scenario |
+//! | `ruststream-sqlx` | `conformance_sqlite` (`sqlite.rs`) | `SqlxSqliteHarness` | SQLite, a file per scenario |
+//! | `ruststream-mysql-async` | `conformance` (`main.rs`) | `MySqlAsyncHarness` | MariaDB at `RUSTSTREAM_MYSQL_URL`, a database per scenario |
 //!
 //! A scenario's advisory keys are fixed (`<table>-<k>`): the harnesses of one server keep
 //! them apart by database (a PostgreSQL advisory lock and a MariaDB lock name belong to a
-//! database), so the suites run at once on one server.
+//! database), so the suites run at once on one server. Two harnesses that share a database
+//! (tokio-postgres's two protocols) run in test targets of their own, which cargo runs one
+//! after the other.
+//!
+//! What the harnesses share beside the trait is here, free of any driver: the servers'
+//! URLs and the locators made from them ([`urls`]), the files of a SQLite harness
+//! ([`SqliteFiles`]), and the statements of the custom lock ([`schema::lock_statements`]).
 //!
 //! # The forms
 //!
@@ -54,39 +59,60 @@
 //!
 //! # Adding an adapter
 //!
-//! Add a feature to this crate with a harness (see [`rusqlite`]) and the adapter's `Lock` and
-//! `Unlock` of the suite's custom-lock rows (see `rows.rs`), enable it in the adapter's
-//! dev-dependency on this crate, and invoke [`conformance_tests!`] in its `tests/conformance.rs`.
+//! The adapter dev-depends on this crate (no feature) and gets a test directory
+//! `tests/conformance/` that holds:
+//!
+//! - `harness.rs`: a type that implements [`Harness`] for the adapter's broker: `prepare`
+//!   gives each scenario a database (or schema, or file) of its own, `execute` and
+//!   `query_i64s` run the scenario's SQL on a connection of the harness's own,
+//!   [`Capabilities`] says which of `hold_key`, `kill_key_holder` and killing a worker process
+//!   it supports, and [`Harness::RowLock`] whether the adapter takes the row lock form.
+//! - `lock.rs`: the suite's custom lock on the adapter's connection type, which runs the
+//!   statements of [`schema::lock_statements`] on the scenario's `held_keys` table.
+//! - `rows.rs`: the suite's rows, [`suite_rows!`], with the derive the adapter's `TakesRows`
+//!   needs (`serde::Deserialize`, `sqlx::FromRow`, ...) and a callback macro that implements
+//!   the adapter's `Lock` and `Unlock` for a custom-lock row with `lock.rs`'s lock.
+//! - `main.rs`: the root of the test target `conformance`, which declares the modules above
+//!   and invokes [`conformance_tests!`] with the rows and the harness.
+//!
+//! An adapter of several harnesses that must not share a process gives each a root file of
+//! its own, declared as a `[[test]]` in its `Cargo.toml`: tokio-postgres's `simple.rs` beside
+//! `main.rs`; sqlx's `postgres.rs`, `mariadb.rs` and `sqlite.rs`, each holding its harness, all
+//! sharing `lock.rs`, `rows.rs` and `common.rs`. Where the adapter does not take a row type of
+//! the suite (a decoding it lacks, a custom lock it does not implement, a row lock table on a
+//! harness whose `RowLock` is [`RowLocks`] but whose database has none), the invocation of
+//! [`conformance_tests!`] does not compile: [`Runs`] fails for the scenario's tables.
+//!
+//! A driver's code lives only there: this crate takes no adapter, so no dependency circle
+//! joins the adapter and its suite.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod files;
 mod harness;
 pub mod rows;
 pub mod scenarios;
 pub mod schema;
 mod support;
-
-#[cfg(feature = "mysql-async")]
-pub mod mysql_async;
-#[cfg(feature = "rusqlite")]
-pub mod rusqlite;
-#[cfg(feature = "sqlx")]
-pub mod sqlx;
-#[cfg(feature = "tokio-postgres")]
-pub mod tokio_postgres;
-#[cfg(any(feature = "sqlx", feature = "mysql-async"))]
-mod urls;
+pub mod urls;
 
 use std::fmt;
 use std::future::Future;
 
+pub use files::SqliteFiles;
 pub use harness::{
     Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, NoRowLocks, RowLockSupport,
-    RowLocks, Support,
+    RowLockTable, RowLocks, Runs, Support,
 };
-pub use rows::{Body, RowLockAdapter, SuiteAdapter, SuiteRow, Tables};
+pub use rows::{Body, Rows, SuiteRow, Tables};
 pub use support::Cx;
+
+/// What the macros' expansions name in an adapter's tests.
+#[doc(hidden)]
+pub mod __private {
+    pub use ruststream;
+}
 
 /// The environment variable that tells a child process of the suite to play the worker of a
 /// crash test; its value names the scenario's database.
@@ -191,72 +217,85 @@ where
 }
 
 /// Expands into one `#[test]` per scenario and form of the suite, each running the scenario
-/// on the harness the expression builds (evaluated anew in each test, inside its runtime).
+/// on the suite's rows (`rows:`, the `Rows` of [`suite_rows!`]) and the harness the
+/// expression builds (`harness:`, evaluated anew in each test, inside its runtime).
 ///
-/// Invoke it once per module, in an adapter's `tests/conformance.rs`:
+/// Invoke it once per module, usually at the root of an adapter's test target, so the tests
+/// get the suite's names (`claim_order::lease`, ...). A crash test re-runs the test binary with
+/// its test's full name, so it finds itself wherever the tests are generated.
 ///
 /// ```text
-/// ruststream_conformance::conformance_tests!(
-///     ruststream_conformance::rusqlite::RusqliteHarness::new()
-/// );
+/// mod harness;
+/// mod lock;
+/// mod rows;
+///
+/// ruststream_conformance::conformance_tests! {
+///     rows: rows::Rows,
+///     harness: harness::RusqliteHarness::new(),
+/// }
 /// ```
 ///
 /// A scenario of several forms becomes a module of one test per form (`claim_order::lease`,
 /// `claim_order::advisory`, `claim_order::custom`, `claim_order::row_lock`); a scenario of one
-/// form becomes one test (`custom_lock_answers`).
+/// form becomes one test (`custom_lock_answers`). The rows and the harness are named as at the
+/// invocation: each module of tests sees its parent's items.
 #[macro_export]
 macro_rules! conformance_tests {
-    ($harness:expr $(,)?) => {
-        /// The harness every generated test runs on.
-        #[allow(dead_code)]
-        fn __conformance_harness() -> impl $crate::Harness {
-            $harness
-        }
+    (rows: $rows:ty, harness: $harness:expr $(,)?) => {
+        /// The suite's rows every generated test runs on.
+        type __ConformanceRows = $rows;
 
-        $crate::conformance_tests!(@forms claim_order: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms ack_deletes: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms ack_marks_processed: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms reject_settles_without_retry: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms retry_counts_the_attempt: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms undecodable_payload_rejected: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms key_one_at_a_time: advisory Advisory, custom Custom);
-        $crate::conformance_tests!(@forms key_held_elsewhere: advisory Advisory, custom Custom);
-        $crate::conformance_tests!(@forms dropped_delivery_returns: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms claims_ahead: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms workers: advisory Advisory, custom Custom);
-        $crate::conformance_tests!(@forms shutdown_releases_locks: advisory Advisory, custom Custom, row_lock RowLock);
-        $crate::conformance_tests!(@forms shutdown_counts_locks_released: advisory Advisory, custom Custom);
-        $crate::conformance_tests!(@forms sigkill_worker: lease Lease, advisory Advisory, row_lock RowLock);
-        $crate::conformance_tests!(@forms killed_connection: advisory Advisory);
-        $crate::conformance_tests!(@forms killed_while_claimed_ahead: advisory Advisory);
-        $crate::conformance_tests!(@one custom_lock_answers);
-        $crate::conformance_tests!(@one lease_extended_while_in_work);
-        $crate::conformance_tests!(@one lease_acks_together);
-        $crate::conformance_tests!(@one lease_marks_together);
-        $crate::conformance_tests!(@one lease_kept_past_shutdown);
-        $crate::conformance_tests!(@one publisher_closed_after_shutdown);
-        $crate::conformance_tests!(@one publish_all_writes_every_row);
+        $crate::conformance_tests!(@forms [$harness] claim_order: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] ack_deletes: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] ack_marks_processed: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] reject_settles_without_retry: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] retry_counts_the_attempt: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] undecodable_payload_rejected: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] key_one_at_a_time: advisory Advisory, custom Custom);
+        $crate::conformance_tests!(@forms [$harness] key_held_elsewhere: advisory Advisory, custom Custom);
+        $crate::conformance_tests!(@forms [$harness] dropped_delivery_returns: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] claims_ahead: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] workers: advisory Advisory, custom Custom);
+        $crate::conformance_tests!(@forms [$harness] shutdown_releases_locks: advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] shutdown_counts_locks_released: advisory Advisory, custom Custom);
+        $crate::conformance_tests!(@forms [$harness] sigkill_worker: lease Lease, advisory Advisory, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] killed_connection: advisory Advisory);
+        $crate::conformance_tests!(@forms [$harness] killed_while_claimed_ahead: advisory Advisory);
+        $crate::conformance_tests!(@one [$harness] custom_lock_answers);
+        $crate::conformance_tests!(@one [$harness] lease_extended_while_in_work);
+        $crate::conformance_tests!(@one [$harness] lease_acks_together);
+        $crate::conformance_tests!(@one [$harness] lease_marks_together);
+        $crate::conformance_tests!(@one [$harness] lease_kept_past_shutdown);
+        $crate::conformance_tests!(@one [$harness] publisher_closed_after_shutdown);
+        $crate::conformance_tests!(@one [$harness] publish_all_writes_every_row);
     };
-    (@forms $scenario:ident: $($test:ident $form:ident),+) => {
+    (@forms [$harness:expr] $scenario:ident: $($test:ident $form:ident),+) => {
         #[doc = concat!("The scenario `", stringify!($scenario), "`, one test per form.")]
         mod $scenario {
+            use super::*;
+
             $(
                 #[test]
                 fn $test() {
                     $crate::run_test(module_path!(), stringify!($test), |test| async move {
-                        let harness = super::__conformance_harness();
-                        $crate::scenarios::$scenario(&harness, $crate::Form::$form, &test).await
+                        let harness = $harness;
+                        $crate::scenarios::$scenario::<__ConformanceRows, _>(
+                            &harness,
+                            $crate::Form::$form,
+                            &test,
+                        )
+                        .await
                     });
                 }
             )+
         }
     };
-    (@one $scenario:ident) => {
+    (@one [$harness:expr] $scenario:ident) => {
         #[test]
         fn $scenario() {
             $crate::run_test(module_path!(), stringify!($scenario), |test| async move {
-                let harness = __conformance_harness();
-                $crate::scenarios::$scenario(&harness, &test).await
+                let harness = $harness;
+                $crate::scenarios::$scenario::<__ConformanceRows, _>(&harness, &test).await
             });
         }
     };

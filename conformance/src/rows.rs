@@ -1,28 +1,35 @@
-//! The suite's message, its row types (one per scenario and form, each on a table of its own),
-//! and the dispatch of a scenario's body to the row type of its form.
+//! The suite's message, the traits of its row types, and
+//! [`suite_rows!`](crate::suite_rows): the macro that defines the row types (one per scenario
+//! and form, each on a table of its own) in an adapter's tests.
 //!
-//! The row types implement `InboxTable`, `PayloadRow` and `AttemptRow` by hand. A row holds
-//! the id, the attempt and the payload; the description also names `k` (the key's column),
-//! `locked_until` and `processed_at`, which need no Rust field: rows need no time types. Rows
-//! decode with serde (rusqlite, tokio-postgres); the `sqlx` feature derives `sqlx::FromRow`
-//! beside it, and the `mysql-async` feature mysql_async's `FromRow`. The DDL ([`schema`])
-//! makes every field decodable on every database: `id` and `attempt` are `BIGINT` (SQLite
-//! `INTEGER`), read as `i64`; `payload` is binary, read as `Vec<u8>`.
+//! The row types live in the adapter's tests, not here: each adapter decodes rows with a
+//! trait of its driver (`sqlx::FromRow`, mysql_async's `FromRow`, serde's `Deserialize`) and
+//! takes a custom lock through its own `Lock` and `Unlock`, and the orphan rules let only the
+//! crate that defines a type implement a driver's trait for it.
+//! [`suite_rows!`](crate::suite_rows) expands there into the same types for every adapter,
+//! with the adapter's derives and its custom lock, and into the [`Rows`] that the scenarios
+//! are generic over.
+//!
+//! A row holds the id, the attempt and the payload; the description also names `k` (the key's
+//! column), `locked_until` and `processed_at`, which need no Rust field: rows need no time
+//! types. The DDL ([`schema`]) makes every field decodable on every database: `id` and
+//! `attempt` are `BIGINT` (SQLite `INTEGER`), read as `i64`; `payload` is binary, read as
+//! `Vec<u8>`.
 //!
 //! [`schema`]: crate::schema
 //!
-//! The custom-lock rows ([`Form::Custom`]) implement each adapter's `Lock` and `Unlock` behind
-//! that adapter's feature, on the table `<table>_held_keys` of lock.md: one per scenario table,
-//! so scenarios run in parallel on one server.
+//! The custom-lock rows ([`Form::Custom`]) take the adapter's `Lock` and `Unlock` on the table
+//! `<table>_held_keys` of lock.md ([`schema::lock_statements`](crate::schema::lock_statements)):
+//! one per scenario table, so scenarios run in parallel on one server.
 
 use futures::future::LocalBoxFuture;
-use ruststream::adapter::{Adapter, TakesRows};
+use ruststream::adapter::TakesRows;
 use ruststream::{AttemptRow, InboxTable, PayloadRow};
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{Harness, RowLockSupport};
+use crate::Form;
+use crate::harness::Harness;
 use crate::support::Cx;
-use crate::{Form, NotApplicable};
 
 /// The suite's message: a number, which the scenarios give each row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,34 +58,126 @@ pub trait Body {
         H::Adapter: TakesRows<T>;
 }
 
-/// A scenario's tables, one per form: picks the row type of a form for a [`Body`].
-pub trait Tables {
+/// A scenario's tables: its row type in each form, all with the same settlement.
+pub trait Tables: 'static {
+    /// The lease form's row.
+    type Lease: SuiteRow;
+    /// The advisory lock form's row.
+    type Advisory: SuiteRow;
+    /// The custom lock form's row, with the adapter's `Lock` and `Unlock`.
+    type Custom: SuiteRow;
+    /// The row lock form's row.
+    type RowLock: SuiteRow;
+
     /// Whether a settlement marks `processed_at` instead of deleting the row.
-    const PROCESSED: bool;
+    const PROCESSED: bool = <Self::Lease as SuiteRow>::PROCESSED;
 
     /// The table of `form`.
-    fn table(form: Form) -> &'static str;
-
-    /// Runs `body` on the table of `form`, or answers why the form does not apply.
-    fn run<'a, H: Harness, B: Body>(
-        form: Form,
-        body: B,
-        cx: &'a Cx<'a, H>,
-    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable>;
-
-    /// Runs `body` on the row lock table, where the adapter takes it.
-    fn row_lock<'a, H: Harness, B: Body>(body: B, cx: &'a Cx<'a, H>) -> LocalBoxFuture<'a, ()>
-    where
-        H::Adapter: RowLockAdapter;
+    fn table(form: Form) -> &'static str {
+        match form {
+            Form::Lease => <Self::Lease as SuiteRow>::NAME,
+            Form::Advisory => <Self::Advisory as SuiteRow>::NAME,
+            Form::Custom => <Self::Custom as SuiteRow>::NAME,
+            Form::RowLock => <Self::RowLock as SuiteRow>::NAME,
+        }
+    }
 }
 
-/// One row type.
-macro_rules! row {
-    ($ty:ident, $form:ident, $settle:ident, $name:expr) => {
+/// The list of the suite's tables: each scenario's module, its type in [`Rows`], and its
+/// settlement (`delete`, or `processed` for a table with `processed_at`). Expands into
+/// `$crate::__rows!($mode [$($args)*] [<the list>])`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __suite_tables {
+    ($mode:ident [$($args:tt)*]) => {
+        $crate::__rows! { $mode [$($args)*] [
+            claim_order ClaimOrder delete;
+            ack_deletes AckDeletes delete;
+            ack_marks_processed AckMarksProcessed processed;
+            reject_settles_without_retry RejectSettlesWithoutRetry processed;
+            retry_counts_the_attempt RetryCountsTheAttempt processed;
+            undecodable_payload_rejected UndecodablePayloadRejected processed;
+            key_one_at_a_time KeyOneAtATime delete;
+            key_held_elsewhere KeyHeldElsewhere delete;
+            dropped_delivery_returns DroppedDeliveryReturns processed;
+            custom_lock_answers CustomLockAnswers delete;
+            workers Workers delete;
+            shutdown_releases_locks ShutdownReleasesLocks delete;
+            shutdown_counts_locks_released ShutdownCountsLocksReleased delete;
+            lease_kept_past_shutdown LeaseKeptPastShutdown delete;
+            lease_extended_while_in_work LeaseExtendedWhileInWork delete;
+            lease_acks_together LeaseAcksTogether delete;
+            lease_marks_together LeaseMarksTogether processed;
+            claims_ahead ClaimsAhead delete;
+            publisher_closed_after_shutdown PublisherClosedAfterShutdown delete;
+            publish_all_writes_every_row PublishAllWritesEveryRow delete;
+            sigkill_worker SigkillWorker delete;
+            killed_connection KilledConnection delete;
+            killed_while_claimed_ahead KilledWhileClaimedAhead delete;
+        ] }
+    };
+}
+
+/// What [`__suite_tables!`] lists becomes, by its mode: the trait [`Rows`] (`trait`, in this
+/// crate) or the row types of [`suite_rows!`](crate::suite_rows) (`rows`, in an adapter's tests).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rows {
+    (trait [] [$($module:ident $tables:ident $settle:ident;)+]) => {
+        /// The suite's row types: the tables of each scenario, which the scenarios are generic
+        /// over. [`suite_rows!`](crate::suite_rows)(crate::suite_rows) implements it, in an adapter's tests, for
+        /// the rows as that adapter decodes them.
+        pub trait Rows: 'static {
+            $(
+                #[doc = concat!(
+                    "The tables of the scenario [`", stringify!($module),
+                    "`](crate::scenarios::", stringify!($module), ")."
+                )]
+                type $tables: Tables;
+            )+
+        }
+    };
+
+    (rows [$attrs:tt $lock:ident] [$($module:ident $tables:ident $settle:ident;)+]) => {
+        $(
+            #[doc = concat!("The tables of the scenario `", stringify!($module), "`, one per form.")]
+            pub mod $module {
+                $crate::__row!($attrs $lock, Lease, Lease, $settle, concat!("cf_", stringify!($module), "_lease"));
+                $crate::__row!($attrs $lock, Advisory, Advisory, $settle, concat!("cf_", stringify!($module), "_advisory"));
+                $crate::__row!($attrs $lock, Custom, Custom, $settle, concat!("cf_", stringify!($module), "_custom"));
+                $crate::__row!($attrs $lock, RowLock, RowLock, $settle, concat!("cf_", stringify!($module), "_row_lock"));
+
+                /// The scenario's tables.
+                #[derive(Clone, Copy, Debug)]
+                pub struct Family;
+
+                impl $crate::Tables for Family {
+                    type Lease = Lease;
+                    type Advisory = Advisory;
+                    type Custom = Custom;
+                    type RowLock = RowLock;
+                }
+            }
+        )+
+
+        /// The suite's rows, as this crate's adapter decodes them.
+        #[derive(Clone, Copy, Debug)]
+        pub struct Rows;
+
+        impl $crate::Rows for Rows {
+            $(type $tables = $module::Family;)+
+        }
+    };
+}
+
+/// One row type of [`suite_rows!`](crate::suite_rows).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __row {
+    ([$($attr:tt)*] $lock:ident, $ty:ident, $form:ident, $settle:ident, $name:expr) => {
         #[doc = concat!("A row of `", $name, "`.")]
-        #[derive(Debug, Deserialize)]
-        #[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
-        #[cfg_attr(feature = "mysql-async", derive(mysql_async::prelude::FromRow))]
+        $($attr)*
+        #[derive(Debug)]
         pub struct $ty {
             /// The id.
             pub id: i64,
@@ -88,17 +187,17 @@ macro_rules! row {
             pub payload: Vec<u8>,
         }
 
-        impl InboxTable for $ty {
+        impl $crate::__private::ruststream::InboxTable for $ty {
             type Id = i64;
-            type Table = row!(@type $form $settle);
-            const TABLE: Self::Table = row!(@spec $form $settle $name);
+            type Table = $crate::__row!(@type $form $settle);
+            const TABLE: Self::Table = $crate::__row!(@spec $form $settle $name);
 
             fn id(&self) -> &i64 {
                 &self.id
             }
         }
 
-        impl PayloadRow for $ty {
+        impl $crate::__private::ruststream::PayloadRow for $ty {
             type Column = Vec<u8>;
 
             fn payload(&self) -> &[u8] {
@@ -106,7 +205,7 @@ macro_rules! row {
             }
         }
 
-        impl AttemptRow for $ty {
+        impl $crate::__private::ruststream::AttemptRow for $ty {
             type Attempt = i64;
 
             fn attempt(&self) -> &i64 {
@@ -114,302 +213,122 @@ macro_rules! row {
             }
         }
 
-        impl SuiteRow for $ty {
-            const FORM: Form = Form::$form;
+        impl $crate::SuiteRow for $ty {
+            const FORM: $crate::Form = $crate::Form::$form;
             const NAME: &'static str = $name;
-            const PROCESSED: bool = row!(@processed $settle);
+            const PROCESSED: bool = $crate::__row!(@processed $settle);
         }
 
-        row!(@lock $form $ty);
+        $crate::__row!(@lock $lock $form $ty);
     };
 
     (@processed delete) => { false };
     (@processed processed) => { true };
 
-    (@type Lease delete) => { ::ruststream::InboxSpec<(::ruststream::Lease, ::ruststream::Attempt, ::ruststream::Payload)> };
-    (@type Lease processed) => { ::ruststream::InboxSpec<(::ruststream::Lease, ::ruststream::Attempt, ::ruststream::Payload, ::ruststream::Processed)> };
-    (@type Advisory delete) => { ::ruststream::InboxSpec<(::ruststream::Advisory, ::ruststream::Attempt, ::ruststream::Payload)> };
-    (@type Advisory processed) => { ::ruststream::InboxSpec<(::ruststream::Advisory, ::ruststream::Attempt, ::ruststream::Payload, ::ruststream::Processed)> };
-    (@type Custom delete) => { ::ruststream::InboxSpec<(::ruststream::Advisory, ::ruststream::Attempt, ::ruststream::Payload, ::ruststream::own::Lock, ::ruststream::own::Unlock)> };
-    (@type Custom processed) => { ::ruststream::InboxSpec<(::ruststream::Advisory, ::ruststream::Attempt, ::ruststream::Payload, ::ruststream::Processed, ::ruststream::own::Lock, ::ruststream::own::Unlock)> };
-    (@type RowLock delete) => { ::ruststream::InboxSpec<(::ruststream::Attempt, ::ruststream::Payload)> };
-    (@type RowLock processed) => { ::ruststream::InboxSpec<(::ruststream::Attempt, ::ruststream::Payload, ::ruststream::Processed)> };
+    (@type Lease delete) => { $crate::__row!(@spec_type $crate::__private::ruststream::Lease, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload) };
+    (@type Lease processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Lease, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed) };
+    (@type Advisory delete) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload) };
+    (@type Advisory processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed) };
+    (@type Custom delete) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::own::Lock, $crate::__private::ruststream::own::Unlock) };
+    (@type Custom processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed, $crate::__private::ruststream::own::Lock, $crate::__private::ruststream::own::Unlock) };
+    (@type RowLock delete) => { $crate::__row!(@spec_type $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload) };
+    (@type RowLock processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed) };
+    (@spec_type $($feature:ty),+) => { $crate::__private::ruststream::InboxSpec<($($feature,)+)> };
 
     (@base $name:expr) => {
-        ::ruststream::InboxSpec::new($name, ::ruststream::Column::new("id").generated())
+        $crate::__private::ruststream::InboxSpec::new(
+            $name,
+            $crate::__private::ruststream::Column::new("id").generated(),
+        )
     };
     (@key $name:expr) => {
         &[
-            ::ruststream::KeyPart::Literal(concat!($name, "-")),
-            ::ruststream::KeyPart::Column("k"),
+            $crate::__private::ruststream::KeyPart::Literal(concat!($name, "-")),
+            $crate::__private::ruststream::KeyPart::Column("k"),
         ]
     };
     (@common $spec:expr) => {
         $spec
-            .attempt(::ruststream::Column::new("attempt").generated())
-            .payload(::ruststream::Column::new("payload"))
+            .attempt($crate::__private::ruststream::Column::new("attempt").generated())
+            .payload($crate::__private::ruststream::Column::new("payload"))
+    };
+    (@processed_at $spec:expr) => {
+        $spec.processed_at($crate::__private::ruststream::Column::new("processed_at"))
     };
     (@spec Lease delete $name:expr) => {
-        row!(@common row!(@base $name).lease(::ruststream::Column::new("locked_until")))
+        $crate::__row!(@common $crate::__row!(@base $name)
+            .lease($crate::__private::ruststream::Column::new("locked_until")))
     };
     (@spec Lease processed $name:expr) => {
-        row!(@spec Lease delete $name).processed_at(::ruststream::Column::new("processed_at"))
+        $crate::__row!(@processed_at $crate::__row!(@spec Lease delete $name))
     };
     (@spec Advisory delete $name:expr) => {
-        row!(@common row!(@base $name).advisory(row!(@key $name)))
+        $crate::__row!(@common $crate::__row!(@base $name).advisory($crate::__row!(@key $name)))
     };
     (@spec Advisory processed $name:expr) => {
-        row!(@spec Advisory delete $name).processed_at(::ruststream::Column::new("processed_at"))
+        $crate::__row!(@processed_at $crate::__row!(@spec Advisory delete $name))
     };
     (@spec Custom delete $name:expr) => {
-        row!(@spec Advisory delete $name)
-            .own::<::ruststream::own::Lock>()
-            .own::<::ruststream::own::Unlock>()
+        $crate::__row!(@spec Advisory delete $name)
+            .own::<$crate::__private::ruststream::own::Lock>()
+            .own::<$crate::__private::ruststream::own::Unlock>()
     };
     (@spec Custom processed $name:expr) => {
-        row!(@spec Advisory processed $name)
-            .own::<::ruststream::own::Lock>()
-            .own::<::ruststream::own::Unlock>()
+        $crate::__row!(@spec Advisory processed $name)
+            .own::<$crate::__private::ruststream::own::Lock>()
+            .own::<$crate::__private::ruststream::own::Unlock>()
     };
     (@spec RowLock delete $name:expr) => {
-        row!(@common row!(@base $name))
+        $crate::__row!(@common $crate::__row!(@base $name))
     };
     (@spec RowLock processed $name:expr) => {
-        row!(@spec RowLock delete $name).processed_at(::ruststream::Column::new("processed_at"))
+        $crate::__row!(@processed_at $crate::__row!(@spec RowLock delete $name))
     };
 
-    (@lock Custom $ty:ident) => {
-        #[cfg(feature = "rusqlite")]
-        impl ::ruststream_rusqlite::Lock for $ty {
-            fn lock(
-                conn: &::ruststream_rusqlite::rusqlite::Connection,
-                key: &str,
-            ) -> ::ruststream_rusqlite::rusqlite::Result<bool> {
-                crate::rusqlite::lock(conn, <Self as SuiteRow>::NAME, key)
-            }
-        }
-
-        #[cfg(feature = "rusqlite")]
-        impl ::ruststream_rusqlite::Unlock for $ty {
-            fn unlock(
-                conn: &::ruststream_rusqlite::rusqlite::Connection,
-                key: &str,
-            ) -> ::ruststream_rusqlite::rusqlite::Result<bool> {
-                crate::rusqlite::unlock(conn, <Self as SuiteRow>::NAME, key)
-            }
-        }
-
-        #[cfg(feature = "tokio-postgres")]
-        impl ::ruststream_tokio_postgres::Lock for $ty {
-            async fn lock(
-                client: &::ruststream_tokio_postgres::tokio_postgres::Client,
-                key: &str,
-            ) -> Result<bool, ::ruststream_tokio_postgres::tokio_postgres::Error> {
-                crate::tokio_postgres::lock(client, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "tokio-postgres")]
-        impl ::ruststream_tokio_postgres::Unlock for $ty {
-            async fn unlock(
-                client: &::ruststream_tokio_postgres::tokio_postgres::Client,
-                key: &str,
-            ) -> Result<bool, ::ruststream_tokio_postgres::tokio_postgres::Error> {
-                crate::tokio_postgres::unlock(client, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl ::ruststream_sqlx::Lock<::sqlx::Postgres> for $ty {
-            async fn lock(
-                conn: &mut ::sqlx::PgConnection,
-                key: &str,
-            ) -> Result<bool, ::sqlx::Error> {
-                crate::sqlx::pg_lock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl ::ruststream_sqlx::Unlock<::sqlx::Postgres> for $ty {
-            async fn unlock(
-                conn: &mut ::sqlx::PgConnection,
-                key: &str,
-            ) -> Result<bool, ::sqlx::Error> {
-                crate::sqlx::pg_unlock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl ::ruststream_sqlx::Lock<::sqlx::MySql> for $ty {
-            async fn lock(
-                conn: &mut ::sqlx::MySqlConnection,
-                key: &str,
-            ) -> Result<bool, ::sqlx::Error> {
-                crate::sqlx::mysql_lock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl ::ruststream_sqlx::Unlock<::sqlx::MySql> for $ty {
-            async fn unlock(
-                conn: &mut ::sqlx::MySqlConnection,
-                key: &str,
-            ) -> Result<bool, ::sqlx::Error> {
-                crate::sqlx::mysql_unlock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl ::ruststream_sqlx::Lock<::sqlx::Sqlite> for $ty {
-            async fn lock(
-                conn: &mut ::sqlx::SqliteConnection,
-                key: &str,
-            ) -> Result<bool, ::sqlx::Error> {
-                crate::sqlx::sqlite_lock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl ::ruststream_sqlx::Unlock<::sqlx::Sqlite> for $ty {
-            async fn unlock(
-                conn: &mut ::sqlx::SqliteConnection,
-                key: &str,
-            ) -> Result<bool, ::sqlx::Error> {
-                crate::sqlx::sqlite_unlock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "mysql-async")]
-        impl ::ruststream_mysql_async::Lock for $ty {
-            async fn lock(
-                conn: &mut ::mysql_async::Conn,
-                key: &str,
-            ) -> Result<bool, ::mysql_async::Error> {
-                crate::mysql_async::lock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
-
-        #[cfg(feature = "mysql-async")]
-        impl ::ruststream_mysql_async::Unlock for $ty {
-            async fn unlock(
-                conn: &mut ::mysql_async::Conn,
-                key: &str,
-            ) -> Result<bool, ::mysql_async::Error> {
-                crate::mysql_async::unlock(conn, <Self as SuiteRow>::NAME, key).await
-            }
-        }
+    (@lock $lock:ident Custom $ty:ident) => {
+        $lock!($ty);
     };
-    (@lock $form:ident $ty:ident) => {};
+    (@lock $lock:ident $form:ident $ty:ident) => {};
 }
 
-/// The tables of every scenario, and the adapter traits that list them.
-macro_rules! tables {
-    ($($module:ident: $settle:ident;)+) => {
-        $(
-            #[doc = concat!("The tables of the scenario [`", stringify!($module), "`](crate::scenarios::", stringify!($module), "), one per form.")]
-            pub mod $module {
-                use super::*;
+crate::__suite_tables!(trait []);
 
-                row!(Lease, Lease, $settle, concat!("cf_", stringify!($module), "_lease"));
-                row!(Advisory, Advisory, $settle, concat!("cf_", stringify!($module), "_advisory"));
-                row!(Custom, Custom, $settle, concat!("cf_", stringify!($module), "_custom"));
-                row!(RowLock, RowLock, $settle, concat!("cf_", stringify!($module), "_row_lock"));
-
-                /// The scenario's tables.
-                #[derive(Clone, Copy, Debug)]
-                pub struct Family;
-
-                impl Tables for Family {
-                    const PROCESSED: bool = row!(@processed $settle);
-
-                    fn table(form: Form) -> &'static str {
-                        match form {
-                            Form::Lease => <Lease as SuiteRow>::NAME,
-                            Form::Advisory => <Advisory as SuiteRow>::NAME,
-                            Form::Custom => <Custom as SuiteRow>::NAME,
-                            Form::RowLock => <RowLock as SuiteRow>::NAME,
-                        }
-                    }
-
-                    fn run<'a, H: Harness, B: Body>(
-                        form: Form,
-                        body: B,
-                        cx: &'a Cx<'a, H>,
-                    ) -> Result<LocalBoxFuture<'a, ()>, NotApplicable> {
-                        match form {
-                            Form::Lease => Ok(body.run::<H, Lease>(cx)),
-                            Form::Advisory => Ok(body.run::<H, Advisory>(cx)),
-                            Form::Custom => Ok(body.run::<H, Custom>(cx)),
-                            Form::RowLock => {
-                                <H::RowLock as RowLockSupport<H>>::row_lock::<Self, B>(body, cx)
-                            }
-                        }
-                    }
-
-                    fn row_lock<'a, H: Harness, B: Body>(
-                        body: B,
-                        cx: &'a Cx<'a, H>,
-                    ) -> LocalBoxFuture<'a, ()>
-                    where
-                        H::Adapter: RowLockAdapter,
-                    {
-                        body.run::<H, RowLock>(cx)
-                    }
-                }
-            }
-        )+
-
-        /// An adapter that takes every row type of the suite but the row lock form's: every
-        /// adapter, with its `Lock` and `Unlock` of the custom-lock rows behind its feature.
-        pub trait SuiteAdapter:
-            Adapter
-            $(
-                + TakesRows<$module::Lease>
-                + TakesRows<$module::Advisory>
-                + TakesRows<$module::Custom>
-            )+
-        {
-        }
-
-        impl<A> SuiteAdapter for A where
-            A: Adapter
-            $(
-                + TakesRows<$module::Lease>
-                + TakesRows<$module::Advisory>
-                + TakesRows<$module::Custom>
-            )+
-        {
-        }
-
-        /// An adapter that also takes the suite's row lock tables: every adapter but SQLite's.
-        pub trait RowLockAdapter: SuiteAdapter $(+ TakesRows<$module::RowLock>)+ {}
-
-        impl<A> RowLockAdapter for A where A: SuiteAdapter $(+ TakesRows<$module::RowLock>)+ {}
+/// Defines the suite's row types in an adapter's tests, with the adapter's decoding and its
+/// custom lock, and [`Rows`] over them: the rows a harness of the adapter runs the scenarios
+/// on ([`conformance_tests!`](crate::conformance_tests)).
+///
+/// It takes the attributes every row type gets (the derive of the trait the adapter decodes
+/// rows with) and, after `custom_lock:`, the name of a macro of the adapter's tests that
+/// implements the adapter's `Lock` and `Unlock` for the row type it is given (an identifier in
+/// the module of the row). The callback is expanded once for each custom-lock row; `<Self as
+/// SuiteRow>::NAME` is its table, whose `held_keys` the lock works on
+/// ([`schema::lock_statements`](crate::schema::lock_statements)).
+///
+/// ```text
+/// macro_rules! custom_lock {
+///     ($row:ident) => {
+///         impl ruststream_rusqlite::Lock for $row {
+///             fn lock(conn: &Connection, key: &str) -> rusqlite::Result<bool> {
+///                 crate::lock::lock(conn, <Self as SuiteRow>::NAME, key)
+///             }
+///         }
+///         // ... and `Unlock`
+///     };
+/// }
+///
+/// ruststream_conformance::suite_rows! {
+///     #[derive(serde::Deserialize)]
+///     custom_lock: custom_lock
+/// }
+/// ```
+///
+/// It expands where it is invoked into a module per scenario (`claim_order`, ...) holding the
+/// scenario's row type of each form (`Lease`, `Advisory`, `Custom`, `RowLock`, on the tables
+/// `cf_<scenario>_<form>`) and its [`Tables`] (`Family`), and the unit struct `Rows`, which
+/// implements [`Rows`]. Invoke it in a module of its own.
+#[macro_export]
+macro_rules! suite_rows {
+    ($(#[$attr:meta])* custom_lock: $lock:ident $(,)?) => {
+        $crate::__suite_tables!(rows [[$(#[$attr])*] $lock]);
     };
-}
-
-tables! {
-    claim_order: delete;
-    ack_deletes: delete;
-    ack_marks_processed: processed;
-    reject_settles_without_retry: processed;
-    retry_counts_the_attempt: processed;
-    undecodable_payload_rejected: processed;
-    key_one_at_a_time: delete;
-    key_held_elsewhere: delete;
-    dropped_delivery_returns: processed;
-    custom_lock_answers: delete;
-    workers: delete;
-    shutdown_releases_locks: delete;
-    shutdown_counts_locks_released: delete;
-    lease_kept_past_shutdown: delete;
-    lease_extended_while_in_work: delete;
-    lease_acks_together: delete;
-    lease_marks_together: processed;
-    claims_ahead: delete;
-    publisher_closed_after_shutdown: delete;
-    publish_all_writes_every_row: delete;
-    sigkill_worker: delete;
-    killed_connection: delete;
-    killed_while_claimed_ahead: delete;
 }

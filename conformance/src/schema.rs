@@ -13,7 +13,9 @@
 //!
 //! Beside its table `t`, a scenario has `t_log` (what a handler in a child process marks) and,
 //! in the custom lock form, `t_held_keys` (lock.md's `held_keys`, with the session that took
-//! each key) and `t_lock_log` (every key the custom lock took, with its session).
+//! each key) and `t_lock_log` (every key the custom lock took, with its session). The custom
+//! lock's statements on them are here too ([`lock_statements`]): each adapter's lock runs them
+//! on its own connection type.
 
 use ruststream_core::Dialect;
 
@@ -129,6 +131,59 @@ pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
     out
 }
 
+/// The statements of the suite's custom lock (lock.md) on the `held_keys` of `table`, in the
+/// dialect's placeholders. Each binds one value, the key's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockStatements {
+    /// Run first, on every lock, where the session needs it: on SQLite it gives the connection
+    /// a random number in a temporary table, which lives as long as the connection.
+    pub session: Option<&'static str>,
+    /// Takes the key unless it is held, recording the session that took it: one row affected
+    /// where it took the key, none where the key is held.
+    pub take: String,
+    /// Logs a take in the lock log, with its session: run after a take that took the key.
+    pub log: String,
+    /// Releases the key: one row affected where it was held.
+    pub release: String,
+}
+
+/// The custom lock's statements on `table`'s `held_keys` and lock log. The session is the
+/// server's id of the connection (PostgreSQL `pg_backend_pid()`, MySQL and MariaDB
+/// `CONNECTION_ID()`) or, on SQLite, the random number [`LockStatements::session`] keeps.
+pub fn lock_statements(dialect: Dialect, table: &str) -> LockStatements {
+    let (held, log, key) = (held_keys(table), lock_log(table), key_column(dialect));
+    match dialect {
+        Dialect::Postgres => LockStatements {
+            session: None,
+            take: format!(
+                "INSERT INTO {held} ({key}, session) VALUES ($1, pg_backend_pid()) \
+                 ON CONFLICT DO NOTHING"
+            ),
+            log: format!("INSERT INTO {log} ({key}, session) VALUES ($1, pg_backend_pid())"),
+            release: format!("DELETE FROM {held} WHERE {key} = $1"),
+        },
+        Dialect::MySql | Dialect::MariaDb => LockStatements {
+            session: None,
+            take: format!("INSERT IGNORE INTO {held} ({key}, session) VALUES (?, CONNECTION_ID())"),
+            log: format!("INSERT INTO {log} ({key}, session) VALUES (?, CONNECTION_ID())"),
+            release: format!("DELETE FROM {held} WHERE {key} = ?"),
+        },
+        Dialect::Sqlite => {
+            let session = "(SELECT id FROM temp.cf_session)";
+            LockStatements {
+                session: Some(
+                    "CREATE TEMP TABLE IF NOT EXISTS cf_session AS SELECT abs(random()) AS id",
+                ),
+                take: format!(
+                    "INSERT OR IGNORE INTO {held} ({key}, session) VALUES (?1, {session})"
+                ),
+                log: format!("INSERT INTO {log} ({key}, session) VALUES (?1, {session})"),
+                release: format!("DELETE FROM {held} WHERE {key} = ?1"),
+            }
+        }
+    }
+}
+
 /// `bytes` as a literal of the dialect's binary type.
 pub fn bytes_literal(dialect: Dialect, bytes: &[u8]) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -188,6 +243,31 @@ mod tests {
             "CREATE TABLE cf_t_custom_held_keys (`key` VARCHAR(255) NOT NULL PRIMARY KEY, session BIGINT) ENGINE=InnoDB"
         );
         assert_eq!(drop(&custom).len(), 4);
+    }
+
+    #[test]
+    fn lock_statements_per_dialect() {
+        let pg = lock_statements(Dialect::Postgres, "cf_t_custom");
+        assert_eq!(pg.session, None);
+        assert_eq!(
+            pg.take,
+            "INSERT INTO cf_t_custom_held_keys (\"key\", session) VALUES ($1, pg_backend_pid()) ON CONFLICT DO NOTHING"
+        );
+        assert_eq!(
+            pg.release,
+            "DELETE FROM cf_t_custom_held_keys WHERE \"key\" = $1"
+        );
+        let maria = lock_statements(Dialect::MariaDb, "cf_t_custom");
+        assert_eq!(
+            maria.log,
+            "INSERT INTO cf_t_custom_lock_log (`key`, session) VALUES (?, CONNECTION_ID())"
+        );
+        let sqlite = lock_statements(Dialect::Sqlite, "cf_t_custom");
+        assert!(sqlite.session.is_some());
+        assert_eq!(
+            sqlite.take,
+            "INSERT OR IGNORE INTO cf_t_custom_held_keys (\"key\", session) VALUES (?1, (SELECT id FROM temp.cf_session))"
+        );
     }
 
     #[test]

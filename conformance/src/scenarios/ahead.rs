@@ -6,8 +6,8 @@ use ruststream::adapter::TakesRows;
 use ruststream::core::PING_AHEAD_AFTER;
 
 use super::{body, run};
-use crate::harness::Harness;
-use crate::rows::{self, SuiteRow};
+use crate::harness::{Harness, Runs};
+use crate::rows::{Rows, SuiteRow};
 use crate::support::{Cx, Opts, Recorder, subscription};
 use crate::{Form, TestName, Verdict};
 
@@ -18,9 +18,13 @@ use crate::{Form, TestName, Verdict};
 /// rows alone (a custom lock, SQLite's advisory form) claims none ahead, and the same holds.
 /// Rows that wait longer than [`PING_AHEAD_AFTER`] are handed, once each (in the row lock and
 /// advisory forms after their sessions answered a ping).
-pub async fn claims_ahead<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn claims_ahead<R: Rows, H: Runs<R::ClaimsAhead>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     body!(ClaimsAhead => claims_ahead_in);
-    run::<H, rows::claims_ahead::Family, _>(harness, form, test, ClaimsAhead).await
+    run::<H, R::ClaimsAhead, _>(harness, form, test, ClaimsAhead).await
 }
 
 async fn claims_ahead_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)

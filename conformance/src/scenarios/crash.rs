@@ -10,8 +10,8 @@ use ruststream::HandlerOutcome;
 use ruststream::adapter::TakesRows;
 
 use super::{body, needs, run, table};
-use crate::harness::Harness;
-use crate::rows::{self, SuiteRow, Tables};
+use crate::harness::{Harness, Runs};
+use crate::rows::{Rows, SuiteRow};
 use crate::schema;
 use crate::support::{Cx, Gate, Opts, Recorder, sleep, subscription};
 use crate::{CHILD_ENV, Form, TestName, Verdict};
@@ -24,13 +24,13 @@ const AT_ONCE: Duration = Duration::from_secs(3);
 
 /// A delivery dropped unsettled (its handler panics) returns its row within five seconds, and
 /// the row is handled again, at its second attempt.
-pub async fn dropped_delivery_returns<H: Harness>(
+pub async fn dropped_delivery_returns<R: Rows, H: Runs<R::DroppedDeliveryReturns>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     body!(Dropped => dropped_in);
-    run::<H, rows::dropped_delivery_returns::Family, _>(harness, form, test, Dropped).await
+    run::<H, R::DroppedDeliveryReturns, _>(harness, form, test, Dropped).await
 }
 
 async fn dropped_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -108,17 +108,20 @@ where
 /// [`CHILD_ENV`] naming the database), which plays the worker: it runs the service with a
 /// handler that marks `started` in a table, then sleeps. The parent waits for the mark, kills
 /// the child, and takes the row with a service of its own.
-pub async fn sigkill_worker<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn sigkill_worker<R: Rows, H: Runs<R::SigkillWorker>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     needs(harness, harness.capabilities().kill_process)?;
-    type F = rows::sigkill_worker::Family;
     if let Ok(db) = std::env::var(CHILD_ENV) {
         body!(Worker => child_worker);
-        let cx = Cx::attach(harness, db, table::<F>(form), test);
-        F::run(form, Worker, &cx)?.await;
+        let cx = Cx::attach(harness, db, table::<R::SigkillWorker>(form), test);
+        <H as Runs<R::SigkillWorker>>::on_form(form, Worker, &cx)?.await;
         return Ok(());
     }
     body!(Sigkill => sigkill_in);
-    run::<H, F, _>(harness, form, test, Sigkill).await
+    run::<H, R::SigkillWorker, _>(harness, form, test, Sigkill).await
 }
 
 /// The child of [`sigkill_worker`]: the service, and a mark in `t_log` for each delivery its
@@ -302,10 +305,14 @@ where
 /// A connection killed from the server side while its delivery is in work (the advisory lock
 /// form): the key's lock ends with it, the settlement on it fails, the row returns and is
 /// handled again at its second attempt, and the service goes on.
-pub async fn killed_connection<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn killed_connection<R: Rows, H: Runs<R::KilledConnection>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     needs(harness, harness.capabilities().kill_connection)?;
     body!(Killed => killed_in);
-    run::<H, rows::killed_connection::Family, _>(harness, form, test, Killed).await
+    run::<H, R::KilledConnection, _>(harness, form, test, Killed).await
 }
 
 async fn killed_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -353,14 +360,14 @@ where
 /// A row claimed ahead whose connection the server killed while the row waited (its key's
 /// lock gone with it) is never handed: once the worker frees, the row is taken again from the
 /// queue, at its next attempt, and handled once.
-pub async fn killed_while_claimed_ahead<H: Harness>(
+pub async fn killed_while_claimed_ahead<R: Rows, H: Runs<R::KilledWhileClaimedAhead>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     needs(harness, harness.capabilities().kill_connection)?;
     body!(KilledAhead => killed_ahead_in);
-    run::<H, rows::killed_while_claimed_ahead::Family, _>(harness, form, test, KilledAhead).await
+    run::<H, R::KilledWhileClaimedAhead, _>(harness, form, test, KilledAhead).await
 }
 
 async fn killed_ahead_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)

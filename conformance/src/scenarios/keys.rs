@@ -6,8 +6,8 @@ use std::time::Duration;
 use ruststream::adapter::TakesRows;
 
 use super::{body, needs, run};
-use crate::harness::Harness;
-use crate::rows::{self, SuiteRow};
+use crate::harness::{Harness, Runs};
+use crate::rows::{Rows, SuiteRow};
 use crate::schema;
 use crate::support::{Cx, Gate, Opts, POLL, Recorder, one_at_a_time, sleep, subscription};
 use crate::{Form, TestName, Verdict};
@@ -18,9 +18,13 @@ const SHUTDOWN: Duration = Duration::from_secs(10);
 /// per key: never more than one), in claim order, while rows of other keys proceed: beside
 /// them where the database holds the keys, after them where the form takes one row at a time
 /// (SQLite's registry, the custom lock).
-pub async fn key_one_at_a_time<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn key_one_at_a_time<R: Rows, H: Runs<R::KeyOneAtATime>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     body!(KeyOneAtATime => key_one_at_a_time_in);
-    run::<H, rows::key_one_at_a_time::Family, _>(harness, form, test, KeyOneAtATime).await
+    run::<H, R::KeyOneAtATime, _>(harness, form, test, KeyOneAtATime).await
 }
 
 async fn key_one_at_a_time_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -84,12 +88,16 @@ where
 /// harness's own connection, as another process would, and the rows of other keys go on
 /// meanwhile; the custom lock form holds it in `held_keys`, and a claim there takes nothing
 /// while the first due row's key is held (lock.md).
-pub async fn key_held_elsewhere<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn key_held_elsewhere<R: Rows, H: Runs<R::KeyHeldElsewhere>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     if form == Form::Advisory {
         needs(harness, harness.capabilities().hold_key)?;
     }
     body!(KeyHeldElsewhere => key_held_elsewhere_in);
-    run::<H, rows::key_held_elsewhere::Family, _>(harness, form, test, KeyHeldElsewhere).await
+    run::<H, R::KeyHeldElsewhere, _>(harness, form, test, KeyHeldElsewhere).await
 }
 
 async fn key_held_elsewhere_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -172,10 +180,13 @@ where
 /// counted, the row waits); an unlock that answers false closes the connection, whose session
 /// (recorded by the lock) never takes a key again, while the row settles and the service goes
 /// on.
-pub async fn custom_lock_answers<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn custom_lock_answers<R: Rows, H: Runs<R::CustomLockAnswers>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(CustomLockAnswers => custom_lock_answers_in);
     let form = Form::Custom;
-    run::<H, rows::custom_lock_answers::Family, _>(harness, form, test, CustomLockAnswers).await
+    run::<H, R::CustomLockAnswers, _>(harness, form, test, CustomLockAnswers).await
 }
 
 async fn custom_lock_answers_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -269,9 +280,13 @@ where
 /// custom lock form everywhere) one delivery is in work at a time, and the next row waits up to
 /// a poll interval after a settlement (measured); where the database holds the keys, `n`
 /// deliveries of different keys are in work at once.
-pub async fn workers<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn workers<R: Rows, H: Runs<R::Workers>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     body!(Workers => workers_in);
-    run::<H, rows::workers::Family, _>(harness, form, test, Workers).await
+    run::<H, R::Workers, _>(harness, form, test, Workers).await
 }
 
 async fn workers_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)

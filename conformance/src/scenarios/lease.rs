@@ -6,18 +6,20 @@ use std::time::Duration;
 use ruststream::adapter::TakesRows;
 
 use super::{body, run};
-use crate::harness::Harness;
-use crate::rows::{self, SuiteRow};
+use crate::harness::{Harness, Runs};
+use crate::rows::{Rows, SuiteRow};
 use crate::support::{Cx, Opts, Recorder, subscription};
 use crate::{Form, TestName, Verdict};
 
 /// A lease is extended while its delivery is in work: a handler that runs for more than two
 /// leases keeps its row, which no other claim takes meanwhile, and settles it.
-pub async fn lease_extended_while_in_work<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn lease_extended_while_in_work<R: Rows, H: Runs<R::LeaseExtendedWhileInWork>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(LeaseExtended => lease_extended_in);
     let form = Form::Lease;
-    run::<H, rows::lease_extended_while_in_work::Family, _>(harness, form, test, LeaseExtended)
-        .await
+    run::<H, R::LeaseExtendedWhileInWork, _>(harness, form, test, LeaseExtended).await
 }
 
 async fn lease_extended_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -50,18 +52,24 @@ where
 /// (eight handlers that sleep the same time) all take effect, each row deleted once and every
 /// job handled once. Where the database returns the rows a statement settled, those asked for
 /// while another runs settle in one statement.
-pub async fn lease_acks_together<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn lease_acks_together<R: Rows, H: Runs<R::LeaseAcksTogether>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(LeaseAcksTogether => settle_together_in);
     let form = Form::Lease;
-    run::<H, rows::lease_acks_together::Family, _>(harness, form, test, LeaseAcksTogether).await
+    run::<H, R::LeaseAcksTogether, _>(harness, form, test, LeaseAcksTogether).await
 }
 
 /// As [`lease_acks_together`], on a table with `processed_at`: every row is marked once, its
 /// lease cleared.
-pub async fn lease_marks_together<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn lease_marks_together<R: Rows, H: Runs<R::LeaseMarksTogether>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(LeaseMarksTogether => settle_together_in);
     let form = Form::Lease;
-    run::<H, rows::lease_marks_together::Family, _>(harness, form, test, LeaseMarksTogether).await
+    run::<H, R::LeaseMarksTogether, _>(harness, form, test, LeaseMarksTogether).await
 }
 
 async fn settle_together_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)

@@ -1,6 +1,9 @@
-//! The scenarios: one `pub async fn` each, generic over a [`Harness`], asserting what it
-//! names. A failed assertion panics with the scenario, the harness, the form and the table; a
-//! scenario that does not apply answers [`NotApplicable`].
+//! The scenarios: one `pub async fn` each, generic over the suite's rows ([`Rows`]) and a
+//! [`Harness`] that runs the scenario's tables ([`Runs`]), asserting what it names. A failed
+//! assertion panics with the scenario, the harness, the form and the table; a scenario that
+//! does not apply answers [`NotApplicable`].
+//!
+//! [`Rows`]: crate::Rows
 //!
 //! - Settlement (`settle.rs`): [`claim_order`], [`ack_deletes`], [`ack_marks_processed`],
 //!   [`reject_settles_without_retry`], [`retry_counts_the_attempt`],
@@ -38,7 +41,7 @@ pub use shutdown::{
     shutdown_counts_locks_released, shutdown_releases_locks,
 };
 
-use crate::harness::{Harness, Support};
+use crate::harness::{Harness, Runs, Support};
 use crate::rows::{Body, Tables};
 use crate::schema::TableSpec;
 use crate::support::Cx;
@@ -46,7 +49,7 @@ use crate::{Form, NotApplicable, TestName, Verdict};
 
 /// Runs `body` on `F`'s table of `form`: checks that the form applies, prepares the database
 /// and the tables, runs the body, and cleans up after a pass.
-async fn run<H: Harness, F: Tables, B: Body>(
+async fn run<H: Runs<F>, F: Tables, B: Body>(
     harness: &H,
     form: Form,
     test: &TestName,
@@ -54,7 +57,7 @@ async fn run<H: Harness, F: Tables, B: Body>(
 ) -> Verdict {
     harness.runs(form)?;
     let cx = Cx::prepare(harness, table::<F>(form), test).await;
-    F::run(form, body, &cx)?.await;
+    H::on_form(form, body, &cx)?.await;
     if let Err(error) = harness.cleanup(&cx.db).await {
         println!("{cx}: cleaning up failed: {error}");
     }

@@ -7,17 +7,21 @@ use ruststream::HandlerOutcome;
 use ruststream::adapter::TakesRows;
 
 use super::{body, run};
-use crate::harness::Harness;
-use crate::rows::{self, SuiteRow};
+use crate::harness::{Harness, Runs};
+use crate::rows::{Rows, SuiteRow};
 use crate::support::{Cx, Opts, POLL, Recorder, now_micros, sleep, subscription};
 use crate::{Form, TestName, Verdict};
 
 const SHUTDOWN: Duration = Duration::from_secs(10);
 
 /// One worker takes the rows in claim order: by id, whatever order they were written in.
-pub async fn claim_order<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn claim_order<R: Rows, H: Runs<R::ClaimOrder>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     body!(ClaimOrder => claim_order_in);
-    run::<H, rows::claim_order::Family, _>(harness, form, test, ClaimOrder).await
+    run::<H, R::ClaimOrder, _>(harness, form, test, ClaimOrder).await
 }
 
 async fn claim_order_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -55,9 +59,13 @@ where
 }
 
 /// An acknowledgement deletes the row (a table without `processed_at`).
-pub async fn ack_deletes<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn ack_deletes<R: Rows, H: Runs<R::AckDeletes>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     body!(AckDeletes => ack_deletes_in);
-    run::<H, rows::ack_deletes::Family, _>(harness, form, test, AckDeletes).await
+    run::<H, R::AckDeletes, _>(harness, form, test, AckDeletes).await
 }
 
 async fn ack_deletes_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -103,9 +111,13 @@ where
 
 /// An acknowledgement marks `processed_at` (with the time, and clears the lease) instead of
 /// deleting the row.
-pub async fn ack_marks_processed<H: Harness>(harness: &H, form: Form, test: &TestName) -> Verdict {
+pub async fn ack_marks_processed<R: Rows, H: Runs<R::AckMarksProcessed>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
     body!(AckMarksProcessed => ack_marks_processed_in);
-    run::<H, rows::ack_marks_processed::Family, _>(harness, form, test, AckMarksProcessed).await
+    run::<H, R::AckMarksProcessed, _>(harness, form, test, AckMarksProcessed).await
 }
 
 async fn ack_marks_processed_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -165,13 +177,13 @@ where
 
 /// A rejection settles the row (here: marks it processed) after one attempt, and the row is
 /// not retried.
-pub async fn reject_settles_without_retry<H: Harness>(
+pub async fn reject_settles_without_retry<R: Rows, H: Runs<R::RejectSettlesWithoutRetry>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     body!(Reject => reject_in);
-    run::<H, rows::reject_settles_without_retry::Family, _>(harness, form, test, Reject).await
+    run::<H, R::RejectSettlesWithoutRetry, _>(harness, form, test, Reject).await
 }
 
 async fn reject_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -214,13 +226,13 @@ where
 }
 
 /// A retry returns the row with its attempt counted: the handler sees attempt 1, then 2.
-pub async fn retry_counts_the_attempt<H: Harness>(
+pub async fn retry_counts_the_attempt<R: Rows, H: Runs<R::RetryCountsTheAttempt>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     body!(Retry => retry_in);
-    run::<H, rows::retry_counts_the_attempt::Family, _>(harness, form, test, Retry).await
+    run::<H, R::RetryCountsTheAttempt, _>(harness, form, test, Retry).await
 }
 
 async fn retry_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -265,13 +277,13 @@ where
 
 /// A payload that does not decode is rejected without the handler, and its row settled after
 /// one attempt; the rows beside it go on.
-pub async fn undecodable_payload_rejected<H: Harness>(
+pub async fn undecodable_payload_rejected<R: Rows, H: Runs<R::UndecodablePayloadRejected>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     body!(Undecodable => undecodable_in);
-    run::<H, rows::undecodable_payload_rejected::Family, _>(harness, form, test, Undecodable).await
+    run::<H, R::UndecodablePayloadRejected, _>(harness, form, test, Undecodable).await
 }
 
 async fn undecodable_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)

@@ -7,8 +7,8 @@ use ruststream::adapter::TakesRows;
 use ruststream::{IntoSubscription, Message, PublishError};
 
 use super::{body, run};
-use crate::harness::Harness;
-use crate::rows::{self, Job, SuiteRow};
+use crate::harness::{Harness, Runs};
+use crate::rows::{Job, Rows, SuiteRow};
 use crate::support::{Cx, Opts, POLL, Recorder, now_micros, one_at_a_time, sleep, subscription};
 use crate::{Form, TestName, Verdict};
 
@@ -34,13 +34,13 @@ fn in_work_of_two(cx: &Cx<'_, impl Harness>) -> usize {
 /// every lock: a second broker takes the rows at once, the ones that were in work at their
 /// second attempt. The row lock form rolls the claims back; the advisory lock forms release
 /// the keys (the custom unlock empties `held_keys`).
-pub async fn shutdown_releases_locks<H: Harness>(
+pub async fn shutdown_releases_locks<R: Rows, H: Runs<R::ShutdownReleasesLocks>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     body!(ShutdownReleases => shutdown_releases_in);
-    run::<H, rows::shutdown_releases_locks::Family, _>(harness, form, test, ShutdownReleases).await
+    run::<H, R::ShutdownReleasesLocks, _>(harness, form, test, ShutdownReleases).await
 }
 
 async fn shutdown_releases_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -110,14 +110,13 @@ where
 
 /// A broker shut down by hand (`RunningBroker::shutdown`) with deliveries in work releases
 /// the lock of each and counts it in `locks_released`, closing no connection.
-pub async fn shutdown_counts_locks_released<H: Harness>(
+pub async fn shutdown_counts_locks_released<R: Rows, H: Runs<R::ShutdownCountsLocksReleased>>(
     harness: &H,
     form: Form,
     test: &TestName,
 ) -> Verdict {
     body!(ShutdownCounts => shutdown_counts_in);
-    run::<H, rows::shutdown_counts_locks_released::Family, _>(harness, form, test, ShutdownCounts)
-        .await
+    run::<H, R::ShutdownCountsLocksReleased, _>(harness, form, test, ShutdownCounts).await
 }
 
 async fn shutdown_counts_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -179,9 +178,12 @@ where
 
 /// A delivery of the lease form in work at the shutdown keeps its lease (no longer
 /// extended), and its row returns when the lease runs out: not before.
-pub async fn lease_kept_past_shutdown<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn lease_kept_past_shutdown<R: Rows, H: Runs<R::LeaseKeptPastShutdown>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(LeaseKept => lease_kept_in);
-    run::<H, rows::lease_kept_past_shutdown::Family, _>(harness, Form::Lease, test, LeaseKept).await
+    run::<H, R::LeaseKeptPastShutdown, _>(harness, Form::Lease, test, LeaseKept).await
 }
 
 async fn lease_kept_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -249,11 +251,13 @@ where
 
 /// A publisher kept past the shutdown answers `PublishError::Closed` and writes no row, as it
 /// does before the service starts.
-pub async fn publisher_closed_after_shutdown<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn publisher_closed_after_shutdown<R: Rows, H: Runs<R::PublisherClosedAfterShutdown>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(PublisherClosed => publisher_closed_in);
     let form = Form::Lease;
-    run::<H, rows::publisher_closed_after_shutdown::Family, _>(harness, form, test, PublisherClosed)
-        .await
+    run::<H, R::PublisherClosedAfterShutdown, _>(harness, form, test, PublisherClosed).await
 }
 
 async fn publisher_closed_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
@@ -304,10 +308,13 @@ where
 
 /// `publish_all` writes a batch larger than one insert takes (several inserts in one
 /// transaction) and a batch that fits one insert; the subscription takes every row once.
-pub async fn publish_all_writes_every_row<H: Harness>(harness: &H, test: &TestName) -> Verdict {
+pub async fn publish_all_writes_every_row<R: Rows, H: Runs<R::PublishAllWritesEveryRow>>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict {
     body!(PublishAll => publish_all_in);
     let form = Form::Lease;
-    run::<H, rows::publish_all_writes_every_row::Family, _>(harness, form, test, PublishAll).await
+    run::<H, R::PublishAllWritesEveryRow, _>(harness, form, test, PublishAll).await
 }
 
 async fn publish_all_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)

@@ -1,26 +1,21 @@
-//! The harness of the tokio-postgres adapter (feature `tokio-postgres`): PostgreSQL at
-//! `RUSTSTREAM_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`), a schema of its own
-//! per scenario and process, and the suite's custom lock on tokio-postgres's client.
+//! The harness of the tokio-postgres adapter: PostgreSQL at `RUSTSTREAM_PG_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), a schema of its own per scenario and process.
 
 use ruststream::BrokerHandle;
+use ruststream_conformance::urls::{self, search_path_of, with_search_path};
+use ruststream_conformance::{
+    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+};
 use ruststream_core::Dialect;
 use ruststream_core::keys::postgres_key_hash;
 use ruststream_tokio_postgres::TokioPostgresBroker;
 use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
 use ruststream_tokio_postgres::tokio_postgres::{self, Client, NoTls, SimpleQueryMessage};
 
-use crate::harness::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
-};
-use crate::schema;
-
-/// The default server.
-pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
 /// PostgreSQL on tokio-postgres. Each scenario gets the schema `<table>_x<pid>` (`_s<pid>` under
-/// the simple query protocol), on the search
-/// path of every session the locator's URL opens (the broker's and the harness's own), so the
-/// suite's unqualified table names land there; the schema is dropped once the scenario passed.
+/// the simple query protocol), on the search path of every session the locator's URL opens (the
+/// broker's and the harness's own), so the suite's unqualified table names land there; the
+/// schema is dropped once the scenario passed.
 #[derive(Clone, Debug)]
 pub struct TokioPostgresHarness {
     url: String,
@@ -37,7 +32,7 @@ impl TokioPostgresHarness {
     /// The harness on `RUSTSTREAM_PG_URL`, under the extended query protocol.
     pub fn new() -> Self {
         Self {
-            url: std::env::var("RUSTSTREAM_PG_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned()),
+            url: urls::postgres(),
             simple: false,
         }
     }
@@ -45,34 +40,25 @@ impl TokioPostgresHarness {
     /// The same harness, its brokers under the simple query protocol. Advisory keys are the
     /// database's, not the schema's: run it in a test binary of its own, not beside the
     /// extended protocol's suite in the same process.
+    #[allow(dead_code, reason = "only the target conformance_simple uses it")]
     pub fn simple_query(mut self, simple: bool) -> Self {
         self.simple = simple;
         self
     }
 }
 
-/// `url` with these parameters added to its query.
-fn with_params(url: &str, params: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{params}")
-}
-
 /// A session on `url`, or an error that names it.
 async fn connect(url: &str) -> HarnessResult<Client> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(|e| format!("cannot reach PostgreSQL at {url} (set RUSTSTREAM_PG_URL): {e}"))?;
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(|e| {
+        format!(
+            "cannot reach PostgreSQL at {url} (set {}): {e}",
+            urls::PG_URL_VAR
+        )
+    })?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
     Ok(client)
-}
-
-/// The schema a locator names.
-fn schema_of(db: &str) -> Option<&str> {
-    db.split("search_path%3D")
-        .nth(1)
-        .map(|rest| rest.split('&').next().unwrap_or(rest))
 }
 
 /// The key held on a connection of the harness's own.
@@ -126,10 +112,7 @@ impl Harness for TokioPostgresHarness {
                     "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
                 ))
                 .await?;
-            Ok(with_params(
-                &self.url,
-                &format!("application_name={schema}&options=-c%20search_path%3D{schema}"),
-            ))
+            Ok(with_search_path(&self.url, &schema))
         })
     }
 
@@ -200,7 +183,7 @@ impl Harness for TokioPostgresHarness {
 
     fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {
         Box::pin(async move {
-            if let Some(schema) = schema_of(db) {
+            if let Some(schema) = search_path_of(db) {
                 connect(&self.url)
                     .await?
                     .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
@@ -209,55 +192,4 @@ impl Harness for TokioPostgresHarness {
             Ok(())
         })
     }
-}
-
-/// The suite's custom lock (lock.md's `held_keys`, beside `table`): takes `key` unless it is
-/// held, recording the session (its backend's pid) that took it, and logs the take.
-pub(crate) async fn lock(
-    client: &Client,
-    table: &str,
-    key: &str,
-) -> Result<bool, tokio_postgres::Error> {
-    let key_column = schema::key_column(Dialect::Postgres);
-    let taken = client
-        .execute(
-            &format!(
-                "INSERT INTO {} ({key_column}, session) VALUES ($1, pg_backend_pid()) \
-                 ON CONFLICT DO NOTHING",
-                schema::held_keys(table)
-            ),
-            &[&key],
-        )
-        .await?;
-    if taken == 1 {
-        client
-            .execute(
-                &format!(
-                    "INSERT INTO {} ({key_column}, session) VALUES ($1, pg_backend_pid())",
-                    schema::lock_log(table)
-                ),
-                &[&key],
-            )
-            .await?;
-    }
-    Ok(taken == 1)
-}
-
-/// The suite's custom unlock: releases `key`, and answers whether it was held.
-pub(crate) async fn unlock(
-    client: &Client,
-    table: &str,
-    key: &str,
-) -> Result<bool, tokio_postgres::Error> {
-    let released = client
-        .execute(
-            &format!(
-                "DELETE FROM {} WHERE {} = $1",
-                schema::held_keys(table),
-                schema::key_column(Dialect::Postgres)
-            ),
-            &[&key],
-        )
-        .await?;
-    Ok(released == 1)
 }

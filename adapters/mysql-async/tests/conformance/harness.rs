@@ -1,6 +1,6 @@
-//! The harness of the mysql-async adapter (feature `mysql-async`): MariaDB (or MySQL) at
-//! `RUSTSTREAM_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`), a database of its own
-//! per scenario and process, and the suite's custom lock on mysql_async's connection.
+//! The harness of the mysql-async adapter: MariaDB (or MySQL) at `RUSTSTREAM_MYSQL_URL`
+//! (default `mysql://root@127.0.0.1:3306/test`), a database of its own per scenario and
+//! process.
 //!
 //! A lock name starts with the database's name (`keys::mysql_lock_name`): the database per
 //! scenario keeps the suite's advisory keys apart from every other suite's on the server.
@@ -8,18 +8,13 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use ruststream::BrokerHandle;
+use ruststream_conformance::urls::{self, database_of, with_database};
+use ruststream_conformance::{
+    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+};
 use ruststream_core::Dialect;
 use ruststream_core::keys::mysql_lock_name;
 use ruststream_mysql_async::MySqlAsyncBroker;
-
-use crate::harness::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
-};
-use crate::schema;
-use crate::urls::{database_of, with_database};
-
-/// The default server.
-pub const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
 
 /// MariaDB on mysql_async: each scenario gets the database `<table>_m<pid>`, dropped once the
 /// scenario passed. The harness's own SQL runs on a session it opens for each call.
@@ -37,19 +32,18 @@ impl Default for MySqlAsyncHarness {
 impl MySqlAsyncHarness {
     /// The harness on `RUSTSTREAM_MYSQL_URL`.
     pub fn new() -> Self {
-        Self::on(std::env::var("RUSTSTREAM_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned()))
-    }
-
-    /// The harness on the server `url` reaches.
-    pub fn on(url: impl Into<String>) -> Self {
-        Self { url: url.into() }
+        Self { url: urls::mysql() }
     }
 }
 
 /// A session on `url`, or an error that names it.
 async fn connect(url: &str) -> HarnessResult<Conn> {
     Conn::from_url(url).await.map_err(|e| {
-        format!("cannot reach MariaDB at {url} (set RUSTSTREAM_MYSQL_URL): {e}").into()
+        format!(
+            "cannot reach MariaDB at {url} (set {}): {e}",
+            urls::MYSQL_URL_VAR
+        )
+        .into()
     })
 }
 
@@ -184,52 +178,4 @@ impl Harness for MySqlAsyncHarness {
             Ok(())
         })
     }
-}
-
-/// The suite's custom lock (lock.md's `held_keys`, beside `table`): takes `key` unless it is
-/// held, recording the session (`CONNECTION_ID()`) that took it, and logs the take.
-pub(crate) async fn lock(
-    conn: &mut Conn,
-    table: &str,
-    key: &str,
-) -> Result<bool, mysql_async::Error> {
-    let key_column = schema::key_column(Dialect::MariaDb);
-    conn.exec_drop(
-        format!(
-            "INSERT IGNORE INTO {} ({key_column}, session) VALUES (?, CONNECTION_ID())",
-            schema::held_keys(table)
-        ),
-        (key,),
-    )
-    .await?;
-    let taken = conn.affected_rows() == 1;
-    if taken {
-        conn.exec_drop(
-            format!(
-                "INSERT INTO {} ({key_column}, session) VALUES (?, CONNECTION_ID())",
-                schema::lock_log(table)
-            ),
-            (key,),
-        )
-        .await?;
-    }
-    Ok(taken)
-}
-
-/// The suite's custom unlock: releases `key`, and answers whether it was held.
-pub(crate) async fn unlock(
-    conn: &mut Conn,
-    table: &str,
-    key: &str,
-) -> Result<bool, mysql_async::Error> {
-    conn.exec_drop(
-        format!(
-            "DELETE FROM {} WHERE {} = ?",
-            schema::held_keys(table),
-            schema::key_column(Dialect::MariaDb)
-        ),
-        (key,),
-    )
-    .await?;
-    Ok(conn.affected_rows() == 1)
 }

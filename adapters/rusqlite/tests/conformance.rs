@@ -1,5 +1,0 @@
-//! The conformance suite (`ruststream-conformance`) on SQLite: every scenario in the lease,
-//! advisory lock and custom lock forms; the row lock form is not applicable (SQLite has no
-//! row locks).
-
-ruststream_conformance::conformance_tests!(ruststream_conformance::rusqlite::RusqliteHarness::new());

@@ -1,0 +1,129 @@
+//! The conformance suite (`ruststream-conformance`) on SQLite through sqlx: every scenario in
+//! the lease, advisory lock and custom lock forms; the row lock form is not applicable (SQLite
+//! has no row locks).
+
+mod common;
+mod lock;
+mod rows;
+
+use std::path::Path;
+use std::time::Duration;
+
+use ruststream::BrokerHandle;
+use ruststream_conformance::{
+    Capabilities, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles, Support,
+};
+use ruststream_core::Dialect;
+use ruststream_sqlx::SqlxBroker;
+use sqlx::sqlite::{
+    Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions,
+};
+use sqlx::{AssertSqlSafe, Connection};
+
+use crate::common::{ACQUIRE, POOL, first_column};
+
+ruststream_conformance::conformance_tests! {
+    rows: rows::Rows,
+    harness: SqlxSqliteHarness::new(),
+}
+
+/// SQLite on sqlx: each scenario gets a new database file under
+/// `std::env::temp_dir()/ruststream-conformance-sqlx`, in WAL mode, removed once the scenario
+/// passed. The harness's own SQL runs on a connection it opens for each call.
+#[derive(Clone, Debug)]
+pub struct SqlxSqliteHarness {
+    files: SqliteFiles,
+}
+
+impl Default for SqlxSqliteHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SqlxSqliteHarness {
+    /// The harness, with its files under the system's temporary directory.
+    pub fn new() -> Self {
+        Self {
+            files: SqliteFiles::in_temp_dir("ruststream-conformance-sqlx"),
+        }
+    }
+}
+
+/// How the broker and the harness open the file `db`.
+fn options(db: &str) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(Path::new(db))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(10))
+}
+
+async fn connect(db: &str) -> HarnessResult<SqliteConnection> {
+    SqliteConnection::connect_with(&options(db))
+        .await
+        .map_err(|e| format!("cannot open the SQLite database {db}: {e}").into())
+}
+
+impl Harness for SqlxSqliteHarness {
+    type Adapter = SqlxBroker<Sqlite>;
+    type RowLock = NoRowLocks;
+
+    fn name(&self) -> &'static str {
+        "sqlx on SQLite"
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            hold_key: Support::No(
+                "SQLite has no locks a session holds: the process keeps the keys in work",
+            ),
+            kill_connection: Support::No("SQLite has no server to kill a connection from"),
+            kill_process: Support::Yes,
+        }
+    }
+
+    fn prepare<'a>(&'a self, table: &'a str) -> HarnessFuture<'a, String> {
+        Box::pin(async move { self.files.fresh(table) })
+    }
+
+    fn broker(&self, db: &str) -> BrokerHandle<SqlxBroker<Sqlite>> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(POOL)
+            .acquire_timeout(ACQUIRE);
+        SqlxBroker::from_connect_options(options(db), pool).handle()
+    }
+
+    fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let mut conn = connect(db).await?;
+            sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+                .execute(&mut conn)
+                .await?;
+            conn.close().await?;
+            Ok(())
+        })
+    }
+
+    fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
+        Box::pin(async move {
+            let mut conn = connect(db).await?;
+            let rows = sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+                .fetch_all(&mut conn)
+                .await?;
+            let values = first_column(&rows, sql);
+            drop(rows);
+            conn.close().await?;
+            values
+        })
+    }
+
+    fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {
+        SqliteFiles::remove(db);
+        Box::pin(async { Ok(()) })
+    }
+}
