@@ -172,6 +172,9 @@ pub enum Arg {
     Due,
     /// The value of a column that publishing writes.
     Column(&'static str),
+    /// The `n`th key an advisory claim passes over: in work in this process, or found held
+    /// elsewhere.
+    ExcludedKey(usize),
 }
 
 /// What a statement does.
@@ -772,6 +775,19 @@ impl Statements {
         Some(Renderer { dialect, desc }.settle_leases(rows, lease.name))
     }
 
+    /// The advisory lock form: the candidates of a claim that passes over the rows of
+    /// `excluded` keys (binds [`Arg::ExcludedKey`] `0..excluded`, each a key's text): keys in
+    /// work in this process, or found held elsewhere. `None` for another form.
+    pub fn candidates_excluding(
+        dialect: Dialect,
+        desc: &TableDesc,
+        excluded: usize,
+    ) -> Option<Statement> {
+        desc.advisory
+            .is_some()
+            .then(|| Renderer { dialect, desc }.candidates(excluded))
+    }
+
     /// Whether [`Statements::settle_leases`] renders for `desc` in `dialect`: a lease table on
     /// a database that returns the rows its settlement statement wrote.
     pub fn settles_leases_together(dialect: Dialect, desc: &TableDesc) -> bool {
@@ -965,7 +981,7 @@ impl Renderer<'_> {
             },
         };
         AdvisoryStatements {
-            candidates: self.candidates(),
+            candidates: self.candidates(0),
             keys,
             take,
             settle: self.settle(None),
@@ -989,17 +1005,21 @@ impl Renderer<'_> {
         columns.into()
     }
 
-    /// `WHERE` and the conditions under which a row is claimable at `Now`, or nothing.
-    fn claimable(&self, s: &mut Sql, first: bool) {
+    /// `WHERE` and the conditions under which a row is claimable at `Now`, or nothing;
+    /// answers whether it wrote a condition.
+    fn claimable(&self, s: &mut Sql, first: bool) -> bool {
+        let mut wrote = false;
         let mut lead = if first { " WHERE " } else { " AND " };
         if let Some(processed) = self.desc.processed_at {
             s.push(lead).push(&self.q(processed.name)).push(" IS NULL");
             lead = " AND ";
+            wrote = true;
         }
         if let Some(due) = self.desc.due {
             s.push(lead).push(&self.q(due.name)).push(" <= ");
             s.time(Arg::Now);
             lead = " AND ";
+            wrote = true;
         }
         if let Some(lease) = self.desc.locked_until {
             let lease = self.q(lease.name);
@@ -1010,7 +1030,9 @@ impl Renderer<'_> {
                 .push(&lease)
                 .push(" <= ");
             s.time(Arg::Now).push(")");
+            wrote = true;
         }
+        wrote
     }
 
     fn order(&self, s: &mut Sql) {
@@ -1073,7 +1095,7 @@ impl Renderer<'_> {
     fn lock_row(&self, rows: Output) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT * FROM ").push(&self.table());
-        self.claimable(&mut s, true);
+        let _ = self.claimable(&mut s, true);
         self.order(&mut s);
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
         s.finish(StatementKind::LockRow, rows)
@@ -1085,7 +1107,7 @@ impl Renderer<'_> {
             .push(&self.id())
             .push(" FROM ")
             .push(&self.table());
-        self.claimable(s, true);
+        let _ = self.claimable(s, true);
         self.order(s);
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
     }
@@ -1124,7 +1146,7 @@ impl Renderer<'_> {
             .push(&self.q(attempt))
             .push(" FROM ")
             .push(&self.table());
-        self.claimable(&mut s, true);
+        let _ = self.claimable(&mut s, true);
         self.order(&mut s);
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
         s.finish(
@@ -1148,7 +1170,7 @@ impl Renderer<'_> {
             .push(&self.q(attempt))
             .push(" = ")
             .arg(Arg::Attempt);
-        self.claimable(&mut s, false);
+        let _ = self.claimable(&mut s, false);
         s.push(" FOR UPDATE SKIP LOCKED");
         s.finish(StatementKind::LockRowById, rows)
     }
@@ -1169,7 +1191,7 @@ impl Renderer<'_> {
             .push(" = ")
             .arg(Arg::Id);
         let kind = if claimable {
-            self.claimable(&mut s, false);
+            let _ = self.claimable(&mut s, false);
             StatementKind::TakeCount
         } else {
             StatementKind::CountAttempt
@@ -1200,7 +1222,7 @@ impl Renderer<'_> {
             .push(" IN (SELECT ")
             .push(&self.id());
         s.push(" FROM ").push(&self.table());
-        self.claimable(&mut s, true);
+        let _ = self.claimable(&mut s, true);
         self.order(&mut s);
         s.push(" LIMIT ").arg(Arg::Limit);
         if self.dialect == Dialect::Postgres {
@@ -1213,7 +1235,7 @@ impl Renderer<'_> {
     fn select_lease(&self, rows: Output) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT * FROM ").push(&self.table());
-        self.claimable(&mut s, true);
+        let _ = self.claimable(&mut s, true);
         self.order(&mut s);
         s.push(" LIMIT ")
             .arg(Arg::Limit)
@@ -1294,15 +1316,29 @@ impl Renderer<'_> {
         }
     }
 
-    fn candidates(&self) -> Statement {
+    /// The first claimable rows' ids and keys, passing over the rows of `excluded` keys.
+    fn candidates(&self, excluded: usize) -> Statement {
         let mut s = Sql::new(self.dialect);
+        let key = self.key_expr();
         s.push("SELECT ")
             .push(&self.id())
             .push(" AS rs_id, ")
-            .push(&self.key_expr())
+            .push(&key)
             .push(" AS rs_key FROM ")
             .push(&self.table());
-        self.claimable(&mut s, true);
+        let conditions = self.claimable(&mut s, true);
+        if excluded > 0 {
+            s.push(if conditions { " AND " } else { " WHERE " })
+                .push(&key)
+                .push(" NOT IN (");
+            for i in 0..excluded {
+                if i > 0 {
+                    s.push(", ");
+                }
+                s.arg(Arg::ExcludedKey(i));
+            }
+            s.push(")");
+        }
         self.order(&mut s);
         s.push(" LIMIT ").arg(Arg::Limit);
         s.finish(
@@ -1343,7 +1379,7 @@ impl Renderer<'_> {
                     .push(&self.id())
                     .push(" = ")
                     .arg(Arg::Id);
-                self.claimable(&mut s, false);
+                let _ = self.claimable(&mut s, false);
                 s.push(" RETURNING *");
             }
             None => {
@@ -1353,7 +1389,7 @@ impl Renderer<'_> {
                     .push(&self.id())
                     .push(" = ")
                     .arg(Arg::Id);
-                self.claimable(&mut s, false);
+                let _ = self.claimable(&mut s, false);
             }
         }
         s.finish(StatementKind::Take, rows)

@@ -1704,3 +1704,44 @@ fn columns_read_as_their_declared_types() {
     assert_eq!(Id.read_text("042"), Ok(Value::Text("042".into())));
     assert_eq!(Text.read_text("42"), Ok(Value::Text("42".into())));
 }
+
+#[test]
+fn candidates_pass_over_excluded_keys() {
+    let pg = Statements::candidates_excluding(Dialect::Postgres, ADVISORY.desc(), 2)
+        .expect("the advisory form");
+    assert_eq!(
+        &*pg.sql,
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" WHERE ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($1, $2) ORDER BY "id" ASC LIMIT $3"#
+    );
+    assert_eq!(
+        &*pg.args,
+        &[Arg::ExcludedKey(0), Arg::ExcludedKey(1), Arg::Limit]
+    );
+    assert_eq!(pg.kind, StatementKind::Candidates);
+    let my = Statements::candidates_excluding(Dialect::MariaDb, ADVISORY.desc(), 1)
+        .expect("the advisory form");
+    assert_eq!(
+        &*my.sql,
+        "SELECT `id` AS rs_id, CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) AS rs_key FROM `video_jobs` WHERE CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) NOT IN (?) ORDER BY `id` ASC LIMIT ?"
+    );
+    // After the claimable conditions, with `AND`.
+    let due = Statements::candidates_excluding(Dialect::Postgres, ADVISORY_PLAIN.desc(), 1)
+        .expect("the advisory form");
+    assert_eq!(due.sql.matches(" WHERE ").count(), 1, "{}", due.sql);
+    assert!(
+        due.sql.contains(
+            " <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') AND "
+        ),
+        "{}",
+        due.sql
+    );
+    // Without keys to pass over, the plain candidates.
+    for dialect in DIALECTS {
+        let s = Flat::of(Statements::render(dialect, ADVISORY.desc(), 2));
+        assert_eq!(
+            Statements::candidates_excluding(dialect, ADVISORY.desc(), 0).as_ref(),
+            s.candidates.as_ref()
+        );
+    }
+    assert!(Statements::candidates_excluding(Dialect::Postgres, LEASE.desc(), 1).is_none());
+}

@@ -76,6 +76,8 @@ pub(super) struct Sub {
     pub(super) last_full: bool,
     pub(super) counts: CountQueue,
     pub(super) settles: SettleQueue,
+    /// The advisory lock form: the candidates that pass over `n` keys, by `n`.
+    pub(super) excluding: BTreeMap<usize, Statement>,
 }
 
 impl Sub {
@@ -97,6 +99,7 @@ impl Sub {
             last_full: false,
             counts: CountQueue::default(),
             settles: SettleQueue::default(),
+            excluding: BTreeMap::new(),
         };
         // A claim that reads the first due rows alone takes one row at a time: none ahead.
         sub.prefetch = if sub.first_rows_only() {

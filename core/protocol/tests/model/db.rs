@@ -463,9 +463,21 @@ impl Db {
             StatementKind::Candidates => {
                 let now = now_or_none();
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
+                // The keys the claim passes over: none of their rows is a candidate.
+                let excluded: Vec<&Value> = statement
+                    .args
+                    .iter()
+                    .zip(binds)
+                    .filter(|(a, _)| matches!(a, Arg::ExcludedKey(_)))
+                    .map(|(_, v)| v)
+                    .collect();
                 Reply::Rows(
                     self.ordered(desc, now)
                         .into_iter()
+                        .filter(|id| {
+                            let key = Value::Text(render_key(desc, *id, &self.rows[id]));
+                            !excluded.contains(&&key)
+                        })
                         .take(limit)
                         .map(|id| {
                             Row::values(vec![

@@ -139,6 +139,11 @@ enum Step {
         channel: i64,
         rows: usize,
     },
+    /// Another system's session takes a key's lock (the database's lock, as lock.md's billing
+    /// run would), or releases the one it holds.
+    Foreign { channel: i64, hold: bool },
+    /// Every process runs what it can at this time, then the liveness invariant holds.
+    Check,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -204,7 +209,21 @@ struct World {
     attempts: BTreeMap<i64, i64>,
     settled: BTreeMap<i64, u32>,
     log: Vec<String>,
+    /// Counts every command run and every change outside the brokers: the order of looks,
+    /// releases and inserts.
+    tick: u64,
+    /// By slot: when the process last ran its advisory claim's candidates.
+    looked: Vec<u64>,
+    /// By lock argument: when a session last released the key, and the process it belonged to.
+    released: BTreeMap<Value, (u64, usize)>,
+    /// By row: when it was inserted, and by which process (`None`: another program).
+    inserted: BTreeMap<i64, (u64, Option<usize>)>,
+    /// The other system's session that holds keys.
+    foreign: Option<SessId>,
 }
+
+/// The process number of the other system whose session holds keys.
+const FOREIGN: usize = 1_000;
 
 fn start(desc: TableDesc, config: Config, now: Time) -> Process {
     let mut broker = Broker::new(config.dialect);
@@ -249,10 +268,16 @@ impl World {
             attempts: BTreeMap::new(),
             settled: BTreeMap::new(),
             log: Vec::new(),
+            tick: 0,
+            looked: Vec::new(),
+            released: BTreeMap::new(),
+            inserted: BTreeMap::new(),
+            foreign: None,
         };
         for _ in 0..config.processes {
             world.processes.push(start(desc, config, now));
             world.ids.push(world.next_id);
+            world.looked.push(0);
             world.next_id += 1;
         }
         for slot in 0..world.processes.len() {
@@ -415,7 +440,14 @@ impl World {
                 );
             }
             Event::Settled { .. } | Event::SettleFailed { .. } | Event::Returned { .. } => {}
-            Event::LeaseLost { .. } | Event::Error { .. } | Event::Published { .. } => {}
+            Event::LeaseLost { .. } | Event::Error { .. } => {}
+            // The runtime wakes the publisher's own subscriptions once the row is written.
+            Event::Published { result, .. } => {
+                let p = &mut self.processes[slot];
+                if result.is_ok() && !p.shutdown {
+                    p.broker.wake(p.sub, self.now);
+                }
+            }
             Event::Ready { .. } => {}
             Event::CheckFailed { error, .. } => panic!("the check failed: {error}"),
             Event::Closed(counts) => {
@@ -450,6 +482,14 @@ impl World {
         }
         let command = p.waiting.remove(index % p.waiting.len());
         let process = self.ids[slot];
+        self.tick += 1;
+        if let Action::Execute { statement, .. } = &command.action
+            && statement.kind == ruststream_core::StatementKind::Candidates
+        {
+            self.looked[slot] = self.tick;
+        }
+        let locks = self.db.advisory.clone();
+        let rows = self.db.next_id;
         self.log.push(format!(
             "  p{process} runs {:?} on {}{}",
             short(&command.action),
@@ -526,6 +566,7 @@ impl World {
             }
         };
         assert!(self.db.violations.is_empty(), "{:?}", self.db.violations);
+        self.note_changes(locks, rows, Some(process));
         self.processes[slot].replies.push((command.id, reply));
     }
 
@@ -544,6 +585,11 @@ impl World {
         self.log.push(format!("{step:?}"));
         let slots = self.processes.len();
         match *step {
+            Step::Foreign { channel, hold } => self.foreign(channel, hold),
+            Step::Check => {
+                self.quiesce();
+                self.check_liveness();
+            }
             Step::Run { process, command } => self.run_command(process % slots, command, None),
             Step::Fail {
                 process,
@@ -603,7 +649,11 @@ impl World {
             }
             Step::Crash { process } => {
                 let slot = process % slots;
+                let locks = self.db.advisory.clone();
+                self.tick += 1;
                 self.db.kill_process(self.ids[slot]);
+                self.note_changes(locks, self.db.next_id, None);
+                self.looked[slot] = 0;
                 self.ids[slot] = self.next_id;
                 self.next_id += 1;
                 self.processes[slot] = start(self.desc, self.config, self.now);
@@ -634,9 +684,12 @@ impl World {
                 let slot = process % slots;
                 let p = &mut self.processes[slot];
                 if p.shutdown {
+                    let (locks, before) = (self.db.advisory.clone(), self.db.next_id);
+                    self.tick += 1;
                     for _ in 0..rows {
                         self.db.insert(channel, self.now.micros());
                     }
+                    self.note_changes(locks, before, None);
                     return;
                 }
                 let batch = (0..rows).map(|_| publish(channel)).collect();
@@ -650,7 +703,10 @@ impl World {
                 let slot = process % slots;
                 let p = &mut self.processes[slot];
                 if p.shutdown {
+                    let (locks, rows) = (self.db.advisory.clone(), self.db.next_id);
+                    self.tick += 1;
                     self.db.insert(channel, self.now.micros());
+                    self.note_changes(locks, rows, None);
                     return;
                 }
                 p.broker
@@ -662,8 +718,134 @@ impl World {
         }
     }
 
+    /// What a command (or a crash, or another program) changed that the liveness invariant
+    /// reads: the keys released since `locks`, the rows inserted since `rows`.
+    fn note_changes(
+        &mut self,
+        locks: BTreeMap<Value, (SessId, u32)>,
+        rows: i64,
+        by: Option<usize>,
+    ) {
+        for (arg, (holder, _)) in locks {
+            if !self.db.advisory.contains_key(&arg) {
+                let process = self.db.sessions[&holder].process;
+                self.released.insert(arg, (self.tick, process));
+            }
+        }
+        for id in rows + 1..=self.db.next_id {
+            self.inserted.insert(id, (self.tick, by));
+        }
+    }
+
+    /// Another system's session takes the key of `channel`, or releases what it holds.
+    fn foreign(&mut self, channel: i64, hold: bool) {
+        if self.desc.advisory.is_none() || self.config.dialect == Dialect::Sqlite {
+            return;
+        }
+        let sess = match self.foreign {
+            Some(sess) => sess,
+            None => {
+                let sess = self.db.acquire(FOREIGN);
+                self.foreign = Some(sess);
+                sess
+            }
+        };
+        let arg = lock_arg(self.config.dialect, &key_text(channel));
+        let locks = self.db.advisory.clone();
+        self.tick += 1;
+        if hold {
+            self.db.advisory.entry(arg).or_insert((sess, 1));
+        } else if self
+            .db
+            .advisory
+            .get(&arg)
+            .is_some_and(|(holder, _)| *holder == sess)
+        {
+            self.db.advisory.remove(&arg);
+        }
+        self.note_changes(locks, self.db.next_id, None);
+    }
+
+    /// Every process runs its commands and takes its replies, and handles the timeouts due by
+    /// now, until none has anything left to do at this time.
+    fn quiesce(&mut self) {
+        for _ in 0..10_000 {
+            let mut progressed = false;
+            for slot in 0..self.processes.len() {
+                if !self.processes[slot].waiting.is_empty() {
+                    self.run_command(slot, 0, None);
+                    progressed = true;
+                }
+                if !self.processes[slot].replies.is_empty() {
+                    self.deliver_reply(slot, 0);
+                    progressed = true;
+                }
+                let p = &mut self.processes[slot];
+                if !p.closed && p.broker.poll_timeout().is_some_and(|t| t <= self.now) {
+                    p.broker.handle_timeout(self.now);
+                    self.pump(slot);
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                return;
+            }
+        }
+        panic!("the processes never came to rest at {:?}", self.now);
+    }
+
+    /// Liveness, where the database holds the keys: with nothing left to run at this time, no
+    /// process has a free worker while a due row's key is free (held by no session), unless
+    /// the process has not looked since another session released that key, or since another
+    /// process inserted the row: nothing told it, and it looks again at its poll.
+    fn check_liveness(&self) {
+        if self.desc.advisory.is_none()
+            || self.config.dialect == Dialect::Sqlite
+            || self.config.table == Table::Custom
+        {
+            return;
+        }
+        let mut firsts: BTreeMap<String, i64> = BTreeMap::new();
+        for (&id, row) in &self.db.rows {
+            if row.processed_at.is_none() {
+                firsts.entry(key_text(row.channel)).or_insert(id);
+            }
+        }
+        for (slot, p) in self.processes.iter().enumerate() {
+            if p.shutdown || p.closed || p.handlers.len() >= self.config.workers {
+                continue;
+            }
+            let process = self.ids[slot];
+            let looked = self.looked[slot];
+            for (key, &row) in &firsts {
+                let arg = lock_arg(self.config.dialect, key);
+                if self.db.advisory.contains_key(&arg) {
+                    continue;
+                }
+                let released_since = self
+                    .released
+                    .get(&arg)
+                    .is_some_and(|&(at, by)| at > looked && by != process);
+                let inserted_since = self
+                    .inserted
+                    .get(&row)
+                    .is_some_and(|&(at, by)| at > looked && by != Some(process));
+                assert!(
+                    released_since || inserted_since,
+                    "process p{process} has {} of {} workers busy and no claim in flight, while row {row} of the free key {key} waits for the poll",
+                    p.handlers.len(),
+                    self.config.workers
+                );
+            }
+        }
+    }
+
     /// Every process shuts down; commands run and replies arrive until all are closed.
     fn finish(&mut self) {
+        // The other system's session ends: its keys are free for the drain.
+        if let Some(sess) = self.foreign.take() {
+            self.db.kill(sess);
+        }
         for slot in 0..self.processes.len() {
             let p = &mut self.processes[slot];
             // Handlers still running when the service stops are abandoned.
@@ -706,6 +888,7 @@ impl World {
         let slot = self.processes.len();
         self.processes.push(start(self.desc, self.config, self.now));
         self.ids.push(self.next_id);
+        self.looked.push(0);
         self.next_id += 1;
         self.pump(slot);
         for _ in 0..200_000 {
@@ -983,6 +1166,53 @@ fn schedule() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(step(), 0..150)
 }
 
+/// A step of a liveness schedule: no failed statements (a failed claim waits for its poll),
+/// keys held by another system, and checks of the liveness invariant.
+fn liveness_step() -> impl Strategy<Value = Step> {
+    let outcome = prop_oneof![
+        6 => Just(Outcome::Ack),
+        3 => Just(Outcome::Retry),
+        1 => Just(Outcome::Reject),
+    ];
+    prop_oneof![
+        30 => (0..4usize, 0..8usize).prop_map(|(process, command)| Step::Run { process, command }),
+        30 => (0..4usize, 0..8usize).prop_map(|(process, reply)| Step::Reply { process, reply }),
+        10 => (0..4usize, 0..8usize, outcome)
+            .prop_map(|(process, handler, outcome)| Step::Settle { process, handler, outcome }),
+        1 => (0..4usize, 0..8usize).prop_map(|(process, handler)| Step::Drop { process, handler }),
+        3 => (0..2_000u64).prop_map(|millis| Step::Advance { millis }),
+        1 => (0..4usize).prop_map(|process| Step::Crash { process }),
+        5 => (0..4usize, 0..6i64).prop_map(|(process, channel)| Step::Publish { process, channel }),
+        1 => (0..4usize, 0..6i64, 2..6usize)
+            .prop_map(|(process, channel, rows)| Step::PublishAll { process, channel, rows }),
+        2 => (0..6i64, any::<bool>()).prop_map(|(channel, hold)| Step::Foreign { channel, hold }),
+        6 => Just(Step::Check),
+    ]
+}
+
+/// Several processes on the database's locks, sharing keys, some held elsewhere.
+fn liveness_configs() -> impl Strategy<Value = Config> {
+    (
+        prop_oneof![
+            Just(Dialect::Postgres),
+            Just(Dialect::MySql),
+            Just(Dialect::MariaDb)
+        ],
+        1..4usize,
+        1..4usize,
+        prop_oneof![Just(Duration::ZERO), Just(CONNECTION_LINGER)],
+        prop_oneof![2 => Just(0usize), 1 => 1..3usize],
+    )
+        .prop_map(|(dialect, workers, processes, linger, prefetch)| Config {
+            dialect,
+            table: Table::Advisory,
+            workers,
+            processes,
+            linger,
+            prefetch,
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 600,
@@ -1013,6 +1243,14 @@ proptest! {
 
     #[test]
     fn custom_lock(config in configs(Table::Custom), steps in schedule()) {
+        run(config, &steps);
+    }
+
+    /// Whenever a worker is free and a due row's key is free, a claim takes the row without
+    /// waiting for a poll: several processes sharing keys, keys held by another system, long
+    /// deliveries, rows claimed ahead.
+    #[test]
+    fn advisory_liveness(config in liveness_configs(), steps in prop::collection::vec(liveness_step(), 0..150)) {
         run(config, &steps);
     }
 }

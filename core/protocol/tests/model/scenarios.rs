@@ -1458,6 +1458,121 @@ fn advisory_passes_over_a_key_held_elsewhere_and_takes_the_next_candidate() {
     }
 }
 
+/// Several processes on one table: a claim whose first look finds only keys held elsewhere
+/// (here, by another process of the service) looks again at once, passing over those keys,
+/// and takes the rows of free keys behind them; no claim waits for a poll while they wait.
+#[test]
+fn advisory_looks_past_keys_held_elsewhere_at_once() {
+    for dialect in SERVERS {
+        // Keys 0 and 1, then key 2 behind them.
+        let mut sim = Sim::start(dialect, advisory(), 2, &[0, 1, 0, 1, 2]);
+        assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
+        let second = sim.spawn();
+        sim.run();
+        // Its first look reads the first rows (keys 0 and 1, held by the first process), and
+        // the next passes over both keys, at the same time.
+        let looks = sim.runs_of(second, 0, StatementKind::Candidates);
+        assert!(looks.len() >= 2, "{dialect:?}: {} looks", looks.len());
+        let second_look = looks[1].statement.as_ref().expect("a statement");
+        let excluded: Vec<Value> = looks[1]
+            .binds
+            .iter()
+            .zip(second_look.args.iter())
+            .filter(|(_, a)| matches!(a, Arg::ExcludedKey(_)))
+            .map(|(v, _)| v.clone())
+            .collect();
+        for key in ["jobs-0", "jobs-1"] {
+            assert!(
+                excluded.contains(&Value::Text(key.into())),
+                "{dialect:?}: the second look passes over {key}: {excluded:?}"
+            );
+        }
+        assert_eq!(
+            sim.delivered_rows(second, 0),
+            [5],
+            "{dialect:?}: the row of the free key, with no poll"
+        );
+        assert_eq!(sim.delivered_at(second, 0, 5), Some(T0), "{dialect:?}");
+    }
+}
+
+/// A settlement that releases a key lets the next claim run at once, even when the last claim
+/// found nothing: the next row of the key waits for no poll.
+#[test]
+fn advisory_a_released_key_is_claimed_again_at_once() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, advisory(), 2, &[0, 0, 0]);
+        assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
+        // The claim found the key in work and nothing else: the next waits for the poll.
+        let mark = sim.mark();
+        let delivery = sim.delivery(0, 1);
+        let settled_at = sim.now;
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(sim.delivered_rows(0, mark), [2], "{dialect:?}");
+        assert_eq!(
+            sim.delivered_at(0, mark, 2),
+            Some(settled_at),
+            "{dialect:?}"
+        );
+        // A retry and a drop release the key too.
+        for end in [Some(Outcome::Retry), None] {
+            let mark = sim.mark();
+            let delivery = sim.delivery(0, 2);
+            match end {
+                Some(outcome) => sim.settle(0, delivery, outcome),
+                None => sim.drop_delivery(0, delivery),
+            }
+            sim.run();
+            assert_eq!(
+                sim.delivered_rows(0, mark),
+                [2],
+                "{dialect:?}, {end:?}: the row given back is taken again at once"
+            );
+        }
+    }
+}
+
+/// A row of a key held by another system waits for that key, however many looks pass over
+/// it, and the rows behind it of free keys flow meanwhile.
+#[test]
+fn advisory_free_keys_flow_while_another_system_holds_one() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, advisory(), 1);
+        for channel in [0, 1, 0, 1, 0, 1] {
+            sim.insert(channel);
+        }
+        let other = sim.hold_elsewhere("jobs-0");
+        sim.spawn();
+        sim.run();
+        for expected in [2, 4, 6] {
+            assert_eq!(
+                sim.delivered_rows(0, 0).last(),
+                Some(&expected),
+                "{dialect:?}"
+            );
+            let delivery = sim.delivery(0, expected);
+            sim.settle(0, delivery, Outcome::Ack);
+            sim.run();
+        }
+        assert_eq!(
+            sim.delivered_rows(0, 0),
+            [2, 4, 6],
+            "{dialect:?}: no poll between them"
+        );
+        assert_eq!(sim.now, T0, "{dialect:?}: no time passed");
+        // The other system lets go: its rows follow at the next look, in order.
+        sim.db.kill(other);
+        sim.advance(POLL);
+        for expected in [1, 3, 5] {
+            let delivery = sim.delivery(0, expected);
+            sim.settle(0, delivery, Outcome::Ack);
+            sim.run();
+        }
+        assert_eq!(sim.delivered_rows(0, 0), [2, 4, 6, 1, 3, 5], "{dialect:?}");
+    }
+}
+
 /// "A key on another column keeps the rows that share it in work one at a time", across
 /// processes too.
 #[test]

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::dialect::{AdvisoryStatements, AdvisoryTake, Arg, Dialect, KeyLocks};
+use crate::dialect::{AdvisoryStatements, AdvisoryTake, Arg, Dialect, KeyLocks, Statements};
 use crate::keys::{mysql_lock_name, postgres_key_hash};
 use crate::types::{Action, ConnId, Reply, SubId};
 use crate::value::Value;
@@ -41,7 +41,21 @@ pub(in crate::broker) struct Claiming {
     /// Keys this claim found held (in work here or elsewhere). Their later candidates are
     /// passed over too, so no row overtakes an earlier row of its key.
     passed: BTreeSet<Arc<str>>,
+    /// How many rows the last look asked for, and whether it found as many: rows may wait
+    /// past them.
+    window: usize,
+    full: bool,
+    /// The looks after the first.
+    looks: usize,
 }
+
+/// The most looks past held keys one claim takes after its first: each passes over the keys
+/// the looks before it found held.
+const MORE_LOOKS: usize = 8;
+
+/// The most keys one look passes over in its statement; a claim whose passed keys are more
+/// looks at more rows instead.
+const EXCLUDE_MAX: usize = 256;
 
 impl Claiming {
     pub(super) fn new(st: &Arc<AdvisoryStatements>) -> Self {
@@ -51,6 +65,9 @@ impl Claiming {
             current: None,
             loaded: false,
             passed: BTreeSet::new(),
+            window: 0,
+            full: false,
+            looks: 0,
         }
     }
 
@@ -87,23 +104,63 @@ impl<R> Broker<R> {
             self.lock_current(claim);
             return;
         }
-        let statement = a.st.candidates.clone();
+        let database = matches!(a.st.keys, KeyLocks::Database { .. });
+        let plain = a.st.candidates.clone();
+        // On the database's locks, a look passes over the keys in work in this process and
+        // those this claim found held elsewhere: the rows it reads are of keys it may take.
+        let mut excluded: Vec<Arc<str>> = if database {
+            self.keys.union(&a.passed).cloned().collect()
+        } else {
+            Vec::new()
+        };
         let s = &self.subs[sub.0];
         // Enough to pass over the rows in work (claimed ahead too) and the rows the
         // subscription's other claims are taking, and still find this claim's: `claiming`
         // counts this claim's slots and theirs.
-        let limit = if s.first_rows_only() {
+        let mut limit = if s.first_rows_only() {
             1
         } else {
             let own = self.claims.get(&claim).map_or(0, |c| c.limit);
             s.in_work + s.claiming + own
         };
+        if excluded.len() > EXCLUDE_MAX {
+            limit += excluded.len() - EXCLUDE_MAX;
+            excluded.truncate(EXCLUDE_MAX);
+        }
+        let statement = if excluded.is_empty() {
+            plain
+        } else {
+            match self.candidates_excluding(sub, excluded.len().next_power_of_two()) {
+                Some(statement) => statement,
+                None => plain,
+            }
+        };
         let binds = statement.binds(|arg| match arg {
             Arg::Limit => Value::Int(limit as i64),
+            // Padded with the last key: the statement is rendered for a power of two.
+            Arg::ExcludedKey(i) => excluded
+                .get(i)
+                .or(excluded.last())
+                .map_or(Value::Null, |k| Value::Text(k.to_string())),
             _ => Value::Int(now.micros()),
         });
+        if let Some((_, a)) = Self::advisory(&mut self.claims, claim) {
+            a.window = limit;
+        }
         let stage = ClaimStage::Advisory(Stage::Candidates);
         self.claim_execute(claim, conn, statement, binds, stage);
+    }
+
+    /// The candidates that pass over `n` keys, rendered once per size.
+    fn candidates_excluding(&mut self, sub: SubId, n: usize) -> Option<crate::Statement> {
+        let dialect = self.dialect;
+        let s = &mut self.subs[sub.0];
+        if let Some(statement) = s.excluding.get(&n) {
+            return Some(statement.clone());
+        }
+        let statement = Statements::candidates_excluding(dialect, &s.desc, n)?;
+        s.excluding.insert(n, statement.clone());
+        Some(statement)
     }
 
     pub(super) fn on_advisory_claim(
@@ -118,8 +175,9 @@ impl<R> Broker<R> {
         };
         match stage {
             Stage::Candidates => {
-                a.candidates
-                    .extend(rows_of(reply).into_iter().map(Candidate::read));
+                let rows = rows_of(reply);
+                a.full = rows.len() >= a.window;
+                a.candidates.extend(rows.into_iter().map(Candidate::read));
                 a.loaded = true;
                 self.next_candidate(claim);
             }
@@ -227,7 +285,30 @@ impl<R> Broker<R> {
                 a.candidates.clear();
             }
             let Some(candidate) = a.candidates.pop_front() else {
-                self.claim_release(claim);
+                // The look found rows of held keys only, and more may wait past them: look
+                // again at once, passing over those keys too.
+                let again = running
+                    && !done
+                    && a.full
+                    && a.looks < MORE_LOOKS
+                    && matches!(a.st.keys, KeyLocks::Database { .. });
+                if !again {
+                    self.claim_release(claim);
+                    return;
+                }
+                a.loaded = false;
+                a.full = false;
+                a.looks += 1;
+                match c.conn {
+                    Some(conn) => self.advisory_acquired(claim, conn),
+                    None => {
+                        let conn = self.new_conn();
+                        if let Some(c) = self.claims.get_mut(&claim) {
+                            c.conn = Some(conn);
+                        }
+                        self.claim_step(claim, conn, Action::Acquire, ClaimStage::Acquire);
+                    }
+                }
                 return;
             };
             match &a.st.keys {

@@ -577,6 +577,12 @@ impl<R> Broker<R> {
         if d.handling {
             s.handling -= 1;
         }
+        // A delivery that gives its row back, or releases its key, lets the next claim run at
+        // once: the row, or the next row of the key, waits for no poll.
+        let retried = d.ending == Some(Ending::Settle(Outcome::Retry));
+        if (d.key().is_some() || !d.settled || retried) && !s.stopped {
+            s.next_claim_at = Some(self.now);
+        }
         let returned = !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown));
         // A lease kept past the shutdown returns when it runs out, not now.
         let kept_lease = d.lease().is_some() && d.ending == Some(Ending::Shutdown);
