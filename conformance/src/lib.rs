@@ -261,6 +261,9 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms [$harness] sigkill_worker: lease Lease, advisory Advisory, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] killed_connection: advisory Advisory);
         $crate::conformance_tests!(@forms [$harness] killed_while_claimed_ahead: advisory Advisory);
+        $crate::conformance_tests!(@forms [$harness] two_brokers_share_keys: advisory Advisory);
+        $crate::conformance_tests!(@forms [$harness] free_keys_flow_past_a_held_key: advisory Advisory);
+        $crate::conformance_tests!(@forms [$harness] hot_key_long_handler: advisory Advisory);
         $crate::conformance_tests!(@one [$harness] custom_lock_answers);
         $crate::conformance_tests!(@one [$harness] lease_extended_while_in_work);
         $crate::conformance_tests!(@one [$harness] lease_acks_together);

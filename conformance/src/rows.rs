@@ -114,6 +114,9 @@ macro_rules! __suite_tables {
             sigkill_worker SigkillWorker delete;
             killed_connection KilledConnection delete;
             killed_while_claimed_ahead KilledWhileClaimedAhead delete;
+            two_brokers_share_keys TwoBrokersShareKeys delete;
+            free_keys_flow_past_a_held_key FreeKeysFlowPastAHeldKey delete;
+            hot_key_long_handler HotKeyLongHandler delete;
         ] }
     };
 }

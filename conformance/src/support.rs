@@ -378,6 +378,19 @@ impl Recorder {
         }
     }
 
+    /// A handler that records into this one's log (so the counts per key and in work span
+    /// both) and runs `act` for each delivery: the handler of a second broker.
+    pub(crate) fn sharing<F, Fut>(&self, act: F) -> Self
+    where
+        F: Fn(Seen) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerOutcome>> + Send + 'static,
+    {
+        Self {
+            log: self.log.clone(),
+            act: Arc::new(move |seen| Box::pin(act(seen))),
+        }
+    }
+
     /// A handler that waits for `gate` to open on the deliveries `held` picks, and
     /// acknowledges every delivery.
     pub(crate) fn gated(gate: &Gate, held: impl Fn(&Seen) -> bool + Send + Sync + 'static) -> Self {

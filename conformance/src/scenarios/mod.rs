@@ -18,11 +18,14 @@
 //!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
 //! - Crashes (`crash.rs`): [`dropped_delivery_returns`], [`sigkill_worker`],
 //!   [`killed_connection`], [`killed_while_claimed_ahead`].
+//! - Scaling out (`scale.rs`): [`two_brokers_share_keys`], [`free_keys_flow_past_a_held_key`],
+//!   [`hot_key_long_handler`].
 
 mod ahead;
 mod crash;
 mod keys;
 mod lease;
+mod scale;
 mod settle;
 mod shutdown;
 
@@ -32,6 +35,7 @@ pub use crash::{
 };
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
 pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
+pub use scale::{free_keys_flow_past_a_held_key, hot_key_long_handler, two_brokers_share_keys};
 pub use settle::{
     ack_deletes, ack_marks_processed, claim_order, reject_settles_without_retry,
     retry_counts_the_attempt, undecodable_payload_rejected,
