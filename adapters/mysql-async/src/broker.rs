@@ -11,6 +11,7 @@ use mysql_async::{Opts, OptsBuilder, Pool};
 use ruststream::adapter::{Adapter, AdapterError, TakesRows};
 use ruststream::exec::{self, BoxFuture, Executor};
 use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, MySql, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use tokio::runtime::Handle;
@@ -109,35 +110,6 @@ fn describe(opts: &Opts) -> String {
         opts.ip_or_hostname(),
         opts.tcp_port()
     )
-}
-
-/// The dialect of a server by its `SELECT VERSION()`: MariaDB where the version names it,
-/// MySQL otherwise. Refuses the versions without `FOR UPDATE SKIP LOCKED`: MySQL before 8.0.1,
-/// MariaDB before 10.6.
-pub(crate) fn dialect_of(version: &str) -> Result<Dialect, String> {
-    let mariadb = version.to_ascii_lowercase().contains("mariadb");
-    // A MariaDB behind a MySQL-compatible front may prefix `5.5.5-`.
-    let numbers = version.strip_prefix("5.5.5-").unwrap_or(version);
-    let mut parts = numbers
-        .split(|c: char| !c.is_ascii_digit())
-        .take(3)
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let found = (
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-    );
-    let (dialect, least, name) = if mariadb {
-        (Dialect::MariaDb, (10, 6, 0), "MariaDB 10.6")
-    } else {
-        (Dialect::MySql, (8, 0, 1), "MySQL 8.0.1")
-    };
-    if found < least {
-        return Err(format!(
-            "the server's version is {version}; ruststream needs {name} or later (FOR UPDATE SKIP LOCKED)"
-        ));
-    }
-    Ok(dialect)
 }
 
 /// The broker on MySQL 8.0.1+ or MariaDB 10.6+ through mysql_async.
@@ -341,7 +313,8 @@ async fn probe(pool: Pool, target: String, timeout: Duration) -> Result<Dialect,
         .map_err(|e| format!("MySQL/MariaDB at {target}: SELECT VERSION() failed: {e}"))?;
     let version = version
         .ok_or_else(|| format!("MySQL/MariaDB at {target}: SELECT VERSION() answered no row"))?;
-    dialect_of(&version).map_err(|e| format!("MySQL/MariaDB at {target}: {e}"))
+    server::dialect_of(Server::MySql, &version)
+        .map_err(|e| format!("MySQL/MariaDB at {target}: {e}"))
 }
 
 impl Adapter for MySqlAsyncBroker {
@@ -668,24 +641,6 @@ mod tests {
             "mysql://root@127.0.0.1/test"
         );
         assert_eq!(redact("not a url"), "not a url");
-    }
-
-    #[test]
-    fn dialect_by_version() {
-        assert_eq!(
-            dialect_of("10.11.19-MariaDB-0+deb12u1"),
-            Ok(Dialect::MariaDb)
-        );
-        assert_eq!(dialect_of("5.5.5-10.6.3-MariaDB"), Ok(Dialect::MariaDb));
-        assert_eq!(dialect_of("8.0.36"), Ok(Dialect::MySql));
-        assert_eq!(dialect_of("8.4.0-commercial"), Ok(Dialect::MySql));
-        assert!(
-            dialect_of("10.5.9-MariaDB")
-                .unwrap_err()
-                .contains("MariaDB 10.6")
-        );
-        assert!(dialect_of("8.0.0").unwrap_err().contains("MySQL 8.0.1"));
-        assert!(dialect_of("5.7.44-log").is_err());
     }
 
     #[test]

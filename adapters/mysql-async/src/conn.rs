@@ -416,21 +416,22 @@ impl Connection {
             return Reply::Failed(no_connection(id));
         };
         self.running = true;
-        let done = {
+        let (done, cut) = {
             let work = work.run(conn, self.found_rows);
             tokio::pin!(work);
             tokio::select! {
                 biased;
-                done = &mut work => Some(done),
+                done = &mut work => (Some(done), false),
                 () = closed(closing) => {
                     let kill = kill_query(self.opts.clone(), self.thread);
                     let (_, done) = tokio::join!(kill, tokio::time::timeout(CUT_GRACE, &mut work));
-                    done.ok()
+                    (done.ok(), true)
                 }
             }
         };
         // A command dropped after its grace may have left its statement running.
         self.running = done.is_none();
+        let done = done.filter(|_| !cut);
         let reply = match done {
             Some((reply, in_tx)) => {
                 if let Some(in_tx) = in_tx {

@@ -132,19 +132,16 @@
 //! transaction and no lock of the broker's, so it is not reset by the pool (its prepared
 //! statements stay cached), unless the table's own lock ran on it.
 //!
-//! Driver errors map to the core's kinds: I/O errors, a closed connection and sessions the
-//! server ended (1053, 1317, 1927, 4031) are [`ErrorKind::ConnectionLost`]; a disconnected
-//! pool or no connection in time is [`ErrorKind::PoolClosed`]; 1213 (deadlock) and 1205 (lock
-//! wait timeout) are [`ErrorKind::Serialization`]; 1146 is [`ErrorKind::UndefinedTable`];
-//! 1054 is [`ErrorKind::UndefinedColumn`]; 3024 and 1969 (statement time limits) are
-//! [`ErrorKind::Timeout`].
+//! Driver errors map to the core's kinds: a server's error by its number, and its SQLSTATE
+//! where the number has no kind of its own ([`mysql_error_kind`]); I/O errors and a closed
+//! connection are [`ErrorKind::ConnectionLost`]; a disconnected pool or no connection in time
+//! is [`ErrorKind::PoolClosed`]. The server's version picks the dialect, and MySQL before 8.0.1
+//! or MariaDB before 10.6 fails the start ([`dialect_of`]).
 //!
 //! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
 //! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
-//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
-//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
-//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
-//! [`ErrorKind::Timeout`]: ruststream_core::ErrorKind::Timeout
+//! [`mysql_error_kind`]: ruststream_core::server::mysql_error_kind
+//! [`dialect_of`]: ruststream_core::server::dialect_of
 //!
 //! # Rules the compiler checks
 //!

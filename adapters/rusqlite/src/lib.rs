@@ -176,6 +176,7 @@ use std::time::Duration;
 use ruststream::adapter::{Adapter, AdapterError, TakesRows};
 use ruststream::exec::BoxFuture;
 use ruststream::{BrokerHandle, InboxTable, IntoBroker};
+use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
@@ -319,10 +320,10 @@ impl Adapter for RusqliteBroker {
                 path.display()
             )))));
         }
-        if rusqlite::version_number() < 3_035_000 {
+        if let Err(error) = server::dialect_of(Server::Sqlite, rusqlite::version()) {
             return Box::pin(std::future::ready(Err(AdapterError::new(format!(
-                "SQLite {} is too old: ruststream needs 3.35 or later (RETURNING)",
-                rusqlite::version()
+                "SQLite database `{}`: {error}",
+                path.display()
             )))));
         }
         let started = self.pool.start(self.config.clone());

@@ -10,6 +10,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolConfig, RecyclingMetho
 use ruststream::adapter::{Adapter, AdapterError, Notifications, TakesRows};
 use ruststream::exec::{self, BoxFuture, Executor};
 use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, Postgres, ValidOn};
 use ruststream_core::{Command, DbError, Dialect, Reply};
 use serde::de::DeserializeOwned;
@@ -31,9 +32,6 @@ pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a pool the broker builds may take to check an idle connection before it lends it,
 /// unless its [`PoolConfig`] says otherwise.
 pub const DEFAULT_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// PostgreSQL 9.5, the first with `FOR UPDATE SKIP LOCKED`, as `server_version_num`.
-const MIN_SERVER_VERSION: u32 = 90_500;
 
 /// Where the broker's pool comes from.
 enum Source {
@@ -387,16 +385,14 @@ async fn check_server(pool: &Pool, target: &str) -> Result<(), String> {
         .await
         .map_err(|e| format!("PostgreSQL at {target} does not answer: {e}"))?;
     let version = messages.iter().find_map(|m| match m {
-        tokio_postgres::SimpleQueryMessage::Row(row) => {
-            row.get(0).and_then(|v| v.parse::<u32>().ok())
-        }
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
         _ => None,
     });
     match version {
-        Some(v) if v < MIN_SERVER_VERSION => Err(format!(
-            "PostgreSQL at {target} is version {v}: ruststream needs 9.5 or later (FOR UPDATE SKIP LOCKED)"
-        )),
-        _ => Ok(()),
+        Some(version) => server::dialect_of(Server::Postgres, version)
+            .map(drop)
+            .map_err(|e| format!("PostgreSQL at {target}: {e}")),
+        None => Ok(()),
     }
 }
 

@@ -4,9 +4,9 @@ use std::fmt;
 
 use deadpool_postgres::PoolError;
 use ruststream::{BrokerHandle, InboxTable, Message, PublishError, Publisher, StartError};
+use ruststream_core::server::sqlstate_kind;
 use ruststream_core::{BrokerError, DbError, ErrorKind};
 use serde::Serialize;
-use tokio_postgres::error::SqlState;
 
 use crate::broker::TokioPostgresBroker;
 
@@ -106,23 +106,17 @@ impl<T: InboxTable> TokioPostgresPublisher<T> {
     }
 }
 
-/// A tokio-postgres error as the core reads it.
-///
-/// | tokio-postgres | kind |
-/// |---|---|
-/// | SQLSTATE `40001` (serialization failure), `40P01` (deadlock) | [`ErrorKind::Serialization`] |
-/// | `42P01` (undefined table) | [`ErrorKind::UndefinedTable`] |
-/// | `42703` (undefined column) | [`ErrorKind::UndefinedColumn`] |
-/// | `57014` (a statement timeout, or a cancel) | [`ErrorKind::Timeout`] |
-/// | class `08` (connection exception), `57P01`..`57P03` (the server ended the session), a closed connection, I/O | [`ErrorKind::ConnectionLost`] |
-/// | anything else | [`ErrorKind::Other`] |
+/// A tokio-postgres error as the core reads it: a server's error by its SQLSTATE
+/// ([`sqlstate_kind`]); a closed connection, I/O, TLS and protocol errors as
+/// [`ErrorKind::ConnectionLost`]; the client's own errors (a value that does not convert) as
+/// [`ErrorKind::Other`].
 pub(crate) fn db_error(error: &tokio_postgres::Error) -> DbError {
     DbError::new(error_kind(error), describe(error))
 }
 
 fn error_kind(error: &tokio_postgres::Error) -> ErrorKind {
     if let Some(code) = error.code() {
-        return code_kind(code);
+        return sqlstate_kind(code.code());
     }
     if error.is_closed() {
         return ErrorKind::ConnectionLost;
@@ -141,27 +135,6 @@ fn error_kind(error: &tokio_postgres::Error) -> ErrorKind {
     } else {
         // I/O, TLS, a protocol error, a failed connect: the connection is gone.
         ErrorKind::ConnectionLost
-    }
-}
-
-fn code_kind(code: &SqlState) -> ErrorKind {
-    let c = code.code();
-    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
-        ErrorKind::Serialization
-    } else if *code == SqlState::UNDEFINED_TABLE {
-        ErrorKind::UndefinedTable
-    } else if *code == SqlState::UNDEFINED_COLUMN {
-        ErrorKind::UndefinedColumn
-    } else if *code == SqlState::QUERY_CANCELED {
-        ErrorKind::Timeout
-    } else if c.starts_with("08")
-        || *code == SqlState::ADMIN_SHUTDOWN
-        || *code == SqlState::CRASH_SHUTDOWN
-        || *code == SqlState::CANNOT_CONNECT_NOW
-    {
-        ErrorKind::ConnectionLost
-    } else {
-        ErrorKind::Other
     }
 }
 
@@ -218,33 +191,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_map_to_kinds() {
-        assert_eq!(
-            code_kind(&SqlState::T_R_SERIALIZATION_FAILURE),
-            ErrorKind::Serialization
-        );
-        assert_eq!(
-            code_kind(&SqlState::T_R_DEADLOCK_DETECTED),
-            ErrorKind::Serialization
-        );
-        assert_eq!(
-            code_kind(&SqlState::UNDEFINED_TABLE),
-            ErrorKind::UndefinedTable
-        );
-        assert_eq!(
-            code_kind(&SqlState::UNDEFINED_COLUMN),
-            ErrorKind::UndefinedColumn
-        );
-        assert_eq!(
-            code_kind(&SqlState::ADMIN_SHUTDOWN),
-            ErrorKind::ConnectionLost
-        );
-        assert_eq!(
-            code_kind(&SqlState::CONNECTION_FAILURE),
-            ErrorKind::ConnectionLost
-        );
-        assert_eq!(code_kind(&SqlState::QUERY_CANCELED), ErrorKind::Timeout);
-        assert_eq!(code_kind(&SqlState::SYNTAX_ERROR), ErrorKind::Other);
+    fn pool_errors_map_to_kinds() {
         assert_eq!(pool_error(&PoolError::Closed).kind, ErrorKind::PoolClosed);
     }
 }

@@ -143,19 +143,15 @@
 //! start, with a message that names the setting. The advisory lock form needs a session per
 //! connection: a direct connection, or PgBouncer in session pooling.
 //!
-//! Driver errors map to the core's kinds: SQLSTATE `40001` and `40P01` are
-//! [`ErrorKind::Serialization`]; `42P01` is [`ErrorKind::UndefinedTable`]; `42703` is
-//! [`ErrorKind::UndefinedColumn`]; `57014` (a statement timeout) is [`ErrorKind::Timeout`];
-//! class `08`, `57P01`..`57P03` (a session the server ended), a closed connection and I/O
-//! errors are [`ErrorKind::ConnectionLost`]; a closed pool, or one that gave no connection in
-//! time, is [`ErrorKind::PoolClosed`].
+//! Driver errors map to the core's kinds: a server's error by its SQLSTATE
+//! ([`sqlstate_kind`]); a closed connection and I/O errors are [`ErrorKind::ConnectionLost`]; a
+//! closed pool, or one that gave no connection in time, is [`ErrorKind::PoolClosed`]. A server
+//! before PostgreSQL 9.5 fails the start ([`dialect_of`]).
 //!
 //! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
 //! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
-//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
-//! [`ErrorKind::Timeout`]: ruststream_core::ErrorKind::Timeout
-//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
-//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
+//! [`sqlstate_kind`]: ruststream_core::server::sqlstate_kind
+//! [`dialect_of`]: ruststream_core::server::dialect_of
 //!
 //! # Rules the compiler checks
 //!
