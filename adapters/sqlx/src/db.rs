@@ -44,10 +44,6 @@ pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
         binds: Vec<Value>,
     ) -> BoxFuture<'c, Result<Reply<Self::Row>, DbError>>;
 
-    /// Ends a transaction a released connection left open.
-    #[doc(hidden)]
-    fn rollback<'c>(conn: &'c mut Self::Connection) -> BoxFuture<'c, Result<(), sqlx::Error>>;
-
     /// The server's dialect, or why the server does not serve the queue.
     #[doc(hidden)]
     fn dialect<'c>(conn: &'c mut Self::Connection) -> BoxFuture<'c, Result<Dialect, String>>;
@@ -264,13 +260,6 @@ impl SqlxDatabase for Postgres {
         run_statement!(Postgres, conn, statement, binds, pg_bind, pg_value)
     }
 
-    fn rollback<'c>(conn: &'c mut PgConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::raw_sql("ROLLBACK").execute(conn).await?;
-            Ok(())
-        })
-    }
-
     fn dialect<'c>(conn: &'c mut PgConnection) -> BoxFuture<'c, Result<Dialect, String>> {
         Box::pin(async move {
             match conn.server_version_num() {
@@ -363,13 +352,6 @@ impl SqlxDatabase for MySql {
         run_statement!(MySql, conn, statement, binds, mysql_bind, mysql_value)
     }
 
-    fn rollback<'c>(conn: &'c mut MySqlConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::raw_sql("ROLLBACK").execute(conn).await?;
-            Ok(())
-        })
-    }
-
     /// MariaDB by its version text (`10.11.6-MariaDB-..`), MySQL otherwise; refuses MySQL
     /// before 8.0.1 and MariaDB before 10.6.
     fn dialect<'c>(conn: &'c mut MySqlConnection) -> BoxFuture<'c, Result<Dialect, String>> {
@@ -445,13 +427,6 @@ impl SqlxDatabase for Sqlite {
         binds: Vec<Value>,
     ) -> BoxFuture<'c, Result<Reply<SqliteRow>, DbError>> {
         run_statement!(Sqlite, conn, statement, binds, sqlite_bind, sqlite_value)
-    }
-
-    fn rollback<'c>(conn: &'c mut SqliteConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::raw_sql("ROLLBACK").execute(conn).await?;
-            Ok(())
-        })
     }
 
     /// SQLite 3.35 or later (`RETURNING`).

@@ -218,13 +218,14 @@
 mod broker;
 mod conn;
 mod db;
-mod error;
 mod listen;
 mod lock;
 
-pub use broker::{ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxRoute};
+pub use broker::{
+    ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxBrokerError,
+    SqlxPublisher, SqlxRoute,
+};
 pub use db::SqlxDatabase;
-pub use error::{SqlxBrokerError, SqlxPublisher};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 /// The sqlx crate this adapter runs on.
 pub use sqlx;

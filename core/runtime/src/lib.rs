@@ -18,22 +18,26 @@ mod app;
 pub mod codec;
 pub mod de;
 mod driver;
+mod error;
 pub mod exec;
 mod handle;
 mod listen;
 mod outcome;
+mod route;
 mod subscriber;
 mod table;
 
 #[cfg(feature = "tokio")]
 pub use app::run_app;
 pub use app::{App, AppInfo, BoxError, RunError, RustStream, run_blocking, termination};
-pub use driver::{PublishError, StartError, now};
+pub use driver::now;
+pub use error::{Error, PublishError, StartError};
 pub use handle::{BrokerHandle, BrokerScope, IntoBroker, Message, Publisher, RunningBroker};
 pub use outcome::{
     Context, ContextKind, Ctx, CtxKey, DeliveryInfo, Handle, HandlerOutcome, InboxContext,
     Provides, keys,
 };
+pub use route::Route;
 pub use ruststream_core as core;
 pub use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
