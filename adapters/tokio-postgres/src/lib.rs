@@ -206,12 +206,12 @@ mod run;
 
 pub use broker::{
     ClosedTokioPostgresBroker, DEFAULT_CREATE_TIMEOUT, DEFAULT_RECYCLE_TIMEOUT,
-    DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker, TokioPostgresRoute,
+    DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker,
+    TokioPostgresBrokerError, TokioPostgresPublisher, TokioPostgresRoute,
 };
 /// The deadpool-postgres crate of the broker's pool, for [`TokioPostgresBroker::new`] and
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;
-pub use error::{TokioPostgresBrokerError, TokioPostgresPublisher};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 pub use row::PgRow;
 pub use ruststream::de::DecodeError;
