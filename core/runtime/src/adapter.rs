@@ -10,7 +10,7 @@ use crate::exec::BoxFuture;
 
 mod connections;
 
-pub use connections::{ConnectionPool, Connections, Ending};
+pub use connections::{ConnFuture, ConnectionPool, Connections, Ending};
 
 /// The notifications one listening session hears ([`Adapter::listen`]): the payload of each,
 /// the name of a table with new rows. The stream ends, or answers an error and then ends, when

@@ -20,12 +20,16 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::channel::oneshot;
-use futures::future::{self, BoxFuture, Either, Shared};
+use futures::future::{self, Either, Shared};
 use ruststream_core::{
     Action, Command, ConnId, DbError, ErrorKind, Output, Reply, Statement, StatementKind, Value,
 };
 
 use super::{Turn, Turns};
+use crate::exec::BoxFuture;
+
+/// A boxed future that borrows a connection: what a statement or a lock on one answers.
+pub type ConnFuture<'c, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'c>>;
 
 /// How long the rollback of a released connection may take before the connection is closed
 /// instead, where the pool has a timer ([`ConnectionPool::sleep`]).
@@ -65,7 +69,7 @@ pub trait ConnectionPool: Clone + Send + Sync + 'static {
     /// Takes a connection of the pool. An error names why none came: a closed pool or one that
     /// gave none in time is [`ErrorKind::PoolClosed`], a connection that did not open
     /// [`ErrorKind::ConnectionLost`].
-    fn acquire(&self) -> BoxFuture<'static, Result<Self::Connection, DbError>>;
+    fn acquire(&self) -> BoxFuture<Result<Self::Connection, DbError>>;
 
     /// Runs a statement of the core with its binds and reads the reply as its
     /// [`output`](Statement::output) says. `in_transaction`: a transaction is open on the
@@ -76,7 +80,7 @@ pub trait ConnectionPool: Clone + Send + Sync + 'static {
         statement: Statement,
         binds: Vec<Value>,
         in_transaction: bool,
-    ) -> BoxFuture<'c, Reply<Self::Row>>;
+    ) -> ConnFuture<'c, Reply<Self::Row>>;
 
     /// Runs the table's own lock (`take`) or unlock of `key`: whether it took the key, or
     /// whether the session held it.
@@ -86,16 +90,16 @@ pub trait ConnectionPool: Clone + Send + Sync + 'static {
         lock: &'c Self::Lock,
         key: &'c str,
         take: bool,
-    ) -> BoxFuture<'c, Result<bool, DbError>>;
+    ) -> ConnFuture<'c, Result<bool, DbError>>;
 
     /// Gives a connection back to the pool. It holds no transaction, and no command on it
     /// failed as lost; into a closed pool, it closes.
-    fn release(&self, conn: Self::Connection) -> BoxFuture<'static, ()>;
+    fn release(&self, conn: Self::Connection) -> BoxFuture<()>;
 
     /// Closes a connection, ending its session, its locks and its transaction, as `ending`
     /// says; it completes once the session has ended on the server, as far as the driver can
     /// tell.
-    fn close(&self, conn: Self::Connection, ending: Ending) -> BoxFuture<'static, ()>;
+    fn close(&self, conn: Self::Connection, ending: Ending) -> BoxFuture<()>;
 
     /// Closes a connection that is dropped rather than released or closed (its command
     /// panicked, its command's future was dropped midway, or the map was dropped): it must not
@@ -111,14 +115,14 @@ pub trait ConnectionPool: Clone + Send + Sync + 'static {
 
     /// A command's future as it must be polled: inside the driver's runtime, for a driver
     /// whose connections need it entered. The default polls it as it is.
-    fn enter<T: Send + 'static>(&self, future: BoxFuture<'static, T>) -> BoxFuture<'static, T> {
+    fn enter<T: Send + 'static>(&self, future: BoxFuture<T>) -> BoxFuture<T> {
         future
     }
 
     /// A timer of the driver's runtime: it bounds the rollback of a released connection (5 s,
     /// then the connection is closed). The default never completes, so a rollback takes as
     /// long as it takes.
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+    fn sleep(&self, duration: Duration) -> BoxFuture<()> {
         let _ = duration;
         Box::pin(future::pending())
     }
@@ -351,7 +355,7 @@ fn rollback() -> Statement {
     }
 }
 
-fn ready<R: Send + 'static>(reply: Reply<R>) -> BoxFuture<'static, Reply<R>> {
+fn ready<R: Send + 'static>(reply: Reply<R>) -> BoxFuture<Reply<R>> {
     Box::pin(future::ready(reply))
 }
 
@@ -472,7 +476,7 @@ impl<P: ConnectionPool> Connections<P> {
         pool: Option<P>,
         command: Command,
         lock: Option<P::Lock>,
-    ) -> BoxFuture<'static, Reply<P::Row>> {
+    ) -> BoxFuture<Reply<P::Row>> {
         let id = command.conn;
         match command.action {
             Action::Acquire => match pool {
@@ -487,7 +491,7 @@ impl<P: ConnectionPool> Connections<P> {
         }
     }
 
-    fn acquire(self: &Arc<Self>, pool: P, id: ConnId) -> BoxFuture<'static, Reply<P::Row>> {
+    fn acquire(self: &Arc<Self>, pool: P, id: ConnId) -> BoxFuture<Reply<P::Row>> {
         let slot = Arc::new(Slot::new(pool.clone()));
         {
             let mut slots = lock(&self.slots);
@@ -524,7 +528,7 @@ impl<P: ConnectionPool> Connections<P> {
         lock: Option<P::Lock>,
         key: Arc<str>,
         take: bool,
-    ) -> BoxFuture<'static, Reply<P::Row>> {
+    ) -> BoxFuture<Reply<P::Row>> {
         match lock {
             Some(lock) => self.run(id, Job::Lock { lock, key, take }),
             None => ready(Reply::Failed(DbError::new(
@@ -535,7 +539,7 @@ impl<P: ConnectionPool> Connections<P> {
     }
 
     /// Runs `job` on `id`'s connection in its turn.
-    fn run(&self, id: ConnId, job: Job<P::Lock>) -> BoxFuture<'static, Reply<P::Row>> {
+    fn run(&self, id: ConnId, job: Job<P::Lock>) -> BoxFuture<Reply<P::Row>> {
         let Some(slot) = self.get(id) else {
             return ready(Reply::Failed(no_connection(id)));
         };
@@ -584,7 +588,7 @@ impl<P: ConnectionPool> Connections<P> {
         }))
     }
 
-    fn release(&self, id: ConnId) -> BoxFuture<'static, Reply<P::Row>> {
+    fn release(&self, id: ConnId) -> BoxFuture<Reply<P::Row>> {
         let Some(slot) = self.remove(id) else {
             // Nothing is held under this id: nothing to give back.
             return ready(Reply::Done);
@@ -602,7 +606,7 @@ impl<P: ConnectionPool> Connections<P> {
         }))
     }
 
-    fn close(&self, id: ConnId) -> BoxFuture<'static, Reply<P::Row>> {
+    fn close(&self, id: ConnId) -> BoxFuture<Reply<P::Row>> {
         let Some(slot) = self.remove(id) else {
             return ready(Reply::Done);
         };

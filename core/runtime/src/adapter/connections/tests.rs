@@ -26,7 +26,7 @@ impl ConnectionPool for Pretend {
     type Row = ();
     type Lock = bool;
 
-    fn acquire(&self) -> BoxFuture<'static, Result<u32, DbError>> {
+    fn acquire(&self) -> BoxFuture<Result<u32, DbError>> {
         let conn = self.next.fetch_add(1, Ordering::SeqCst);
         Box::pin(future::ready(Ok(conn)))
     }
@@ -37,7 +37,7 @@ impl ConnectionPool for Pretend {
         statement: Statement,
         _binds: Vec<Value>,
         _in_transaction: bool,
-    ) -> BoxFuture<'c, Reply<()>> {
+    ) -> ConnFuture<'c, Reply<()>> {
         let sql = statement.sql.to_string();
         self.note(format!("{conn}: {sql}"));
         Box::pin(async move {
@@ -56,17 +56,17 @@ impl ConnectionPool for Pretend {
         answer: &'c bool,
         _key: &'c str,
         _take: bool,
-    ) -> BoxFuture<'c, Result<bool, DbError>> {
+    ) -> ConnFuture<'c, Result<bool, DbError>> {
         let answer = *answer;
         Box::pin(async move { Ok(answer) })
     }
 
-    fn release(&self, conn: u32) -> BoxFuture<'static, ()> {
+    fn release(&self, conn: u32) -> BoxFuture<()> {
         self.note(format!("{conn}: released"));
         Box::pin(future::ready(()))
     }
 
-    fn close(&self, conn: u32, ending: Ending) -> BoxFuture<'static, ()> {
+    fn close(&self, conn: u32, ending: Ending) -> BoxFuture<()> {
         self.note(format!("{conn}: closed {ending:?}"));
         Box::pin(future::ready(()))
     }
@@ -116,7 +116,7 @@ impl Fixture {
         }
     }
 
-    fn issue(&self, conn: u64, action: Action) -> BoxFuture<'static, Reply<()>> {
+    fn issue(&self, conn: u64, action: Action) -> BoxFuture<Reply<()>> {
         self.conns
             .execute(Some(self.pool.clone()), command(conn, action), Some(true))
     }
