@@ -121,12 +121,14 @@
 //! # Connections
 //!
 //! Each connection the core names holds a connection of the pool from its acquire to its
-//! release or close, and runs its commands in the order the core gave them, on a task of its
-//! own. A release gives the connection back, rolling back a transaction left open (it tracks
-//! `BEGIN`, `COMMIT` and `ROLLBACK`); a close ends the session: it cuts short a statement still
-//! running with a cancel request (over [`TokioPostgresBroker::cancel_tls`] where the server
-//! takes no plain connection), rolls back and unlocks what the session holds while it still
-//! answers, and takes the connection out of the pool. Size the pool for the forms that hold a
+//! release or close, and runs its commands in the order the core gave them, each on the task
+//! that polls its future, inside the broker's tokio runtime. A release gives the connection
+//! back, rolling back a transaction left open (the runtime tracks `BEGIN`, `COMMIT` and
+//! `ROLLBACK`); a close ends the session: it cuts short the command in flight, which answers
+//! at once, and ends a statement still running on the server with a cancel request, sent
+//! again until the session answers (over [`TokioPostgresBroker::cancel_tls`] where the server
+//! takes no plain connection); on a session in a known state it rolls back and unlocks what
+//! the session holds while it still answers; then it takes the connection out of the pool. Size the pool for the forms that hold a
 //! connection per message in work (row lock, advisory): each subscription's workers and rows
 //! claimed ahead (`prefetch`), plus one for its claims and one for publishes.
 //!

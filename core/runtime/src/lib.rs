@@ -7,6 +7,13 @@
 //! shutdown. It reaches an executor only through [`exec::Executor`], with implementations
 //! for tokio (feature `tokio`, default) and async-std (feature `async-std`).
 //!
+//! Every adapter's broker shares this crate's public types: a [`Route`] of one queue, a
+//! [`RunningBroker`] started by hand with its [`ClosedCounts`], a [`Publisher`], the [`Error`]
+//! of a publish or a start, and the methods [`broker_methods!`] writes (`route`, `handle`,
+//! `start`, `start_on`); each adapter names them after itself (`SqlxRoute`,
+//! `ClosedSqlxBroker`, `SqlxBrokerError`, ...). An adapter on an async pool holds the core's
+//! connections in [`adapter::Connections`].
+//!
 //! The three forms, the custom lock and the shutdown are described in the crate's
 //! documentation pages and in `ruststream_core`.
 
