@@ -86,12 +86,9 @@ impl<T, A: Adapter> IntoBroker for Route<T, A> {
 
 /// The methods every adapter's broker offers beside its own constructors, written once:
 /// `route`, `handle`, `start` and `start_on`, and [`IntoBroker`](crate::IntoBroker), for an
-/// [`Adapter`](crate::adapter::Adapter) type.
-///
-/// ```ignore
-/// ruststream::broker_methods!(impl RusqliteBroker);
-/// ruststream::broker_methods!(impl<DB: SqlxDatabase> SqlxBroker<DB>);
-/// ```
+/// [`Adapter`](crate::adapter::Adapter) type: `ruststream::broker_methods!(impl RusqliteBroker);`,
+/// or with the type's generic parameters and their bounds,
+/// `ruststream::broker_methods!(impl<DB: SqlxDatabase> SqlxBroker<DB>);`.
 #[macro_export]
 macro_rules! broker_methods {
     (impl<$($generic:ident: $bound:path),+> $broker:ty) => {
