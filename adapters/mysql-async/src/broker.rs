@@ -2,21 +2,20 @@
 //! and a broker started by hand.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Opts, OptsBuilder, Pool};
-use ruststream::adapter::{Adapter, AdapterError, TakesRows};
-use ruststream::exec::{self, BoxFuture, Executor};
-use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream::InboxTable;
+use ruststream::adapter::{Adapter, AdapterError, Connections, TakesRows, redact_url};
+use ruststream::exec::BoxFuture;
+use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, MySql, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use tokio::runtime::Handle;
 
-use crate::conn::{Conns, Lender};
-use crate::error::{MySqlAsyncBrokerError, MySqlAsyncPublisher};
+use crate::conn::Lender;
 use crate::lock::{CustomLock, PickLock};
 
 /// How long a close waits for the pool it built to close its connections.
@@ -54,7 +53,7 @@ struct Inner {
     source: Source,
     acquire_timeout: Duration,
     state: Mutex<State>,
-    conns: Arc<Conns>,
+    conns: Arc<Connections<Lender>>,
 }
 
 impl Inner {
@@ -70,33 +69,10 @@ impl Inner {
     /// Where the pool connects, for messages: the URL without its password.
     fn target(&self) -> String {
         match &self.source {
-            Source::Url(url) => redact(url),
+            Source::Url(url) => redact_url(url),
             Source::Opts(opts) => describe(opts),
             Source::Pool(_) => "the service's mysql_async pool".to_owned(),
         }
-    }
-}
-
-/// A URL with its password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
     }
 }
 
@@ -109,35 +85,6 @@ fn describe(opts: &Opts) -> String {
         opts.ip_or_hostname(),
         opts.tcp_port()
     )
-}
-
-/// The dialect of a server by its `SELECT VERSION()`: MariaDB where the version names it,
-/// MySQL otherwise. Refuses the versions without `FOR UPDATE SKIP LOCKED`: MySQL before 8.0.1,
-/// MariaDB before 10.6.
-pub(crate) fn dialect_of(version: &str) -> Result<Dialect, String> {
-    let mariadb = version.to_ascii_lowercase().contains("mariadb");
-    // A MariaDB behind a MySQL-compatible front may prefix `5.5.5-`.
-    let numbers = version.strip_prefix("5.5.5-").unwrap_or(version);
-    let mut parts = numbers
-        .split(|c: char| !c.is_ascii_digit())
-        .take(3)
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let found = (
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-    );
-    let (dialect, least, name) = if mariadb {
-        (Dialect::MariaDb, (10, 6, 0), "MariaDB 10.6")
-    } else {
-        (Dialect::MySql, (8, 0, 1), "MySQL 8.0.1")
-    };
-    if found < least {
-        return Err(format!(
-            "the server's version is {version}; ruststream needs {name} or later (FOR UPDATE SKIP LOCKED)"
-        ));
-    }
-    Ok(dialect)
 }
 
 /// The broker on MySQL 8.0.1+ or MariaDB 10.6+ through mysql_async.
@@ -180,7 +127,7 @@ impl MySqlAsyncBroker {
                 source,
                 acquire_timeout: Duration::from_secs(30),
                 state: Mutex::new(State::Idle),
-                conns: Arc::new(Conns::new()),
+                conns: Arc::new(Connections::new()),
             }),
         }
     }
@@ -227,52 +174,6 @@ impl MySqlAsyncBroker {
             )
             .acquire_timeout = timeout;
         self
-    }
-
-    /// A route of `T`'s queue under `name` (the name its `InboxQueue::<T>::new(name)`
-    /// subscriptions use): the broker as `with_broker` takes it, with a publisher into `T`'s
-    /// table ([`MySqlAsyncRoute::publisher`]).
-    pub fn route<T: InboxTable>(self, name: &'static str) -> MySqlAsyncRoute<T> {
-        MySqlAsyncRoute {
-            handle: self.handle(),
-            name,
-            row: PhantomData,
-        }
-    }
-
-    /// The broker as the service holds it, to take publishers from before the service
-    /// starts ([`MySqlAsyncPublisher::new`]); pass a clone of the same handle to
-    /// `with_broker`. The same as [`IntoBroker::into_broker`].
-    pub fn handle(self) -> BrokerHandle<Self> {
-        BrokerHandle::new(self)
-    }
-
-    /// Starts the broker by hand, without a service, with these subscriptions (from
-    /// `IntoSubscription::into_subscription`), on the executor of the calling context (tokio
-    /// inside a tokio runtime): builds the pool where the broker builds it, checks every
-    /// subscription's table, and starts claiming. A tool that drives the broker this way
-    /// receives the [`ClosedMySqlAsyncBroker`] from [`RunningMySqlAsyncBroker::shutdown`].
-    ///
-    /// This is not the runtime's `Adapter::start`, which the service calls.
-    pub async fn start(
-        self,
-        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
-    ) -> Result<RunningMySqlAsyncBroker, MySqlAsyncBrokerError> {
-        self.start_on(subscriptions, exec::current()).await
-    }
-
-    /// [`MySqlAsyncBroker::start`] on this executor. The broker's connections still run on
-    /// the tokio runtime of the calling context, which must be one.
-    pub async fn start_on(
-        self,
-        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
-        executor: Arc<dyn Executor>,
-    ) -> Result<RunningMySqlAsyncBroker, MySqlAsyncBrokerError> {
-        let handle = self.handle();
-        let running = handle
-            .start(subscriptions.into_iter().collect(), executor)
-            .await?;
-        Ok(RunningMySqlAsyncBroker { running })
     }
 
     /// The pool, once the broker has started (and after it closed): the one it built, or the
@@ -341,7 +242,8 @@ async fn probe(pool: Pool, target: String, timeout: Duration) -> Result<Dialect,
         .map_err(|e| format!("MySQL/MariaDB at {target}: SELECT VERSION() failed: {e}"))?;
     let version = version
         .ok_or_else(|| format!("MySQL/MariaDB at {target}: SELECT VERSION() answered no row"))?;
-    dialect_of(&version).map_err(|e| format!("MySQL/MariaDB at {target}: {e}"))
+    server::dialect_of(Server::MySql, &version)
+        .map_err(|e| format!("MySQL/MariaDB at {target}: {e}"))
 }
 
 impl Adapter for MySqlAsyncBroker {
@@ -512,181 +414,35 @@ where
     }
 }
 
-impl IntoBroker for MySqlAsyncBroker {
-    type Adapter = MySqlAsyncBroker;
+ruststream::broker_methods!(impl MySqlAsyncBroker);
 
-    /// Wraps the broker in a new [`BrokerHandle`]: see [`MySqlAsyncBroker::handle`].
-    fn into_broker(self) -> BrokerHandle<MySqlAsyncBroker> {
-        BrokerHandle::new(self)
-    }
-}
+/// A route of a [`MySqlAsyncBroker`]: the broker with the name of a queue whose subscriptions
+/// take `T`'s rows, and a publisher into `T`'s table ([`MySqlAsyncBroker::route`]).
+pub type MySqlAsyncRoute<T> = ruststream::Route<T, MySqlAsyncBroker>;
 
-/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
-/// publisher into `T`'s table. `with_broker` takes it as it takes the broker.
-///
-/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
-/// service's logs and code, and routes nothing by itself: every subscription included in the
-/// broker runs, whatever its queue.
-pub struct MySqlAsyncRoute<T> {
-    handle: BrokerHandle<MySqlAsyncBroker>,
-    name: &'static str,
-    row: PhantomData<fn() -> T>,
-}
+/// A [`MySqlAsyncBroker`] started by hand ([`MySqlAsyncBroker::start`]), driven in the
+/// background until its [`shutdown`](ruststream::RunningBroker::shutdown), which answers a
+/// [`ClosedMySqlAsyncBroker`].
+pub type RunningMySqlAsyncBroker = ruststream::RunningBroker<MySqlAsyncBroker>;
 
-impl<T> Clone for MySqlAsyncRoute<T> {
-    fn clone(&self) -> Self {
-        Self {
-            handle: self.handle.clone(),
-            name: self.name,
-            row: PhantomData,
-        }
-    }
-}
+/// What the shutdown of a [`MySqlAsyncBroker`] started by hand did to the advisory locks of the
+/// deliveries in work: `locks_released`, the locks an unlock released, and
+/// `connections_closed`, the connections closed to end their locks.
+pub type ClosedMySqlAsyncBroker = ruststream::ClosedCounts;
 
-impl<T> fmt::Debug for MySqlAsyncRoute<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlAsyncRoute")
-            .field("name", &self.name)
-            .field("row", &std::any::type_name::<T>())
-            .field("broker", self.handle.adapter())
-            .finish()
-    }
-}
+/// Publishes rows into `T`'s table through a [`MySqlAsyncBroker`]: from its handle
+/// ([`ruststream::Publisher::new`]), a route or a running broker. It answers
+/// [`MySqlAsyncBrokerError::Closed`] until the broker starts and from its shutdown on, and
+/// writes no row then.
+pub type MySqlAsyncPublisher<T> = ruststream::Publisher<T, MySqlAsyncBroker>;
 
-impl<T: InboxTable> MySqlAsyncRoute<T> {
-    /// The queue's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// The name of `T`'s table.
-    pub fn table(&self) -> &'static str {
-        T::TABLE.table_desc().table
-    }
-
-    /// A publisher into `T`'s table. It answers [`MySqlAsyncBrokerError::Closed`] until the
-    /// service starts, and from its shutdown on.
-    pub fn publisher(&self) -> MySqlAsyncPublisher<T> {
-        MySqlAsyncPublisher::new(&self.handle)
-    }
-
-    /// The broker's handle.
-    pub fn handle(&self) -> &BrokerHandle<MySqlAsyncBroker> {
-        &self.handle
-    }
-}
-
-impl<T> IntoBroker for MySqlAsyncRoute<T> {
-    type Adapter = MySqlAsyncBroker;
-
-    fn into_broker(self) -> BrokerHandle<MySqlAsyncBroker> {
-        self.handle
-    }
-}
-
-/// What the shutdown of a broker started by hand did to the advisory locks of the deliveries
-/// in work.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ClosedMySqlAsyncBroker {
-    /// Locks the shutdown released with an unlock the database answered yes to.
-    pub locks_released: usize,
-    /// Connections the shutdown closed to end their locks, where an unlock answered no or
-    /// failed.
-    pub connections_closed: usize,
-}
-
-impl From<ruststream_core::ClosedCounts> for ClosedMySqlAsyncBroker {
-    fn from(counts: ruststream_core::ClosedCounts) -> Self {
-        Self {
-            locks_released: counts.locks_released,
-            connections_closed: counts.connections_closed,
-        }
-    }
-}
-
-/// A broker started by hand ([`MySqlAsyncBroker::start`]), driven in the background until
-/// [`RunningMySqlAsyncBroker::shutdown`].
-pub struct RunningMySqlAsyncBroker {
-    running: RunningBroker<MySqlAsyncBroker>,
-}
-
-impl fmt::Debug for RunningMySqlAsyncBroker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunningMySqlAsyncBroker")
-            .field("broker", self.running.handle().adapter())
-            .finish()
-    }
-}
-
-impl RunningMySqlAsyncBroker {
-    /// Stops every subscription's claims; deliveries in work go on and settle.
-    pub fn stop(&self) {
-        self.running.stop();
-    }
-
-    /// Completes when no message is in work.
-    pub async fn drained(&self) {
-        self.running.drained().await;
-    }
-
-    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
-    /// every advisory lock in work is released, settlements in flight are waited for, then a
-    /// pool the broker built closes. Answers what the shutdown did to the advisory locks.
-    pub async fn shutdown(self) -> ClosedMySqlAsyncBroker {
-        self.running.shutdown().await.into()
-    }
-
-    /// A publisher into `T`'s table; it answers [`MySqlAsyncBrokerError::Closed`] from the
-    /// shutdown on.
-    pub fn publisher<T: InboxTable>(&self) -> MySqlAsyncPublisher<T> {
-        MySqlAsyncPublisher::new(self.running.handle())
-    }
-
-    /// The broker's handle.
-    pub fn handle(&self) -> &BrokerHandle<MySqlAsyncBroker> {
-        self.running.handle()
-    }
-
-    /// The broker.
-    pub fn broker(&self) -> &MySqlAsyncBroker {
-        self.running.handle().adapter()
-    }
-}
+/// Why a publish, or a start by hand, of a [`MySqlAsyncBroker`] did not happen: `Closed`,
+/// `Encode`, `Invalid`, `Db`, `Start` ([`ruststream::Error`]).
+pub type MySqlAsyncBrokerError = ruststream::Error;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact("mysql://app:secret@db:3306/app?pool_max=4"),
-            "mysql://app:***@db:3306/app?pool_max=4"
-        );
-        assert_eq!(
-            redact("mysql://root@127.0.0.1/test"),
-            "mysql://root@127.0.0.1/test"
-        );
-        assert_eq!(redact("not a url"), "not a url");
-    }
-
-    #[test]
-    fn dialect_by_version() {
-        assert_eq!(
-            dialect_of("10.11.19-MariaDB-0+deb12u1"),
-            Ok(Dialect::MariaDb)
-        );
-        assert_eq!(dialect_of("5.5.5-10.6.3-MariaDB"), Ok(Dialect::MariaDb));
-        assert_eq!(dialect_of("8.0.36"), Ok(Dialect::MySql));
-        assert_eq!(dialect_of("8.4.0-commercial"), Ok(Dialect::MySql));
-        assert!(
-            dialect_of("10.5.9-MariaDB")
-                .unwrap_err()
-                .contains("MariaDB 10.6")
-        );
-        assert!(dialect_of("8.0.0").unwrap_err().contains("MySQL 8.0.1"));
-        assert!(dialect_of("5.7.44-log").is_err());
-    }
 
     #[test]
     fn describes_options_without_password() {

@@ -111,13 +111,14 @@
 //! release or close, and runs its commands in the order the core gave them, each on the task
 //! that polls its future, inside the broker's tokio runtime. A release gives the connection
 //! back, rolling back a transaction left open; a close ends its session (`COM_QUIT`), and so
-//! its locks and its transaction, cutting short a statement still running on it with
-//! `KILL QUERY` from a connection of its own. A connection dropped without its release or
-//! close (the broker dropped, or a command's future dropped midway) closes rather than going
-//! back to the pool. Size the
-//! pool (`pool_max` in the URL, 100 by default) for the forms that hold a connection per
-//! message in work (row lock, advisory): each subscription's workers and rows claimed ahead
-//! (`prefetch`), plus one for its claims and one for publishes. An acquire waits up to [`MySqlAsyncBroker::acquire_timeout`].
+//! its locks and its transaction: it cuts short the command in flight, which answers at once,
+//! and ends a statement still running on the server with `KILL QUERY` from a connection of its
+//! own. A connection dropped without its release or close (the broker dropped, or a command's
+//! future dropped midway) closes rather than going back to the pool. Size the pool
+//! (`pool_max` in the URL, 100 by default) for the forms that hold a connection per message in
+//! work (row lock, advisory): each subscription's workers and rows claimed ahead (`prefetch`),
+//! plus one for its claims and one for publishes. An acquire waits up to
+//! [`MySqlAsyncBroker::acquire_timeout`].
 //! Keep `pool_min` (10 by default) at or above that number too: with mysql_async's default
 //! `inactive_connection_ttl` of zero, the pool keeps at most `pool_min` idle connections and
 //! closes every other connection given back, so a smaller `pool_min` opens a new connection
@@ -132,19 +133,16 @@
 //! transaction and no lock of the broker's, so it is not reset by the pool (its prepared
 //! statements stay cached), unless the table's own lock ran on it.
 //!
-//! Driver errors map to the core's kinds: I/O errors, a closed connection and sessions the
-//! server ended (1053, 1317, 1927, 4031) are [`ErrorKind::ConnectionLost`]; a disconnected
-//! pool or no connection in time is [`ErrorKind::PoolClosed`]; 1213 (deadlock) and 1205 (lock
-//! wait timeout) are [`ErrorKind::Serialization`]; 1146 is [`ErrorKind::UndefinedTable`];
-//! 1054 is [`ErrorKind::UndefinedColumn`]; 3024 and 1969 (statement time limits) are
-//! [`ErrorKind::Timeout`].
+//! Driver errors map to the core's kinds: a server's error by its number, and its SQLSTATE
+//! where the number has no kind of its own ([`mysql_error_kind`]); I/O errors and a closed
+//! connection are [`ErrorKind::ConnectionLost`]; a disconnected pool or no connection in time
+//! is [`ErrorKind::PoolClosed`]. The server's version picks the dialect, and MySQL before 8.0.1
+//! or MariaDB before 10.6 fails the start ([`dialect_of`]).
 //!
 //! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
 //! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
-//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
-//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
-//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
-//! [`ErrorKind::Timeout`]: ruststream_core::ErrorKind::Timeout
+//! [`mysql_error_kind`]: ruststream_core::server::mysql_error_kind
+//! [`dialect_of`]: ruststream_core::server::dialect_of
 //!
 //! # Rules the compiler checks
 //!
@@ -212,14 +210,13 @@
 
 mod broker;
 mod conn;
-mod error;
 mod lock;
 mod value;
 
 pub use broker::{
-    ClosedMySqlAsyncBroker, MySqlAsyncBroker, MySqlAsyncRoute, RunningMySqlAsyncBroker,
+    ClosedMySqlAsyncBroker, MySqlAsyncBroker, MySqlAsyncBrokerError, MySqlAsyncPublisher,
+    MySqlAsyncRoute, RunningMySqlAsyncBroker,
 };
-pub use error::{MySqlAsyncBrokerError, MySqlAsyncPublisher};
 pub use lock::{CustomLock, Lock, LockFn, LockFuture, PickLock, Unlock};
 /// The mysql_async crate this adapter runs on, for row types and [`Lock`] and [`Unlock`]
 /// implementations.

@@ -2,6 +2,7 @@
 
 use mysql_async::consts::ColumnType;
 use mysql_async::{Column, Params};
+use ruststream_core::server::mysql_error_kind;
 use ruststream_core::{DbError, ErrorKind, Value};
 
 /// The character set number MySQL and MariaDB give binary strings and non-text columns.
@@ -124,28 +125,14 @@ fn text_or_bytes(bytes: &[u8]) -> Value {
     }
 }
 
-/// A mysql_async error as the core reads it.
-///
-/// | mysql_async | kind |
-/// |---|---|
-/// | server error 1213 (deadlock), 1205 (lock wait timeout) | [`ErrorKind::Serialization`] |
-/// | server error 1146 (no such table) | [`ErrorKind::UndefinedTable`] |
-/// | server error 1054 (unknown column) | [`ErrorKind::UndefinedColumn`] |
-/// | server error 3024 (MySQL's `max_execution_time`), 1969 (MariaDB's `max_statement_time`) | [`ErrorKind::Timeout`] |
-/// | server error 1053 (shutdown), 1317 (query interrupted), 1927 (connection killed), 4031 (disconnected for inactivity); I/O errors; the driver's closed connection and packet errors | [`ErrorKind::ConnectionLost`] |
-/// | the driver's disconnected pool | [`ErrorKind::PoolClosed`] |
-/// | anything else | [`ErrorKind::Other`] |
+/// A mysql_async error as the core reads it: a server's error by its number and SQLSTATE
+/// ([`mysql_error_kind`]); I/O errors, the driver's closed connection and packet errors as
+/// [`ErrorKind::ConnectionLost`]; the driver's disconnected pool as [`ErrorKind::PoolClosed`];
+/// anything else as [`ErrorKind::Other`].
 pub(crate) fn db_error(error: &mysql_async::Error) -> DbError {
     use mysql_async::{DriverError, Error};
     let kind = match error {
-        Error::Server(server) => match server.code {
-            1213 | 1205 => ErrorKind::Serialization,
-            1146 => ErrorKind::UndefinedTable,
-            1054 => ErrorKind::UndefinedColumn,
-            3024 | 1969 => ErrorKind::Timeout,
-            1053 | 1317 | 1927 | 4031 => ErrorKind::ConnectionLost,
-            _ => ErrorKind::Other,
-        },
+        Error::Server(server) => mysql_error_kind(server.code, Some(&server.state)),
         Error::Io(_) => ErrorKind::ConnectionLost,
         Error::Driver(driver) => match driver {
             DriverError::PoolDisconnected => ErrorKind::PoolClosed,

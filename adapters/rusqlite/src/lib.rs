@@ -91,13 +91,17 @@
 //! # Broker and handle
 //!
 //! [`RusqliteBroker::open`] describes the pool; nothing opens until the service starts. The
-//! service holds a broker as a [`BrokerHandle`]: [`RusqliteBroker::handle`] (or
-//! [`IntoBroker::into_broker`]) wraps it. Pass the broker itself to `with_broker` when nothing
-//! else needs it; take the handle first when publishers are wanted (they come from the
-//! handle, and answer [`PublishError::Closed`](ruststream::PublishError::Closed) until the
-//! service starts and from its shutdown on), and pass a clone of that same handle to
-//! `with_broker`. `RusqliteBroker` is not `Clone`, so one pool never gets two handles by
-//! mistake.
+//! service holds a broker as a [`BrokerHandle`](ruststream::BrokerHandle):
+//! [`RusqliteBroker::handle`] (or [`IntoBroker::into_broker`](ruststream::IntoBroker)) wraps
+//! it, and [`RusqliteBroker::route`] gives it as a [`RusqliteRoute`] of one queue, with a
+//! publisher into its row type's table. Pass the broker itself to `with_broker` when nothing
+//! else needs it; take the handle (or a route) first when publishers are wanted (they come
+//! from the handle, and answer [`RusqliteBrokerError::Closed`] until the service starts and
+//! from its shutdown on), and pass a clone of that same handle to `with_broker`.
+//! `RusqliteBroker` is not `Clone`, so one pool never gets two handles by mistake. A tool
+//! drives the broker by hand with [`RusqliteBroker::start_on`] (or
+//! [`RusqliteBroker::start`] inside a tokio runtime, or with ruststream's `async-std`
+//! feature); the [`RunningRusqliteBroker`]'s shutdown answers a [`ClosedRusqliteBroker`].
 //!
 //! # The pool
 //!
@@ -173,9 +177,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ruststream::InboxTable;
 use ruststream::adapter::{Adapter, AdapterError, TakesRows};
 use ruststream::exec::BoxFuture;
-use ruststream::{BrokerHandle, InboxTable, IntoBroker};
+use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
@@ -190,7 +195,10 @@ use pool::{CommandReply, Config, Pool};
 
 /// What a SQLite service needs in scope: the runtime's items and this adapter's.
 pub mod prelude {
-    pub use crate::{Lock, RusqliteBroker, RusqliteRow, Unlock};
+    pub use crate::{
+        ClosedRusqliteBroker, Lock, RunningRusqliteBroker, RusqliteBroker, RusqliteBrokerError,
+        RusqlitePublisher, RusqliteRoute, RusqliteRow, Unlock,
+    };
     pub use ruststream::{
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
         Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
@@ -202,8 +210,9 @@ pub mod prelude {
 /// The SQLite broker on rusqlite: a pool of blocking connections on threads of their own.
 ///
 /// Build it with [`RusqliteBroker::open`] and the settings below, then hand it to a service
-/// (`RustStream::with_broker`), directly or as its [`BrokerHandle`]
-/// ([`RusqliteBroker::handle`]). See the [crate] documentation.
+/// (`RustStream::with_broker`), directly, as its [`BrokerHandle`](ruststream::BrokerHandle)
+/// ([`RusqliteBroker::handle`]) or as a route ([`RusqliteBroker::route`]); or start it by hand
+/// ([`RusqliteBroker::start_on`]). See the [crate] documentation.
 pub struct RusqliteBroker {
     config: Config,
     pool: Arc<Pool>,
@@ -277,13 +286,6 @@ impl RusqliteBroker {
         self
     }
 
-    /// The broker as the service holds it, to take publishers from before the service starts:
-    /// pass a clone of the same handle to `with_broker`. The same as
-    /// [`IntoBroker::into_broker`].
-    pub fn handle(self) -> BrokerHandle<Self> {
-        BrokerHandle::new(self)
-    }
-
     /// The database's path or URI.
     pub fn path(&self) -> &Path {
         &self.config.path
@@ -319,10 +321,10 @@ impl Adapter for RusqliteBroker {
                 path.display()
             )))));
         }
-        if rusqlite::version_number() < 3_035_000 {
+        if let Err(error) = server::dialect_of(Server::Sqlite, rusqlite::version()) {
             return Box::pin(std::future::ready(Err(AdapterError::new(format!(
-                "SQLite {} is too old: ruststream needs 3.35 or later (RETURNING)",
-                rusqlite::version()
+                "SQLite database `{}`: {error}",
+                path.display()
             )))));
         }
         let started = self.pool.start(self.config.clone());
@@ -398,11 +400,30 @@ where
     }
 }
 
-impl IntoBroker for RusqliteBroker {
-    type Adapter = RusqliteBroker;
+ruststream::broker_methods!(impl RusqliteBroker);
 
-    /// Wraps the broker in a new [`BrokerHandle`]: see [`RusqliteBroker::handle`].
-    fn into_broker(self) -> BrokerHandle<RusqliteBroker> {
-        BrokerHandle::new(self)
-    }
-}
+/// A route of a [`RusqliteBroker`]: the broker with the name of a queue whose subscriptions
+/// take `T`'s rows, and a publisher into `T`'s table ([`RusqliteBroker::route`]).
+pub type RusqliteRoute<T> = ruststream::Route<T, RusqliteBroker>;
+
+/// A [`RusqliteBroker`] started by hand ([`RusqliteBroker::start`], or
+/// [`RusqliteBroker::start_on`] on an executor of the service's choice), driven in the
+/// background until its [`shutdown`](ruststream::RunningBroker::shutdown), which answers a
+/// [`ClosedRusqliteBroker`].
+pub type RunningRusqliteBroker = ruststream::RunningBroker<RusqliteBroker>;
+
+/// What the shutdown of a [`RusqliteBroker`] started by hand did to the advisory locks of the
+/// deliveries in work: `locks_released`, the locks an unlock released, and
+/// `connections_closed`, the connections closed to end their locks.
+pub type ClosedRusqliteBroker = ruststream::ClosedCounts;
+
+/// Publishes rows into `T`'s table through a [`RusqliteBroker`]: from its handle
+/// ([`ruststream::Publisher::new`]), a route or a running broker. It answers
+/// [`RusqliteBrokerError::Closed`] until the broker starts and from its shutdown on, and
+/// writes no row then.
+pub type RusqlitePublisher<T> = ruststream::Publisher<T, RusqliteBroker>;
+
+/// Why a publish, or a start by hand, of a [`RusqliteBroker`] did not happen: `Closed`,
+/// `Encode`, `Invalid`, `Db`, `Start` ([`ruststream::Error`], which
+/// [`PublishError`](ruststream::PublishError) also names).
+pub type RusqliteBrokerError = ruststream::Error;

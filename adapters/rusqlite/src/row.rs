@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use rusqlite::ErrorCode;
 use rusqlite::types::Value as SqlValue;
 use ruststream::de::{self, Cell, DecodeError};
+use ruststream_core::server::sqlite_error_kind;
 use ruststream_core::{DbError, ErrorKind, Value};
 use serde::de::DeserializeOwned;
 
@@ -132,41 +132,22 @@ pub(crate) fn from_sql(value: &SqlValue) -> Value {
     }
 }
 
-/// A rusqlite error as the core reads it.
-///
-/// | rusqlite | kind |
-/// |---|---|
-/// | `SQLITE_BUSY`, `SQLITE_LOCKED` (past the busy timeout) | [`ErrorKind::Timeout`] |
-/// | `no such table` | [`ErrorKind::UndefinedTable`] |
-/// | `no such column`, a column missing from a statement's rows | [`ErrorKind::UndefinedColumn`] |
-/// | `SQLITE_INTERRUPT` (a command cut short by a close), `SQLITE_CANTOPEN`, `SQLITE_IOERR`, `SQLITE_NOTADB`, `SQLITE_CORRUPT` | [`ErrorKind::ConnectionLost`] |
-/// | anything else | [`ErrorKind::Other`] |
+/// A rusqlite error as the core reads it: a SQLite error by its extended result code and
+/// message ([`sqlite_error_kind`]; `SQLITE_INTERRUPT` is a command cut short by a close); a
+/// column missing from a statement's rows as [`ErrorKind::UndefinedColumn`]; anything else as
+/// [`ErrorKind::Other`].
 pub(crate) fn db_error(error: &rusqlite::Error) -> DbError {
     let kind = match error {
         rusqlite::Error::SqliteFailure(failure, message) => {
-            code_kind(failure.code, message.as_deref())
+            sqlite_error_kind(failure.extended_code, message.as_deref().unwrap_or(""))
         }
-        rusqlite::Error::SqlInputError { error, msg, .. } => code_kind(error.code, Some(msg)),
+        rusqlite::Error::SqlInputError { error, msg, .. } => {
+            sqlite_error_kind(error.extended_code, msg)
+        }
         rusqlite::Error::InvalidColumnName(_) => ErrorKind::UndefinedColumn,
         _ => ErrorKind::Other,
     };
     DbError::new(kind, error.to_string())
-}
-
-fn code_kind(code: ErrorCode, message: Option<&str>) -> ErrorKind {
-    match code {
-        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => ErrorKind::Timeout,
-        ErrorCode::OperationInterrupted
-        | ErrorCode::CannotOpen
-        | ErrorCode::SystemIoFailure
-        | ErrorCode::NotADatabase
-        | ErrorCode::DatabaseCorrupt => ErrorKind::ConnectionLost,
-        _ => match message {
-            Some(m) if m.contains("no such table") => ErrorKind::UndefinedTable,
-            Some(m) if m.contains("no such column") => ErrorKind::UndefinedColumn,
-            _ => ErrorKind::Other,
-        },
-    }
 }
 
 #[cfg(test)]

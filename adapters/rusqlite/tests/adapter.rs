@@ -66,7 +66,7 @@ fn failed(reply: Reply<RusqliteRow>) -> ruststream_core::DbError {
 
 fn started(db: &Db, broker: RusqliteBroker) -> RusqliteBroker {
     let _ = db;
-    assert_eq!(block_on(broker.start()).unwrap(), Dialect::Sqlite);
+    assert_eq!(block_on(Adapter::start(&broker)).unwrap(), Dialect::Sqlite);
     broker
 }
 
@@ -359,14 +359,14 @@ fn a_close_cuts_short_a_running_statement() {
 #[test]
 fn a_start_names_what_does_not_open() {
     let missing = RusqliteBroker::open("/nonexistent-dir/ruststream/x.db");
-    let error = block_on(missing.start()).unwrap_err();
+    let error = block_on(Adapter::start(&missing)).unwrap_err();
     assert!(
         error.message.contains("/nonexistent-dir/ruststream/x.db"),
         "{error}"
     );
     assert!(!missing.is_closed());
     assert_eq!(missing.open_connections(), 0);
-    let error = block_on(RusqliteBroker::open(":memory:").start()).unwrap_err();
+    let error = block_on(Adapter::start(&RusqliteBroker::open(":memory:"))).unwrap_err();
     assert!(error.message.contains("in-memory"), "{error}");
     // Not started: it lends nothing.
     let idle = RusqliteBroker::open("unused.db");
@@ -376,7 +376,7 @@ fn a_start_names_what_does_not_open() {
     );
     block_on(idle.close());
     assert!(
-        block_on(idle.start()).is_err(),
+        block_on(Adapter::start(&idle)).is_err(),
         "a closed broker does not start again"
     );
 }

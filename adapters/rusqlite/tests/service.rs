@@ -501,7 +501,7 @@ impl ruststream::adapter::Adapter for PanicsOnce {
     fn start(
         &self,
     ) -> ruststream::exec::BoxFuture<Result<Dialect, ruststream::adapter::AdapterError>> {
-        self.inner.start()
+        ruststream::adapter::Adapter::start(&self.inner)
     }
 
     fn execute(

@@ -2,20 +2,20 @@
 //! broker started by hand.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ruststream::adapter::{Adapter, AdapterError, Notifications, TakesRows};
-use ruststream::exec::{self, BoxFuture, Executor};
-use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream::InboxTable;
+use ruststream::adapter::{
+    Adapter, AdapterError, Connections, Notifications, TakesRows, redact_url,
+};
+use ruststream::exec::BoxFuture;
 use ruststream_core::spec::{Described, Features, ValidOn};
 use ruststream_core::{Command, DbError, Dialect, Reply};
 use sqlx::pool::PoolOptions;
 use sqlx::{ConnectOptions, Connection, Pool};
 
-use crate::conn::Conns;
+use crate::conn::SqlxPool;
 use crate::db::SqlxDatabase;
-use crate::error::{SqlxBrokerError, SqlxPublisher};
 use crate::listen::Listener;
 use crate::lock::{CustomLock, PickLock};
 
@@ -45,7 +45,7 @@ enum State<DB: SqlxDatabase> {
 struct Inner<DB: SqlxDatabase> {
     source: Source<DB>,
     state: Mutex<State<DB>>,
-    conns: Arc<Conns<DB>>,
+    conns: Arc<Connections<SqlxPool<DB>>>,
     /// The sessions that hear of other processes' publishes, once the runtime asked for one.
     listener: Mutex<Option<Listener>>,
 }
@@ -76,33 +76,10 @@ impl<DB: SqlxDatabase> Inner<DB> {
     /// Where the pool connects, for messages: the URL without its password.
     fn target(&self) -> String {
         match &self.source {
-            Source::Url(url, _) => redact(url),
-            Source::Options(options, _) => redact(options.to_url_lossy().as_str()),
-            Source::Pool(pool) => redact(pool.connect_options().to_url_lossy().as_str()),
+            Source::Url(url, _) => redact_url(url),
+            Source::Options(options, _) => redact_url(options.to_url_lossy().as_str()),
+            Source::Pool(pool) => redact_url(pool.connect_options().to_url_lossy().as_str()),
         }
-    }
-}
-
-/// A URL with its password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
     }
 }
 
@@ -145,7 +122,7 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
             inner: Arc::new(Inner {
                 source,
                 state: Mutex::new(State::Idle),
-                conns: Arc::new(Conns::new()),
+                conns: Arc::new(Connections::new()),
                 listener: Mutex::new(None),
             }),
         }
@@ -177,51 +154,6 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
     /// no connection of it any more, and the service closes the pool after `run` returns.
     pub fn new(pool: Pool<DB>) -> Self {
         Self::with_source(Source::Pool(pool))
-    }
-
-    /// A route of `T`'s queue under `name` (the name its `InboxQueue::<T>::new(name)`
-    /// subscriptions use): the broker as `with_broker` takes it, with a publisher into `T`'s
-    /// table ([`SqlxRoute::publisher`]).
-    pub fn route<T: InboxTable>(self, name: &'static str) -> SqlxRoute<T, DB> {
-        SqlxRoute {
-            handle: self.handle(),
-            name,
-            row: PhantomData,
-        }
-    }
-
-    /// The broker as the service holds it, to take publishers from before the service
-    /// starts ([`SqlxPublisher::new`]); pass a clone of the same handle to `with_broker`. The
-    /// same as [`IntoBroker::into_broker`].
-    pub fn handle(self) -> BrokerHandle<Self> {
-        BrokerHandle::new(self)
-    }
-
-    /// Starts the broker by hand, without a service, with these subscriptions (from
-    /// `IntoSubscription::into_subscription`), on the executor of the calling context (tokio
-    /// inside a tokio runtime): builds the pool where the broker builds it, checks every
-    /// subscription's table, and starts claiming. A tool that drives the broker this way
-    /// receives the [`ClosedSqlxBroker`] from [`RunningSqlxBroker::shutdown`].
-    ///
-    /// This is not the runtime's `Adapter::start`, which the service calls.
-    pub async fn start(
-        self,
-        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
-    ) -> Result<RunningSqlxBroker<DB>, SqlxBrokerError> {
-        self.start_on(subscriptions, exec::current()).await
-    }
-
-    /// [`SqlxBroker::start`] on this executor.
-    pub async fn start_on(
-        self,
-        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
-        executor: Arc<dyn Executor>,
-    ) -> Result<RunningSqlxBroker<DB>, SqlxBrokerError> {
-        let handle = self.handle();
-        let running = handle
-            .start(subscriptions.into_iter().collect(), executor)
-            .await?;
-        Ok(RunningSqlxBroker { running })
     }
 
     /// The pool, once the broker has started (and after it closed): the one it built, or the
@@ -308,7 +240,7 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
                 let dialect = DB::dialect(&mut conn)
                     .await
                     .map_err(|e| format!("{} at {target}: {e}", DB::NAME));
-                // Back in the pool before the start answers (see `conn::release`).
+                // Back in the pool before the start answers, as a release gives it back.
                 let returned = conn.return_to_pool();
                 drop(conn);
                 returned.await;
@@ -342,7 +274,7 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     /// (rolling back a transaction left open), a close ends its session and cuts short a
     /// command still running on it.
     fn execute(&self, command: Command, lock: Option<CustomLock<DB>>) -> BoxFuture<Reply<DB::Row>> {
-        let pool = self.inner.running_pool();
+        let pool = self.inner.running_pool().map(SqlxPool);
         self.inner.conns.execute(pool, command, lock)
     }
 
@@ -418,165 +350,27 @@ where
     }
 }
 
-impl<DB: SqlxDatabase> IntoBroker for SqlxBroker<DB> {
-    type Adapter = SqlxBroker<DB>;
+ruststream::broker_methods!(impl<DB: SqlxDatabase> SqlxBroker<DB>);
 
-    /// Wraps the broker in a new [`BrokerHandle`]: see [`SqlxBroker::handle`].
-    fn into_broker(self) -> BrokerHandle<SqlxBroker<DB>> {
-        BrokerHandle::new(self)
-    }
-}
+/// A route of a [`SqlxBroker`]: the broker with the name of a queue whose subscriptions take
+/// `T`'s rows, and a publisher into `T`'s table ([`SqlxBroker::route`]).
+pub type SqlxRoute<T, DB> = ruststream::Route<T, SqlxBroker<DB>>;
 
-/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
-/// publisher into `T`'s table. `with_broker` takes it as it takes the broker.
-///
-/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
-/// service's logs and code, and routes nothing by itself: every subscription included in the
-/// broker runs, whatever its queue.
-pub struct SqlxRoute<T, DB: SqlxDatabase> {
-    handle: BrokerHandle<SqlxBroker<DB>>,
-    name: &'static str,
-    row: PhantomData<fn() -> T>,
-}
+/// A [`SqlxBroker`] started by hand ([`SqlxBroker::start`]), driven in the background until
+/// its [`shutdown`](ruststream::RunningBroker::shutdown), which answers a [`ClosedSqlxBroker`].
+pub type RunningSqlxBroker<DB> = ruststream::RunningBroker<SqlxBroker<DB>>;
 
-impl<T, DB: SqlxDatabase> Clone for SqlxRoute<T, DB> {
-    fn clone(&self) -> Self {
-        Self {
-            handle: self.handle.clone(),
-            name: self.name,
-            row: PhantomData,
-        }
-    }
-}
+/// What the shutdown of a [`SqlxBroker`] started by hand did to the advisory locks of the
+/// deliveries in work: `locks_released`, the locks an unlock released, and
+/// `connections_closed`, the connections closed to end their locks.
+pub type ClosedSqlxBroker = ruststream::ClosedCounts;
 
-impl<T, DB: SqlxDatabase> fmt::Debug for SqlxRoute<T, DB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqlxRoute")
-            .field("name", &self.name)
-            .field("row", &std::any::type_name::<T>())
-            .field("broker", self.handle.adapter())
-            .finish()
-    }
-}
+/// Publishes rows into `T`'s table through a [`SqlxBroker`]: from its handle
+/// ([`SqlxPublisher::new`]), a route or a running broker. It answers
+/// [`SqlxBrokerError::Closed`] until the broker starts and from its shutdown on, and writes no
+/// row then.
+pub type SqlxPublisher<T, DB> = ruststream::Publisher<T, SqlxBroker<DB>>;
 
-impl<T: InboxTable, DB: SqlxDatabase> SqlxRoute<T, DB> {
-    /// The queue's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// The name of `T`'s table.
-    pub fn table(&self) -> &'static str {
-        T::TABLE.table_desc().table
-    }
-
-    /// A publisher into `T`'s table. It answers [`SqlxBrokerError::Closed`] until the
-    /// service starts, and from its shutdown on.
-    pub fn publisher(&self) -> SqlxPublisher<T, DB> {
-        SqlxPublisher::new(&self.handle)
-    }
-
-    /// The broker's handle.
-    pub fn handle(&self) -> &BrokerHandle<SqlxBroker<DB>> {
-        &self.handle
-    }
-}
-
-impl<T, DB: SqlxDatabase> IntoBroker for SqlxRoute<T, DB> {
-    type Adapter = SqlxBroker<DB>;
-
-    fn into_broker(self) -> BrokerHandle<SqlxBroker<DB>> {
-        self.handle
-    }
-}
-
-/// What the shutdown of a broker started by hand did to the advisory locks of the deliveries
-/// in work.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ClosedSqlxBroker {
-    /// Locks the shutdown released with an unlock the database answered yes to.
-    pub locks_released: usize,
-    /// Connections the shutdown closed to end their locks, where an unlock answered no or
-    /// failed.
-    pub connections_closed: usize,
-}
-
-impl From<ruststream_core::ClosedCounts> for ClosedSqlxBroker {
-    fn from(counts: ruststream_core::ClosedCounts) -> Self {
-        Self {
-            locks_released: counts.locks_released,
-            connections_closed: counts.connections_closed,
-        }
-    }
-}
-
-/// A broker started by hand ([`SqlxBroker::start`]), driven in the background until
-/// [`RunningSqlxBroker::shutdown`].
-pub struct RunningSqlxBroker<DB: SqlxDatabase> {
-    running: RunningBroker<SqlxBroker<DB>>,
-}
-
-impl<DB: SqlxDatabase> fmt::Debug for RunningSqlxBroker<DB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunningSqlxBroker")
-            .field("broker", self.running.handle().adapter())
-            .finish()
-    }
-}
-
-impl<DB: SqlxDatabase> RunningSqlxBroker<DB> {
-    /// Stops every subscription's claims; deliveries in work go on and settle.
-    pub fn stop(&self) {
-        self.running.stop();
-    }
-
-    /// Completes when no message is in work.
-    pub async fn drained(&self) {
-        self.running.drained().await;
-    }
-
-    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
-    /// every advisory lock in work is released, settlements in flight are waited for, then a
-    /// pool the broker built closes. Answers what the shutdown did to the advisory locks.
-    pub async fn shutdown(self) -> ClosedSqlxBroker {
-        self.running.shutdown().await.into()
-    }
-
-    /// A publisher into `T`'s table; it answers [`SqlxBrokerError::Closed`] from the shutdown
-    /// on.
-    pub fn publisher<T: InboxTable>(&self) -> SqlxPublisher<T, DB> {
-        SqlxPublisher::new(self.running.handle())
-    }
-
-    /// The broker's handle.
-    pub fn handle(&self) -> &BrokerHandle<SqlxBroker<DB>> {
-        self.running.handle()
-    }
-
-    /// The broker.
-    pub fn broker(&self) -> &SqlxBroker<DB> {
-        self.running.handle().adapter()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact("postgres://app:secret@db:5432/app?sslmode=disable"),
-            "postgres://app:***@db:5432/app?sslmode=disable"
-        );
-        assert_eq!(
-            redact("mysql://root@127.0.0.1/test"),
-            "mysql://root@127.0.0.1/test"
-        );
-        assert_eq!(
-            redact("sqlite:exports.db?mode=rwc"),
-            "sqlite:exports.db?mode=rwc"
-        );
-        assert_eq!(redact("postgres://a:b:c@h/d"), "postgres://a:***@h/d");
-    }
-}
+/// Why a publish, or a start by hand, of a [`SqlxBroker`] did not happen: `Closed`, `Encode`,
+/// `Invalid`, `Db`, `Start` ([`ruststream::Error`]).
+pub type SqlxBrokerError = ruststream::Error;

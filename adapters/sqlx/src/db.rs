@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use ruststream_core::server::{self, Server};
 use ruststream_core::{
     DbError, Dialect, ErrorKind, OutColumn, Output, Reply, Row as CoreRow, Statement, Value,
 };
@@ -42,10 +43,6 @@ pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
         statement: &'c Statement,
         binds: Vec<Value>,
     ) -> BoxFuture<'c, Result<Reply<Self::Row>, DbError>>;
-
-    /// Ends a transaction a released connection left open.
-    #[doc(hidden)]
-    fn rollback<'c>(conn: &'c mut Self::Connection) -> BoxFuture<'c, Result<(), sqlx::Error>>;
 
     /// The server's dialect, or why the server does not serve the queue.
     #[doc(hidden)]
@@ -247,21 +244,9 @@ fn pg_kind(error: &sqlx::Error) -> ErrorKind {
     if let Some(kind) = common_kind(error) {
         return kind;
     }
-    let Some(db) = database_error(error) else {
-        return ErrorKind::Other;
-    };
-    let code = db.code();
-    match code.as_deref() {
-        Some("40001" | "40P01") => ErrorKind::Serialization,
-        Some("42P01") => ErrorKind::UndefinedTable,
-        Some("42703") => ErrorKind::UndefinedColumn,
-        Some("57014") => ErrorKind::Timeout,
-        // The session was ended by the server (`pg_terminate_backend`, a shutdown), or the
-        // connection failed.
-        Some("57P01" | "57P02" | "57P03") => ErrorKind::ConnectionLost,
-        Some(code) if code.starts_with("08") => ErrorKind::ConnectionLost,
-        _ => ErrorKind::Other,
-    }
+    database_error(error)
+        .and_then(|db| db.code())
+        .map_or(ErrorKind::Other, |code| server::sqlstate_kind(&code))
 }
 
 impl SqlxDatabase for Postgres {
@@ -275,20 +260,12 @@ impl SqlxDatabase for Postgres {
         run_statement!(Postgres, conn, statement, binds, pg_bind, pg_value)
     }
 
-    fn rollback<'c>(conn: &'c mut PgConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::raw_sql("ROLLBACK").execute(conn).await?;
-            Ok(())
-        })
-    }
-
     fn dialect<'c>(conn: &'c mut PgConnection) -> BoxFuture<'c, Result<Dialect, String>> {
         Box::pin(async move {
             match conn.server_version_num() {
-                Some(version) if version < 90_500 => Err(format!(
-                    "PostgreSQL {version} is too old: ruststream needs 9.5 or later (FOR UPDATE SKIP LOCKED)"
-                )),
-                _ => Ok(Dialect::Postgres),
+                Some(version) => server::dialect_of(Server::Postgres, &version.to_string())
+                    .map_err(|e| e.to_string()),
+                None => Ok(Dialect::Postgres),
             }
         })
     }
@@ -357,26 +334,10 @@ fn mysql_kind(error: &sqlx::Error) -> ErrorKind {
     let Some(db) = database_error(error) else {
         return ErrorKind::Other;
     };
-    let number = db
-        .try_downcast_ref::<MySqlDatabaseError>()
-        .map(|e| e.number());
-    match number {
-        // Deadlock found; lock wait timeout exceeded.
-        Some(1213 | 1205) => ErrorKind::Serialization,
-        Some(1146) => ErrorKind::UndefinedTable,
-        Some(1054) => ErrorKind::UndefinedColumn,
-        // Query execution was interrupted (by a time limit).
-        Some(1317 | 3024 | 1969) => ErrorKind::Timeout,
-        // Server shutdown in progress; the connection was killed; the server has gone away;
-        // lost connection during query; network read and write errors.
-        Some(1053 | 1927 | 2006 | 2013 | 1158..=1161) => ErrorKind::ConnectionLost,
-        _ => match db.code().as_deref() {
-            Some("40001") => ErrorKind::Serialization,
-            Some("42S02") => ErrorKind::UndefinedTable,
-            Some("42S22") => ErrorKind::UndefinedColumn,
-            Some(code) if code.starts_with("08") => ErrorKind::ConnectionLost,
-            _ => ErrorKind::Other,
-        },
+    let code = db.code();
+    match db.try_downcast_ref::<MySqlDatabaseError>() {
+        Some(mysql) => server::mysql_error_kind(mysql.number(), code.as_deref()),
+        None => code.map_or(ErrorKind::Other, |code| server::sqlstate_kind(&code)),
     }
 }
 
@@ -391,14 +352,8 @@ impl SqlxDatabase for MySql {
         run_statement!(MySql, conn, statement, binds, mysql_bind, mysql_value)
     }
 
-    fn rollback<'c>(conn: &'c mut MySqlConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::raw_sql("ROLLBACK").execute(conn).await?;
-            Ok(())
-        })
-    }
-
-    /// MariaDB by its version text (`10.11.6-MariaDB-..`), MySQL otherwise.
+    /// MariaDB by its version text (`10.11.6-MariaDB-..`), MySQL otherwise; refuses MySQL
+    /// before 8.0.1 and MariaDB before 10.6.
     fn dialect<'c>(conn: &'c mut MySqlConnection) -> BoxFuture<'c, Result<Dialect, String>> {
         Box::pin(async move {
             let row = sqlx::query("SELECT VERSION() AS version")
@@ -409,11 +364,7 @@ impl SqlxDatabase for MySql {
                 Value::Text(text) => text,
                 other => return Err(format!("SELECT VERSION() answered {other}")),
             };
-            Ok(if version.contains("MariaDB") {
-                Dialect::MariaDb
-            } else {
-                Dialect::MySql
-            })
+            server::dialect_of(Server::MySql, &version).map_err(|e| e.to_string())
         })
     }
 
@@ -462,21 +413,9 @@ fn sqlite_kind(error: &sqlx::Error) -> ErrorKind {
     let Some(db) = database_error(error) else {
         return ErrorKind::Other;
     };
-    let message = db.message();
-    // The primary result code is the low byte of the extended one sqlx reports.
-    let primary = db
-        .code()
-        .and_then(|c| c.parse::<i32>().ok())
-        .map(|c| c & 0xff);
-    match primary {
-        // SQLITE_BUSY, SQLITE_LOCKED: past the busy timeout.
-        Some(5 | 6) => ErrorKind::Timeout,
-        // SQLITE_INTERRUPT, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_CANTOPEN, SQLITE_NOTADB.
-        Some(9 | 10 | 11 | 14 | 26) => ErrorKind::ConnectionLost,
-        _ if message.contains("no such table") => ErrorKind::UndefinedTable,
-        _ if message.contains("no such column") => ErrorKind::UndefinedColumn,
-        _ => ErrorKind::Other,
-    }
+    // sqlx reports the extended result code.
+    let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+    server::sqlite_error_kind(code, db.message())
 }
 
 impl SqlxDatabase for Sqlite {
@@ -490,13 +429,6 @@ impl SqlxDatabase for Sqlite {
         run_statement!(Sqlite, conn, statement, binds, sqlite_bind, sqlite_value)
     }
 
-    fn rollback<'c>(conn: &'c mut SqliteConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            sqlx::raw_sql("ROLLBACK").execute(conn).await?;
-            Ok(())
-        })
-    }
-
     /// SQLite 3.35 or later (`RETURNING`).
     fn dialect<'c>(conn: &'c mut SqliteConnection) -> BoxFuture<'c, Result<Dialect, String>> {
         Box::pin(async move {
@@ -504,14 +436,7 @@ impl SqlxDatabase for Sqlite {
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(|e| format!("SELECT sqlite_version() failed: {e}"))?;
-            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-            if (major, minor) < (3, 35) {
-                return Err(format!(
-                    "SQLite {version} is too old: ruststream needs 3.35 or later (RETURNING)"
-                ));
-            }
-            Ok(Dialect::Sqlite)
+            server::dialect_of(Server::Sqlite, &version).map_err(|e| e.to_string())
         })
     }
 

@@ -140,18 +140,19 @@
 //! broker's close ends it. On MySQL, MariaDB and SQLite only the publishing broker's own
 //! subscriptions wake; rows of other processes wait for the poll.
 //!
-//! Driver errors map to the core's kinds: I/O, TLS and protocol errors and sessions the server
-//! ended (`57P01`, MySQL 1927, 2013) are [`ErrorKind::ConnectionLost`]; a closed or exhausted
-//! pool is [`ErrorKind::PoolClosed`]; SQLSTATE `40001`, `40P01` and MySQL 1213 and 1205 are
-//! [`ErrorKind::Serialization`]; `42P01`, MySQL 1146 and SQLite's "no such table" are
-//! [`ErrorKind::UndefinedTable`]; `42703`, MySQL 1054 and "no such column" are
-//! [`ErrorKind::UndefinedColumn`].
+//! Driver errors map to the core's kinds: I/O, TLS and protocol errors are
+//! [`ErrorKind::ConnectionLost`]; a closed or exhausted pool is [`ErrorKind::PoolClosed`]; a
+//! server's own error maps by its code, as the core reads it: the SQLSTATE on PostgreSQL
+//! ([`sqlstate_kind`]), the error number on MySQL and MariaDB ([`mysql_error_kind`]), the
+//! result code and message on SQLite ([`sqlite_error_kind`]). The server's version picks the
+//! dialect, and a server too old for the queue fails the start ([`dialect_of`]).
 //!
 //! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
 //! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
-//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
-//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
-//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
+//! [`sqlstate_kind`]: ruststream_core::server::sqlstate_kind
+//! [`mysql_error_kind`]: ruststream_core::server::mysql_error_kind
+//! [`sqlite_error_kind`]: ruststream_core::server::sqlite_error_kind
+//! [`dialect_of`]: ruststream_core::server::dialect_of
 //!
 //! # Rules the compiler checks
 //!
@@ -217,13 +218,14 @@
 mod broker;
 mod conn;
 mod db;
-mod error;
 mod listen;
 mod lock;
 
-pub use broker::{ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxRoute};
+pub use broker::{
+    ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxBrokerError,
+    SqlxPublisher, SqlxRoute,
+};
 pub use db::SqlxDatabase;
-pub use error::{SqlxBrokerError, SqlxPublisher};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 /// The sqlx crate this adapter runs on.
 pub use sqlx;

@@ -2,22 +2,23 @@
 //! routes, and a broker started by hand.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolConfig, RecyclingMethod, Runtime};
-use ruststream::adapter::{Adapter, AdapterError, Notifications, TakesRows};
-use ruststream::exec::{self, BoxFuture, Executor};
-use ruststream::{BrokerHandle, InboxTable, IntoBroker, RunningBroker, Subscription};
+use ruststream::InboxTable;
+use ruststream::adapter::{
+    Adapter, AdapterError, Connections, Notifications, TakesRows, redact_url,
+};
+use ruststream::exec::BoxFuture;
+use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, Postgres, ValidOn};
 use ruststream_core::{Command, DbError, Dialect, Reply};
 use serde::de::DeserializeOwned;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{CancelToken, Config, NoTls, Socket};
 
-use crate::conns::{Conns, Lender, Settings, no_tls_canceller};
-use crate::error::{TokioPostgresBrokerError, TokioPostgresPublisher};
+use crate::conns::{Lender, Settings, no_tls_canceller};
 use crate::listen::{self, Connector, Sessions};
 use crate::lock::{CustomLock, PickLock};
 use crate::row::PgRow;
@@ -31,9 +32,6 @@ pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a pool the broker builds may take to check an idle connection before it lends it,
 /// unless its [`PoolConfig`] says otherwise.
 pub const DEFAULT_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// PostgreSQL 9.5, the first with `FOR UPDATE SKIP LOCKED`, as `server_version_num`.
-const MIN_SERVER_VERSION: u32 = 90_500;
 
 /// Where the broker's pool comes from.
 enum Source {
@@ -55,7 +53,7 @@ enum State {
 struct Inner {
     source: Source,
     state: Mutex<State>,
-    conns: Arc<Conns>,
+    conns: Arc<Connections<Lender>>,
     /// The listening sessions opened, for the close to wait for.
     sessions: Arc<Sessions>,
 }
@@ -83,40 +81,9 @@ impl Inner {
     /// Where the pool connects, for messages: the URL without its password.
     fn target(&self) -> String {
         match &self.source {
-            Source::Url(url, _) => redact(url),
+            Source::Url(url, _) => redact_url(url),
             Source::Pool(_) => "the service's own pool".to_owned(),
         }
-    }
-}
-
-/// A URL with its password replaced by `***`; a `key=value` connection string with its
-/// `password` so replaced.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url
-            .split_whitespace()
-            .map(|part| match part.split_once('=') {
-                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-                _ => part.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
     }
 }
 
@@ -168,7 +135,7 @@ impl TokioPostgresBroker {
             inner: Arc::new(Inner {
                 source,
                 state: Mutex::new(State::Idle),
-                conns: Arc::new(Conns::default()),
+                conns: Arc::new(Connections::new()),
                 sessions: Arc::new(Sessions::default()),
             }),
             settings: Settings {
@@ -272,52 +239,6 @@ impl TokioPostgresBroker {
         self.settings.simple
     }
 
-    /// A route of `T`'s queue under `name` (the name its `InboxQueue::<T>::new(name)`
-    /// subscriptions use): the broker as `with_broker` takes it, with a publisher into `T`'s
-    /// table ([`TokioPostgresRoute::publisher`]).
-    pub fn route<T: InboxTable>(self, name: &'static str) -> TokioPostgresRoute<T> {
-        TokioPostgresRoute {
-            handle: self.handle(),
-            name,
-            row: PhantomData,
-        }
-    }
-
-    /// The broker as the service holds it, to take publishers from before the service starts
-    /// ([`TokioPostgresPublisher::new`]); pass a clone of the same handle to `with_broker`. The
-    /// same as [`IntoBroker::into_broker`].
-    pub fn handle(self) -> BrokerHandle<Self> {
-        BrokerHandle::new(self)
-    }
-
-    /// Starts the broker by hand, without a service, with these subscriptions (from
-    /// `IntoSubscription::into_subscription`), on the executor of the calling context (tokio):
-    /// builds the pool where the broker builds it, checks every subscription's table, and
-    /// starts claiming. A tool that drives the broker this way receives the
-    /// [`ClosedTokioPostgresBroker`] from [`RunningTokioPostgresBroker::shutdown`].
-    ///
-    /// This is not the runtime's `Adapter::start`, which the service calls.
-    pub async fn start(
-        self,
-        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
-    ) -> Result<RunningTokioPostgresBroker, TokioPostgresBrokerError> {
-        self.start_on(subscriptions, exec::current()).await
-    }
-
-    /// [`TokioPostgresBroker::start`] on this executor. The connections' own tasks run on the
-    /// tokio runtime the start is called in.
-    pub async fn start_on(
-        self,
-        subscriptions: impl IntoIterator<Item = Subscription<Self>>,
-        executor: Arc<dyn Executor>,
-    ) -> Result<RunningTokioPostgresBroker, TokioPostgresBrokerError> {
-        let handle = self.handle();
-        let running = handle
-            .start(subscriptions.into_iter().collect(), executor)
-            .await?;
-        Ok(RunningTokioPostgresBroker { running })
-    }
-
     /// The pool, once the broker has started (and after it closed): the one it built, or the
     /// service's own.
     pub fn pool(&self) -> Option<Pool> {
@@ -387,16 +308,14 @@ async fn check_server(pool: &Pool, target: &str) -> Result<(), String> {
         .await
         .map_err(|e| format!("PostgreSQL at {target} does not answer: {e}"))?;
     let version = messages.iter().find_map(|m| match m {
-        tokio_postgres::SimpleQueryMessage::Row(row) => {
-            row.get(0).and_then(|v| v.parse::<u32>().ok())
-        }
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
         _ => None,
     });
     match version {
-        Some(v) if v < MIN_SERVER_VERSION => Err(format!(
-            "PostgreSQL at {target} is version {v}: ruststream needs 9.5 or later (FOR UPDATE SKIP LOCKED)"
-        )),
-        _ => Ok(()),
+        Some(version) => server::dialect_of(Server::Postgres, version)
+            .map(drop)
+            .map_err(|e| format!("PostgreSQL at {target}: {e}")),
+        None => Ok(()),
     }
 }
 
@@ -528,164 +447,29 @@ where
     }
 }
 
-impl IntoBroker for TokioPostgresBroker {
-    type Adapter = TokioPostgresBroker;
+ruststream::broker_methods!(impl TokioPostgresBroker);
 
-    /// Wraps the broker in a new [`BrokerHandle`]: see [`TokioPostgresBroker::handle`].
-    fn into_broker(self) -> BrokerHandle<TokioPostgresBroker> {
-        BrokerHandle::new(self)
-    }
-}
+/// A route of a [`TokioPostgresBroker`]: the broker with the name of a queue whose
+/// subscriptions take `T`'s rows, and a publisher into `T`'s table
+/// ([`TokioPostgresBroker::route`]).
+pub type TokioPostgresRoute<T> = ruststream::Route<T, TokioPostgresBroker>;
 
-/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
-/// publisher into `T`'s table. `with_broker` takes it as it takes the broker.
-///
-/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
-/// service's logs and code, and routes nothing by itself: every subscription included in the
-/// broker runs, whatever its queue.
-pub struct TokioPostgresRoute<T> {
-    handle: BrokerHandle<TokioPostgresBroker>,
-    name: &'static str,
-    row: PhantomData<fn() -> T>,
-}
+/// A [`TokioPostgresBroker`] started by hand ([`TokioPostgresBroker::start`]), driven in the
+/// background until its [`shutdown`](ruststream::RunningBroker::shutdown), which answers a
+/// [`ClosedTokioPostgresBroker`].
+pub type RunningTokioPostgresBroker = ruststream::RunningBroker<TokioPostgresBroker>;
 
-impl<T> Clone for TokioPostgresRoute<T> {
-    fn clone(&self) -> Self {
-        Self {
-            handle: self.handle.clone(),
-            name: self.name,
-            row: PhantomData,
-        }
-    }
-}
+/// What the shutdown of a [`TokioPostgresBroker`] started by hand did to the advisory locks of
+/// the deliveries in work: `locks_released`, the locks an unlock released, and
+/// `connections_closed`, the connections closed to end their locks.
+pub type ClosedTokioPostgresBroker = ruststream::ClosedCounts;
 
-impl<T> fmt::Debug for TokioPostgresRoute<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TokioPostgresRoute")
-            .field("name", &self.name)
-            .field("row", &std::any::type_name::<T>())
-            .field("broker", self.handle.adapter())
-            .finish()
-    }
-}
+/// Publishes rows into `T`'s table through a [`TokioPostgresBroker`]: from its handle
+/// ([`ruststream::Publisher::new`]), a route or a running broker. It answers
+/// [`TokioPostgresBrokerError::Closed`] until the broker starts and from its shutdown on, and
+/// writes no row then.
+pub type TokioPostgresPublisher<T> = ruststream::Publisher<T, TokioPostgresBroker>;
 
-impl<T: InboxTable> TokioPostgresRoute<T> {
-    /// The queue's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// The name of `T`'s table.
-    pub fn table(&self) -> &'static str {
-        T::TABLE.table_desc().table
-    }
-
-    /// A publisher into `T`'s table. It answers [`TokioPostgresBrokerError::Closed`] until the
-    /// service starts, and from its shutdown on.
-    pub fn publisher(&self) -> TokioPostgresPublisher<T> {
-        TokioPostgresPublisher::new(&self.handle)
-    }
-
-    /// The broker's handle.
-    pub fn handle(&self) -> &BrokerHandle<TokioPostgresBroker> {
-        &self.handle
-    }
-}
-
-impl<T> IntoBroker for TokioPostgresRoute<T> {
-    type Adapter = TokioPostgresBroker;
-
-    fn into_broker(self) -> BrokerHandle<TokioPostgresBroker> {
-        self.handle
-    }
-}
-
-/// What the shutdown of a broker started by hand did to the advisory locks of the deliveries
-/// in work.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ClosedTokioPostgresBroker {
-    /// Locks the shutdown released with an unlock the database answered yes to.
-    pub locks_released: usize,
-    /// Connections the shutdown closed to end their locks, where an unlock answered no or
-    /// failed.
-    pub connections_closed: usize,
-}
-
-impl From<ruststream_core::ClosedCounts> for ClosedTokioPostgresBroker {
-    fn from(counts: ruststream_core::ClosedCounts) -> Self {
-        Self {
-            locks_released: counts.locks_released,
-            connections_closed: counts.connections_closed,
-        }
-    }
-}
-
-/// A broker started by hand ([`TokioPostgresBroker::start`]), driven in the background until
-/// [`RunningTokioPostgresBroker::shutdown`].
-pub struct RunningTokioPostgresBroker {
-    running: RunningBroker<TokioPostgresBroker>,
-}
-
-impl fmt::Debug for RunningTokioPostgresBroker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunningTokioPostgresBroker")
-            .field("broker", self.running.handle().adapter())
-            .finish()
-    }
-}
-
-impl RunningTokioPostgresBroker {
-    /// Stops every subscription's claims; deliveries in work go on and settle.
-    pub fn stop(&self) {
-        self.running.stop();
-    }
-
-    /// Completes when no message is in work.
-    pub async fn drained(&self) {
-        self.running.drained().await;
-    }
-
-    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
-    /// every advisory lock in work is released, settlements in flight are waited for, then a
-    /// pool the broker built closes. Answers what the shutdown did to the advisory locks.
-    pub async fn shutdown(self) -> ClosedTokioPostgresBroker {
-        self.running.shutdown().await.into()
-    }
-
-    /// A publisher into `T`'s table; it answers [`TokioPostgresBrokerError::Closed`] from the
-    /// shutdown on.
-    pub fn publisher<T: InboxTable>(&self) -> TokioPostgresPublisher<T> {
-        TokioPostgresPublisher::new(self.running.handle())
-    }
-
-    /// The broker's handle.
-    pub fn handle(&self) -> &BrokerHandle<TokioPostgresBroker> {
-        self.running.handle()
-    }
-
-    /// The broker.
-    pub fn broker(&self) -> &TokioPostgresBroker {
-        self.running.handle().adapter()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact("postgres://app:secret@db:5432/app?sslmode=disable"),
-            "postgres://app:***@db:5432/app?sslmode=disable"
-        );
-        assert_eq!(
-            redact("postgres://postgres@127.0.0.1:5432/test"),
-            "postgres://postgres@127.0.0.1:5432/test"
-        );
-        assert_eq!(
-            redact("host=db user=app password=secret dbname=app"),
-            "host=db user=app password=*** dbname=app"
-        );
-    }
-}
+/// Why a publish, or a start by hand, of a [`TokioPostgresBroker`] did not happen: `Closed`,
+/// `Encode`, `Invalid`, `Db`, `Start` ([`ruststream::Error`]).
+pub type TokioPostgresBrokerError = ruststream::Error;

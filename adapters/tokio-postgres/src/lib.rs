@@ -121,12 +121,14 @@
 //! # Connections
 //!
 //! Each connection the core names holds a connection of the pool from its acquire to its
-//! release or close, and runs its commands in the order the core gave them, on a task of its
-//! own. A release gives the connection back, rolling back a transaction left open (it tracks
-//! `BEGIN`, `COMMIT` and `ROLLBACK`); a close ends the session: it cuts short a statement still
-//! running with a cancel request (over [`TokioPostgresBroker::cancel_tls`] where the server
-//! takes no plain connection), rolls back and unlocks what the session holds while it still
-//! answers, and takes the connection out of the pool. Size the pool for the forms that hold a
+//! release or close, and runs its commands in the order the core gave them, each on the task
+//! that polls its future, inside the broker's tokio runtime. A release gives the connection
+//! back, rolling back a transaction left open (the runtime tracks `BEGIN`, `COMMIT` and
+//! `ROLLBACK`); a close ends the session: it cuts short the command in flight, which answers
+//! at once, and ends a statement still running on the server with a cancel request, sent
+//! again until the session answers (over [`TokioPostgresBroker::cancel_tls`] where the server
+//! takes no plain connection); on a session in a known state it rolls back and unlocks what
+//! the session holds while it still answers; then it takes the connection out of the pool. Size the pool for the forms that hold a
 //! connection per message in work (row lock, advisory): each subscription's workers and rows
 //! claimed ahead (`prefetch`), plus one for its claims and one for publishes.
 //!
@@ -143,19 +145,15 @@
 //! start, with a message that names the setting. The advisory lock form needs a session per
 //! connection: a direct connection, or PgBouncer in session pooling.
 //!
-//! Driver errors map to the core's kinds: SQLSTATE `40001` and `40P01` are
-//! [`ErrorKind::Serialization`]; `42P01` is [`ErrorKind::UndefinedTable`]; `42703` is
-//! [`ErrorKind::UndefinedColumn`]; `57014` (a statement timeout) is [`ErrorKind::Timeout`];
-//! class `08`, `57P01`..`57P03` (a session the server ended), a closed connection and I/O
-//! errors are [`ErrorKind::ConnectionLost`]; a closed pool, or one that gave no connection in
-//! time, is [`ErrorKind::PoolClosed`].
+//! Driver errors map to the core's kinds: a server's error by its SQLSTATE
+//! ([`sqlstate_kind`]); a closed connection and I/O errors are [`ErrorKind::ConnectionLost`]; a
+//! closed pool, or one that gave no connection in time, is [`ErrorKind::PoolClosed`]. A server
+//! before PostgreSQL 9.5 fails the start ([`dialect_of`]).
 //!
 //! [`ErrorKind::ConnectionLost`]: ruststream_core::ErrorKind::ConnectionLost
 //! [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
-//! [`ErrorKind::Serialization`]: ruststream_core::ErrorKind::Serialization
-//! [`ErrorKind::Timeout`]: ruststream_core::ErrorKind::Timeout
-//! [`ErrorKind::UndefinedTable`]: ruststream_core::ErrorKind::UndefinedTable
-//! [`ErrorKind::UndefinedColumn`]: ruststream_core::ErrorKind::UndefinedColumn
+//! [`sqlstate_kind`]: ruststream_core::server::sqlstate_kind
+//! [`dialect_of`]: ruststream_core::server::dialect_of
 //!
 //! # Rules the compiler checks
 //!
@@ -210,12 +208,12 @@ mod run;
 
 pub use broker::{
     ClosedTokioPostgresBroker, DEFAULT_CREATE_TIMEOUT, DEFAULT_RECYCLE_TIMEOUT,
-    DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker, TokioPostgresRoute,
+    DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker,
+    TokioPostgresBrokerError, TokioPostgresPublisher, TokioPostgresRoute,
 };
 /// The deadpool-postgres crate of the broker's pool, for [`TokioPostgresBroker::new`] and
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;
-pub use error::{TokioPostgresBrokerError, TokioPostgresPublisher};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 pub use row::PgRow;
 pub use ruststream::de::DecodeError;

@@ -1,23 +1,18 @@
-//! Running one statement, or the service's own lock, on a pooled client: under the extended
-//! query protocol (prepared and cached, with binds at the types the server inferred) or the
-//! simple query protocol (binds rendered as literals).
+//! Running one statement on a pooled client: under the extended query protocol (prepared and
+//! cached, with binds at the types the server inferred) or the simple query protocol (binds
+//! rendered as literals).
 
 use std::error::Error as StdError;
-use std::panic::AssertUnwindSafe;
 
 use bytes::BytesMut;
 use deadpool_postgres::ClientWrapper;
-use futures::FutureExt;
-use ruststream_core::{
-    Action, DbError, ErrorKind, OutColumn, Output, Reply, Row, Statement, Value,
-};
+use ruststream_core::{DbError, ErrorKind, OutColumn, Output, Reply, Row, Statement, Value};
 use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Format, IsNull, ToSql, Type, to_sql_checked};
 
 use crate::error::db_error;
 use crate::literal;
-use crate::lock::CustomLock;
 use crate::row::PgRow;
 
 /// A bind as it goes to the server: binary at the type the server inferred for its
@@ -121,37 +116,28 @@ fn stale_statement(error: &tokio_postgres::Error) -> bool {
     }
 }
 
-/// Runs a statement, a lock or an unlock. `in_tx`: the connection is in a transaction, where
-/// a failed statement cannot be retried.
-pub(crate) async fn run(
+/// Runs a statement. `in_tx`: the connection is in a transaction, where a failed statement
+/// cannot be retried.
+pub(crate) async fn statement(
     client: &ClientWrapper,
-    action: &Action,
-    lock: Option<CustomLock>,
+    statement: &Statement,
+    binds: &[Value],
     simple: bool,
     in_tx: bool,
 ) -> Reply<PgRow> {
-    let result = match action {
-        Action::Execute { statement, binds } if simple => {
-            run_simple(client, statement, binds).await
-        }
-        Action::Execute { statement, binds } => {
-            match run_extended(client, statement, binds).await {
-                Err(error) if !in_tx && stale_statement(&error) => {
-                    client.statement_cache.remove(&statement.sql, &[]);
-                    run_extended(client, statement, binds)
-                        .await
-                        .map_err(Failure::Driver)
-                }
-                other => other.map_err(Failure::Driver),
+    let result = if simple {
+        run_simple(client, statement, binds).await
+    } else {
+        match run_extended(client, statement, binds).await {
+            Err(error) if !in_tx && stale_statement(&error) => {
+                client.statement_cache.remove(&statement.sql, &[]);
+                run_extended(client, statement, binds)
+                    .await
+                    .map_err(Failure::Driver)
             }
-            .and_then(|reply| reply)
+            other => other.map_err(Failure::Driver),
         }
-        Action::Lock { key, .. } => custom(client, lock, key, true).await,
-        Action::Unlock { key, .. } => custom(client, lock, key, false).await,
-        Action::Acquire | Action::Release | Action::Close => Err(Failure::Db(DbError::new(
-            ErrorKind::Other,
-            "the connection's task handles acquire, release and close itself",
-        ))),
+        .and_then(|reply| reply)
     };
     match result {
         Ok(reply) => reply,
@@ -274,40 +260,4 @@ fn rows_of(
         })
     })
     .collect()
-}
-
-/// Runs the table's own lock or unlock.
-async fn custom(
-    client: &ClientWrapper,
-    lock: Option<CustomLock>,
-    key: &str,
-    take: bool,
-) -> Result<Reply<PgRow>, Failure> {
-    let Some(lock) = lock else {
-        return Err(Failure::Db(DbError::new(
-            ErrorKind::Other,
-            "the table has no custom lock (its description names no `own::Lock` and `own::Unlock`)",
-        )));
-    };
-    let which = if take { "lock" } else { "unlock" };
-    let run = if take {
-        lock.lock(client, key)
-    } else {
-        lock.unlock(client, key)
-    };
-    match AssertUnwindSafe(run).catch_unwind().await {
-        Ok(Ok(answer)) => Ok(Reply::Bool(answer)),
-        Ok(Err(error)) => {
-            let mut error = db_error(&error);
-            error.message = format!(
-                "the custom {which} of key `{key}` failed: {}",
-                error.message
-            );
-            Err(Failure::Db(error))
-        }
-        Err(_) => Err(Failure::Db(DbError::new(
-            ErrorKind::Other,
-            format!("the custom {which} of key `{key}` panicked"),
-        ))),
-    }
 }

@@ -9,6 +9,8 @@
 //!   time.
 //! - [`dialect`]: every SQL text of the queue, per dialect, rendered once per subscription.
 //! - [`keys`]: advisory lock keys: templates, PostgreSQL's 64-bit hash, MySQL's lock names.
+//! - [`server`]: what a server says about itself: its version as a [`Dialect`] (or why it
+//!   does not serve the queue), its error codes as an [`ErrorKind`].
 //! - [`Broker`]: the machine of one database's subscriptions, deliveries, publishes and
 //!   shutdown, driven by [`Broker::handle_reply`], [`Broker::handle_timeout`],
 //!   [`Broker::settle`], [`Broker::drop_delivery`] and [`Broker::shutdown`], and drained
@@ -24,6 +26,7 @@
 mod broker;
 pub mod dialect;
 pub mod keys;
+pub mod server;
 pub mod spec;
 mod types;
 mod value;

@@ -1,10 +1,16 @@
-//! The contract between the runtime and a driver adapter.
+//! The contract between the runtime and a driver adapter: [`Adapter`] and [`TakesRows`], and
+//! for an adapter on an async pool, the connections the core names ([`Connections`], over the
+//! adapter's [`ConnectionPool`]).
 
 use futures::channel::oneshot;
 use futures::stream::BoxStream;
 use ruststream_core::{Command, DbError, Dialect, Reply};
 
 use crate::exec::BoxFuture;
+
+mod connections;
+
+pub use connections::{ConnFuture, ConnectionPool, Connections, Ending};
 
 /// The notifications one listening session hears ([`Adapter::listen`]): the payload of each,
 /// the name of a table with new rows. The stream ends, or answers an error and then ends, when
@@ -82,6 +88,29 @@ pub trait TakesRows<T>: Adapter {
     fn custom_lock() -> Option<Self::Lock>;
 }
 
+/// A database URL as messages show it: its password replaced by `***`. A `key=value`
+/// connection string (`host=db user=app password=secret`) has its `password` so replaced; a URL
+/// without a password, and anything else, reads as it was.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() && parsed.set_password(Some("***")).is_ok() {
+                parsed.to_string()
+            } else {
+                url.to_owned()
+            }
+        }
+        Err(_) => url
+            .split_whitespace()
+            .map(|part| match part.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => part.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
 /// The order of one connection's commands, for an adapter whose command futures run the
 /// commands themselves ([`Adapter::execute`]): each command takes a [`Turn`] when `execute` is
 /// called, behind the turn taken before it, and its future waits for that turn to end before
@@ -146,7 +175,37 @@ impl Drop for Turn {
 mod tests {
     use futures::FutureExt;
 
-    use super::Turns;
+    use super::{Turns, redact_url};
+
+    #[test]
+    fn urls_lose_their_passwords() {
+        let table = [
+            (
+                "postgres://app:secret@db:5432/app?sslmode=disable",
+                "postgres://app:***@db:5432/app?sslmode=disable",
+            ),
+            (
+                "postgres://postgres@127.0.0.1:5432/test",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            ("postgres://a:b:c@h/d", "postgres://a:***@h/d"),
+            ("postgres://u:p@ss@h/d", "postgres://u:***@h/d"),
+            (
+                "mysql://app:secret@db:3306/app?pool_max=4",
+                "mysql://app:***@db:3306/app?pool_max=4",
+            ),
+            ("mysql://root@127.0.0.1/test", "mysql://root@127.0.0.1/test"),
+            ("sqlite:exports.db?mode=rwc", "sqlite:exports.db?mode=rwc"),
+            (
+                "host=db user=app password=secret dbname=app",
+                "host=db user=app password=*** dbname=app",
+            ),
+            ("not a url", "not a url"),
+        ];
+        for (url, shown) in table {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
 
     #[test]
     fn a_turn_waits_for_every_turn_taken_before_it() {

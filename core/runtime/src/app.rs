@@ -9,7 +9,7 @@ use futures::FutureExt;
 use futures::channel::oneshot;
 
 use crate::adapter::Adapter;
-use crate::driver::StartError;
+use crate::error::StartError;
 use crate::exec::{BoxFuture, Executor};
 use crate::handle::{BrokerHandle, BrokerScope, IntoBroker, RunningBroker};
 

@@ -23,7 +23,8 @@ use ruststream_core::{
 };
 use std::panic::AssertUnwindSafe;
 
-use crate::adapter::{Adapter, AdapterError};
+use crate::adapter::Adapter;
+use crate::error::{PublishError, StartError};
 use crate::exec::{BoxFuture, Executor};
 use crate::listen::{self, Notice};
 use crate::subscriber::Subscription;
@@ -35,42 +36,6 @@ pub fn now() -> Time {
         .map(|d| d.as_micros())
         .unwrap_or(0);
     Time(i64::try_from(micros).unwrap_or(i64::MAX))
-}
-
-/// Why a publish did not write its row.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PublishError {
-    /// The broker is shut down, or not started: nothing was written.
-    #[error("the broker is closed: nothing was written")]
-    Closed,
-    /// The message did not encode.
-    #[error("the message does not encode: {0}")]
-    Encode(String),
-    /// The publish names no value for a column the table needs, or the description is wrong.
-    #[error(transparent)]
-    Invalid(BrokerError),
-    /// The insert failed.
-    #[error("the insert failed: {0}")]
-    Db(DbError),
-}
-
-/// Why a broker did not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// The adapter could not open its connections.
-    #[error(transparent)]
-    Adapter(#[from] AdapterError),
-    /// A subscription's description breaks a rule.
-    #[error(transparent)]
-    Description(BrokerError),
-    /// A subscription's table failed its check.
-    #[error(transparent)]
-    Check(CheckError),
-    /// The broker was started twice.
-    #[error("the broker is already started or closed")]
-    AlreadyStarted,
 }
 
 pub(crate) enum Input {

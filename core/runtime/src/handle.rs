@@ -1,6 +1,7 @@
 //! A broker as the service holds it: started by the runtime or by hand, and the publishers
 //! taken from it.
 
+use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -12,12 +13,14 @@ use serde::Serialize;
 
 use crate::adapter::Adapter;
 use crate::codec::{Codec, Json};
-use crate::driver::{self, HandleState, Input, PublishError, Sender, StartError};
+use crate::driver::{self, HandleState, Input, Sender};
+use crate::error::{PublishError, StartError};
 use crate::exec::Executor;
 use crate::subscriber::{IntoSubscription, Subscription};
 use crate::table::InboxTable;
 
-/// A broker over an adapter. Cloning it shares the broker.
+/// A broker over an adapter, as the service holds it: publishers come from it, and
+/// `with_broker` takes it. Cloning it shares the broker.
 pub struct BrokerHandle<A: Adapter> {
     adapter: Arc<A>,
     state: Arc<Mutex<HandleState>>,
@@ -29,6 +32,15 @@ impl<A: Adapter> Clone for BrokerHandle<A> {
             adapter: self.adapter.clone(),
             state: self.state.clone(),
         }
+    }
+}
+
+impl<A: Adapter + fmt::Debug> fmt::Debug for BrokerHandle<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrokerHandle")
+            .field("broker", &self.adapter)
+            .field("closed", &self.is_closed())
+            .finish()
     }
 }
 
@@ -47,7 +59,8 @@ impl<A: Adapter> BrokerHandle<A> {
     }
 
     /// Starts the broker by hand with these subscriptions: opens the adapter, checks every
-    /// table, and starts claiming.
+    /// table, and starts claiming. An adapter's broker offers the same as `start` and
+    /// `start_on`, answering [`Error`](crate::Error).
     pub async fn start(
         &self,
         subscriptions: Vec<Subscription<A>>,
@@ -67,12 +80,10 @@ impl<A: Adapter> BrokerHandle<A> {
         })
     }
 
-    /// A publisher of `T` rows. It refuses every publish once the broker is shut down.
+    /// A publisher of `T` rows ([`Publisher::new`]). It answers [`Error::Closed`](crate::Error::Closed) until the
+    /// broker starts and from its shutdown on.
     pub fn publisher<T: InboxTable>(&self) -> Publisher<T, A> {
-        Publisher {
-            state: self.state.clone(),
-            row: PhantomData,
-        }
+        Publisher::new(self)
     }
 
     /// Whether the broker is shut down.
@@ -87,11 +98,20 @@ impl<A: Adapter> BrokerHandle<A> {
     }
 }
 
-/// A started broker, driven in the background until it shuts down.
+/// A started broker, driven in the background until it shuts down: what an adapter's broker
+/// answers when started by hand (`start`, `start_on`), and what the service runs.
 pub struct RunningBroker<A: Adapter> {
     tx: Sender,
     closed: oneshot::Receiver<ClosedCounts>,
     handle: BrokerHandle<A>,
+}
+
+impl<A: Adapter + fmt::Debug> fmt::Debug for RunningBroker<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunningBroker")
+            .field("broker", self.broker())
+            .finish()
+    }
 }
 
 impl<A: Adapter> RunningBroker<A> {
@@ -110,19 +130,36 @@ impl<A: Adapter> RunningBroker<A> {
 
     /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
     /// every advisory lock in work is released, settlements in flight are waited for, then the
-    /// adapter closes what it opened. Answers what the shutdown did to the advisory locks.
+    /// adapter closes what it opened (a pool it built). Answers what the shutdown did to the
+    /// advisory locks.
     pub async fn shutdown(self) -> ClosedCounts {
         let _ = self.tx.unbounded_send(Input::Shutdown);
         self.closed.await.unwrap_or_default()
+    }
+
+    /// A publisher into `T`'s table; it answers [`Error::Closed`](crate::Error::Closed) from the shutdown on.
+    pub fn publisher<T: InboxTable>(&self) -> Publisher<T, A> {
+        Publisher::new(&self.handle)
     }
 
     /// The broker's handle.
     pub fn handle(&self) -> &BrokerHandle<A> {
         &self.handle
     }
+
+    /// The broker: the adapter.
+    pub fn broker(&self) -> &A {
+        self.handle.adapter()
+    }
 }
 
 /// Publishes rows into `T`'s table.
+///
+/// Take it from the broker's handle ([`Publisher::new`], [`BrokerHandle::publisher`]), a route
+/// ([`Route::publisher`](crate::Route::publisher)) or a running broker
+/// ([`RunningBroker::publisher`]). It answers [`Error::Closed`](crate::Error::Closed) until the broker starts and from
+/// its shutdown on, and writes no row then. A publish that wrote its row wakes the broker's
+/// subscriptions of the table.
 pub struct Publisher<T, A: Adapter> {
     state: Arc<Mutex<HandleState>>,
     row: PhantomData<fn() -> (T, A)>,
@@ -134,6 +171,15 @@ impl<T, A: Adapter> Clone for Publisher<T, A> {
             state: self.state.clone(),
             row: PhantomData,
         }
+    }
+}
+
+impl<T, A: Adapter> fmt::Debug for Publisher<T, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Publisher")
+            .field("row", &std::any::type_name::<T>())
+            .field("broker", &std::any::type_name::<A>())
+            .finish()
     }
 }
 
@@ -181,16 +227,29 @@ impl Message {
 }
 
 impl<T: InboxTable, A: Adapter> Publisher<T, A> {
-    /// Publishes one row. Answers [`PublishError::Closed`] without writing once the broker is
-    /// shut down.
+    /// A publisher of `T` rows through the broker `handle` names.
+    pub fn new(handle: &BrokerHandle<A>) -> Self {
+        Self {
+            state: handle.state.clone(),
+            row: PhantomData,
+        }
+    }
+
+    /// Publishes one row: the message's payload, the values of the key's columns, when it is
+    /// due. Answers [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
     pub async fn publish(&self, message: Message) -> Result<(), PublishError> {
         self.send(vec![message]).await
+    }
+
+    /// Publishes one message encoded as JSON, due now.
+    pub async fn publish_json<M: Serialize>(&self, message: &M) -> Result<(), PublishError> {
+        self.publish(Message::json(message)?).await
     }
 
     /// Publishes rows together: every row is written, or, when a statement fails, none is.
     /// Up to [`ruststream_core::PUBLISH_BATCH`] rows go into one insert; more run as several
     /// inserts in one transaction. An empty batch writes nothing and answers `Ok`. Answers
-    /// [`PublishError::Closed`] without writing once the broker is shut down.
+    /// [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
     pub async fn publish_all(
         &self,
         messages: impl IntoIterator<Item = Message>,

@@ -7,6 +7,13 @@
 //! shutdown. It reaches an executor only through [`exec::Executor`], with implementations
 //! for tokio (feature `tokio`, default) and async-std (feature `async-std`).
 //!
+//! Every adapter's broker shares this crate's public types: a [`Route`] of one queue, a
+//! [`RunningBroker`] started by hand with its [`ClosedCounts`], a [`Publisher`], the [`Error`]
+//! of a publish or a start, and the methods [`broker_methods!`] writes (`route`, `handle`,
+//! `start`, `start_on`); each adapter names them after itself (`SqlxRoute`,
+//! `ClosedSqlxBroker`, `SqlxBrokerError`, ...). An adapter on an async pool holds the core's
+//! connections in [`adapter::Connections`].
+//!
 //! The three forms, the custom lock and the shutdown are described in the crate's
 //! documentation pages and in `ruststream_core`.
 
@@ -18,22 +25,26 @@ mod app;
 pub mod codec;
 pub mod de;
 mod driver;
+mod error;
 pub mod exec;
 mod handle;
 mod listen;
 mod outcome;
+mod route;
 mod subscriber;
 mod table;
 
 #[cfg(feature = "tokio")]
 pub use app::run_app;
 pub use app::{App, AppInfo, BoxError, RunError, RustStream, run_blocking, termination};
-pub use driver::{PublishError, StartError, now};
+pub use driver::now;
+pub use error::{Error, PublishError, StartError};
 pub use handle::{BrokerHandle, BrokerScope, IntoBroker, Message, Publisher, RunningBroker};
 pub use outcome::{
     Context, ContextKind, Ctx, CtxKey, DeliveryInfo, Handle, HandlerOutcome, InboxContext,
     Provides, keys,
 };
+pub use route::Route;
 pub use ruststream_core as core;
 pub use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,

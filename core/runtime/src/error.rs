@@ -1,0 +1,53 @@
+//! The errors of a broker: why a publish, or a start, did not happen.
+
+use ruststream_core::{BrokerError, DbError};
+
+use crate::adapter::AdapterError;
+
+/// Why a publish, or a start of a broker by hand, did not happen: the error every adapter's
+/// publishers and brokers answer (`SqlxBrokerError`, `TokioPostgresBrokerError`,
+/// `MySqlAsyncBrokerError` and `RusqliteBrokerError` name it).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The broker is shut down, or not started: nothing was written. A publisher kept past the
+    /// shutdown answers this, and writes no row.
+    #[error("the broker is closed: nothing was written")]
+    Closed,
+    /// The message did not encode into the payload.
+    #[error("the message does not encode: {0}")]
+    Encode(String),
+    /// The publish gives no value for a column the table needs, or the table's description
+    /// breaks a rule.
+    #[error(transparent)]
+    Invalid(BrokerError),
+    /// The database failed the insert.
+    #[error("the insert failed: {0}")]
+    Db(DbError),
+    /// The broker did not start: its connections did not open, a description breaks a rule,
+    /// or a table failed its check.
+    #[error("the broker did not start: {0}")]
+    Start(#[from] StartError),
+}
+
+/// What a publish answers: [`Error`], of which it answers every variant but
+/// [`Error::Start`].
+pub type PublishError = Error;
+
+/// Why a broker did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The adapter could not open its connections.
+    #[error(transparent)]
+    Adapter(#[from] AdapterError),
+    /// A subscription's description breaks a rule.
+    #[error(transparent)]
+    Description(BrokerError),
+    /// A subscription's table failed its check.
+    #[error(transparent)]
+    Check(ruststream_core::CheckError),
+    /// The broker was started twice.
+    #[error("the broker is already started or closed")]
+    AlreadyStarted,
+}
