@@ -173,10 +173,6 @@ impl ConnectionPool for Lender {
     fn enter<T: Send + 'static>(&self, future: BoxFuture<T>) -> BoxFuture<T> {
         in_runtime(self.runtime.clone(), future)
     }
-
-    fn sleep(&self, duration: Duration) -> BoxFuture<()> {
-        Box::pin(async move { tokio::time::sleep(duration).await })
-    }
 }
 
 /// Kills the statement the session `thread` runs, from a connection of its own.

@@ -159,10 +159,6 @@ impl ConnectionPool for Lender {
     fn enter<T: Send + 'static>(&self, future: BoxFuture<'static, T>) -> BoxFuture<'static, T> {
         in_runtime(self.runtime.clone(), future)
     }
-
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(async move { tokio::time::sleep(duration).await })
-    }
 }
 
 /// What a clean session holds, rolled back and unlocked while it still answers.

@@ -16,24 +16,17 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::{self, Either, Shared};
-use ruststream_core::{
-    Action, Command, ConnId, DbError, ErrorKind, Output, Reply, Statement, StatementKind, Value,
-};
+use ruststream_core::{Action, Command, ConnId, DbError, ErrorKind, Reply, Statement, Value};
 
 use super::{Turn, Turns};
 use crate::exec::BoxFuture;
 
 /// A boxed future that borrows a connection: what a statement or a lock on one answers.
 pub type ConnFuture<'c, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'c>>;
-
-/// How long the rollback of a released connection may take before the connection is closed
-/// instead, where the pool has a timer ([`ConnectionPool::sleep`]).
-const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a connection ends, as [`ConnectionPool::close`] and [`ConnectionPool::discard`] are told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,14 +110,6 @@ pub trait ConnectionPool: Clone + Send + Sync + 'static {
     /// whose connections need it entered. The default polls it as it is.
     fn enter<T: Send + 'static>(&self, future: BoxFuture<T>) -> BoxFuture<T> {
         future
-    }
-
-    /// A timer of the driver's runtime: it bounds the rollback of a released connection (5 s,
-    /// then the connection is closed). The default never completes, so a rollback takes as
-    /// long as it takes.
-    fn sleep(&self, duration: Duration) -> BoxFuture<()> {
-        let _ = duration;
-        Box::pin(future::pending())
     }
 }
 
@@ -266,12 +251,6 @@ impl<P: ConnectionPool> InFlight<'_, P> {
         held.conn = conn;
         learn(&mut held.session);
     }
-
-    fn into_inner(mut self) -> P::Connection {
-        self.conn
-            .take()
-            .expect("the connection is in flight until it goes back")
-    }
 }
 
 impl<P: ConnectionPool> Drop for InFlight<'_, P> {
@@ -346,66 +325,8 @@ fn pool_closed() -> DbError {
     )
 }
 
-fn rollback() -> Statement {
-    Statement {
-        kind: StatementKind::Rollback,
-        sql: "ROLLBACK".into(),
-        args: Vec::new().into(),
-        output: Output::Nothing,
-    }
-}
-
 fn ready<R: Send + 'static>(reply: Reply<R>) -> BoxFuture<Reply<R>> {
     Box::pin(future::ready(reply))
-}
-
-async fn close_lost_or_roll_back<P: ConnectionPool>(
-    slot: &Slot<P>,
-    conn: P::Connection,
-    session: Session,
-) -> Option<P::Connection> {
-    let pool = &slot.pool;
-    let ending = slot.ending(&conn, session);
-    match ending {
-        Ending::Lost | Ending::CutShort => {
-            pool.close(conn, ending).await;
-            return None;
-        }
-        Ending::Clean {
-            in_transaction: false,
-        } => return Some(conn),
-        Ending::Clean {
-            in_transaction: true,
-        } => {}
-    }
-    let mut flight = InFlight {
-        slot,
-        conn: Some(conn),
-    };
-    let done = match future::select(
-        pool.execute(flight.conn(), rollback(), Vec::new(), true),
-        pool.sleep(ROLLBACK_TIMEOUT),
-    )
-    .await
-    {
-        Either::Left((reply, _)) => Some(reply),
-        Either::Right(_) => None,
-    };
-    match done {
-        Some(Reply::Failed(error)) => {
-            tracing::warn!("rolling back a released connection failed: {error}; it is closed");
-            pool.close(flight.into_inner(), Ending::Lost).await;
-            None
-        }
-        Some(_) => Some(flight.into_inner()),
-        None => {
-            tracing::warn!(
-                "rolling back a released connection took longer than {ROLLBACK_TIMEOUT:?}; it is closed"
-            );
-            pool.close(flight.into_inner(), Ending::CutShort).await;
-            None
-        }
-    }
 }
 
 /// The connections the core holds, by `ConnId`, on connections of the pool `P`: an async
@@ -466,9 +387,9 @@ impl<P: ConnectionPool> Connections<P> {
     ///
     /// - An acquire takes a connection of the pool.
     /// - A statement, a lock or an unlock runs on the connection.
-    /// - A release gives the connection back to the pool: a transaction left open is rolled
-    ///   back first, and a connection that failed as lost, was cut short or does not roll back
-    ///   is closed instead.
+    /// - A release gives the connection back to the pool. The core rolls a transaction back
+    ///   before it releases a connection, and closes one a failure lost; a connection released
+    ///   with either closes instead of going back.
     /// - A close cuts short the command in flight and fails the ones queued, then closes the
     ///   connection ([`Ending`]).
     pub fn execute(
@@ -597,10 +518,16 @@ impl<P: ConnectionPool> Connections<P> {
         let pool = slot.pool.clone();
         pool.enter(Box::pin(async move {
             turn.wait().await;
-            if let Some((conn, session)) = slot.take()
-                && let Some(conn) = close_lost_or_roll_back(&slot, conn, session).await
-            {
-                slot.pool.release(conn).await;
+            if let Some((conn, session)) = slot.take() {
+                // The core rolls a transaction back before it gives a connection back, and
+                // closes one a failure lost; one that still holds either closes here rather
+                // than going back to the pool.
+                match slot.ending(&conn, session) {
+                    Ending::Clean {
+                        in_transaction: false,
+                    } => slot.pool.release(conn).await,
+                    ending => slot.pool.close(conn, ending).await,
+                }
             }
             Reply::Done
         }))
