@@ -341,7 +341,7 @@ async fn fenced_updates_count_the_rows_they_found() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_rolls_back_an_open_transaction() {
+async fn a_release_inside_a_transaction_ends_it() {
     let db = TestDb::new("adapter_release", &[ITEMS]).await;
     db.exec("INSERT INTO items (id, n) VALUES (1, 0)").await;
     let broker =
@@ -394,12 +394,13 @@ async fn a_release_rolls_back_an_open_transaction() {
     assert_eq!(
         free,
         [(1, 0)],
-        "the release rolled the update back and freed the row"
+        "the release ended the transaction: the update is gone and the row free"
     );
     other.query_drop("ROLLBACK").await.unwrap();
     other.disconnect().await.unwrap();
 
-    // The connection goes back to the pool clean: the next id takes it with no transaction.
+    // The next id takes a connection with no transaction: the one released inside one was
+    // closed, not given back.
     assert_eq!(run(&broker, 2, Action::Acquire).await, Reply::Done);
     let in_tx = run(
         &broker,

@@ -155,7 +155,9 @@ async fn a_close_cuts_a_statement_short_simple() {
     close_cuts_a_statement_short("close_cuts_simple", true).await;
 }
 
-async fn release_rolls_back(test: &str, simple: bool) {
+/// The core rolls a transaction back before it releases a connection; one released inside a
+/// transaction anyway (by a driver of its own) closes, and its transaction ends with it.
+async fn release_inside_a_transaction_closes(test: &str, simple: bool) {
     let db = Db::new(test).await;
     // One connection: the one released is the one acquired next.
     let mut driver = Driver::start(&db, 1, simple).await;
@@ -192,7 +194,10 @@ async fn release_rolls_back(test: &str, simple: bool) {
             )
             .await,
     );
-    assert_eq!(again, pid, "the same connection came back from the pool");
+    assert_ne!(
+        again, pid,
+        "a connection released inside a transaction closes rather than going back to the pool"
+    );
     let state = values(
         driver
             .sql(
@@ -206,7 +211,7 @@ async fn release_rolls_back(test: &str, simple: bool) {
     assert_eq!(
         state,
         vec![vec![Value::Int(0)]],
-        "the release rolled the insert back"
+        "the insert ended with the session"
     );
     // No transaction is open on it: a statement's effect is visible to others at once.
     let insert = execute(
@@ -227,13 +232,13 @@ async fn release_rolls_back(test: &str, simple: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_rolls_back_a_transaction_left_open() {
-    release_rolls_back("release_rollback", false).await;
+async fn a_release_inside_a_transaction_closes_the_connection() {
+    release_inside_a_transaction_closes("release_rollback", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_rolls_back_a_transaction_left_open_simple() {
-    release_rolls_back("release_rollback_simple", true).await;
+async fn a_release_inside_a_transaction_closes_the_connection_simple() {
+    release_inside_a_transaction_closes("release_rollback_simple", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

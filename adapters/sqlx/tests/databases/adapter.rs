@@ -385,9 +385,10 @@ async fn one_connections_commands_run_in_order() {
     db.drop().await;
 }
 
-/// A release rolls back a transaction left open, and the connection goes back to the pool.
+/// A connection released inside a transaction (the core rolls back first; a driver of its own
+/// may not) closes, its transaction ends with it, and the pool lends a clean one next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_rolls_back_a_transaction_left_open() {
+async fn a_release_inside_a_transaction_ends_it() {
     let db = Pg::new("ad_release").await;
     db.exec("CREATE TABLE t (n INT)").await;
     let broker = started(
@@ -420,9 +421,9 @@ async fn release_rolls_back_a_transaction_left_open() {
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM t").await,
         0,
-        "the release rolled back"
+        "the transaction ended with the release"
     );
-    // The pool's one connection is back, outside a transaction.
+    // The pool's next connection is outside a transaction.
     assert!(matches!(
         run(&broker, 2, Action::Acquire).await,
         Reply::Done
