@@ -4,6 +4,8 @@
 Usage: bench/table.py target/bench/results.jsonl [more.jsonl ...]
        bench/table.py --peer target/bench/peer.jsonl   (the "Beside a peer" rows, with
                                                        ruststream's prefetch beside apalis's batch)
+       bench/table.py --scale target/bench/scale.jsonl (bench/measure-scale.sh: processes, held
+                                                       and hot keys, then the aims)
 
 One row per summary line (one invocation): the median jobs per second of each side over the
 rounds, the median of the rounds' ratios (each round's in brackets), the pickup latencies, the
@@ -14,17 +16,22 @@ import json
 import sys
 
 
+MATCH = ("adapter", "database", "form", "workers", "handler_ms", "jobs", "prefetch",
+         "processes", "keys", "held_keys", "hot_keys", "hot_ms")
+
+
 def main(paths):
     if paths and paths[0] == "--peer":
         return peer(paths[1:])
+    if paths and paths[0] == "--scale":
+        return scale(paths[1:])
     lines = []
     for path in paths:
         with open(path) as f:
             lines += [json.loads(l) for l in f if l.strip()]
     runs = [l for l in lines if l.get("kind") == "run"]
     for s in (l for l in lines if l.get("kind") == "summary"):
-        mine = [r for r in runs if all(r.get(k) == s.get(k) for k in
-                ("adapter", "database", "form", "workers", "handler_ms", "jobs", "prefetch"))
+        mine = [r for r in runs if all(r.get(k) == s.get(k) for k in MATCH)
                 and s["date"] >= r["date"]]
         mine = mine[-2 * s["rounds"]:]
         rs = [r for r in mine if r["implementation"] == "ruststream"]
@@ -77,6 +84,92 @@ def peer(paths):
             f"{begins:.2f} | {peak(rs)} / {peak(ap)} / {peak(base)} | {load} | {s['date']} | "
             f"`{s['command']}` |"
         )
+
+
+def scale(paths):
+    """The rows of bench/measure-scale.sh's runs, one per summary, then the aims: three
+    processes against one, a held key against none, by adapter and database (and handler, jobs
+    and workers), each from the last invocation of its settings."""
+    lines = []
+    for path in paths:
+        with open(path) as f:
+            lines += [json.loads(l) for l in f if l.strip()]
+    runs = [l for l in lines if l.get("kind") == "run"]
+    summaries = [l for l in lines if l.get("kind") == "summary"]
+    print("| adapter | database | processes | keys | held | hot | handler | ruststream jobs/s | "
+          "baseline jobs/s | median ratio (rounds) | rows per process (last round) | "
+          "pickup p50 / p99 ms, ruststream | order checked | load1 | date (UTC) | command |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in summaries:
+        mine = [r for r in runs if all(r.get(k) == s.get(k) for k in MATCH)
+                and s["date"] >= r["date"]]
+        mine = mine[-2 * s["rounds"]:]
+        rs = [r for r in mine if r["implementation"] == "ruststream"]
+        loads = [r.get("load1") for r in mine if r.get("load1") is not None]
+        load = f"{min(loads):.1f}–{max(loads):.1f}" if loads else "-"
+        ratios = ", ".join(f"{x:.2f}" for x in s["ratios"])
+        per = rs[-1].get("per_process_jobs") if rs else None
+        per = " / ".join(str(n) for n in per) if per else "-"
+        hot = f"{s['hot_keys']} × {s['hot_ms']} ms" if s.get("hot_keys") else "-"
+        held = s.get("held_keys") or "-"
+        print(
+            f"| {s['adapter']} | {s['database']} | {s.get('processes', 1)} | {s['keys']} | "
+            f"{held} | {hot} | {s['handler_ms']} ms | {num(s['ruststream_jobs_per_s'])} | "
+            f"{num(s['baseline_jobs_per_s'])} | **{num(s['ratio_median'], 2)}** ({ratios}) | "
+            f"{per} | {num(s['ruststream_pickup_p50_ms'])} / "
+            f"{num(s['ruststream_pickup_p99_ms'])} | "
+            f"{'yes' if s.get('order_checked') else 'no'} | {load} | {s['date']} | "
+            f"`{s['command']}` |"
+        )
+    print()
+    print("| adapter | database | aim | ruststream | baseline | measured | met |")
+    print("|---|---|---|---|---|---|---|")
+    group = ("adapter", "database", "form", "workers", "handler_ms", "jobs", "prefetch")
+    for g in sorted({tuple(s.get(k) for k in group) for s in summaries}, key=str):
+        mine = [s for s in summaries if tuple(s.get(k) for k in group) == g]
+        adapter, database = g[0], g[1]
+
+        def last(**want):
+            found = [s for s in mine if all(s.get(k, 0 if k != "processes" else 1) == v
+                                            for k, v in want.items())]
+            return found[-1] if found else None
+
+        one = last(keys=40, processes=1, held_keys=0, hot_keys=0)
+        three = last(keys=40, processes=3, held_keys=0, hot_keys=0)
+        if one and three:
+            rate = three["ruststream_jobs_per_s"] / one["ruststream_jobs_per_s"]
+            limit = three["ruststream_jobs_per_s"] / three["baseline_jobs_per_s"]
+            met = rate >= 2.5 or limit >= 0.9
+            print(
+                f"| {adapter} | {database} | 3 processes ≥ 2.5 × 1 (or ≥ 0.90 × the raw loop "
+                f"at 3 × W) | {num(one['ruststream_jobs_per_s'])} → "
+                f"{num(three['ruststream_jobs_per_s'])} | {num(one['baseline_jobs_per_s'])} → "
+                f"{num(three['baseline_jobs_per_s'])} | **{rate:.2f}×** (of the raw loop: "
+                f"{limit:.2f}) | {'yes' if met else 'no'} |"
+            )
+        free = last(keys=5, processes=1, held_keys=0, hot_keys=0)
+        held = last(keys=5, processes=1, held_keys=1, hot_keys=0)
+        if free and held:
+            rate = held["ruststream_jobs_per_s"] / free["ruststream_jobs_per_s"]
+            base = held["baseline_jobs_per_s"] / free["baseline_jobs_per_s"]
+            print(
+                f"| {adapter} | {database} | free keys with 1 of 5 held ≥ 0.90 × without | "
+                f"{num(free['ruststream_jobs_per_s'])} → {num(held['ruststream_jobs_per_s'])} | "
+                f"{num(free['baseline_jobs_per_s'])} → {num(held['baseline_jobs_per_s'])} | "
+                f"**{rate:.2f}** (raw loop: {base:.2f}) | {'yes' if rate >= 0.9 else 'no'} |"
+            )
+        checked = [s for s in mine if s.get("form") == "advisory"]
+        if checked:
+            ok = all(s.get("order_checked") for s in checked)
+            print(
+                f"| {adapter} | {database} | per-key order checked in every advisory run | - | "
+                f"- | {sum(1 for s in checked if s.get('order_checked'))} of {len(checked)} "
+                f"invocations | {'yes' if ok else 'no'} |"
+            )
+
+
+def num(v, digits=0):
+    return "-" if v is None else f"{v:.{digits}f}"
 
 
 if __name__ == "__main__":

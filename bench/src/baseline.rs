@@ -13,27 +13,38 @@
 //! - lease, PostgreSQL and SQLite: `claim_lease` (limit 1), the handler, `settle` (fenced by
 //!   the lease this task wrote). MySQL/MariaDB: `START TRANSACTION`, `select_lease`,
 //!   `mark_lease`, `COMMIT`, the handler, `settle`.
-//! - advisory, PostgreSQL and MySQL/MariaDB: `candidates` (limit 2 W), then for each candidate
-//!   until one is taken: lock the key (`try_lock`), `take` (MySQL/MariaDB: `take_count` then
-//!   `read_row`), the handler, `settle`, `unlock`. SQLite: one task at a time, as the core's
+//! - advisory, PostgreSQL and MySQL/MariaDB: `candidates` (limit 2 W), passing over the keys
+//!   the tasks have in work (the core's `candidates_excluding`, the keys' text bound in its
+//!   `NOT IN`), then for each candidate until one is taken: lock the key (`try_lock`), `take`
+//!   (MySQL/MariaDB: `take_count` then `read_row`), the handler, `settle`, `unlock`. A key found
+//!   held (by another task, or by a session elsewhere) is passed over with every later
+//!   candidate of it, so no row overtakes an earlier row of its key; when the look found only
+//!   such rows and as many as it asked for, the task looks again at once, passing over those
+//!   keys too, up to 8 more looks (the core's look past held keys: with a key held for the
+//!   whole run its rows gather at the head of the table, and a claim that reads the first rows
+//!   alone would find nothing else). SQLite: one task at a time, as the core's
 //!   registry claims nothing while a row is in work (advisory.md: "A claim there reads the
 //!   first due rows alone and takes nothing while they are in work, so a subscription has one
 //!   delivery in work at a time"): under a mutex the tasks share, `candidates` (limit 1: the
 //!   first due row alone), its key put into a set of keys in the process, `take`, the
 //!   handler, `settle`, the key out of the set; the next task's claim starts as the mutex is
 //!   released.
+//!
+//! Every form: a handler works `--handler-ms`, or `--hot-ms` for a row of a hot key. Advisory
+//! form: each handler's start and end go into the run's order log (bench/src/order.rs), which
+//! fails the run if a key's rows start out of id order or two are in work at once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ruststream::core::dialect::{AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim};
 use ruststream::core::keys::{mysql_lock_name, postgres_key_hash};
-use ruststream::core::{Arg, Dialect, Form, Statement, Statements, Value};
+use ruststream::core::{Arg, Dialect, Form, Statement, Statements, TableDesc, Value};
 
-use crate::BoxError;
 use crate::stats::Stats;
+use crate::{BoxError, Work};
 
 /// A connection the baseline runs statements on.
 pub(crate) trait RawConn: Send + 'static {
@@ -82,17 +93,37 @@ const ROW: &[&str] = &["id", "attempt", "payload"];
 pub(crate) struct Shared {
     pub(crate) statements: Statements,
     pub(crate) stats: Arc<Stats>,
+    /// The table, for the candidates that pass over keys.
+    pub(crate) desc: TableDesc,
+    /// The rows the run settles (the held keys' rows left out).
     pub(crate) jobs: u64,
+    /// The tasks.
     pub(crate) workers: usize,
-    pub(crate) handler_ms: u64,
+    /// How long each handler works.
+    pub(crate) work: Work,
     /// MySQL/MariaDB: the database's name, for lock names.
     pub(crate) database: String,
     /// Row lock form: one count-and-lock at a time. SQLite advisory form: one claim and its
     /// delivery at a time, as the core's registry has (the next claim starts when the key is
     /// released, and none runs meanwhile).
     pub(crate) claim: tokio::sync::Mutex<()>,
-    /// SQLite advisory form: the keys in work.
+    /// Advisory form: the keys the tasks have in work.
     pub(crate) keys: Mutex<HashSet<String>>,
+    /// Advisory form: the candidates that pass over `n` keys, rendered once per size.
+    pub(crate) excluding: Mutex<HashMap<usize, Statement>>,
+}
+
+impl Shared {
+    fn candidates_excluding(&self, n: usize) -> Result<Statement, BoxError> {
+        let mut cache = self.excluding.lock().expect("not poisoned");
+        if let Some(statement) = cache.get(&n) {
+            return Ok(statement.clone());
+        }
+        let statement = Statements::candidates_excluding(self.statements.dialect, &self.desc, n)
+            .ok_or("the core rendered no candidates for the advisory form")?;
+        cache.insert(n, statement.clone());
+        Ok(statement)
+    }
 }
 
 #[derive(Default)]
@@ -103,6 +134,8 @@ struct Binds {
     id: Option<Value>,
     attempt: i64,
     key: Option<Value>,
+    /// The keys a look passes over, as text.
+    excluded: Vec<String>,
 }
 
 fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
@@ -113,6 +146,12 @@ fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
         Arg::Limit => Value::Int(b.limit),
         Arg::Key => b.key.clone().unwrap_or(Value::Null),
         Arg::Now | Arg::Due => Value::Int(b.now),
+        // Padded with the last key: the statement is rendered for a power of two.
+        Arg::ExcludedKey(i) => b
+            .excluded
+            .get(i)
+            .or(b.excluded.last())
+            .map_or(Value::Null, |k| Value::Text(k.clone())),
         _ => Value::Null,
     })
 }
@@ -145,12 +184,12 @@ pub(crate) async fn worker<C: RawConn>(mut conn: C, shared: Arc<Shared>) -> Resu
     Ok(())
 }
 
-/// The handler: records the pickup latency and works. Answers when it ended.
-async fn handle(shared: &Shared, row: &[Value]) -> Instant {
+/// The handler: records the pickup latency and works `ms`. Answers when it ended.
+async fn handle(shared: &Shared, row: &[Value], ms: u64) -> Instant {
     if let Some(Value::Bytes(payload)) = row.get(2) {
         shared.stats.handler_start(payload);
     }
-    crate::work(shared.handler_ms).await;
+    crate::work(ms).await;
     Instant::now()
 }
 
@@ -274,7 +313,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
         run(conn, shared, &st.rollback, &b).await?;
         return Ok(true);
     };
-    let ended = handle(shared, &row).await;
+    let ended = handle(shared, &row, shared.work.handler_ms).await;
     run(conn, shared, &f.settle, &b).await?;
     run(conn, shared, &st.commit, &b).await?;
     settled(shared, ended);
@@ -319,57 +358,98 @@ async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, B
         return Ok(false);
     };
     b.id = Some(row[0].clone());
-    let ended = handle(shared, &row).await;
+    let ended = handle(shared, &row, shared.work.handler_ms).await;
     run(conn, shared, &f.settle, &b).await?;
     settled(shared, ended);
     Ok(true)
 }
+
+/// The most looks past held keys one claim takes after its first, as the core's claim.
+const MORE_LOOKS: usize = 8;
+
+/// The most keys one look passes over in its statement, as the core's claim: past them the
+/// look reads more rows instead.
+const EXCLUDE_MAX: usize = 256;
 
 async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, BoxError> {
     let st = &shared.statements;
     let FormStatements::Advisory(f) = &st.form else {
         return Err(wrong_form("advisory lock"));
     };
-    let now = crate::stats::now_us();
     let sqlite = st.dialect == Dialect::Sqlite;
+    let database = matches!(f.keys, KeyLocks::Database { .. });
     // SQLite: no claim while a row is in work; the next one runs when its key is released.
     let _turn = if sqlite {
         Some(shared.claim.lock().await)
     } else {
         None
     };
-    let mut b = Binds {
-        now,
-        limit: if sqlite { 1 } else { 2 * shared.workers as i64 },
-        ..Binds::default()
-    };
-    let found = rows(conn, shared, &f.candidates, &b, &["rs_id", "rs_key"]).await?;
-    for candidate in found {
-        let key = match &candidate[1] {
-            Value::Text(t) => t.clone(),
-            other => other.to_string(),
+    // Keys this claim found held, here or elsewhere: their later candidates are passed over.
+    let mut passed: HashSet<String> = HashSet::new();
+    let mut looks = 0;
+    loop {
+        let mut limit = if sqlite { 1 } else { 2 * shared.workers };
+        let mut excluded: Vec<String> = if database {
+            let in_work = shared.keys.lock().expect("not poisoned");
+            in_work.union(&passed).cloned().collect()
+        } else {
+            Vec::new()
         };
-        b.id = Some(candidate[0].clone());
-        b.key = Some(match st.dialect {
-            Dialect::Postgres => Value::Int(postgres_key_hash(&key)),
-            Dialect::Sqlite => Value::Text(key.clone()),
-            Dialect::MySql | Dialect::MariaDb => {
-                Value::Text(mysql_lock_name(&shared.database, &key))
-            }
-        });
-        // Lock the key.
-        if let KeyLocks::Database { try_lock, .. } = &f.keys {
-            let locked = rows(conn, shared, try_lock, &b, &["locked"]).await?;
-            let locked = locked
-                .first()
-                .and_then(|r| r.first())
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            if !locked {
+        if excluded.len() > EXCLUDE_MAX {
+            limit += excluded.len() - EXCLUDE_MAX;
+            excluded.truncate(EXCLUDE_MAX);
+        }
+        let statement = if excluded.is_empty() {
+            f.candidates.clone()
+        } else {
+            shared.candidates_excluding(excluded.len().next_power_of_two())?
+        };
+        let mut b = Binds {
+            now: crate::stats::now_us(),
+            limit: limit as i64,
+            excluded,
+            ..Binds::default()
+        };
+        let found = rows(conn, shared, &statement, &b, &["rs_id", "rs_key"]).await?;
+        let full = found.len() >= limit;
+        for candidate in found {
+            let key = match &candidate[1] {
+                Value::Text(t) => t.clone(),
+                other => other.to_string(),
+            };
+            if database
+                && (passed.contains(&key)
+                    || shared.keys.lock().expect("not poisoned").contains(&key))
+            {
+                passed.insert(key);
                 continue;
             }
-        } else {
-            if !shared
+            b.id = Some(candidate[0].clone());
+            b.key = Some(match st.dialect {
+                Dialect::Postgres => Value::Int(postgres_key_hash(&key)),
+                Dialect::Sqlite => Value::Text(key.clone()),
+                Dialect::MySql | Dialect::MariaDb => {
+                    Value::Text(mysql_lock_name(&shared.database, &key))
+                }
+            });
+            // Lock the key.
+            if let KeyLocks::Database { try_lock, .. } = &f.keys {
+                let locked = rows(conn, shared, try_lock, &b, &["locked"]).await?;
+                let locked = locked
+                    .first()
+                    .and_then(|r| r.first())
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if !locked {
+                    passed.insert(key);
+                    continue;
+                }
+                shared
+                    .keys
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(key.clone());
+            } else if !shared
                 .keys
                 .lock()
                 .expect("not poisoned")
@@ -378,41 +458,48 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
                 // The first due row is in work: this claim takes nothing.
                 return Ok(false);
             }
-        }
-        // Take the row.
-        let row = match &f.take {
-            AdvisoryTake::CountThenRead {
-                take_count,
-                read_row,
-            } => {
-                if run(conn, shared, take_count, &b).await? > 0 {
-                    rows(conn, shared, read_row, &b, ROW)
-                        .await?
-                        .into_iter()
-                        .next()
-                } else {
-                    None
+            // Take the row.
+            let row = match &f.take {
+                AdvisoryTake::CountThenRead {
+                    take_count,
+                    read_row,
+                } => {
+                    if run(conn, shared, take_count, &b).await? > 0 {
+                        rows(conn, shared, read_row, &b, ROW)
+                            .await?
+                            .into_iter()
+                            .next()
+                    } else {
+                        None
+                    }
                 }
+                AdvisoryTake::Returning { take } => {
+                    rows(conn, shared, take, &b, ROW).await?.into_iter().next()
+                }
+            };
+            let took = row.is_some();
+            if let Some(row) = row {
+                let id = row[0].as_int().unwrap_or(-1);
+                shared.stats.order.start(&key, id);
+                let ended = handle(shared, &row, shared.work.ms(Some(&key))).await;
+                shared.stats.order.end(&key, id);
+                run(conn, shared, &f.settle, &b).await?;
+                settled(shared, ended);
             }
-            AdvisoryTake::Returning { take } => {
-                rows(conn, shared, take, &b, ROW).await?.into_iter().next()
+            // Unlock the key.
+            if let KeyLocks::Database { unlock, .. } = &f.keys {
+                rows(conn, shared, unlock, &b, &["unlocked"]).await?;
             }
-        };
-        let took = row.is_some();
-        if let Some(row) = row {
-            let ended = handle(shared, &row).await;
-            run(conn, shared, &f.settle, &b).await?;
-            settled(shared, ended);
-        }
-        // Unlock the key.
-        if let KeyLocks::Database { unlock, .. } = &f.keys {
-            rows(conn, shared, unlock, &b, &["unlocked"]).await?;
-        } else {
             shared.keys.lock().expect("not poisoned").remove(&key);
+            if took {
+                return Ok(true);
+            }
         }
-        if took {
-            return Ok(true);
+        // The look found rows of held keys only, and more may wait past them: look again,
+        // passing over those keys too.
+        if !(database && full && looks < MORE_LOOKS) {
+            return Ok(false);
         }
+        looks += 1;
     }
-    Ok(false)
 }

@@ -523,6 +523,36 @@ async fn fill<C: RawConn>(
     Ok(())
 }
 
+/// The rows left in `table`.
+pub(crate) async fn remaining(database: &Database, table: &str) -> Result<u64, BoxError> {
+    let sql = format!("SELECT COUNT(*) AS n FROM {table}");
+    let rows = match database {
+        Database::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            let rows = conn.query(&sql, Vec::new(), &["n"]).await?;
+            conn.close().await?;
+            rows
+        }
+        Database::MySql(url) => {
+            let mut conn = sqlx::MySqlConnection::connect(url).await?;
+            let rows = conn.query(&sql, Vec::new(), &["n"]).await?;
+            conn.close().await?;
+            rows
+        }
+        Database::Sqlite(path) => {
+            let mut conn = sqlx::SqliteConnection::connect_with(&sqlite_options(path)).await?;
+            let rows = conn.query(&sql, Vec::new(), &["n"]).await?;
+            conn.close().await?;
+            rows
+        }
+    };
+    rows.first()
+        .and_then(|r| r.first())
+        .and_then(Value::as_int)
+        .map(|n| n as u64)
+        .ok_or_else(|| format!("{sql} answered no count").into())
+}
+
 /// The options of a SQLite file: a busy timeout and WAL, as the adapters set them.
 pub(crate) fn sqlite_options(path: &std::path::Path) -> sqlx::sqlite::SqliteConnectOptions {
     sqlx::sqlite::SqliteConnectOptions::new()

@@ -18,7 +18,7 @@ use ruststream::{
 use serde::Deserialize;
 
 use crate::stats::{Job, Stats};
-use crate::{BoxError, Config};
+use crate::{BoxError, Config, Work};
 
 macro_rules! row_type {
     ($(#[$doc:meta])* $name:ident, $ty:ty, $spec:expr) => {
@@ -108,10 +108,11 @@ row_type!(
         .payload(Column::new("payload"))
 );
 
-/// The handler: records the pickup latency, works `handler_ms`, records its end.
+/// The handler: records the pickup latency, works `--handler-ms` (`--hot-ms` on a hot key's
+/// row), records its end; in the advisory form its start and end go into the order log.
 struct Worker {
     stats: Arc<Stats>,
-    handler_ms: u64,
+    work: Work,
 }
 
 impl Handle<Job, (), (), InboxContext> for Worker {
@@ -122,8 +123,17 @@ impl Handle<Job, (), (), InboxContext> for Worker {
         ctx: &mut Context<'_, InboxContext>,
     ) -> Result<(), HandlerOutcome> {
         self.stats.pickup(job.t);
-        crate::work(self.handler_ms).await;
-        if let Value::Int(id) = ctx.kind().info().id {
+        let info = ctx.kind().info();
+        let id = info.id.as_int();
+        let key = info.key.clone();
+        if let (Some(key), Some(id)) = (&key, id) {
+            self.stats.order.start(key, id);
+        }
+        crate::work(self.work.ms(key.as_deref())).await;
+        if let (Some(key), Some(id)) = (&key, id) {
+            self.stats.order.end(key, id);
+        }
+        if let Some(id) = id {
             self.stats.handler_end(id);
         }
         Ok(())
@@ -274,12 +284,14 @@ impl<A: TakesRows<T>, T> TakesRows<T> for Counted<A> {
     }
 }
 
-/// Runs the jobs in the table of `T` on `adapter` until all are settled, and shuts the broker
-/// down. Answers the time from the start to the last settlement.
+/// Runs the jobs in the table of `T` on `adapter` until `until` completes (in one process:
+/// every row the run settles is settled), and shuts the broker down. Answers the time from the
+/// start to `until`'s end.
 pub(crate) async fn run<A, T>(
     adapter: A,
     config: &Config,
     stats: Arc<Stats>,
+    until: impl Future<Output = Result<(), BoxError>>,
 ) -> Result<Duration, BoxError>
 where
     A: TakesRows<T>,
@@ -290,7 +302,7 @@ where
     let handle = BrokerHandle::new(counted);
     let worker = Worker {
         stats: stats.clone(),
-        handler_ms: config.handler_ms,
+        work: config.work(),
     };
     let jobs = subscriber("bench", worker)
         .map_source(|_| InboxQueue::<T>::new("bench"))
@@ -301,7 +313,7 @@ where
     let running = handle
         .start(vec![jobs.into_subscription()], ruststream::exec::current())
         .await?;
-    let result = crate::wait_settled(&stats, config.jobs).await;
+    let result = until.await;
     let elapsed = started.elapsed();
     running.stop();
     running.drained().await;

@@ -17,6 +17,32 @@
 //! Every run prints a line and writes one JSON line (to stdout, or appended to `--json
 //! FILE`); the last line is the summary, with the median of the rounds' ratios
 //! ruststream/baseline in jobs per second.
+//!
+//! Scaling out (`bench/measure-scale.sh`, bench/src/scale.rs):
+//!
+//! - `--processes N` (1): the ruststream side runs as N child processes of the bench's own
+//!   binary on the one table, each a service with W workers; the parent fills the table once,
+//!   starts them together, ends the run when their settled rows add up to the run's, stops
+//!   them (each shuts its service down and exits) and reports the summed rate, rows over the
+//!   time from their start to the last settlement of any of them, with each one's rows in
+//!   `per_process_jobs`. The latencies are the children's samples merged; the peak connections
+//!   the sum of each child's peak; the peak memory the largest child's. The baseline runs N×W
+//!   tasks, each with its connection, in the parent: the database's rate at that concurrency.
+//!   With N = 1 the service runs in the bench's own process, as without the option.
+//! - `--hot-keys H --hot-ms MS` (advisory form): the rows of the first H keys (`bench-0` ..)
+//!   take MS in the handler, the others `--handler-ms`, on both sides.
+//! - `--held-keys H` (advisory form, PostgreSQL and MySQL/MariaDB): a session of the bench's
+//!   own holds the locks of the last H keys (`bench-{K-H}` .. `bench-{K-1}`) through each run of
+//!   both sides: on PostgreSQL `pg_try_advisory_lock` on the core's 64-bit hash of the key, on
+//!   MySQL/MariaDB `GET_LOCK` on the core's lock name. The keys are `n % K` in insert order, so
+//!   the held keys' rows lie through the table as the others' do. A run ends when the other
+//!   keys' rows are settled, and its rate counts those rows (`settled_jobs`); after it, only
+//!   the held keys' rows may be left in the table.
+//!
+//! In the advisory form every run checks the order of each key's rows (bench/src/order.rs):
+//! each handler's start and end are recorded by key, in every process, and a run fails, naming
+//! the key and the two rows, if a key's rows started out of id order or two of them were in
+//! work at once; its JSON line then says `order_checked: true`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -86,12 +112,14 @@ mod baseline;
 mod drivers;
 mod framework;
 mod growth;
+mod order;
 mod peer;
 mod publish;
+mod scale;
 mod stats;
 mod wakeup;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -244,19 +272,39 @@ pub struct Config {
     pub no_baseline: bool,
     /// A queue library run beside ruststream in each round (`--peer apalis`; PostgreSQL).
     pub peer: Option<PeerKind>,
+    /// Claim: the processes the ruststream side runs as, each a service with W workers on the
+    /// one table (`--processes N`, 1); the baseline runs N×W tasks.
+    pub processes: usize,
+    /// Advisory form: the first keys whose rows take `hot_ms` in the handler (`--hot-keys H`).
+    pub hot_keys: u64,
+    /// How long a hot key's row takes in the handler, in milliseconds (`--hot-ms MS`).
+    pub hot_ms: u64,
+    /// Advisory form: the last keys a session of the bench's own holds through each run
+    /// (`--held-keys H`).
+    pub held_keys: u64,
+    /// The arguments as given (without the program's name): a child process gets them again.
+    pub args: Vec<String>,
     /// The command line, as `cargo run --release -p ruststream-bench -- ..`.
     pub command: String,
 }
 
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
-[--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]]
+[--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]] \
+[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
 [--concurrency C,C,..] [--batch B] [--batch-jobs N] [--keys K] [--rounds R] [--json FILE] [--quiet]
        ruststream-bench --scenario wakeup --adapter A --url URL [--form F,F,..] [--jobs N] \
-[--workers W] [--json FILE] [--quiet]";
+[--workers W] [--json FILE] [--quiet]
+
+--processes N: the ruststream side as N child processes on the one table, each with W
+  workers, their rates summed; the baseline runs N×W tasks (default 1: in this process).
+--hot-keys H --hot-ms MS (advisory): the rows of the first H keys take MS in the handler.
+--held-keys H (advisory, PostgreSQL and MySQL/MariaDB): a session of the bench's own holds
+  the locks of the last H keys through each run; the rate counts the other keys' rows.
+Advisory runs check each key's order: rows start in id order, one at a time.";
 
 impl Config {
     /// Reads the command line (without the program's name).
@@ -287,6 +335,11 @@ impl Config {
             progress: true,
             no_baseline: false,
             peer: None,
+            processes: 1,
+            hot_keys: 0,
+            hot_ms: 0,
+            held_keys: 0,
+            args: Vec::new(),
             command: String::new(),
         };
         let args: Vec<String> = args.into_iter().collect();
@@ -294,6 +347,8 @@ impl Config {
             "cargo run --release -p ruststream-bench -- {}",
             args.join(" ")
         );
+        config.args = args.clone();
+        let mut hot_ms = None;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -369,6 +424,13 @@ impl Config {
                 "--quiet" => config.progress = false,
                 "--no-baseline" => config.no_baseline = true,
                 "--peer" => config.peer = Some(PeerKind::from_name(&value("--peer")?)?),
+                "--processes" => {
+                    config.processes =
+                        number(&value("--processes")?, "--processes")?.max(1) as usize
+                }
+                "--hot-keys" => config.hot_keys = number(&value("--hot-keys")?, "--hot-keys")?,
+                "--hot-ms" => hot_ms = Some(number(&value("--hot-ms")?, "--hot-ms")?),
+                "--held-keys" => config.held_keys = number(&value("--held-keys")?, "--held-keys")?,
                 "--help" | "-h" => return Err(USAGE.to_owned()),
                 other => return Err(format!("unknown argument {other}\n{USAGE}")),
             }
@@ -412,7 +474,103 @@ impl Config {
             return Err(format!("--rows and --concurrency need a number\n{USAGE}"));
         }
         peer::check(&config)?;
+        config.hot_ms = match (config.hot_keys, hot_ms) {
+            (0, None) => 0,
+            (0, Some(_)) => return Err(format!("--hot-ms needs --hot-keys\n{USAGE}")),
+            (_, Some(ms)) => ms,
+            (_, None) => return Err(format!("--hot-keys needs --hot-ms\n{USAGE}")),
+        };
+        config.check_scale()?;
         Ok(config)
+    }
+
+    /// The rules of `--processes`, `--hot-keys` and `--held-keys`.
+    fn check_scale(&self) -> Result<(), String> {
+        let keyed = self.hot_keys > 0 || self.held_keys > 0;
+        if (self.processes > 1 || keyed) && self.scenario != Scenario::Claim {
+            return Err("--processes, --hot-keys and --held-keys measure the claim".to_owned());
+        }
+        if keyed && self.form != Form::Advisory {
+            return Err("--hot-keys and --held-keys need --form advisory".to_owned());
+        }
+        let sqlite = matches!(self.database, Database::Sqlite(_));
+        if self.processes > 1 && sqlite && self.form == Form::Advisory {
+            return Err(
+                "SQLite's advisory form keeps its keys in the process: one process serves a database file, --processes 1"
+                    .to_owned(),
+            );
+        }
+        if (self.processes > 1 || keyed) && self.peer.is_some() {
+            return Err(
+                "--peer runs in one process with no hot or held keys: leave --processes, --hot-keys and --held-keys out"
+                    .to_owned(),
+            );
+        }
+        if self.held_keys > 0 && sqlite {
+            return Err("--held-keys: SQLite has no locks a session holds".to_owned());
+        }
+        if self.held_keys >= self.keys {
+            return Err(format!(
+                "--held-keys {} leaves no key free of --keys {}",
+                self.held_keys, self.keys
+            ));
+        }
+        if self.hot_keys + self.held_keys > self.keys {
+            return Err(format!(
+                "--hot-keys {} and --held-keys {} are more than --keys {}",
+                self.hot_keys, self.held_keys, self.keys
+            ));
+        }
+        if self.target() == 0 {
+            return Err("--jobs: no row of a free key to settle".to_owned());
+        }
+        Ok(())
+    }
+
+    /// How long each handler works.
+    pub(crate) fn work(&self) -> Work {
+        Work {
+            handler_ms: self.handler_ms,
+            hot_keys: self.hot_keys,
+            hot_ms: self.hot_ms,
+        }
+    }
+
+    /// The key of row `n` (from 0, in insert order): `n % K`.
+    fn key_of(&self, n: u64) -> u64 {
+        n % self.keys.max(1)
+    }
+
+    /// Whether key `k` is held through the run: the last `held_keys` keys.
+    fn held(&self, k: u64) -> bool {
+        k >= self.keys.saturating_sub(self.held_keys)
+    }
+
+    /// The rows of the held keys.
+    pub(crate) fn held_rows(&self) -> u64 {
+        if self.held_keys == 0 {
+            return 0;
+        }
+        (0..self.jobs)
+            .filter(|&n| self.held(self.key_of(n)))
+            .count() as u64
+    }
+
+    /// The rows a run settles: every job but the held keys' rows.
+    pub(crate) fn target(&self) -> u64 {
+        self.jobs - self.held_rows()
+    }
+
+    /// The held keys' text, as the table's key template renders it.
+    pub(crate) fn held_key_names(&self) -> Vec<String> {
+        (self.keys - self.held_keys.min(self.keys)..self.keys)
+            .map(|k| format!("bench-{k}"))
+            .collect()
+    }
+
+    /// The baseline's tasks: W for each process of the ruststream side.
+    fn baseline_tasks(&self) -> usize {
+        self.workers * self.processes
     }
 
     fn table(&self) -> TableDesc {
@@ -474,6 +632,28 @@ fn numbers(text: &str, name: &str) -> Result<Vec<u64>, String> {
         .collect()
 }
 
+/// How long a handler works: `--handler-ms`, or `--hot-ms` on a row of the first
+/// `--hot-keys` keys.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Work {
+    pub(crate) handler_ms: u64,
+    pub(crate) hot_keys: u64,
+    pub(crate) hot_ms: u64,
+}
+
+impl Work {
+    /// The milliseconds of a row of `key` (`bench-{k}`).
+    pub(crate) fn ms(&self, key: Option<&str>) -> u64 {
+        let k = key
+            .and_then(|key| key.strip_prefix("bench-"))
+            .and_then(|k| k.parse::<u64>().ok());
+        match k {
+            Some(k) if k < self.hot_keys => self.hot_ms,
+            _ => self.handler_ms,
+        }
+    }
+}
+
 /// The handler's work: a sleep of `ms`, or one yield.
 pub(crate) async fn work(ms: u64) {
     if ms == 0 {
@@ -523,9 +703,25 @@ pub struct RunRecord {
     pub handler_ms: u64,
     /// Rows ruststream claims ahead beyond the workers.
     pub prefetch: usize,
+    /// `--processes`: the processes of the ruststream side (the baseline runs `processes` ×
+    /// `workers` tasks in one process).
+    pub processes: usize,
+    /// ruststream: the rows each process settled; `null` for the baseline and the peer.
+    pub per_process_jobs: Option<Vec<u64>>,
+    /// `--hot-keys`: the first keys whose rows take `hot_ms`.
+    pub hot_keys: u64,
+    /// `--hot-ms`.
+    pub hot_ms: u64,
+    /// `--held-keys`: the last keys a session of the bench's own held through the run.
+    pub held_keys: u64,
+    /// The rows the run settled and its rate counts: the jobs but the held keys' rows.
+    pub settled_jobs: u64,
+    /// Whether the run checked each key's rows started in id order, one at a time (the
+    /// advisory form).
+    pub order_checked: bool,
     /// Start to the last settlement, in seconds.
     pub elapsed_s: f64,
-    /// Jobs settled per second.
+    /// Rows settled per second (`settled_jobs / elapsed_s`).
     pub jobs_per_s: f64,
     /// Publish (insert, before the run) to handler start: median, ms.
     pub pickup_p50_ms: Option<f64>,
@@ -536,11 +732,14 @@ pub struct RunRecord {
     /// Handler end to row settled: 99th percentile, ms.
     pub settle_p99_ms: Option<f64>,
     /// The most connections held at once (ruststream: counted from the adapter's acquire and
-    /// release commands; baseline: its open connections).
+    /// release commands, with several processes the sum of each one's most; baseline: its
+    /// open connections).
     pub peak_connections: i64,
-    /// `VmHWM` after the run, KiB (reset before the run when the kernel allows it).
+    /// `VmHWM` after the run, KiB (reset before the run when the kernel allows it); with
+    /// several processes, the largest child's.
     pub peak_memory_kib: Option<u64>,
-    /// Whether `VmHWM` was reset before the run (else it is the process's peak so far).
+    /// Whether `VmHWM` was reset before the run (else it is the process's peak so far); a
+    /// child process's is its own run's.
     pub peak_memory_reset: bool,
     /// Statements executed per job (ruststream: every statement the core sent, checks
     /// included; pool acquire/release not counted).
@@ -581,6 +780,18 @@ pub struct Summary {
     pub prefetch: usize,
     /// The rounds.
     pub rounds: usize,
+    /// `--processes`.
+    pub processes: usize,
+    /// `--hot-keys`.
+    pub hot_keys: u64,
+    /// `--hot-ms`.
+    pub hot_ms: u64,
+    /// `--held-keys`.
+    pub held_keys: u64,
+    /// The rows each run settled: the jobs but the held keys' rows.
+    pub settled_jobs: u64,
+    /// Whether every run of the invocation checked the order of each key's rows.
+    pub order_checked: bool,
     /// ruststream's jobs per second, median over the rounds.
     pub ruststream_jobs_per_s: Option<f64>,
     /// The baseline's jobs per second, median over the rounds.
@@ -654,17 +865,59 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
             }
             let bar = progress(config, side, round);
             let stats = Arc::new(Stats::new(bar.clone()));
-            let reset = stats::reset_peak_memory();
+            let mut reset = stats::reset_peak_memory();
+            let holder = match side {
+                Side::Peer => None,
+                _ => scale::Holder::hold(config).await?,
+            };
+            let target = config.target();
+            let mut per_process_jobs = None;
+            let mut child_memory = None;
             let elapsed = match side {
                 Side::Baseline => {
                     let (elapsed, dialect) = run_baseline(config, &desc, stats.clone()).await?;
                     dialect_name = dialect.name();
                     elapsed
                 }
-                Side::RustStream => run_framework(config, stats.clone()).await?,
+                Side::RustStream if config.processes > 1 => {
+                    let children = scale::run_children(config, &stats, target).await?;
+                    per_process_jobs = Some(children.per_process_jobs);
+                    child_memory = Some(children.peak_memory_kib);
+                    reset = true;
+                    children.elapsed
+                }
+                Side::RustStream => {
+                    let settled = stats.clone();
+                    let until = async move { wait_settled(&settled, target).await };
+                    let elapsed = run_framework(config, stats.clone(), until).await?;
+                    per_process_jobs = Some(vec![stats.settled()]);
+                    elapsed
+                }
                 Side::Peer => peer::run(config, stats.clone(), round).await?,
             };
             bar.finish_and_clear();
+            let name = peer::implementation(config, side);
+            if side != Side::Peer && (config.processes > 1 || config.held_keys > 0) {
+                let left = drivers::remaining(&config.database, desc.table).await?;
+                if left != config.held_rows() {
+                    return Err(format!(
+                        "round {round} {name}: {left} rows left in {}, where the held keys have {}",
+                        desc.table,
+                        config.held_rows()
+                    )
+                    .into());
+                }
+            }
+            if let Some(holder) = holder {
+                holder.release().await?;
+            }
+            let order_checked = side != Side::Peer && !stats.order.is_empty();
+            if order_checked {
+                stats
+                    .order
+                    .verify()
+                    .map_err(|e| format!("round {round} {name}: per-key order: {e}"))?;
+            }
             let statements = stats.statements();
             let executed: u64 = statements
                 .iter()
@@ -687,16 +940,23 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 keys: config.keys,
                 handler_ms: config.handler_ms,
                 prefetch: config.prefetch,
+                processes: config.processes,
+                per_process_jobs,
+                hot_keys: config.hot_keys,
+                hot_ms: config.hot_ms,
+                held_keys: config.held_keys,
+                settled_jobs: target,
+                order_checked,
                 elapsed_s: elapsed.as_secs_f64(),
-                jobs_per_s: config.jobs as f64 / elapsed.as_secs_f64(),
+                jobs_per_s: target as f64 / elapsed.as_secs_f64(),
                 pickup_p50_ms: quantile_ms(&pickups, 0.5),
                 pickup_p99_ms: quantile_ms(&pickups, 0.99),
                 settle_p50_ms: quantile_ms(&settles, 0.5),
                 settle_p99_ms: quantile_ms(&settles, 0.99),
                 peak_connections: stats.peak_connections(),
-                peak_memory_kib: stats::peak_memory_kib(),
+                peak_memory_kib: child_memory.unwrap_or_else(stats::peak_memory_kib),
                 peak_memory_reset: reset,
-                statements_per_job: executed as f64 / config.jobs as f64,
+                statements_per_job: executed as f64 / target as f64,
                 statements,
                 statement_mean_us: stats.mean_us(),
                 date: stats::utc_now(),
@@ -704,12 +964,17 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 load1: stats::load_average(),
             };
             eprintln!(
-                "round {round} {:<10} {} {} {} W={}: {:.0} jobs/s, pickup p50 {} p99 {}, settle p50 {} p99 {}, {} conns, {:.1} statements/job, VmHWM {} KiB",
+                "round {round} {:<10} {} {} {} W={}{}: {:.0} jobs/s, pickup p50 {} p99 {}, settle p50 {} p99 {}, {} conns, {:.1} statements/job, VmHWM {} KiB",
                 record.implementation,
                 record.adapter,
                 record.database,
                 record.form,
                 record.workers,
+                scale_label(
+                    config,
+                    record.per_process_jobs.as_deref(),
+                    record.order_checked
+                ),
                 record.jobs_per_s,
                 ms(record.pickup_p50_ms),
                 ms(record.pickup_p99_ms),
@@ -753,6 +1018,16 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         handler_ms: config.handler_ms,
         prefetch: config.prefetch,
         rounds: config.rounds,
+        processes: config.processes,
+        hot_keys: config.hot_keys,
+        hot_ms: config.hot_ms,
+        held_keys: config.held_keys,
+        settled_jobs: config.target(),
+        order_checked: records
+            .iter()
+            .filter(|r| r.implementation != "apalis")
+            .all(|r| r.order_checked)
+            && config.form == Form::Advisory,
         ruststream_jobs_per_s: med(&rs, |r| Some(r.jobs_per_s)),
         baseline_jobs_per_s: med(&base, |r| Some(r.jobs_per_s)),
         ratio_median: median(&ratios),
@@ -770,11 +1045,12 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         peer: peer::summary(config, &records),
     };
     eprintln!(
-        "summary {} {} {} W={}: ruststream {} jobs/s, baseline {} jobs/s, median ratio {}",
+        "summary {} {} {} W={}{}: ruststream {} jobs/s, baseline {} jobs/s, median ratio {}",
         summary.adapter,
         summary.database,
         summary.form,
         summary.workers,
+        scale_label(config, None, summary.order_checked),
         num(summary.ruststream_jobs_per_s),
         num(summary.baseline_jobs_per_s),
         summary
@@ -783,6 +1059,31 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
     );
     emit(serde_json::to_string(&summary)?)?;
     Ok(summary)
+}
+
+/// The scaling settings of a run's line on stderr: ` P=3 [330, 340, 330] held=1 hot=2×400ms
+/// order ok`, each part only where it applies.
+fn scale_label(config: &Config, per_process: Option<&[u64]>, order_checked: bool) -> String {
+    let mut label = String::new();
+    if config.processes > 1 {
+        label.push_str(&format!(" P={}", config.processes));
+        if let Some(jobs) = per_process {
+            label.push_str(&format!(" {jobs:?}"));
+        }
+    }
+    if config.form == Form::Advisory {
+        label.push_str(&format!(" K={}", config.keys));
+    }
+    if config.held_keys > 0 {
+        label.push_str(&format!(" held={}", config.held_keys));
+    }
+    if config.hot_keys > 0 {
+        label.push_str(&format!(" hot={}×{}ms", config.hot_keys, config.hot_ms));
+    }
+    if order_checked {
+        label.push_str(" order ok");
+    }
+    label
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -843,7 +1144,7 @@ fn progress(config: &Config, side: Side, round: usize) -> ProgressBar {
     if !config.progress {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::with_draw_target(Some(config.jobs), ProgressDrawTarget::stderr());
+    let bar = ProgressBar::with_draw_target(Some(config.target()), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("{prefix:<24} {bar:30} {pos}/{len} {per_sec} {elapsed}")
             .expect("a valid template"),
@@ -855,33 +1156,43 @@ fn progress(config: &Config, side: Side, round: usize) -> ProgressBar {
     bar
 }
 
-/// The ruststream side: the adapter's broker with one subscription of W workers.
-async fn run_framework(config: &Config, stats: Arc<Stats>) -> Result<Duration, BoxError> {
+/// The ruststream side in this process: the adapter's broker with one subscription of W
+/// workers, until `until` completes.
+pub(crate) async fn run_framework(
+    config: &Config,
+    stats: Arc<Stats>,
+    until: impl Future<Output = Result<(), BoxError>>,
+) -> Result<Duration, BoxError> {
     with_broker!(
         config,
         config.pool_size(),
         |make| match config.form {
-            Form::RowLock => framework::run::<_, RowLockJob>(make(), config, stats).await,
-            Form::Lease => framework::run::<_, LeaseJob>(make(), config, stats).await,
-            Form::Advisory => framework::run::<_, AdvisoryJob>(make(), config, stats).await,
+            Form::RowLock => framework::run::<_, RowLockJob>(make(), config, stats, until).await,
+            Form::Lease => framework::run::<_, LeaseJob>(make(), config, stats, until).await,
+            Form::Advisory => {
+                framework::run::<_, AdvisoryJob>(make(), config, stats, until).await
+            }
         },
         match config.form {
             Form::RowLock => Err("SQLite has no row locks".into()),
-            Form::Lease => framework::run::<_, LeaseJob>(make(), config, stats).await,
-            Form::Advisory => framework::run::<_, AdvisoryJob>(make(), config, stats).await,
+            Form::Lease => framework::run::<_, LeaseJob>(make(), config, stats, until).await,
+            Form::Advisory => {
+                framework::run::<_, AdvisoryJob>(make(), config, stats, until).await
+            }
         }
     )
 }
 
-/// The baseline: W connections of the adapter's driver, each in a task of claim → take →
-/// settle. Answers the time from the start to the last settlement, and the dialect.
+/// The baseline: W connections of the adapter's driver (N×W with `--processes N`), each in a
+/// task of claim → take → settle. Answers the time from the start to the last settlement, and
+/// the dialect.
 async fn run_baseline(
     config: &Config,
     desc: &TableDesc,
     stats: Arc<Stats>,
 ) -> Result<(Duration, Dialect), BoxError> {
     use sqlx::Connection;
-    let w = config.workers;
+    let w = config.baseline_tasks();
     match (config.adapter, &config.database) {
         (AdapterKind::Sqlx, Database::Postgres(url)) => {
             let mut conns = Vec::new();
@@ -931,7 +1242,7 @@ async fn run_baseline(
                 conns.push(drivers::open_rusqlite(path)?);
             }
             let statements = Statements::render(Dialect::Sqlite, desc, w);
-            let shared = shared(config, statements, String::new(), stats.clone());
+            let shared = shared(config, desc, statements, String::new(), stats.clone());
             let started = std::time::Instant::now();
             let mut threads = Vec::new();
             for conn in conns {
@@ -968,6 +1279,7 @@ async fn run_baseline(
 
 fn shared(
     config: &Config,
+    desc: &TableDesc,
     statements: Statements,
     database: String,
     stats: Arc<Stats>,
@@ -975,12 +1287,14 @@ fn shared(
     Arc::new(Shared {
         statements,
         stats,
-        jobs: config.jobs,
-        workers: config.workers,
-        handler_ms: config.handler_ms,
+        desc: *desc,
+        jobs: config.target(),
+        workers: config.baseline_tasks(),
+        work: config.work(),
         database,
         claim: tokio::sync::Mutex::new(()),
         keys: Mutex::new(HashSet::new()),
+        excluding: Mutex::new(HashMap::new()),
     })
 }
 
@@ -1017,8 +1331,8 @@ async fn spawn_all<C: RawConn>(
                 .await?,
         );
     }
-    let statements = Statements::render(dialect, desc, config.workers);
-    let shared = shared(config, statements, database, stats.clone());
+    let statements = Statements::render(dialect, desc, config.baseline_tasks());
+    let shared = shared(config, desc, statements, database, stats.clone());
     let started = std::time::Instant::now();
     let mut tasks = Vec::new();
     for conn in conns {
@@ -1054,6 +1368,15 @@ pub fn main_with(args: impl IntoIterator<Item = String>) -> std::process::ExitCo
             return std::process::ExitCode::FAILURE;
         }
     };
+    if std::env::var_os(scale::CHILD_ENV).is_some() {
+        return match runtime.block_on(scale::child_main(&config)) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: child process: {error}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let mut stdout = std::io::stdout();
     let result = runtime.block_on(async {
         match config.scenario {

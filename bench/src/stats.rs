@@ -35,6 +35,10 @@ pub(crate) struct Stats {
     held: AtomicI64,
     peak: AtomicI64,
     last_progress: Mutex<Instant>,
+    /// When the last row settled, microseconds since the Unix epoch.
+    last_settled_us: AtomicI64,
+    /// The advisory form: each key's handlers, for the order check.
+    pub(crate) order: crate::order::Log,
     pub(crate) bar: ProgressBar,
 }
 
@@ -50,6 +54,8 @@ impl Stats {
             held: AtomicI64::new(0),
             peak: AtomicI64::new(0),
             last_progress: Mutex::new(Instant::now()),
+            last_settled_us: AtomicI64::new(0),
+            order: crate::order::Log::default(),
             bar,
         }
     }
@@ -105,8 +111,70 @@ impl Stats {
     /// One more row settled.
     pub(crate) fn settled_one(&self) {
         self.settled.fetch_add(1, Ordering::SeqCst);
+        self.last_settled_us.store(now_us(), Ordering::SeqCst);
         *self.last_progress.lock().expect("not poisoned") = Instant::now();
         self.bar.inc(1);
+    }
+
+    /// When the last row settled, microseconds since the Unix epoch (0: none yet).
+    pub(crate) fn last_settled_us(&self) -> i64 {
+        self.last_settled_us.load(Ordering::SeqCst)
+    }
+
+    /// Another process's settlements: moves the bar and the time of the last progress.
+    pub(crate) fn progressed(&self, rows: u64) {
+        if rows > 0 {
+            *self.last_progress.lock().expect("not poisoned") = Instant::now();
+            self.bar.inc(rows);
+        }
+    }
+
+    /// What this run measured, to send to the parent process.
+    pub(crate) fn report(&self) -> Report {
+        let (order, order_error) = self.order.take();
+        Report {
+            settled: self.settled(),
+            last_settled_us: self.last_settled_us(),
+            pickup_us: self.pickup_us.lock().expect("not poisoned").clone(),
+            settle_us: self.settle_us.lock().expect("not poisoned").clone(),
+            statements: self.statements(),
+            timings_us: self.timings.lock().expect("not poisoned").clone(),
+            peak_connections: self.peak_connections(),
+            peak_memory_kib: peak_memory_kib(),
+            order,
+            order_error,
+        }
+    }
+
+    /// Adds what a child process measured: its settlements, samples, statements and spans.
+    /// Its peak connections add to this run's (the sum of each process's peak).
+    pub(crate) fn absorb(&self, report: Report) {
+        self.settled.fetch_add(report.settled, Ordering::SeqCst);
+        self.last_settled_us
+            .fetch_max(report.last_settled_us, Ordering::SeqCst);
+        self.pickup_us
+            .lock()
+            .expect("not poisoned")
+            .extend(report.pickup_us);
+        self.settle_us
+            .lock()
+            .expect("not poisoned")
+            .extend(report.settle_us);
+        {
+            let mut statements = self.statements.lock().expect("not poisoned");
+            for (kind, n) in report.statements {
+                *statements.entry(kind).or_insert(0) += n;
+            }
+        }
+        {
+            let mut timings = self.timings.lock().expect("not poisoned");
+            for (kind, us) in report.timings_us {
+                *timings.entry(kind).or_insert(0) += us;
+            }
+        }
+        self.peak
+            .fetch_add(report.peak_connections, Ordering::SeqCst);
+        self.order.absorb(report.order, report.order_error);
     }
 
     /// One statement (or pool operation) of this kind ran.
@@ -185,6 +253,32 @@ impl Stats {
         v.sort_unstable();
         v
     }
+}
+
+/// What one child process measured in its run (bench/src/scale.rs), sent to the parent as
+/// one JSON line.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Report {
+    /// Rows it settled.
+    pub(crate) settled: u64,
+    /// When its last row settled, microseconds since the Unix epoch.
+    pub(crate) last_settled_us: i64,
+    /// Its pickup latencies, microseconds.
+    pub(crate) pickup_us: Vec<i64>,
+    /// Its settle latencies, microseconds.
+    pub(crate) settle_us: Vec<i64>,
+    /// Its statements by kind.
+    pub(crate) statements: BTreeMap<String, u64>,
+    /// The total time of each kind of statement, microseconds.
+    pub(crate) timings_us: BTreeMap<String, u64>,
+    /// The most connections it held at once.
+    pub(crate) peak_connections: i64,
+    /// Its `VmHWM`, KiB.
+    pub(crate) peak_memory_kib: Option<u64>,
+    /// The advisory form: its handlers' spans by key.
+    pub(crate) order: BTreeMap<String, Vec<crate::order::Span>>,
+    /// The first break of the order's rules it saw.
+    pub(crate) order_error: Option<String>,
 }
 
 /// The `q` quantile (0..=1) of sorted samples in microseconds, in milliseconds.

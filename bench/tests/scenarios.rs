@@ -1,5 +1,7 @@
 //! The growth and publish scenarios stay working: small runs on SQLite and PostgreSQL through
-//! the scenarios' entry functions, and the fields of their JSON lines.
+//! the scenarios' entry functions, and the fields of their JSON lines. Scaling out: a small
+//! run of the program with two processes, a held key and a hot key, and the settings it
+//! refuses.
 
 use ruststream_bench::{Config, run_growth, run_publish};
 
@@ -143,4 +145,78 @@ async fn publish_writes_json_lines_and_a_summary_per_concurrency() {
             }
         }
     }
+}
+
+#[test]
+fn two_processes_with_a_held_and_a_hot_key_report_each_process_and_check_the_order() {
+    let line = format!(
+        "--adapter sqlx --url {} --form advisory --jobs 120 --workers 2 --keys 6 --processes 2 --held-keys 1 --hot-keys 1 --hot-ms 5 --rounds 1 --quiet",
+        pg_url()
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ruststream-bench"))
+        .args(args(&line))
+        .output()
+        .expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the bench failed: {stderr}");
+    let lines = json_lines(output.stdout);
+    assert_eq!(lines.len(), 3, "two runs and a summary: {stderr}");
+    // Key 5 of 0..6 is held: its 20 rows stay, the other 100 settle.
+    for (run, implementation) in lines[..2].iter().zip(["baseline", "ruststream"]) {
+        assert_eq!(run["implementation"], implementation);
+        assert_eq!(run["processes"], 2);
+        assert_eq!(run["held_keys"], 1);
+        assert_eq!(run["hot_keys"], 1);
+        assert_eq!(run["hot_ms"], 5);
+        assert_eq!(run["settled_jobs"], 100);
+        assert_eq!(run["order_checked"], true, "{run}");
+        assert!(run["jobs_per_s"].as_f64().is_some_and(|v| v > 0.0));
+    }
+    assert!(lines[0]["per_process_jobs"].is_null());
+    let per_process: Vec<u64> = lines[1]["per_process_jobs"]
+        .as_array()
+        .expect("each process's rows")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect();
+    assert_eq!(per_process.len(), 2, "{}", lines[1]);
+    assert_eq!(per_process.iter().sum::<u64>(), 100);
+    assert!(lines[1]["pickup_p50_ms"].as_f64().is_some());
+    assert_eq!(lines[2]["kind"], "summary");
+    assert_eq!(lines[2]["processes"], 2);
+    assert_eq!(lines[2]["order_checked"], true);
+}
+
+#[test]
+fn scaling_settings_that_cannot_run_are_refused() {
+    let sqlite = format!("sqlite:{}/bench-test-scale.db", target());
+    for line in [
+        format!("--adapter sqlx --url {sqlite} --form advisory --held-keys 1"),
+        format!("--adapter sqlx --url {sqlite} --form advisory --processes 2"),
+        format!(
+            "--adapter sqlx --url {} --form lease --hot-keys 1 --hot-ms 5",
+            pg_url()
+        ),
+        format!(
+            "--adapter sqlx --url {} --form advisory --hot-keys 1",
+            pg_url()
+        ),
+        format!(
+            "--adapter sqlx --url {} --form advisory --keys 4 --held-keys 4",
+            pg_url()
+        ),
+        format!(
+            "--adapter sqlx --url {} --form advisory --keys 4 --held-keys 2 --hot-keys 3 --hot-ms 5",
+            pg_url()
+        ),
+    ] {
+        assert!(Config::parse(args(&line)).is_err(), "{line} parsed");
+    }
+    let config = Config::parse(args(&format!(
+        "--adapter sqlx --url {} --form advisory --processes 3 --keys 5 --held-keys 1",
+        pg_url()
+    )))
+    .expect("the arguments parse");
+    assert_eq!(config.processes, 3);
+    assert_eq!(config.held_keys, 1);
 }
