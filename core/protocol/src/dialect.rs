@@ -175,6 +175,38 @@ pub enum Arg {
     /// The `n`th key an advisory claim passes over: in work in this process, or found held
     /// elsewhere.
     ExcludedKey(usize),
+    /// When a retried row is due again (a time).
+    RetryAt,
+    /// The text of the error a settlement records, or `NULL` to keep the one the row has.
+    Error,
+    /// A `LIKE` pattern the error text of the failed rows must match, escaped with `!`
+    /// ([`error_like`]).
+    ErrorLike,
+}
+
+/// Which failed rows a redrive or a deletion of failed rows selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailedRows {
+    /// Every failed row.
+    All,
+    /// The failed rows among this many ids ([`Arg::IdAt`] `0..n`).
+    Ids(usize),
+    /// The failed rows whose error text contains a given text ([`Arg::ErrorLike`]).
+    ErrorContains,
+}
+
+/// The `LIKE` pattern, escaped with `!`, of an error text that contains `text`.
+pub fn error_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            out.push('!');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
 }
 
 /// What a statement does.
@@ -243,6 +275,24 @@ pub enum StatementKind {
         /// Only while this process's lease holds the row.
         fenced: bool,
     },
+    /// Marks a row failed (its `failed_at`, its error), so that no claim takes it again;
+    /// `fenced` in the lease form: rows affected.
+    Fail {
+        /// Only while this process's lease holds the row.
+        fenced: bool,
+    },
+    /// Returns a row to the queue for a later attempt: writes when it is due again (the due
+    /// column, or in the lease form without one the lease's expiry) and its error; `fenced`
+    /// in the lease form: rows affected.
+    RetryLater {
+        /// Only while this process's lease holds the row.
+        fenced: bool,
+    },
+    /// Returns failed rows to the queue, due now, their attempts counted from zero: rows
+    /// affected.
+    Redrive(FailedRows),
+    /// Deletes failed rows: rows affected.
+    DeleteFailed(FailedRows),
     /// Lease form: settles this many rows as done in one statement (deletes them, or marks
     /// their `processed_at`), each only while this process's lease holds it: rows of the ids
     /// settled.
@@ -543,6 +593,11 @@ pub struct RowLockStatements {
     pub claim: RowLockClaim,
     /// Settles a row as done, in the claim's transaction: deletes it, or marks it.
     pub settle: Statement,
+    /// Marks a row failed, in the claim's transaction, where the table keeps failed rows.
+    pub fail: Option<Statement>,
+    /// Writes a retried row's due time and error, in the claim's transaction, where the table
+    /// has either column.
+    pub retry: Option<Statement>,
     /// `SELECT 1` on the session of a row claimed ahead that waited, before it is handed.
     pub ping: Statement,
 }
@@ -587,6 +642,13 @@ pub struct LeaseStatements {
     pub release: Statement,
     /// Settles a row as done while this process's lease holds it: deletes it, or marks it.
     pub settle: Statement,
+    /// Marks a row failed while this process's lease holds it, where the table keeps failed
+    /// rows.
+    pub fail: Option<Statement>,
+    /// Returns a row to the queue at [`Arg::RetryAt`] while this process's lease holds it:
+    /// writes the due column and clears the lease, or without a due column writes the lease's
+    /// expiry; and the error, where the table has the column.
+    pub retry: Statement,
     /// Whether several settlements run as one statement ([`Statements::settle_leases`]): the
     /// database returns the rows such a statement settled.
     pub settles_together: bool,
@@ -633,6 +695,10 @@ pub struct AdvisoryStatements {
     pub take: AdvisoryTake,
     /// Settles a row as done: deletes it, or marks it.
     pub settle: Statement,
+    /// Marks a row failed, where the table keeps failed rows.
+    pub fail: Option<Statement>,
+    /// Writes a retried row's due time and error, where the table has either column.
+    pub retry: Option<Statement>,
     /// On a server: `SELECT 1` on the session of a row claimed ahead that waited, before it
     /// is handed.
     pub ping: Option<Statement>,
@@ -788,6 +854,26 @@ impl Statements {
             .then(|| Renderer { dialect, desc }.candidates(excluded))
     }
 
+    /// Returns the failed rows `which` selects to the queue: clears their `failed_at` and
+    /// error, counts their attempts from zero, makes them due now and clears a lease. `None`
+    /// for a table that keeps no failed rows. Arguments: [`Arg::Now`], and [`Arg::IdAt`] or
+    /// [`Arg::ErrorLike`] as `which` says.
+    pub fn redrive(dialect: Dialect, desc: &TableDesc, which: FailedRows) -> Option<Statement> {
+        desc.failed_at
+            .map(|failed| Renderer { dialect, desc }.redrive(failed.name, which))
+    }
+
+    /// Deletes the failed rows `which` selects. `None` for a table that keeps no failed
+    /// rows. Arguments: [`Arg::IdAt`] or [`Arg::ErrorLike`] as `which` says.
+    pub fn delete_failed(
+        dialect: Dialect,
+        desc: &TableDesc,
+        which: FailedRows,
+    ) -> Option<Statement> {
+        desc.failed_at
+            .map(|failed| Renderer { dialect, desc }.delete_failed(failed.name, which))
+    }
+
     /// Whether [`Statements::settle_leases`] renders for `desc` in `dialect`: a lease table on
     /// a database that returns the rows its settlement statement wrote.
     pub fn settles_leases_together(dialect: Dialect, desc: &TableDesc) -> bool {
@@ -839,7 +925,9 @@ impl Statements {
                         lock_row_by_id,
                     } => out.extend([select_row_id, count_attempt, lock_row_by_id]),
                 }
-                out.extend([&f.settle, &f.ping]);
+                out.push(&f.settle);
+                out.extend(f.fail.iter().chain(&f.retry));
+                out.push(&f.ping);
             }
             FormStatements::Lease(f) => {
                 match &f.claim {
@@ -850,6 +938,8 @@ impl Statements {
                     }
                 }
                 out.extend([&f.extend, &f.release, &f.settle]);
+                out.extend(&f.fail);
+                out.push(&f.retry);
             }
             FormStatements::Advisory(f) => {
                 out.push(&f.candidates);
@@ -864,6 +954,7 @@ impl Statements {
                     } => out.extend([take_count, read_row]),
                 }
                 out.push(&f.settle);
+                out.extend(f.fail.iter().chain(&f.retry));
                 out.extend(&f.ping);
             }
         }
@@ -936,6 +1027,8 @@ impl Renderer<'_> {
             }),
             claim,
             settle: self.settle(None),
+            fail: self.fail(None),
+            retry: self.retry_later(None),
             ping: self.fixed(StatementKind::Ping, "SELECT 1"),
         }
     }
@@ -958,6 +1051,10 @@ impl Renderer<'_> {
             extend: self.extend_lease(lease),
             release: self.release_lease(lease),
             settle: self.settle(Some(lease)),
+            fail: self.fail(Some(lease)),
+            retry: self
+                .retry_later(Some(lease))
+                .expect("a lease table writes its retry into the lease"),
             settles_together: Statements::settles_leases_together(self.dialect, self.desc),
         }
     }
@@ -985,6 +1082,8 @@ impl Renderer<'_> {
             keys,
             take,
             settle: self.settle(None),
+            fail: self.fail(None),
+            retry: self.retry_later(None),
             ping: (self.dialect != Dialect::Sqlite)
                 .then(|| self.fixed(StatementKind::Ping, "SELECT 1")),
         }
@@ -1010,8 +1109,11 @@ impl Renderer<'_> {
     fn claimable(&self, s: &mut Sql, first: bool) -> bool {
         let mut wrote = false;
         let mut lead = if first { " WHERE " } else { " AND " };
-        if let Some(processed) = self.desc.processed_at {
-            s.push(lead).push(&self.q(processed.name)).push(" IS NULL");
+        for mark in [self.desc.processed_at, self.desc.failed_at]
+            .into_iter()
+            .flatten()
+        {
+            s.push(lead).push(&self.q(mark.name)).push(" IS NULL");
             lead = " AND ";
             wrote = true;
         }
@@ -1436,6 +1538,150 @@ impl Renderer<'_> {
         s.finish(kind, Output::Affected)
     }
 
+    /// `, error = COALESCE(?, error)` where the table has an error column.
+    fn set_error(&self, s: &mut Sql, first: bool) {
+        if let Some(error) = self.desc.error {
+            let error = self.q(error.name);
+            s.push(if first { " SET " } else { ", " })
+                .push(&error)
+                .push(" = COALESCE(")
+                .arg(Arg::Error)
+                .push(", ")
+                .push(&error)
+                .push(")");
+        }
+    }
+
+    /// Marks a row failed; `fence` as for [`Renderer::settle`].
+    fn fail(&self, fence: Option<&str>) -> Option<Statement> {
+        let failed = self.desc.failed_at?;
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&self.q(failed.name))
+            .push(" = ");
+        s.time(Arg::Now);
+        self.set_error(&mut s, false);
+        if let Some(lease) = self.desc.locked_until {
+            s.push(", ").push(&self.q(lease.name)).push(" = NULL");
+        }
+        s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
+        if let Some(lease) = fence {
+            self.fence(&mut s, lease);
+        }
+        Some(s.finish(
+            StatementKind::Fail {
+                fenced: fence.is_some(),
+            },
+            Output::Affected,
+        ))
+    }
+
+    /// Writes a retried row's due time and error; `fence` as for [`Renderer::settle`]. In the
+    /// lease form without a due column the lease's expiry holds the row until then. `None`
+    /// where there is nothing to write.
+    fn retry_later(&self, fence: Option<&str>) -> Option<Statement> {
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ").push(&self.table());
+        let mut first = true;
+        if let Some(due) = self.desc.due {
+            s.push(" SET ").push(&self.q(due.name)).push(" = ");
+            s.time(Arg::RetryAt);
+            first = false;
+        }
+        if let Some(lease) = self.desc.locked_until {
+            s.push(if first { " SET " } else { ", " })
+                .push(&self.q(lease.name))
+                .push(" = ");
+            if first {
+                s.time(Arg::RetryAt);
+            } else {
+                s.push("NULL");
+            }
+            first = false;
+        }
+        if self.desc.error.is_some() {
+            self.set_error(&mut s, first);
+            first = false;
+        }
+        if first {
+            return None;
+        }
+        s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
+        if let Some(lease) = fence {
+            self.fence(&mut s, lease);
+        }
+        Some(s.finish(
+            StatementKind::RetryLater {
+                fenced: fence.is_some(),
+            },
+            Output::Affected,
+        ))
+    }
+
+    /// ` WHERE failed IS NOT NULL` and the rows `which` selects.
+    fn failed_rows(&self, s: &mut Sql, failed: &str, which: FailedRows) {
+        s.push(" WHERE ").push(&self.q(failed)).push(" IS NOT NULL");
+        match which {
+            FailedRows::All => {}
+            FailedRows::Ids(n) => {
+                s.push(" AND ").push(&self.id()).push(" IN (");
+                for i in 0..n.max(1) {
+                    if i > 0 {
+                        s.push(", ");
+                    }
+                    s.arg(Arg::IdAt(i));
+                }
+                s.push(")");
+            }
+            FailedRows::ErrorContains => match self.desc.error {
+                Some(error) => {
+                    s.push(" AND ")
+                        .push(&self.q(error.name))
+                        .push(" LIKE ")
+                        .arg(Arg::ErrorLike)
+                        .push(" ESCAPE '!'");
+                }
+                // Without an error column no row's error contains anything.
+                None => {
+                    s.push(" AND 1 = 0");
+                }
+            },
+        }
+    }
+
+    fn redrive(&self, failed: &str, which: FailedRows) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&self.q(failed))
+            .push(" = NULL");
+        if let Some(error) = self.desc.error {
+            s.push(", ").push(&self.q(error.name)).push(" = NULL");
+        }
+        if let Some(attempt) = self.desc.attempt {
+            s.push(", ").push(&self.q(attempt.name)).push(" = 0");
+        }
+        if let Some(due) = self.desc.due {
+            s.push(", ").push(&self.q(due.name)).push(" = ");
+            s.time(Arg::Now);
+        }
+        if let Some(lease) = self.desc.locked_until {
+            s.push(", ").push(&self.q(lease.name)).push(" = NULL");
+        }
+        self.failed_rows(&mut s, failed, which);
+        s.finish(StatementKind::Redrive(which), Output::Affected)
+    }
+
+    fn delete_failed(&self, failed: &str, which: FailedRows) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("DELETE FROM ").push(&self.table());
+        self.failed_rows(&mut s, failed, which);
+        s.finish(StatementKind::DeleteFailed(which), Output::Affected)
+    }
+
     fn settle_leases(&self, rows: usize, lease_column: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         match self.desc.processed_at {
@@ -1497,6 +1743,8 @@ impl Renderer<'_> {
             self.desc.locked_until,
             self.desc.processed_at,
             self.desc.due,
+            self.desc.failed_at,
+            self.desc.error,
         ];
         for column in self.desc.key_columns() {
             let in_role = described.iter().flatten().any(|c| c.name == column);

@@ -32,16 +32,16 @@ mod types;
 mod value;
 
 pub use broker::{
-    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, NOTIFY_EVERY, PING_AHEAD_AFTER,
-    PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
+    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, NOTIFY_EVERY,
+    PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
 };
 pub use dialect::{
-    Arg, ColumnType, Dialect, NOTIFY_CHANNEL, OutColumn, Output, Statement, StatementKind,
-    Statements, notification_names,
+    Arg, ColumnType, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,
+    StatementKind, Statements, error_like, notification_names,
 };
 pub use spec::{Column, DescError, Form, InboxSpec, KeyPart, OrderBy, TableDesc};
 pub use types::{
     Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
-    Outcome, PublishId, PublisherId, Reply, Row, SettleError, SubId,
+    Outcome, PublishId, PublisherId, Reply, Row, SettleError, Settlement, SubId,
 };
 pub use value::{DbError, ErrorKind, Time, Value};

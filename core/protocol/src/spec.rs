@@ -124,6 +124,11 @@ pub struct TableDesc {
     pub processed_at: Option<Column>,
     /// A row is claimable once this time has come.
     pub due: Option<Column>,
+    /// A failed row is marked with the time here and is never claimed again, until it is
+    /// returned to the queue by hand.
+    pub failed_at: Option<Column>,
+    /// The text of a row's last error: why it failed, or why its last attempt was retried.
+    pub error: Option<Column>,
     /// The advisory key's parts: their presence selects the advisory lock form.
     pub advisory: Option<&'static [KeyPart]>,
     /// The claim order; empty means the due column (if any), then the id.
@@ -161,6 +166,8 @@ impl TableDesc {
             self.locked_until,
             self.processed_at,
             self.due,
+            self.failed_at,
+            self.error,
         ];
         for column in described.into_iter().flatten() {
             push_unique(&mut out, column.name);
@@ -202,6 +209,8 @@ impl TableDesc {
             ("locked_until", self.locked_until),
             ("processed_at", self.processed_at),
             ("due", self.due),
+            ("failed_at", self.failed_at),
+            ("error", self.error),
         ];
         for (i, (role, column)) in roles.iter().enumerate() {
             let Some(column) = column else { continue };
@@ -313,6 +322,20 @@ pub enum DescError {
         /// The table.
         table: &'static str,
     },
+    /// A setting needs a column the description does not name.
+    #[error(
+        "table `{table}`: {setting} needs a {role} column, and the description names none; add `{method}`"
+    )]
+    NeedsColumn {
+        /// The table.
+        table: &'static str,
+        /// The setting.
+        setting: &'static str,
+        /// The column's role.
+        role: &'static str,
+        /// How to name it.
+        method: &'static str,
+    },
     /// The row lock form on a dialect without row locks.
     #[error(
         "table `{table}`: {dialect} has no row locks; name `locked_until` (the lease form) or `advisory_lock` (the advisory lock form)"
@@ -359,6 +382,8 @@ impl InboxSpec<()> {
                 locked_until: None,
                 processed_at: None,
                 due: None,
+                failed_at: None,
+                error: None,
                 advisory: None,
                 order: &[],
                 own_lock: false,
@@ -442,6 +467,30 @@ impl<F> InboxSpec<F> {
         Self::with(desc)
     }
 
+    /// Keep failed rows: the column marked with the time a row failed (`reject()`, an
+    /// exhausted attempt budget, a row that does not decode). A failed row stays in the
+    /// table and no claim takes it again; without this column a failure returns the row to
+    /// the queue instead.
+    pub const fn failed(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<Failed>,
+    {
+        let mut desc = self.desc;
+        desc.failed_at = Some(column);
+        Self::with(desc)
+    }
+
+    /// The column that keeps the text of a row's last error: why it failed, or why its last
+    /// attempt was retried.
+    pub const fn error(self, column: Column) -> InboxSpec<F::Out>
+    where
+        F: Append<ErrorText>,
+    {
+        let mut desc = self.desc;
+        desc.error = Some(column);
+        Self::with(desc)
+    }
+
     /// The claim order, instead of the due column and then the id.
     pub const fn order(self, order: &'static [OrderBy]) -> Self {
         let mut desc = self.desc;
@@ -482,6 +531,12 @@ pub struct Processed;
 /// The marker of a due column.
 #[derive(Clone, Copy, Debug)]
 pub struct Due;
+/// The marker of a `failed_at` column.
+#[derive(Clone, Copy, Debug)]
+pub struct Failed;
+/// The marker of an error column.
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorText;
 
 /// The service's own lock and unlock (lock.md).
 pub mod own {
@@ -560,6 +615,8 @@ feature!(Payload, False, False, False, False);
 feature!(Attempt, False, False, False, False);
 feature!(Processed, False, False, False, False);
 feature!(Due, False, False, False, False);
+feature!(Failed, False, False, False, False);
+feature!(ErrorText, False, False, False, False);
 feature!(Lease, False, True, False, False);
 feature!(Advisory, True, False, False, False);
 feature!(own::Lock, False, False, True, False);
@@ -621,6 +678,8 @@ tuples!(A B C D E);
 tuples!(A B C D E G);
 tuples!(A B C D E G H);
 tuples!(A B C D E G H I);
+tuples!(A B C D E G H I J);
+tuples!(A B C D E G H I J K);
 
 /// Rule: `own::Lock` and `own::Unlock` come together. Implemented for (lock, unlock) pairs
 /// that keep it.

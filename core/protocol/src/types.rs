@@ -131,10 +131,54 @@ pub enum Reply<R> {
 pub enum Outcome {
     /// Done: delete the row, or mark its `processed_at`.
     Ack,
-    /// Not now: the row returns to the queue, its attempt counted.
+    /// Not now: the row returns to the queue, its attempt counted, due again after the
+    /// settlement's delay where the table has a due column (or, in the lease form, once the
+    /// lease written for the delay runs out).
     Retry,
-    /// Never: settle the row as failed, without retrying it (it is deleted, or marked).
+    /// Never: the row is marked failed (`failed_at`, and its error) and no claim takes it
+    /// again. A table that keeps no failed rows returns the row to the queue instead, as a
+    /// retry, and reports the failure ([`Event::Failed`] with `kept: false`).
     Reject,
+}
+
+/// A settlement: the outcome, how long a retry waits, and the error to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// A retry: how long the row waits before it is due again. `None` returns it at once.
+    pub delay: Option<std::time::Duration>,
+    /// The error to write into the row's error column and report with a failure.
+    pub error: Option<Arc<str>>,
+}
+
+impl Settlement {
+    /// A settlement of this outcome, at once and without an error.
+    pub const fn new(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            delay: None,
+            error: None,
+        }
+    }
+
+    /// The same settlement, a retry waiting `delay`.
+    pub fn delay(mut self, delay: std::time::Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// The same settlement, recording `error`.
+    pub fn error(mut self, error: impl Into<Arc<str>>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+}
+
+impl From<Outcome> for Settlement {
+    fn from(outcome: Outcome) -> Self {
+        Self::new(outcome)
+    }
 }
 
 /// A message the core hands to the runtime.
@@ -248,6 +292,25 @@ pub enum Event<R> {
         /// How it was settled.
         outcome: Outcome,
     },
+    /// A row failed: rejected, past its attempt budget, or not decodable. `kept` tells
+    /// whether the row was marked failed and stays out of the queue (`true`), or, on a table
+    /// that keeps no failed rows, returned to the queue (`false`). Follows the row's
+    /// [`Event::Settled`] where the runtime was handed the row, and stands alone where it was
+    /// not (an exhausted budget fails the row without a handler).
+    Failed {
+        /// The subscription.
+        sub: crate::SubId,
+        /// The delivery.
+        delivery: DeliveryId,
+        /// The row's id.
+        id: Value,
+        /// The attempt that failed, where the table counts them.
+        attempt: Option<i64>,
+        /// Why, as recorded.
+        error: Option<Arc<str>>,
+        /// Whether the row is kept as failed.
+        kept: bool,
+    },
     /// A settlement did not take effect.
     SettleFailed {
         /// The delivery.
@@ -272,6 +335,14 @@ pub enum Event<R> {
         sub: crate::SubId,
         /// The error.
         error: DbError,
+    },
+    /// A change of failed rows ([`crate::Broker::redrive`], [`crate::Broker::delete_failed`])
+    /// ended: how many rows it changed.
+    Changed {
+        /// The change, as its call numbered it.
+        publish: PublishId,
+        /// The rows changed, or why nothing changed.
+        result: Result<u64, DbError>,
     },
     /// A publish ended.
     Published {

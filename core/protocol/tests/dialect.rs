@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use ruststream_core::dialect::{AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim};
 use ruststream_core::spec::{
-    Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
+    Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy, Payload,
+    Processed, own,
 };
 use ruststream_core::{
-    Action, Arg, Broker, ColumnType, Dialect, Event, Form, NOTIFY_CHANNEL, OutColumn, Output,
-    Publish, Reply, Row, Statement, StatementKind, Statements, SubscribeOptions, TableDesc, Time,
-    Value, notification_names,
+    Action, Arg, Broker, ColumnType, Dialect, Event, FailedRows, Form, NOTIFY_CHANNEL, OutColumn,
+    Output, Publish, Reply, Row, Statement, StatementKind, Statements, SubscribeOptions, TableDesc,
+    Time, Value, notification_names,
 };
 
 const DIALECTS: [Dialect; 4] = [
@@ -105,7 +106,176 @@ fn descs() -> Vec<(&'static str, TableDesc)> {
         ("order", *ORDER.desc()),
         ("quoted", *QUOTED.desc()),
         ("quoted advisory", *QUOTED_ADVISORY.desc()),
+        ("failing row lock", *FAILING_ROW_LOCK.desc()),
+        ("failing lease", *FAILING_LEASE.desc()),
+        ("failing advisory", *FAILING_ADVISORY.desc()),
     ]
+}
+
+const FAILING_ROW_LOCK: InboxSpec<(Payload, Attempt, Due, Failed, ErrorText)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .due(Column::new("due_at"))
+        .failed(Column::new("failed_at"))
+        .error(Column::new("error"));
+
+const FAILING_LEASE: InboxSpec<(Payload, Attempt, Lease, Failed, ErrorText)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .failed(Column::new("failed_at"))
+        .error(Column::new("error"));
+
+const FAILING_ADVISORY: InboxSpec<(Advisory, Attempt, Payload, Failed)> =
+    InboxSpec::new("video_jobs", Column::new("id").generated())
+        .advisory(VIDEO_KEY)
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .failed(Column::new("failed_at"));
+
+/// The statements of failed rows and delayed retries, per form, in PostgreSQL and MySQL.
+#[test]
+fn failed_rows_and_delayed_retries() {
+    let pg =
+        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
+    let my = "TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')";
+    let row_lock = |d| Statements::render(d, FAILING_ROW_LOCK.desc(), 1);
+    let FormStatements::RowLock(f) = row_lock(Dialect::Postgres).form else {
+        panic!("row lock");
+    };
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!(
+            r#"UPDATE "jobs" SET "failed_at" = {}, "error" = COALESCE($2, "error") WHERE "id" = $3"#,
+            pg(1)
+        )
+    );
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().args,
+        &[Arg::Now, Arg::Error, Arg::Id]
+    );
+    assert_eq!(
+        &*f.retry.as_ref().unwrap().sql,
+        format!(
+            r#"UPDATE "jobs" SET "due_at" = {}, "error" = COALESCE($2, "error") WHERE "id" = $3"#,
+            pg(1)
+        )
+    );
+    assert_eq!(
+        &*f.retry.as_ref().unwrap().args,
+        &[Arg::RetryAt, Arg::Error, Arg::Id]
+    );
+    // The claim passes over failed rows.
+    let RowLockClaim::Count { count_row, .. } = &f.claim else {
+        panic!("counts");
+    };
+    assert!(
+        count_row
+            .sql
+            .contains(r#""failed_at" IS NULL AND "due_at" <= "#),
+        "{}",
+        count_row.sql
+    );
+    let FormStatements::RowLock(f) = row_lock(Dialect::MySql).form else {
+        panic!("row lock");
+    };
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!(
+            "UPDATE `jobs` SET `failed_at` = {my}, `error` = COALESCE(?, `error`) WHERE `id` = ?"
+        )
+    );
+    // The lease form: fenced; a retry without a due column writes the lease's expiry.
+    let FormStatements::Lease(f) =
+        Statements::render(Dialect::Postgres, FAILING_LEASE.desc(), 1).form
+    else {
+        panic!("lease");
+    };
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!(
+            r#"UPDATE "jobs" SET "failed_at" = {}, "error" = COALESCE($2, "error"), "locked_until" = NULL WHERE "id" = $3 AND "locked_until" = {}"#,
+            pg(1),
+            pg(4)
+        )
+    );
+    assert_eq!(
+        &*f.retry.sql,
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = {}, "error" = COALESCE($2, "error") WHERE "id" = $3 AND "locked_until" = {}"#,
+            pg(1),
+            pg(4)
+        )
+    );
+    assert_eq!(
+        &*f.retry.args,
+        &[Arg::RetryAt, Arg::Error, Arg::Id, Arg::Fence]
+    );
+    // With a due column: the due time, and the lease cleared.
+    let FormStatements::Lease(f) = Statements::render(Dialect::Sqlite, LEASE.desc(), 1).form else {
+        panic!("lease");
+    };
+    assert_eq!(
+        &*f.retry.sql,
+        r#"UPDATE "jobs" SET "due_at" = ?1, "locked_until" = NULL WHERE "id" = ?2 AND "locked_until" = ?3"#
+    );
+    assert!(f.fail.is_none(), "no failed_at, no failed mark");
+    // The advisory form without a due or an error column writes no retry.
+    let FormStatements::Advisory(f) =
+        Statements::render(Dialect::MariaDb, FAILING_ADVISORY.desc(), 1).form
+    else {
+        panic!("advisory");
+    };
+    assert!(f.retry.is_none());
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!("UPDATE `video_jobs` SET `failed_at` = {my} WHERE `id` = ?")
+    );
+    assert!(
+        f.candidates.sql.contains("`failed_at` IS NULL"),
+        "{}",
+        f.candidates.sql
+    );
+}
+
+/// Redrive and the deletion of failed rows: all, by id, by the error's text.
+#[test]
+fn redrive_and_delete_of_failed_rows() {
+    let pg =
+        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
+    let desc = FAILING_ROW_LOCK.desc();
+    let all = Statements::redrive(Dialect::Postgres, desc, FailedRows::All).unwrap();
+    assert_eq!(
+        &*all.sql,
+        format!(
+            r#"UPDATE "jobs" SET "failed_at" = NULL, "error" = NULL, "attempt" = 0, "due_at" = {} WHERE "failed_at" IS NOT NULL"#,
+            pg(1)
+        )
+    );
+    let ids = Statements::delete_failed(Dialect::MySql, desc, FailedRows::Ids(2)).unwrap();
+    assert_eq!(
+        &*ids.sql,
+        "DELETE FROM `jobs` WHERE `failed_at` IS NOT NULL AND `id` IN (?, ?)"
+    );
+    assert_eq!(&*ids.args, &[Arg::IdAt(0), Arg::IdAt(1)]);
+    let like = Statements::delete_failed(Dialect::Sqlite, desc, FailedRows::ErrorContains).unwrap();
+    assert_eq!(
+        &*like.sql,
+        r#"DELETE FROM "jobs" WHERE "failed_at" IS NOT NULL AND "error" LIKE ?1 ESCAPE '!'"#
+    );
+    assert_eq!(
+        ruststream_core::error_like("50% of a_b!"),
+        "%50!% of a!_b!!%"
+    );
+    let lease =
+        Statements::redrive(Dialect::MariaDb, FAILING_LEASE.desc(), FailedRows::All).unwrap();
+    assert_eq!(
+        &*lease.sql,
+        "UPDATE `jobs` SET `failed_at` = NULL, `error` = NULL, `attempt` = 0, `locked_until` = NULL WHERE `failed_at` IS NOT NULL"
+    );
+    assert!(Statements::redrive(Dialect::Postgres, ROW_LOCK.desc(), FailedRows::All).is_none());
 }
 
 fn render(dialect: Dialect, desc: &InboxSpec<impl Sized>) -> Flat {
@@ -986,6 +1156,17 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::SettleLeases(n) => {
                             *arg == Arg::Now
                                 || matches!(arg, Arg::IdAt(i) | Arg::FenceAt(i) if *i < n)
+                        }
+                        StatementKind::Fail { fenced } => {
+                            matches!(arg, Arg::Id | Arg::Now | Arg::Error)
+                                || fenced && *arg == Arg::Fence
+                        }
+                        StatementKind::RetryLater { fenced } => {
+                            matches!(arg, Arg::Id | Arg::RetryAt | Arg::Error)
+                                || fenced && *arg == Arg::Fence
+                        }
+                        StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
+                            matches!(arg, Arg::Now | Arg::IdAt(_) | Arg::ErrorLike)
                         }
                     };
                     assert!(allowed, "unexpected {arg:?}: {what}");

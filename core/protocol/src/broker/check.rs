@@ -199,6 +199,8 @@ fn missing_column(
         (desc.locked_until, "the lease's `locked_until`"),
         (desc.processed_at, "`processed_at`"),
         (desc.due, "the due time"),
+        (desc.failed_at, "`failed_at`, the mark of a failed row"),
+        (desc.error, "the error text"),
     ];
     for (column, role) in described {
         if let Some(column) = column {

@@ -29,13 +29,13 @@ use crate::dialect::{Dialect, Statement, Statements};
 use crate::spec::{DescError, Form, TableDesc};
 use crate::types::{
     ClosedCounts, Command, CommandId, DeliveryId, Event, Outcome, PublishId, PublisherId, Reply,
-    SubId,
+    Settlement, SubId,
 };
 use crate::value::Time;
 
 pub use options::{
-    BrokerError, CONNECTION_LINGER, DROP_GRACE, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH,
-    Publish, SETTLE_BATCH, SubscribeOptions,
+    BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, NOTIFY_EVERY, PING_AHEAD_AFTER,
+    PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
 };
 
 use ahead::Ahead;
@@ -248,6 +248,29 @@ impl<R> Broker<R> {
             }
             .into());
         }
+        if options.max_attempts.is_some() {
+            let needs = [
+                (
+                    desc.attempt.is_none(),
+                    "an attempt",
+                    ".attempt(..)` (`#[field(attempt)]`",
+                ),
+                (
+                    desc.failed_at.is_none(),
+                    "a failed_at",
+                    ".failed(..)` (`#[field(failed_at)]`",
+                ),
+            ];
+            if let Some((_, role, method)) = needs.into_iter().find(|(missing, ..)| *missing) {
+                return Err(DescError::NeedsColumn {
+                    table: desc.table,
+                    setting: "max_attempts",
+                    role,
+                    method,
+                }
+                .into());
+            }
+        }
         let options = SubscribeOptions {
             workers: options.workers.max(1),
             ..options
@@ -343,12 +366,48 @@ impl<R> Broker<R> {
         self.drive();
     }
 
-    /// The handler settled a delivery.
+    /// The handler settled a delivery, at once and without an error: [`Broker::settle_with`]
+    /// of the outcome alone.
     pub fn settle(&mut self, delivery: DeliveryId, outcome: Outcome, now: Time) {
+        self.settle_with(delivery, Settlement::new(outcome), now);
+    }
+
+    /// The handler settled a delivery: an acknowledgement settles the row as done; a retry
+    /// returns it, due again after the settlement's delay (where the table has a due column,
+    /// or in the lease form) with its error recorded (where the table has an error column);
+    /// a rejection marks it failed with its error, or on a table that keeps no failed rows
+    /// returns it as a retry. A failure is reported with [`Event::Failed`] once it takes
+    /// effect.
+    pub fn settle_with(&mut self, delivery: DeliveryId, settlement: Settlement, now: Time) {
         self.now = now;
         self.handler_done(delivery);
+        let outcome = self.note_settlement(delivery, settlement);
         self.end(delivery, Ending::Settle(outcome));
         self.drive();
+    }
+
+    /// Returns the failed rows `which` selects, in `publisher`'s table, to the queue: due now,
+    /// their attempts counted from zero, their `failed_at` and error cleared. On PostgreSQL
+    /// the subscriptions listening hear of them. [`Event::Changed`] tells how many rows.
+    /// Refused for a table that keeps no failed rows.
+    pub fn redrive(
+        &mut self,
+        publisher: PublisherId,
+        which: FailedRowsOf,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
+        self.change_failed(publisher, which, true, now)
+    }
+
+    /// Deletes the failed rows `which` selects, in `publisher`'s table. [`Event::Changed`]
+    /// tells how many rows. Refused for a table that keeps no failed rows.
+    pub fn delete_failed(
+        &mut self,
+        publisher: PublisherId,
+        which: FailedRowsOf,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
+        self.change_failed(publisher, which, false, now)
     }
 
     /// The runtime dropped a delivery without settling it: its row returns to the queue, and a

@@ -63,6 +63,11 @@ pub struct SubscribeOptions {
     /// back at once. A claim that reads the first due rows alone (SQLite's advisory form, a
     /// custom lock) claims none ahead.
     pub prefetch: usize,
+    /// The most attempts a row is handed for. A take that counts past it marks the row
+    /// failed without running the handler, so a row whose handler crashes its process ends
+    /// failed once crashes spent the budget: every take counts, a crash's too. Needs the
+    /// table's attempt and `failed_at` columns; `None` hands a row however often it returns.
+    pub max_attempts: Option<u32>,
 }
 
 impl Default for SubscribeOptions {
@@ -73,6 +78,7 @@ impl Default for SubscribeOptions {
             lease: Duration::from_secs(30),
             extend_every: Duration::from_secs(10),
             prefetch: 0,
+            max_attempts: None,
         }
     }
 }
@@ -88,6 +94,19 @@ pub struct Publish {
     pub columns: Vec<(&'static str, Value)>,
     /// When the row becomes due; now when `None`.
     pub due: Option<Time>,
+}
+
+/// Which failed rows [`Broker::redrive`](crate::Broker::redrive) and
+/// [`Broker::delete_failed`](crate::Broker::delete_failed) change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailedRowsOf {
+    /// Every failed row of the table.
+    All,
+    /// The failed rows among these ids.
+    Ids(Vec<Value>),
+    /// The failed rows whose error text contains this text (a table without an error column
+    /// has none).
+    ErrorContains(String),
 }
 
 /// Why a call was refused.

@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::dialect::{Arg, Dialect, Statement, Statements};
-use crate::spec::TableDesc;
+use crate::dialect::{Arg, Dialect, FailedRows, Statement, Statements};
+use crate::spec::{DescError, TableDesc};
 use crate::types::{Action, ConnId, Event, PublishId, PublisherId, Reply};
 use crate::value::{DbError, Time, Value};
 
-use super::options::{BrokerError, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
+use super::options::{BrokerError, FailedRowsOf, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
 use super::{Broker, State, Step};
 
 /// Where a publish is.
@@ -35,6 +35,9 @@ pub(super) struct PublishFlow {
     quiet: bool,
     /// The broker's own notification after quiet inserts: no [`Event::Published`].
     internal: bool,
+    /// A change of failed rows: [`Event::Changed`] with the rows affected.
+    change: bool,
+    affected: u64,
     result: Option<Result<(), DbError>>,
 }
 
@@ -188,6 +191,63 @@ impl<R> Broker<R> {
         Ok(self.run_publish(publisher, inserts, in_tx, quiet, false))
     }
 
+    /// Starts a redrive (`redrive`) or a deletion of the failed rows `which` selects in
+    /// `publisher`'s table.
+    pub(super) fn change_failed(
+        &mut self,
+        publisher: PublisherId,
+        which: FailedRowsOf,
+        redrive: bool,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
+        self.now = now;
+        if self.state != State::Running {
+            return Err(BrokerError::Closed);
+        }
+        let dialect = self.dialect;
+        let p = self
+            .publishers
+            .get(publisher.0)
+            .ok_or(BrokerError::Unknown("publisher"))?;
+        let selects = match &which {
+            FailedRowsOf::All => FailedRows::All,
+            FailedRowsOf::Ids(ids) => FailedRows::Ids(ids.len()),
+            FailedRowsOf::ErrorContains(_) => FailedRows::ErrorContains,
+        };
+        let statement = if redrive {
+            Statements::redrive(dialect, &p.desc, selects)
+        } else {
+            Statements::delete_failed(dialect, &p.desc, selects)
+        }
+        .ok_or(DescError::NeedsColumn {
+            table: p.desc.table,
+            setting: if redrive {
+                "a redrive of failed rows"
+            } else {
+                "a deletion of failed rows"
+            },
+            role: "failed_at",
+            method: ".failed(..)` (`#[field(failed_at)]`",
+        })?;
+        let binds = statement.binds(|arg| match (arg, &which) {
+            (Arg::IdAt(i), FailedRowsOf::Ids(ids)) => ids.get(i).cloned().unwrap_or(Value::Null),
+            (Arg::ErrorLike, FailedRowsOf::ErrorContains(text)) => {
+                Value::Text(crate::dialect::error_like(text))
+            }
+            _ => Value::Int(now.micros()),
+        });
+        let mut steps = VecDeque::from([(statement, binds)]);
+        if let Some(notify) = p.notify.clone().filter(|_| redrive) {
+            steps.push_back((notify, Vec::new()));
+        }
+        let id = self.run_publish(publisher, steps, false, false, false);
+        if let Some(flow) = self.publishes.get_mut(&id) {
+            flow.change = true;
+        }
+        self.drive();
+        Ok(id)
+    }
+
     fn run_publish(
         &mut self,
         publisher: PublisherId,
@@ -208,6 +268,8 @@ impl<R> Broker<R> {
                 in_tx,
                 quiet,
                 internal,
+                change: false,
+                affected: 0,
                 result: None,
             },
         );
@@ -246,6 +308,9 @@ impl<R> Broker<R> {
                 PublishStage::Release | PublishStage::Close => self.end_publish(publish),
             }
             return;
+        }
+        if let (PublishStage::Insert, Reply::Affected(n)) = (stage, &reply) {
+            flow.affected += n;
         }
         let p = &self.publishers[flow.publisher.0];
         let next = match stage {
@@ -292,7 +357,10 @@ impl<R> Broker<R> {
                 self.notify_owed(true);
             }
         }
-        if !flow.internal {
+        if flow.change {
+            let result = result.map(|()| flow.affected);
+            self.events.push_back(Event::Changed { publish, result });
+        } else if !flow.internal {
             self.events.push_back(Event::Published { publish, result });
         }
     }

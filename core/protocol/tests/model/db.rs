@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use ruststream_core::keys::{mysql_lock_name, postgres_key_hash};
 use ruststream_core::{
-    Arg, DbError, Dialect, ErrorKind, KeyPart, Output, Reply, Row, Statement, StatementKind,
-    TableDesc, Value,
+    Arg, DbError, Dialect, ErrorKind, FailedRows, KeyPart, Output, Reply, Row, Statement,
+    StatementKind, TableDesc, Value,
 };
 
 pub type SessId = u64;
@@ -19,6 +19,8 @@ pub struct DbRow {
     pub processed_at: Option<i64>,
     pub due: i64,
     pub channel: i64,
+    pub failed_at: Option<i64>,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +55,8 @@ pub struct Db {
     pub missing_columns: Vec<&'static str>,
     /// The table does not exist: listing its columns finds none.
     pub missing_table: bool,
+    /// Rows deleted by a statement whose transaction committed (or that ran alone).
+    pub deleted: std::collections::BTreeSet<i64>,
 }
 
 pub fn key_text(channel: i64) -> String {
@@ -92,6 +96,8 @@ impl Db {
                 locked_until: None,
                 processed_at: None,
                 due,
+                failed_at: None,
+                error: None,
                 channel,
             },
         );
@@ -167,6 +173,7 @@ impl Db {
         for (id, before) in undo.into_iter().rev() {
             match before {
                 Some(row) => {
+                    self.deleted.remove(&id);
                     self.rows.insert(id, row);
                 }
                 None => {
@@ -186,6 +193,7 @@ impl Db {
 
     fn claimable(&self, desc: &TableDesc, row: &DbRow, now: i64) -> bool {
         (desc.processed_at.is_none() || row.processed_at.is_none())
+            && (desc.failed_at.is_none() || row.failed_at.is_none())
             && (desc.due.is_none() || row.due <= now)
             && (desc.locked_until.is_none() || row.locked_until.is_none_or(|t| t <= now))
     }
@@ -227,7 +235,9 @@ impl Db {
                 self.rows.insert(id, row);
             }
             None => {
-                self.rows.remove(&id);
+                if self.rows.remove(&id).is_some() {
+                    self.deleted.insert(id);
+                }
             }
         }
     }
@@ -574,6 +584,104 @@ impl Db {
                     });
                 }
                 Reply::Affected(1)
+            }
+            StatementKind::Fail { fenced } | StatementKind::RetryLater { fenced } => {
+                let id = int(Arg::Id);
+                let Some(row) = self.rows.get(&id) else {
+                    return Reply::Affected(0);
+                };
+                if fenced && row.locked_until != Some(int(Arg::Fence)) {
+                    return Reply::Affected(0);
+                }
+                if fenced && self.locked_by_other(id, sess) {
+                    return Reply::Affected(0);
+                }
+                let error = statement
+                    .args
+                    .contains(&Arg::Error)
+                    .then(|| match arg(Arg::Error) {
+                        Value::Text(t) => Some(t),
+                        _ => None,
+                    })
+                    .flatten();
+                let fail = matches!(statement.kind, StatementKind::Fail { .. });
+                let now = if fail { int(Arg::Now) } else { 0 };
+                let retry_at = (!fail && (desc.due.is_some() || desc.locked_until.is_some()))
+                    .then(|| int(Arg::RetryAt));
+                let (due, lease) = (desc.due.is_some(), desc.locked_until.is_some());
+                self.write(sess, id, |r| {
+                    let r = r.as_mut().expect("row");
+                    if let Some(error) = error {
+                        r.error = Some(error);
+                    }
+                    if fail {
+                        r.failed_at = Some(now);
+                        r.locked_until = None;
+                    } else if let Some(at) = retry_at {
+                        if due {
+                            r.due = at;
+                            r.locked_until = None;
+                        } else if lease {
+                            r.locked_until = Some(at);
+                        }
+                    }
+                });
+                Reply::Affected(1)
+            }
+            StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
+                let which = match statement.kind {
+                    StatementKind::Redrive(w) | StatementKind::DeleteFailed(w) => w,
+                    _ => unreachable!(),
+                };
+                let picked: Option<Vec<i64>> = match which {
+                    FailedRows::Ids(n) => Some((0..n).map(|i| int(Arg::IdAt(i))).collect()),
+                    _ => None,
+                };
+                let contains: Option<String> = match which {
+                    FailedRows::ErrorContains => match arg(Arg::ErrorLike) {
+                        Value::Text(t) => Some(
+                            t.trim_matches('%')
+                                .replace("!%", "%")
+                                .replace("!_", "_")
+                                .replace("!!", "!"),
+                        ),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let ids: Vec<i64> = self
+                    .rows
+                    .iter()
+                    .filter(|(_, r)| r.failed_at.is_some())
+                    .filter(|(id, _)| picked.as_ref().is_none_or(|p| p.contains(id)))
+                    .filter(|(_, r)| {
+                        contains.as_ref().is_none_or(|c| {
+                            r.error.as_deref().is_some_and(|e| e.contains(c.as_str()))
+                        })
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                let redrive = matches!(statement.kind, StatementKind::Redrive(_));
+                let now = if redrive && desc.due.is_some() {
+                    int(Arg::Now)
+                } else {
+                    0
+                };
+                for &id in &ids {
+                    self.write(sess, id, |r| {
+                        if redrive {
+                            let r = r.as_mut().expect("row");
+                            r.failed_at = None;
+                            r.error = None;
+                            r.attempt = 0;
+                            r.locked_until = None;
+                            r.due = now;
+                        } else {
+                            *r = None;
+                        }
+                    });
+                }
+                Reply::Affected(ids.len() as u64)
             }
             StatementKind::SettleLeases(rows) => {
                 let mut settled = Vec::new();

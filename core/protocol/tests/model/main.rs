@@ -23,26 +23,31 @@ use std::time::Duration;
 use db::{Db, SessId, key_text, lock_arg};
 use proptest::prelude::*;
 use ruststream_core::spec::{
-    Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, Payload, Processed, own,
+    Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, Payload,
+    Processed, own,
 };
 use ruststream_core::{
     Action, Broker, BrokerError, CONNECTION_LINGER, Command, CommandId, ConnId, DbError,
-    DeliveryId, Dialect, ErrorKind, Event, Form, Outcome, Publish, PublisherId, Reply, SubId,
-    SubscribeOptions, TableDesc, Time, Value,
+    DeliveryId, Dialect, ErrorKind, Event, Form, Outcome, Publish, PublisherId, Reply, Settlement,
+    SubId, SubscribeOptions, TableDesc, Time, Value,
 };
 
-const ROW_LOCK: InboxSpec<(Payload, Attempt, Due)> =
-    InboxSpec::new("jobs", Column::new("id").generated())
-        .payload(Column::new("payload"))
-        .attempt(Column::new("attempt").generated())
-        .due(Column::new("due_at"));
-
-const LEASE: InboxSpec<(Payload, Attempt, Due, Lease)> =
+const ROW_LOCK: InboxSpec<(Payload, Attempt, Due, Failed, ErrorText)> =
     InboxSpec::new("jobs", Column::new("id").generated())
         .payload(Column::new("payload"))
         .attempt(Column::new("attempt").generated())
         .due(Column::new("due_at"))
-        .lease(Column::new("locked_until"));
+        .failed(Column::new("failed_at"))
+        .error(Column::new("error"));
+
+const LEASE: InboxSpec<(Payload, Attempt, Due, Lease, Failed, ErrorText)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .due(Column::new("due_at"))
+        .lease(Column::new("locked_until"))
+        .failed(Column::new("failed_at"))
+        .error(Column::new("error"));
 
 const LEASE_MARKED: InboxSpec<(Payload, Attempt, Lease, Processed)> =
     InboxSpec::new("jobs", Column::new("id").generated())
@@ -53,11 +58,12 @@ const LEASE_MARKED: InboxSpec<(Payload, Attempt, Lease, Processed)> =
 
 const KEY: &[KeyPart] = &[KeyPart::Literal("jobs-"), KeyPart::Column("channel")];
 
-const ADVISORY: InboxSpec<(Advisory, Attempt, Payload)> =
+const ADVISORY: InboxSpec<(Advisory, Attempt, Payload, Failed)> =
     InboxSpec::new("jobs", Column::new("id").generated())
         .advisory(KEY)
         .attempt(Column::new("attempt").generated())
-        .payload(Column::new("payload"));
+        .payload(Column::new("payload"))
+        .failed(Column::new("failed_at"));
 
 const CUSTOM: InboxSpec<(Advisory, Attempt, Payload, own::Lock, own::Unlock)> =
     InboxSpec::new("jobs", Column::new("id").generated())
@@ -81,6 +87,8 @@ struct Config {
     linger: Duration,
     /// Rows claimed ahead beyond the workers.
     prefetch: usize,
+    /// The attempt budget, on tables that keep failed rows.
+    max_attempts: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,11 +125,12 @@ enum Step {
     },
     /// A reply reaches a process's broker.
     Reply { process: usize, reply: usize },
-    /// A handler settles its message.
+    /// A handler settles its message; a retry waits `delay_ms`.
     Settle {
         process: usize,
         handler: usize,
         outcome: Outcome,
+        delay_ms: u64,
     },
     /// A handler is dropped unsettled.
     Drop { process: usize, handler: usize },
@@ -157,8 +166,10 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0..4usize, 0..8usize, any::<bool>())
             .prop_map(|(process, command, lost)| Step::Fail { process, command, lost }),
         30 => (0..4usize, 0..8usize).prop_map(|(process, reply)| Step::Reply { process, reply }),
-        8 => (0..4usize, 0..8usize, outcome)
-            .prop_map(|(process, handler, outcome)| Step::Settle { process, handler, outcome }),
+        8 => (0..4usize, 0..8usize, outcome, prop_oneof![Just(0u64), 0..5_000u64])
+            .prop_map(|(process, handler, outcome, delay_ms)| {
+                Step::Settle { process, handler, outcome, delay_ms }
+            }),
         1 => (0..4usize, 0..8usize).prop_map(|(process, handler)| Step::Drop { process, handler }),
         6 => prop_oneof![0..2_000u64, 0..70_000u64].prop_map(|millis| Step::Advance { millis }),
         1 => (0..4usize).prop_map(|process| Step::Crash { process }),
@@ -208,6 +219,10 @@ struct World {
     /// The last attempt delivered per row.
     attempts: BTreeMap<i64, i64>,
     settled: BTreeMap<i64, u32>,
+    /// Rows a handler acknowledged: the only rows that may leave the table.
+    acked: std::collections::BTreeSet<i64>,
+    /// Rows a handler rejected: with the attempt budget, the only rows that may fail.
+    rejected: std::collections::BTreeSet<i64>,
     log: Vec<String>,
     /// Counts every command run and every change outside the brokers: the order of looks,
     /// releases and inserts.
@@ -234,6 +249,7 @@ fn start(desc: TableDesc, config: Config, now: Time) -> Process {
         lease: LEASE_TIME,
         extend_every: Duration::from_secs(10),
         prefetch: config.prefetch,
+        max_attempts: config.max_attempts,
     };
     let sub = broker.subscribe(desc, options, now).expect("subscribes");
     let publisher = broker.publisher(desc).expect("publishes");
@@ -267,6 +283,8 @@ impl World {
             next_id: 0,
             attempts: BTreeMap::new(),
             settled: BTreeMap::new(),
+            acked: Default::default(),
+            rejected: Default::default(),
             log: Vec::new(),
             tick: 0,
             looked: Vec::new(),
@@ -389,6 +407,23 @@ impl World {
                     attempt, db_row.attempt,
                     "row {row}: the attempt delivered is the row's"
                 );
+                // A failed row is never handed; nor a row past its budget, or not yet due.
+                assert!(
+                    db_row.failed_at.is_none(),
+                    "row {row} delivered though it failed"
+                );
+                if let Some(max) = self.config.max_attempts {
+                    assert!(
+                        attempt <= i64::from(max),
+                        "row {row}: attempt {attempt} handed past max_attempts {max}"
+                    );
+                }
+                if self.desc.due.is_some() {
+                    assert!(
+                        db_row.due <= self.now.micros(),
+                        "row {row} delivered before it is due"
+                    );
+                }
                 if let Some(last) = self.attempts.get(&row) {
                     assert!(attempt > *last, "row {row}: attempt {attempt} after {last}");
                 }
@@ -440,6 +475,16 @@ impl World {
                 );
             }
             Event::Settled { .. } | Event::SettleFailed { .. } | Event::Returned { .. } => {}
+            Event::Failed { id, kept, .. } => {
+                let row = id.as_int().expect("an integer id");
+                if kept {
+                    let failed = self.db.rows.get(&row).and_then(|r| r.failed_at);
+                    assert!(failed.is_some(), "row {row} reported failed but not marked");
+                } else {
+                    assert!(self.desc.failed_at.is_none());
+                }
+            }
+            Event::Changed { .. } => {}
             Event::LeaseLost { .. } | Event::Error { .. } => {}
             // The runtime wakes the publisher's own subscriptions once the row is written.
             Event::Published { result, .. } => {
@@ -581,7 +626,36 @@ impl World {
         self.pump(slot);
     }
 
+    /// No row left the table but by an acknowledgement, and only a rejected row, or one past
+    /// its attempt budget, is marked failed.
+    fn check_no_loss(&self) {
+        for id in &self.db.deleted {
+            assert!(
+                self.acked.contains(id),
+                "row {id} was deleted, but no handler acknowledged it"
+            );
+        }
+        for (id, row) in &self.db.rows {
+            if row.failed_at.is_some() {
+                let past = self
+                    .config
+                    .max_attempts
+                    .is_some_and(|max| row.attempt > i64::from(max));
+                assert!(
+                    self.rejected.contains(id) || past,
+                    "row {id} failed at attempt {}, neither rejected nor past its budget",
+                    row.attempt
+                );
+            }
+        }
+    }
+
     fn apply(&mut self, step: &Step) {
+        self.apply_step(step);
+        self.check_no_loss();
+    }
+
+    fn apply_step(&mut self, step: &Step) {
         self.log.push(format!("{step:?}"));
         let slots = self.processes.len();
         match *step {
@@ -601,6 +675,7 @@ impl World {
                 process,
                 handler,
                 outcome,
+                delay_ms,
             } => {
                 let slot = process % slots;
                 let p = &mut self.processes[slot];
@@ -616,7 +691,16 @@ impl World {
                 if outcome != Outcome::Retry {
                     *self.settled.entry(h.row).or_default() += 1;
                 }
-                p.broker.settle(id, outcome, self.now);
+                match outcome {
+                    Outcome::Ack => self.acked.insert(h.row),
+                    Outcome::Reject => self.rejected.insert(h.row),
+                    Outcome::Retry => false,
+                };
+                let mut settlement = Settlement::new(outcome).error(format!("error of {}", h.row));
+                if delay_ms > 0 {
+                    settlement = settlement.delay(Duration::from_millis(delay_ms));
+                }
+                p.broker.settle_with(id, settlement, self.now);
                 self.pump(slot);
             }
             Step::Drop { process, handler } => {
@@ -807,7 +891,7 @@ impl World {
         }
         let mut firsts: BTreeMap<String, i64> = BTreeMap::new();
         for (&id, row) in &self.db.rows {
-            if row.processed_at.is_none() {
+            if row.processed_at.is_none() && row.failed_at.is_none() {
                 firsts.entry(key_text(row.channel)).or_insert(id);
             }
         }
@@ -896,6 +980,7 @@ impl World {
             if let Some(&id) = p.handlers.keys().next() {
                 let h = p.handlers.remove(&id).expect("a handler");
                 *self.settled.entry(h.row).or_default() += 1;
+                self.acked.insert(h.row);
                 p.broker.settle(id, Outcome::Ack, self.now);
                 self.pump(slot);
                 continue;
@@ -912,9 +997,10 @@ impl World {
                 .db
                 .rows
                 .values()
-                .filter(|r| r.processed_at.is_none())
+                .filter(|r| r.processed_at.is_none() && r.failed_at.is_none())
                 .count();
             if left == 0 {
+                self.check_no_loss();
                 return;
             }
             let p = &mut self.processes[slot];
@@ -968,14 +1054,16 @@ fn configs(table: Table) -> impl Strategy<Value = Config> {
         prop_oneof![1 => Just(1usize), 3 => 2..4usize],
         prop_oneof![Just(Duration::ZERO), Just(CONNECTION_LINGER)],
         prop_oneof![2 => Just(0usize), 1 => 1..4usize],
+        prop_oneof![Just(None), (1..4u32).prop_map(Some)],
     )
         .prop_map(
-            move |(dialect, workers, processes, linger, prefetch)| Config {
+            move |(dialect, workers, processes, linger, prefetch, max_attempts)| Config {
                 dialect,
                 table,
                 workers,
                 linger,
                 prefetch,
+                max_attempts: max_attempts.filter(|_| table.desc().failed_at.is_some()),
                 // One process serves a SQLite database.
                 processes: if dialect == Dialect::Sqlite {
                     1
@@ -1017,6 +1105,7 @@ fn regression_row_lock_counted_row_taken_in_the_gap() {
         processes: 2,
         linger: Duration::ZERO,
         prefetch: 0,
+        max_attempts: None,
     };
     run(
         config,
@@ -1133,6 +1222,7 @@ fn regression_row_lock_counted_row_taken_in_the_gap() {
                 process: 0,
                 handler: 0,
                 outcome: Outcome::Retry,
+                delay_ms: 0,
             },
             Step::Reply {
                 process: 1,
@@ -1178,7 +1268,9 @@ fn liveness_step() -> impl Strategy<Value = Step> {
         30 => (0..4usize, 0..8usize).prop_map(|(process, command)| Step::Run { process, command }),
         30 => (0..4usize, 0..8usize).prop_map(|(process, reply)| Step::Reply { process, reply }),
         10 => (0..4usize, 0..8usize, outcome)
-            .prop_map(|(process, handler, outcome)| Step::Settle { process, handler, outcome }),
+            .prop_map(|(process, handler, outcome)| {
+                Step::Settle { process, handler, outcome, delay_ms: 0 }
+            }),
         1 => (0..4usize, 0..8usize).prop_map(|(process, handler)| Step::Drop { process, handler }),
         3 => (0..2_000u64).prop_map(|millis| Step::Advance { millis }),
         1 => (0..4usize).prop_map(|process| Step::Crash { process }),
@@ -1210,6 +1302,7 @@ fn liveness_configs() -> impl Strategy<Value = Config> {
             processes,
             linger,
             prefetch,
+            max_attempts: None,
         })
 }
 

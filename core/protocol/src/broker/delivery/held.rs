@@ -2,42 +2,57 @@
 //! claim's transaction) or the key (its lock) from the claim to the end.
 //!
 //! Row lock: the settlement's statement commits the claim's transaction; a retry commits the
-//! counted attempt alone; a drop or the shutdown rolls it back. Advisory lock: the settlement
-//! commits on its own, then the key is released; a retry runs no statement, and the release
-//! returns the row. A connection whose key may still be held closes, which ends the lock.
+//! counted attempt alone, or with the row's new due time and error; a drop or the shutdown
+//! rolls it back. Advisory lock: the settlement commits on its own, then the key is released;
+//! a retry runs no statement unless it writes a due time or an error, and the release returns
+//! the row. A failure marks the row failed, in either form. A connection whose key may still
+//! be held closes, which ends the lock.
 
-use crate::dialect::{Arg, KeyLocks};
-use crate::types::{Action, DeliveryId, Event, Outcome};
-use crate::value::Value;
+use crate::dialect::{KeyLocks, Statement};
+use crate::types::{Action, DeliveryId, Outcome};
+use crate::value::Time;
 
 use super::super::Broker;
 use super::{DeliveryStage, Ending, Held};
 
 impl<R> Broker<R> {
+    /// The statement that settles a delivery of the row lock or advisory lock form as it
+    /// ends, where one runs on its connection: the delete or mark of an acknowledgement, the
+    /// failed mark of a rejection, the due time and error of a retry that writes them.
+    fn held_statement(&self, delivery: DeliveryId, ending: Ending) -> Option<Statement> {
+        let d = self.deliveries.get(delivery)?;
+        let (settle, fail, retry) = match &d.held {
+            Held::RowLock(st) => (&st.settle, &st.fail, &st.retry),
+            Held::Advisory { st, .. } => (&st.settle, &st.fail, &st.retry),
+            Held::Lease(_) => return None,
+        };
+        match ending {
+            Ending::Settle(Outcome::Ack) => Some(settle.clone()),
+            Ending::Settle(Outcome::Reject) => fail.clone(),
+            Ending::Settle(Outcome::Retry) if self.retry_writes(delivery) => retry.clone(),
+            Ending::Settle(Outcome::Retry) | Ending::Drop | Ending::Shutdown => None,
+        }
+    }
+
     /// A row lock delivery ends, in its claim's transaction.
     pub(super) fn row_lock_end(&mut self, delivery: DeliveryId, ending: Ending) {
-        let now = self.now;
         let Some(d) = self.deliveries.get(delivery) else {
             return;
         };
-        let (Held::RowLock(st), Some(conn)) = (&d.held, d.conn) else {
+        let (Held::RowLock(_), Some(conn)) = (&d.held, d.conn) else {
             debug_assert!(false, "a row lock delivery holds its connection");
             return self.finish_delivery(delivery);
         };
         let statements = &self.subs[d.sub.0].statements;
-        let (statement, binds, stage) = match ending {
-            Ending::Settle(Outcome::Ack | Outcome::Reject) => {
-                let id = d.id.clone();
-                let binds = st.settle.binds(|arg| match arg {
-                    Arg::Id => id.clone(),
-                    _ => Value::Int(now.micros()),
-                });
-                (st.settle.clone(), binds, DeliveryStage::Settle)
+        let (statement, binds, stage) = match (ending, self.held_statement(delivery, ending)) {
+            (Ending::Settle(_), Some(settle)) => {
+                let binds = self.settle_binds(delivery, &settle, Time(0));
+                (settle, binds, DeliveryStage::Settle)
             }
-            Ending::Settle(Outcome::Retry) => {
+            (Ending::Settle(_), None) => {
                 (statements.commit.clone(), Vec::new(), DeliveryStage::Commit)
             }
-            Ending::Drop | Ending::Shutdown => (
+            (Ending::Drop | Ending::Shutdown, _) => (
                 statements.rollback.clone(),
                 Vec::new(),
                 DeliveryStage::Rollback,
@@ -48,23 +63,17 @@ impl<R> Broker<R> {
 
     /// An advisory delivery ends: a settlement's statement, then the release of its key.
     pub(super) fn advisory_end(&mut self, delivery: DeliveryId, ending: Ending) {
-        let now = self.now;
         let Some(d) = self.deliveries.get(delivery) else {
             return;
         };
-        let (Held::Advisory { st, .. }, Some(conn)) = (&d.held, d.conn) else {
+        let (Held::Advisory { .. }, Some(conn)) = (&d.held, d.conn) else {
             debug_assert!(false, "an advisory delivery holds its connection");
             return self.finish_delivery(delivery);
         };
-        if !matches!(ending, Ending::Settle(Outcome::Ack | Outcome::Reject)) {
+        let Some(settle) = self.held_statement(delivery, ending) else {
             return self.delivery_unlock(delivery);
-        }
-        let id = d.id.clone();
-        let settle = st.settle.clone();
-        let binds = settle.binds(|arg| match arg {
-            Arg::Id => id.clone(),
-            _ => Value::Int(now.micros()),
-        });
+        };
+        let binds = self.settle_binds(delivery, &settle, Time(0));
         self.delivery_execute(delivery, conn, &settle, binds, DeliveryStage::Settle);
     }
 
@@ -83,12 +92,11 @@ impl<R> Broker<R> {
                 self.delivery_execute(delivery, conn, &commit, Vec::new(), DeliveryStage::Commit);
             }
             Held::Advisory { .. } => {
-                d.settled = true;
                 let outcome = match d.ending {
                     Some(Ending::Settle(o)) => o,
                     _ => Outcome::Ack,
                 };
-                self.events.push_back(Event::Settled { delivery, outcome });
+                self.settled_event(delivery, outcome);
                 self.delivery_unlock(delivery);
             }
             Held::Lease(_) => {}
@@ -104,7 +112,7 @@ impl<R> Broker<R> {
         if matches!(stage, DeliveryStage::Commit) {
             d.settled = true;
             if let Some(Ending::Settle(outcome)) = d.ending {
-                self.events.push_back(Event::Settled { delivery, outcome });
+                self.settled_event(delivery, outcome);
             }
         }
         self.delivery_release(delivery);
@@ -154,14 +162,13 @@ impl<R> Broker<R> {
             s.next_claim_at = Some(now);
         }
         d.holds = false;
-        if d.ending == Some(Ending::Settle(Outcome::Retry)) {
-            // A retry runs no statement: the release returns the row.
-            d.settled = true;
-            self.events.push_back(Event::Settled {
-                delivery,
-                outcome: Outcome::Retry,
-            });
+        if d.ending == Some(Ending::Settle(Outcome::Retry)) && !d.settled {
+            // A retry that wrote nothing: the release returns the row.
+            self.settled_event(delivery, Outcome::Retry);
         }
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
         let Some(conn) = d.conn.take() else {
             return self.finish_delivery(delivery);
         };

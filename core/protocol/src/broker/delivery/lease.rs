@@ -1,8 +1,9 @@
 //! The lease form's deliveries: each statement on a connection of its own, fenced by the
 //! expiry this process wrote last. A lease in work is extended; a settlement deletes or marks
 //! the row, and, where the database returns the rows a statement settled, the settlements
-//! asked for while one runs wait for it and then run together in one statement; a retry or a
-//! drop gives the row back at once.
+//! asked for while one runs wait for it and then run together in one statement; a failure
+//! marks the row failed; a retry gives the row back at once, or writes when it is due again
+//! (the due column, or the lease's expiry) and its error; a drop gives the row back at once.
 
 use crate::dialect::{Arg, Statement, Statements};
 use crate::types::{Action, ConnId, DeliveryId, Event, Outcome, Reply, SettleError, SubId};
@@ -27,7 +28,7 @@ impl<R> Broker<R> {
             return;
         }
         let together = d.lease().is_some_and(|l| l.st.settles_together);
-        if matches!(ending, Ending::Settle(Outcome::Ack | Outcome::Reject)) && together {
+        if ending == Ending::Settle(Outcome::Ack) && together {
             let settles = &mut self.subs[sub.0].settles;
             if settles.settling.is_some() {
                 // Rides on the next settlement statement.
@@ -87,16 +88,22 @@ impl<R> Broker<R> {
                 let stage = DeliveryStage::Extend { until };
                 self.delivery_execute(delivery, conn, &st.extend, binds, stage);
             }
-            Some(Ending::Settle(Outcome::Ack | Outcome::Reject)) if batched => {
+            Some(Ending::Settle(Outcome::Ack)) if batched => {
                 self.settle_batch(delivery, conn);
             }
-            Some(Ending::Settle(Outcome::Ack | Outcome::Reject)) => {
-                let binds = st.settle.binds(|arg| match arg {
-                    Arg::Id => id.clone(),
-                    Arg::Fence => Value::Int(fence.micros()),
-                    _ => Value::Int(now.micros()),
-                });
+            Some(Ending::Settle(Outcome::Ack)) => {
+                let binds = self.settle_binds(delivery, &st.settle, fence);
                 self.delivery_execute(delivery, conn, &st.settle, binds, DeliveryStage::Settle);
+            }
+            Some(Ending::Settle(Outcome::Reject)) if st.fail.is_some() => {
+                let fail = st.fail.clone().expect("checked");
+                let binds = self.settle_binds(delivery, &fail, fence);
+                self.delivery_execute(delivery, conn, &fail, binds, DeliveryStage::Settle);
+            }
+            Some(Ending::Settle(Outcome::Retry)) if self.retry_writes(delivery) => {
+                let binds = self.settle_binds(delivery, &st.retry, fence);
+                let stage = DeliveryStage::ReleaseLease;
+                self.delivery_execute(delivery, conn, &st.retry, binds, stage);
             }
             Some(_) => {
                 let binds = st.release.binds(|arg| match arg {
@@ -146,8 +153,7 @@ impl<R> Broker<R> {
             _ => Outcome::Ack,
         };
         if affected_any(reply) {
-            d.settled = true;
-            self.events.push_back(Event::Settled { delivery, outcome });
+            self.settled_event(delivery, outcome);
         } else {
             self.events.push_back(Event::SettleFailed {
                 delivery,
@@ -180,11 +186,7 @@ impl<R> Broker<R> {
                 _ => Outcome::Ack,
             };
             if settled.contains(&d.id) {
-                d.settled = true;
-                self.events.push_back(Event::Settled {
-                    delivery: each,
-                    outcome,
-                });
+                self.settled_event(each, outcome);
             } else {
                 self.events.push_back(Event::SettleFailed {
                     delivery: each,
@@ -207,8 +209,7 @@ impl<R> Broker<R> {
         d.holds = false;
         if let Some(Ending::Settle(outcome)) = d.ending {
             if affected_any(reply) {
-                d.settled = true;
-                self.events.push_back(Event::Settled { delivery, outcome });
+                self.settled_event(delivery, outcome);
             } else {
                 self.events.push_back(Event::SettleFailed {
                     delivery,
@@ -268,19 +269,14 @@ impl<R> Broker<R> {
 
     /// The settlement of one lease, on `conn`.
     fn settle_alone(&mut self, delivery: DeliveryId, conn: ConnId) {
-        let now = self.now;
         let Some(d) = self.deliveries.get(delivery) else {
             return;
         };
         let Some(l) = d.lease() else {
             return;
         };
-        let (id, fence, st) = (d.id.clone(), l.fence.unwrap_or_default(), l.st.clone());
-        let binds = st.settle.binds(|arg| match arg {
-            Arg::Id => id.clone(),
-            Arg::Fence => Value::Int(fence.micros()),
-            _ => Value::Int(now.micros()),
-        });
+        let (fence, st) = (l.fence.unwrap_or_default(), l.st.clone());
+        let binds = self.settle_binds(delivery, &st.settle, fence);
         self.delivery_execute(delivery, conn, &st.settle, binds, DeliveryStage::Settle);
     }
 

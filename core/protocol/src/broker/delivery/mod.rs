@@ -86,6 +86,17 @@ pub(super) struct Delivery {
     pub(super) handling: bool,
     /// When its claim took it.
     pub(super) claimed_at: Time,
+    /// The attempt its take counted, where the table counts them.
+    attempt: Option<i64>,
+    /// A retry: how long the row waits before it is due again.
+    delay: Option<std::time::Duration>,
+    /// The error its settlement records.
+    error: Option<Arc<str>>,
+    /// Its settlement is a failure, reported once it takes effect: `Some(kept)`, whether
+    /// the row is marked failed.
+    failure: Option<bool>,
+    /// Its take counted past the attempt budget: it fails without a handler.
+    exhausted: bool,
     held: Held,
 }
 
@@ -236,11 +247,33 @@ impl<R> Broker<R> {
                 delivered: running,
                 handling: false,
                 claimed_at: now,
+                attempt: taken.attempt,
+                delay: None,
+                error: None,
+                failure: None,
+                exhausted: false,
                 held,
             },
         );
         if !running {
             self.end(id, Ending::Shutdown);
+            return;
+        }
+        let budget = self.subs[sub.0].options.max_attempts;
+        if let (Some(max), Some(attempt)) = (budget, taken.attempt)
+            && attempt > i64::from(max)
+        {
+            // Past the budget: the row fails without running the handler, so a row whose
+            // handler crashes its process ends failed once its crashes spent the budget.
+            if let Some(d) = self.deliveries.get_mut(id) {
+                d.delivered = false;
+                d.exhausted = true;
+                d.failure = Some(true);
+                d.error = Some(Arc::from(format!(
+                    "attempt {attempt} is past max_attempts ({max}): failed without running the handler"
+                )));
+            }
+            self.end(id, Ending::Settle(Outcome::Reject));
             return;
         }
         let delivered = Delivered {
@@ -322,6 +355,85 @@ impl<R> Broker<R> {
             binds,
         };
         self.delivery_step(delivery, conn, action, stage);
+    }
+
+    /// The handler's settlement, as the table can keep it: a rejection on a table that keeps
+    /// no failed rows returns the row as a retry; a failure is reported once it takes effect.
+    pub(in crate::broker) fn note_settlement(
+        &mut self,
+        delivery: DeliveryId,
+        settlement: crate::types::Settlement,
+    ) -> Outcome {
+        let Some(d) = self.deliveries.get(delivery) else {
+            return settlement.outcome;
+        };
+        let keeps_failed = self.subs[d.sub.0].desc.failed_at.is_some();
+        let outcome = match settlement.outcome {
+            Outcome::Reject if !keeps_failed => Outcome::Retry,
+            other => other,
+        };
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return outcome;
+        };
+        if d.ending.is_none() && d.queued.is_none() {
+            d.delay = settlement.delay.filter(|_| outcome == Outcome::Retry);
+            d.error = settlement.error;
+            d.failure = (settlement.outcome == Outcome::Reject).then_some(keeps_failed);
+        }
+        outcome
+    }
+
+    /// The binds of a settlement's statement: the row's id, its lease's `fence`, the time,
+    /// the retry's due time and the error.
+    pub(super) fn settle_binds(
+        &self,
+        delivery: DeliveryId,
+        statement: &crate::Statement,
+        fence: Time,
+    ) -> Vec<Value> {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(delivery) else {
+            return Vec::new();
+        };
+        statement.binds(|arg| match arg {
+            crate::Arg::Id => d.id.clone(),
+            crate::Arg::Fence => Value::Int(fence.micros()),
+            crate::Arg::RetryAt => Value::Int(now.plus(d.delay.unwrap_or_default()).micros()),
+            crate::Arg::Error => d
+                .error
+                .as_deref()
+                .map_or(Value::Null, |e| Value::Text(e.to_owned())),
+            _ => Value::Int(now.micros()),
+        })
+    }
+
+    /// Whether a retry writes a statement: it waits, or records an error.
+    pub(super) fn retry_writes(&self, delivery: DeliveryId) -> bool {
+        self.deliveries
+            .get(delivery)
+            .is_some_and(|d| d.delay.is_some_and(|t| !t.is_zero()) || d.error.is_some())
+    }
+
+    /// A settlement took effect: [`Event::Settled`] where the runtime was handed the row, then
+    /// [`Event::Failed`] where the settlement is a failure.
+    pub(super) fn settled_event(&mut self, delivery: DeliveryId, outcome: Outcome) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.settled = true;
+        if d.delivered {
+            self.events.push_back(Event::Settled { delivery, outcome });
+        }
+        if let Some(kept) = d.failure.take() {
+            self.events.push_back(Event::Failed {
+                sub: d.sub,
+                delivery,
+                id: d.id.clone(),
+                attempt: d.attempt,
+                error: d.error.clone(),
+                kept,
+            });
+        }
     }
 
     /// A delivery ends: settled, dropped, or by the shutdown.
@@ -580,7 +692,12 @@ impl<R> Broker<R> {
         // A delivery that gives its row back, or releases its key, lets the next claim run at
         // once: the row, or the next row of the key, waits for no poll.
         let retried = d.ending == Some(Ending::Settle(Outcome::Retry));
-        if (d.key().is_some() || !d.settled || retried) && !s.stopped {
+        let waits = d.delay.filter(|t| !t.is_zero() && retried && d.settled);
+        if let Some(delay) = waits.filter(|_| d.key().is_none() && !s.stopped) {
+            // The row is due again after its delay: claim then, if no claim comes sooner.
+            let due = self.now.plus(delay);
+            s.next_claim_at = Some(s.next_claim_at.map_or(due, |t| t.min(due)));
+        } else if (d.key().is_some() || !d.settled || retried || d.exhausted) && !s.stopped {
             s.next_claim_at = Some(self.now);
         }
         let returned = !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown));

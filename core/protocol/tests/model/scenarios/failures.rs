@@ -1,0 +1,383 @@
+//! Failed rows, delayed retries and attempt budgets, in every form: a rejection marks the row
+//! failed with its error and no claim takes it again; a retry waits its delay; a take past the
+//! budget fails the row without a handler, crashes counted; failed rows are redriven or
+//! deleted by hand.
+
+use super::*;
+use ruststream_core::{FailedRowsOf, Settlement};
+
+const ERROR: &str = "the payment service answered 503";
+
+/// A table of `form` with a due column (but for the lease form when `due` is off), a
+/// `failed_at` and an error column.
+fn failing(form: Form, due: bool) -> TableDesc {
+    let mut desc = *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .failed(Column::new("failed_at"))
+        .error(Column::new("error"))
+        .desc();
+    if due {
+        desc.due = Some(Column::new("due_at"));
+    }
+    match form {
+        Form::RowLock => {}
+        Form::Lease => desc.locked_until = Some(Column::new("locked_until")),
+        Form::Advisory => desc.advisory = Some(KEY),
+    }
+    desc
+}
+
+/// Every form with the dialects it runs on.
+fn cases() -> Vec<(Form, Dialect)> {
+    let mut out: Vec<(Form, Dialect)> = SERVERS.iter().map(|&d| (Form::RowLock, d)).collect();
+    out.extend(ALL.iter().map(|&d| (Form::Lease, d)));
+    out.extend(ALL.iter().map(|&d| (Form::Advisory, d)));
+    out
+}
+
+impl Sim {
+    fn settle_with(&mut self, p: usize, delivery: DeliveryId, settlement: Settlement) {
+        self.procs[p]
+            .broker
+            .settle_with(delivery, settlement, self.now);
+        self.poll(p);
+    }
+
+    fn failed_events(&self, p: usize, since: usize) -> Vec<(i64, Option<String>, bool)> {
+        self.events(p, since)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Failed {
+                    id, error, kept, ..
+                } => Some((id.as_int()?, error.map(|e| e.to_string()), kept)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A rejection keeps the row, marked failed at the settlement's time with its error; the
+/// settlement and the failure are reported; no claim takes the row again, however long.
+#[test]
+fn a_rejected_row_stays_marked_failed_with_its_error_and_is_never_claimed_again() {
+    for (form, dialect) in cases() {
+        let mut sim = Sim::start(dialect, failing(form, true), 1, &[0, 1]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        let at = sim.now;
+        sim.settle_with(0, delivery, Settlement::new(Outcome::Reject).error(ERROR));
+        sim.run();
+        let row = sim.row(1);
+        assert_eq!(row.failed_at, Some(at.micros()), "{form:?} {dialect:?}");
+        assert_eq!(row.error.as_deref(), Some(ERROR), "{form:?} {dialect:?}");
+        assert_eq!(
+            row.locked_until, None,
+            "{form:?} {dialect:?}: the lease is cleared"
+        );
+        let events = sim.events(0, mark);
+        assert!(
+            events.contains(&Event::Settled {
+                delivery,
+                outcome: Outcome::Reject
+            }),
+            "{form:?} {dialect:?}: {events:?}"
+        );
+        assert_eq!(
+            sim.failed_events(0, mark),
+            [(1, Some(ERROR.to_owned()), true)],
+            "{form:?} {dialect:?}"
+        );
+        let fails = sim.runs_of(
+            0,
+            mark,
+            StatementKind::Fail {
+                fenced: form == Form::Lease,
+            },
+        );
+        assert_eq!(fails.len(), 1, "{form:?} {dialect:?}");
+        // Row 2 is taken and acknowledged; row 1 never comes back.
+        sim.advance(Duration::from_secs(1));
+        let two = sim.delivery(0, 2);
+        sim.settle(0, two, Outcome::Ack);
+        sim.run();
+        sim.advance(LEASE_TIME * 4);
+        assert_eq!(sim.delivered_rows(0, mark), [2], "{form:?} {dialect:?}");
+        assert!(sim.db.rows.contains_key(&1), "{form:?} {dialect:?}");
+        assert!(sim.db.violations.is_empty());
+    }
+}
+
+/// A table that keeps no failed rows returns a rejected row to the queue, as a retry, and
+/// reports the failure as not kept: no row leaves the table but by an acknowledgement.
+#[test]
+fn a_rejection_on_a_table_without_failed_at_returns_the_row() {
+    for (form, dialect) in cases() {
+        let mut desc = failing(form, false);
+        desc.failed_at = None;
+        let mut sim = Sim::start(dialect, desc, 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle_with(0, delivery, Settlement::new(Outcome::Reject).error(ERROR));
+        sim.run();
+        sim.advance(LEASE_TIME * 2);
+        assert!(sim.db.rows.contains_key(&1), "{form:?} {dialect:?}");
+        assert_eq!(
+            sim.failed_events(0, mark),
+            [(1, Some(ERROR.to_owned()), false)],
+            "{form:?} {dialect:?}"
+        );
+        assert_eq!(
+            sim.delivered_rows(0, mark),
+            [1],
+            "{form:?} {dialect:?}: taken again"
+        );
+        assert_eq!(
+            sim.row(1).error.as_deref(),
+            Some(ERROR),
+            "{form:?} {dialect:?}"
+        );
+    }
+}
+
+/// A retry with a delay writes when the row is due again (the due column, or in the lease
+/// form without one the lease's expiry): no claim takes it before, one takes it after.
+#[test]
+fn a_delayed_retry_is_not_claimed_before_its_time() {
+    let mut cases: Vec<(Form, Dialect, bool)> =
+        cases().into_iter().map(|(f, d)| (f, d, true)).collect();
+    cases.extend(ALL.iter().map(|&d| (Form::Lease, d, false)));
+    for (form, dialect, due) in cases {
+        let mut sim = Sim::start(dialect, failing(form, due), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        let at = sim.now;
+        let delay = Duration::from_secs(90);
+        sim.settle_with(
+            0,
+            delivery,
+            Settlement::new(Outcome::Retry).delay(delay).error(ERROR),
+        );
+        sim.run();
+        let kind = StatementKind::RetryLater {
+            fenced: form == Form::Lease,
+        };
+        let retry = only(sim.runs_of(0, mark, kind));
+        assert_eq!(
+            retry.bind(Arg::RetryAt),
+            Value::Int(at.plus(delay).micros()),
+            "{form:?} {dialect:?}"
+        );
+        assert_eq!(
+            sim.row(1).error.as_deref(),
+            Some(ERROR),
+            "{form:?} {dialect:?}"
+        );
+        sim.advance(Duration::from_secs(89));
+        assert!(
+            sim.delivered_rows(0, mark).is_empty(),
+            "{form:?} {dialect:?}: taken before its delay"
+        );
+        sim.advance(Duration::from_secs(3));
+        assert_eq!(sim.delivered_rows(0, mark), [1], "{form:?} {dialect:?}");
+        let taken_at = sim.delivered_at(0, mark, 1).expect("delivered");
+        assert!(taken_at >= at.plus(delay), "{form:?} {dialect:?}");
+        assert_eq!(sim.row(1).attempt, 2, "{form:?} {dialect:?}");
+    }
+}
+
+/// A retry without a delay or an error writes nothing: the row lock form commits the counted
+/// attempt, the advisory form releases the key, the lease form releases the lease.
+#[test]
+fn a_retry_at_once_writes_no_due_time() {
+    for (form, dialect) in cases() {
+        let mut sim = Sim::start(dialect, failing(form, true), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Retry);
+        sim.run();
+        for fenced in [false, true] {
+            let kind = StatementKind::RetryLater { fenced };
+            assert!(
+                sim.runs_of(0, mark, kind).is_empty(),
+                "{form:?} {dialect:?}"
+            );
+        }
+        assert_eq!(sim.delivered_rows(0, mark), [1], "{form:?} {dialect:?}");
+    }
+}
+
+/// A take that counts past `max_attempts` marks the row failed without handing it, with an
+/// error that says so; the claims go on with the next row.
+#[test]
+fn a_take_past_max_attempts_fails_the_row_without_the_handler() {
+    for (form, dialect) in cases() {
+        let mut sim = Sim::new(dialect, failing(form, false), 1);
+        sim.max_attempts = Some(2);
+        sim.insert(0);
+        sim.insert(1);
+        sim.spawn();
+        sim.run();
+        for attempt in 1..=2 {
+            let delivery = sim.delivery(0, 1);
+            assert_eq!(sim.row(1).attempt, attempt, "{form:?} {dialect:?}");
+            sim.settle(0, delivery, Outcome::Retry);
+            sim.run();
+            sim.advance(LEASE_TIME);
+        }
+        let row = sim.row(1);
+        assert!(row.failed_at.is_some(), "{form:?} {dialect:?}: {row:?}");
+        assert_eq!(row.attempt, 3, "{form:?} {dialect:?}");
+        let failed = sim.failed_events(0, 0);
+        assert_eq!(failed.len(), 1, "{form:?} {dialect:?}");
+        let (id, error, kept) = &failed[0];
+        assert_eq!((*id, *kept), (1, true));
+        let error = error.as_deref().expect("an error");
+        assert!(
+            error.contains("attempt 3 is past max_attempts (2)"),
+            "{form:?} {dialect:?}: {error}"
+        );
+        assert_eq!(sim.row(1).error.as_deref(), Some(error));
+        let handed: Vec<i64> = sim.delivered_rows(0, 0);
+        assert_eq!(
+            handed.iter().filter(|&&r| r == 1).count(),
+            2,
+            "{form:?} {dialect:?}: handed twice, never a third time"
+        );
+        assert!(
+            handed.contains(&2),
+            "{form:?} {dialect:?}: the next row is taken"
+        );
+    }
+}
+
+/// Attempts spent by crashes count: a row whose handler kills its process is taken by each
+/// process that starts after, until a take past the budget fails it without a handler.
+#[test]
+fn a_row_that_crashes_every_process_ends_failed_after_the_budget() {
+    for (form, dialect) in cases() {
+        if dialect == Dialect::Sqlite && form == Form::Advisory {
+            // SQLite's registry lives in the process: covered by the lease form on SQLite.
+            continue;
+        }
+        let mut sim = Sim::new(dialect, failing(form, false), 1);
+        sim.max_attempts = Some(3);
+        sim.insert(0);
+        for crash in 0..3 {
+            let p = sim.spawn();
+            sim.run();
+            sim.advance(LEASE_TIME * 2);
+            assert_eq!(
+                sim.delivered_rows(p, 0),
+                [1],
+                "{form:?} {dialect:?}: process {crash} takes the row"
+            );
+            sim.crash(p);
+        }
+        let p = sim.spawn();
+        sim.run();
+        sim.advance(LEASE_TIME * 2);
+        assert!(sim.delivered_rows(p, 0).is_empty(), "{form:?} {dialect:?}");
+        let row = sim.row(1);
+        assert!(row.failed_at.is_some(), "{form:?} {dialect:?}: {row:?}");
+        assert_eq!(row.attempt, 4, "{form:?} {dialect:?}");
+    }
+}
+
+/// `max_attempts` needs the attempt and `failed_at` columns; the refusal names the missing
+/// one.
+#[test]
+fn max_attempts_without_its_columns_is_refused_naming_the_column() {
+    let mut no_failed = failing(Form::Lease, true);
+    no_failed.failed_at = None;
+    let mut no_attempt = failing(Form::Lease, true);
+    no_attempt.attempt = None;
+    for (desc, role) in [(no_failed, "a failed_at"), (no_attempt, "an attempt")] {
+        let mut broker = Broker::<i64>::new(Dialect::Postgres);
+        let options = SubscribeOptions {
+            max_attempts: Some(3),
+            ..SubscribeOptions::default()
+        };
+        let refused = broker.subscribe(desc, options, T0).expect_err("refused");
+        let BrokerError::Desc(DescError::NeedsColumn {
+            table, role: found, ..
+        }) = &refused
+        else {
+            panic!("{refused:?}");
+        };
+        assert_eq!((*table, *found), ("jobs", role));
+        assert!(refused.to_string().contains("max_attempts"), "{refused}");
+    }
+}
+
+/// Failed rows return to the queue by hand, all of them, by id or by their error, with their
+/// attempts counted from zero; or they are deleted. A table without `failed_at` refuses both.
+#[test]
+fn failed_rows_are_redriven_or_deleted_through_the_broker() {
+    for (form, dialect) in cases() {
+        let mut sim = Sim::start(dialect, failing(form, true), 1, &[0, 1, 2]);
+        for row in 1..=3 {
+            let delivery = sim.delivery(0, row);
+            sim.settle_with(0, delivery, Settlement::new(Outcome::Reject).error(ERROR));
+            sim.run();
+            sim.advance(Duration::from_secs(1));
+        }
+        assert!(sim.db.rows.values().all(|r| r.failed_at.is_some()));
+        let mark = sim.mark();
+        let publisher = sim.procs[0].publisher;
+        let now = sim.now;
+        sim.procs[0]
+            .broker
+            .redrive(publisher, FailedRowsOf::All, now)
+            .expect("a redrive");
+        sim.poll(0);
+        sim.run();
+        let changed: Vec<Event<i64>> = sim
+            .events(0, mark)
+            .into_iter()
+            .filter(|e| matches!(e, Event::Changed { .. }))
+            .collect();
+        assert!(
+            matches!(changed.as_slice(), [Event::Changed { result: Ok(3), .. }]),
+            "{form:?} {dialect:?}: {changed:?}"
+        );
+        let redrive = only(sim.runs_of(
+            0,
+            mark,
+            StatementKind::Redrive(ruststream_core::FailedRows::All),
+        ));
+        assert_eq!(redrive.reply, Reply::Affected(3));
+        sim.advance(Duration::from_secs(2));
+        let again = sim.delivered_rows(0, mark);
+        assert_eq!(again.first(), Some(&1), "{form:?} {dialect:?}: {again:?}");
+        assert_eq!(
+            sim.row(1).attempt,
+            1,
+            "{form:?} {dialect:?}: counted from zero"
+        );
+        // Fail it again, then delete it.
+        let delivery = sim.delivery(0, 1);
+        sim.settle(0, delivery, Outcome::Reject);
+        sim.run();
+        let mark = sim.mark();
+        sim.procs[0]
+            .broker
+            .delete_failed(publisher, FailedRowsOf::Ids(vec![Value::Int(1)]), sim.now)
+            .expect("a deletion");
+        sim.poll(0);
+        sim.run();
+        assert!(!sim.db.rows.contains_key(&1), "{form:?} {dialect:?}");
+        assert!(
+            sim.events(0, mark)
+                .iter()
+                .any(|e| matches!(e, Event::Changed { result: Ok(1), .. })),
+            "{form:?} {dialect:?}"
+        );
+    }
+    let mut broker = Broker::<i64>::new(Dialect::Postgres);
+    let publisher = broker.publisher(row_lock()).expect("a publisher");
+    let refused = broker
+        .redrive(publisher, FailedRowsOf::All, T0)
+        .expect_err("refused");
+    assert!(refused.to_string().contains("failed_at"), "{refused}");
+}
