@@ -20,16 +20,30 @@ enum Role {
     LockedUntil,
     ProcessedAt,
     Due,
+    FailedAt,
+    Error,
 }
 
 impl Role {
-    const ALL: [(Role, &'static str); 6] = [
+    const ALL: [(Role, &'static str); 8] = [
         (Role::Id, "id"),
         (Role::Attempt, "attempt"),
         (Role::Payload, "payload"),
         (Role::LockedUntil, "locked_until"),
         (Role::ProcessedAt, "processed_at"),
         (Role::Due, "due"),
+        (Role::FailedAt, "failed_at"),
+        (Role::Error, "error"),
+    ];
+
+    /// The roles whose columns the database reads and writes alone: a table names them in
+    /// `#[inbox(..)]` when the struct has no field for them.
+    const COLUMNS_ONLY: [Role; 5] = [
+        Role::LockedUntil,
+        Role::ProcessedAt,
+        Role::Due,
+        Role::FailedAt,
+        Role::Error,
     ];
 
     fn name(self) -> &'static str {
@@ -59,6 +73,8 @@ struct Field {
     column: String,
     role: Option<(Role, Span)>,
     generated: Option<Span>,
+    /// Named in `#[inbox(..)]`, with no field in the struct.
+    column_only: bool,
 }
 
 /// What `#[inbox(..)]` says.
@@ -71,14 +87,50 @@ struct TableAttrs {
     order: Option<LitStr>,
     /// `custom(..)`: its span, and whether it names `lock` and `unlock`.
     custom: Option<(Span, Option<Span>, Option<Span>)>,
+    /// Role columns without a field: `failed_at = "failed_at"`.
+    columns: Vec<(Role, LitStr)>,
 }
 
-const FIELD_WORDS: &str = "`id`, `attempt`, `payload`, `locked_until`, `processed_at`, `due`, `generated` or `rename = \"..\"`";
+const FIELD_WORDS: &str = "`id`, `attempt`, `payload`, `locked_until`, `processed_at`, `due`, `failed_at`, `error`, `generated` or `rename = \"..\"`";
 
 pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let attrs = table_attrs(&input, &mut errors);
-    let fields = fields(&input, &mut errors)?;
+    let mut fields = fields(&input, &mut errors)?;
+    // Role columns the struct does not read, named in `#[inbox(..)]`.
+    for (role, lit) in &attrs.columns {
+        if let Some(field) = fields
+            .iter()
+            .find(|f| matches!(f.role, Some((r, _)) if r == *role))
+        {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "the {} column is named twice: here and by field `{}`; keep one",
+                    role.name(),
+                    field.name
+                ),
+            ));
+            continue;
+        }
+        if lit.value().trim().is_empty() {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!("`{} = \"\"`: the column's name is empty", role.name()),
+            ));
+            continue;
+        }
+        fields.push(Field {
+            ident: Ident::new(&format!("__ruststream_{}", role.name()), lit.span()),
+            name: String::new(),
+            ty: syn::parse_quote!(()),
+            column: lit.value(),
+            role: Some((*role, lit.span())),
+            generated: None,
+            column_only: true,
+        });
+    }
+    let fields = fields;
 
     let name = &input.ident;
     let role = |wanted: Role| {
@@ -204,7 +256,11 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
 
     // The advisory key, parsed now: each placeholder names a field, and the key reads its
     // column.
-    let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+    let names: Vec<&str> = fields
+        .iter()
+        .filter(|f| !f.column_only)
+        .map(|f| f.name.as_str())
+        .collect();
     let column_of = |field: &str| {
         fields
             .iter()
@@ -255,8 +311,8 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     }
 
     // The columns the database reads and writes for the queue: the struct need not read them.
-    for wanted in [Role::LockedUntil, Role::ProcessedAt, Role::Due] {
-        if let Some(f) = role(wanted) {
+    for wanted in Role::COLUMNS_ONLY {
+        if let Some(f) = role(wanted).filter(|f| !f.column_only) {
             key_fields.push(f.ident.clone());
         }
     }
@@ -297,6 +353,8 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             quote!(processed_at),
         ),
         (Role::Due, quote!(::ruststream::Due), quote!(due)),
+        (Role::FailedAt, quote!(::ruststream::Failed), quote!(failed)),
+        (Role::Error, quote!(::ruststream::ErrorText), quote!(error)),
     ];
     for (wanted, feature, method) in builder {
         if let Some(field) = role(wanted) {
@@ -399,6 +457,15 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
             } else if path.is_ident("order") {
                 once(&out.order, "order")?;
                 out.order = Some(meta.value()?.parse()?);
+            } else if let Some(role) = path
+                .get_ident()
+                .and_then(Role::from_ident)
+                .filter(|r| Role::COLUMNS_ONLY.contains(r))
+            {
+                if out.columns.iter().any(|(r, _)| *r == role) {
+                    return Err(meta.error(format!("`{}` is given twice", role.name())));
+                }
+                out.columns.push((role, meta.value()?.parse()?));
             } else if path.is_ident("custom") {
                 if out.custom.is_some() {
                     return Err(meta.error("`custom(..)` is given twice"));
@@ -426,7 +493,7 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
                 out.custom = Some((path.span(), lock, unlock));
             } else {
                 return Err(meta.error(format!(
-                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)` or `order = \"..\"`",
+                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at` or `error` = \"..\"",
                     path.to_token_stream()
                 )));
             }
@@ -476,6 +543,7 @@ fn fields(input: &DeriveInput, errors: &mut Errors) -> syn::Result<Vec<Field>> {
             ty: field.ty.clone(),
             role: None,
             generated: None,
+            column_only: false,
         };
         let mut renamed = false;
         for attr in field.attrs.iter().filter(|a| a.path().is_ident("field")) {

@@ -30,15 +30,31 @@ mod subscriber;
 /// - `custom(lock, unlock)`: the service's own `Lock` and `Unlock` replace the lock and
 ///   release of each key (advisory lock form only).
 /// - `order = "field, other desc"`: the claim order, instead of the due column and then the id.
+/// - `locked_until = "column"`, `processed_at = "column"`, `due = "column"`,
+///   `failed_at = "column"`, `error = "column"`: a role column the struct has no field for.
+///   The database reads and writes these columns alone, so the row type need not decode them,
+///   and a row type whose driver cannot read the column's type (a `TIMESTAMPTZ` into an
+///   `i64`) is no trouble.
 ///
 /// On a field, `#[field(..)]` takes one role, `id`, `attempt`, `payload`, `locked_until` (the
-/// lease form), `processed_at` or `due`, and optionally `generated` (the database fills the
-/// column, so publishing does not write it) and `rename = "column"` (the column's name, by
-/// default the field's). Exactly one field is the `id`. A field without a role is a column
-/// the advisory key or the order may read.
+/// lease form), `processed_at`, `due`, `failed_at` (failed rows stay in the table, marked
+/// with the time, and are never claimed again) or `error` (the text of the row's last
+/// error), and optionally `generated` (the database fills the column, so publishing does not
+/// write it) and `rename = "column"` (the column's name, by default the field's). Exactly one
+/// field is the `id`. A field without a role is a column the advisory key or the order may
+/// read.
+///
+/// A time role's field (`locked_until`, `processed_at`, `due`, `failed_at`) must decode the
+/// column's type with the adapter's row mapping: on PostgreSQL a `TIMESTAMPTZ`
+/// (`chrono::DateTime<Utc>` or `time::OffsetDateTime` with sqlx or tokio-postgres, as
+/// `Option<..>` where the column may be `NULL`), on MySQL and MariaDB a `DATETIME(6)`
+/// (`chrono::NaiveDateTime` or `time::PrimitiveDateTime`, or `mysql_async::Value`), on SQLite
+/// an `INTEGER` of microseconds (`i64`). A service that does not read them names them in
+/// `#[inbox(..)]` instead.
 ///
 /// The description's type lists its features in this order: `Advisory`, `Attempt`,
-/// `Payload`, `Lease`, `Processed`, `Due`, `own::Lock`, `own::Unlock`.
+/// `Payload`, `Lease`, `Processed`, `Due`, `Failed`, `ErrorText`, `own::Lock`,
+/// `own::Unlock`.
 ///
 /// # Example
 ///

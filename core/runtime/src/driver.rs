@@ -18,8 +18,8 @@ use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use ruststream_core::{
     Action, Broker, BrokerError, CheckError, ClosedCounts, CommandId, DbError, DeliveryId, Dialect,
-    ErrorKind, Event, Outcome, Publish, PublishId, PublisherId, Reply, SubId, TableDesc, Time,
-    notification_names,
+    ErrorKind, Event, FailedRowsOf, Outcome, Publish, PublishId, PublisherId, Reply, Settlement,
+    SubId, TableDesc, Time, notification_names,
 };
 use std::panic::AssertUnwindSafe;
 
@@ -27,6 +27,8 @@ use crate::adapter::Adapter;
 use crate::error::{PublishError, StartError};
 use crate::exec::{BoxFuture, Executor};
 use crate::listen::{self, Notice};
+use crate::outcome::HandlerOutcome;
+use crate::retry::Failure;
 use crate::subscriber::Subscription;
 
 /// The wall clock, as the core reads time.
@@ -39,15 +41,33 @@ pub fn now() -> Time {
 }
 
 pub(crate) enum Input {
-    Settle(DeliveryId, Outcome),
+    Settle(DeliveryId, Box<Settled>),
     Drop(DeliveryId),
     Publish(Box<(TableDesc, Vec<Publish>)>, PublishReply),
+    Change(Box<Change>, ChangeReply),
     Stop,
     Drained(oneshot::Sender<()>),
     Shutdown,
 }
 
 pub(crate) type Sender = mpsc::UnboundedSender<Input>;
+
+/// A handler's outcome, with what the settlement's delay is computed from.
+pub(crate) struct Settled {
+    sub: SubId,
+    attempt: Option<i64>,
+    outcome: HandlerOutcome,
+}
+
+/// A change of failed rows: the table, which rows, a redrive (`true`) or a deletion.
+pub(crate) struct Change {
+    pub(crate) desc: TableDesc,
+    pub(crate) which: FailedRowsOf,
+    pub(crate) redrive: bool,
+}
+
+/// Where the answer of a change of failed rows goes: how many rows it changed.
+pub(crate) type ChangeReply = oneshot::Sender<Result<u64, PublishError>>;
 
 /// Where a publish's answer goes.
 pub(crate) type PublishReply = oneshot::Sender<Result<(), PublishError>>;
@@ -83,6 +103,7 @@ pub(crate) struct Driver<A: Adapter> {
     subs: Vec<Subscription<A>>,
     publishers: HashMap<&'static str, PublisherId>,
     waiters: BTreeMap<PublishId, (&'static str, PublishReply)>,
+    changes: BTreeMap<PublishId, ChangeReply>,
     drained: Vec<oneshot::Sender<()>>,
     ready: Option<oneshot::Sender<Result<(), CheckError>>>,
     not_ready: usize,
@@ -141,6 +162,7 @@ pub(crate) async fn start<A: Adapter>(
         subs,
         publishers: HashMap::new(),
         waiters: BTreeMap::new(),
+        changes: BTreeMap::new(),
         drained: Vec::new(),
         ready: (not_ready > 0).then_some(ready_tx),
         not_ready,
@@ -183,6 +205,9 @@ impl<A: Adapter> Driver<A> {
                 self.notices = None;
                 self.adapter.close().await;
                 for (_, (_, waiter)) in std::mem::take(&mut self.waiters) {
+                    let _ = waiter.send(Err(PublishError::Closed));
+                }
+                for (_, waiter) in std::mem::take(&mut self.changes) {
                     let _ = waiter.send(Err(PublishError::Closed));
                 }
                 return counts;
@@ -272,22 +297,49 @@ impl<A: Adapter> Driver<A> {
     fn input(&mut self, input: Input) {
         let now = now();
         match input {
-            Input::Settle(delivery, outcome) => self.core.settle(delivery, outcome, now),
+            Input::Settle(delivery, settled) => {
+                let settlement = self.settlement(&settled);
+                self.core.settle_with(delivery, settlement, now);
+            }
+            Input::Change(change, reply) => {
+                let Change {
+                    desc,
+                    which,
+                    redrive,
+                } = *change;
+                let publisher = match self.publisher_of(desc) {
+                    Ok(p) => p,
+                    Err(error) => {
+                        let _ = reply.send(Err(PublishError::Invalid(error)));
+                        return;
+                    }
+                };
+                let started = if redrive {
+                    self.core.redrive(publisher, which, now)
+                } else {
+                    self.core.delete_failed(publisher, which, now)
+                };
+                match started {
+                    Ok(id) => {
+                        self.changes.insert(id, reply);
+                    }
+                    Err(BrokerError::Closed) => {
+                        let _ = reply.send(Err(PublishError::Closed));
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(PublishError::Invalid(error)));
+                    }
+                }
+            }
             Input::Drop(delivery) => self.core.drop_delivery(delivery, now),
             Input::Publish(publish, reply) => {
                 let (desc, rows) = *publish;
-                let publisher = match self.publishers.get(desc.table) {
-                    Some(p) => *p,
-                    None => match self.core.publisher(desc) {
-                        Ok(p) => {
-                            self.publishers.insert(desc.table, p);
-                            p
-                        }
-                        Err(error) => {
-                            let _ = reply.send(Err(PublishError::Invalid(error)));
-                            return;
-                        }
-                    },
+                let publisher = match self.publisher_of(desc) {
+                    Ok(p) => p,
+                    Err(error) => {
+                        let _ = reply.send(Err(PublishError::Invalid(error)));
+                        return;
+                    }
                 };
                 match self.core.publish_all(publisher, rows, now) {
                     Ok(id) => {
@@ -309,6 +361,35 @@ impl<A: Adapter> Driver<A> {
             Input::Drained(waiter) => self.drained.push(waiter),
             Input::Shutdown => self.core.shutdown(now),
         }
+    }
+
+    /// The core's publisher of `desc`'s table, made once.
+    fn publisher_of(&mut self, desc: TableDesc) -> Result<PublisherId, BrokerError> {
+        if let Some(p) = self.publishers.get(desc.table) {
+            return Ok(*p);
+        }
+        let p = self.core.publisher(desc)?;
+        self.publishers.insert(desc.table, p);
+        Ok(p)
+    }
+
+    /// The settlement of a handler's outcome: a retry (or a rejection, which a table without
+    /// `failed_at` keeps as a retry) waits the delay it names, or the subscriber's policy's
+    /// for its attempt, where the table has a due column or takes leases to wait in.
+    fn settlement(&self, settled: &Settled) -> Settlement {
+        let outcome = &settled.outcome;
+        let mut settlement = Settlement::new(outcome.outcome());
+        settlement.error = outcome.error_arc();
+        let sub = &self.subs[settled.sub.0];
+        let waits = sub.desc.due.is_some() || sub.desc.locked_until.is_some();
+        if waits && matches!(outcome.outcome(), Outcome::Retry | Outcome::Reject) {
+            let attempt = settled.attempt.unwrap_or(1);
+            let delay = outcome
+                .delay()
+                .unwrap_or_else(|| sub.failures.policy.delay(attempt));
+            settlement.delay = Some(delay);
+        }
+        settlement
     }
 
     /// Runs what the core asks for; answers the shutdown's counts once it is complete.
@@ -369,20 +450,81 @@ impl<A: Adapter> Driver<A> {
             }
             Event::Delivered(delivered) => {
                 let delivery = delivered.delivery;
-                let dispatch = self.subs[delivered.sub.0].dispatch.clone();
+                let (sub, attempt) = (delivered.sub, delivered.attempt);
+                let s = &self.subs[sub.0];
+                let (table, id) = (s.desc.table, delivered.id.clone());
+                let dispatch = s.dispatch.clone();
+                let timeout = s.failures.timeout;
                 let mut guard = Guard {
                     tx: self.tx.clone(),
                     delivery,
                     armed: true,
                 };
-                let work = dispatch.run(delivered);
+                // A handler that panics is caught and retried, its panic recorded; one that
+                // runs past its timeout is dropped and retried.
+                let work = AssertUnwindSafe(dispatch.run(delivered)).catch_unwind();
+                let limit: BoxFuture<()> = match timeout {
+                    Some(t) => self.exec.sleep(t),
+                    None => Box::pin(futures::future::pending()),
+                };
                 self.exec.spawn(Box::pin(async move {
-                    let outcome = work.await;
+                    let outcome = futures::select! {
+                        done = work.fuse() => match done {
+                            Ok(outcome) => outcome,
+                            Err(panic) => {
+                                let error = format!("the handler panicked: {}", panic_text(&*panic));
+                                crate::retry::visible_error(&format!(
+                                    "table `{table}`: row {id}: {error}; retried"
+                                ));
+                                HandlerOutcome::retry().with_error(error)
+                            }
+                        },
+                        () = limit.fuse() => HandlerOutcome::retry().with_error(format!(
+                            "the handler ran past its timeout of {:?}",
+                            timeout.unwrap_or_default()
+                        )),
+                    };
                     guard.armed = false;
+                    let settled = Settled {
+                        sub,
+                        attempt,
+                        outcome,
+                    };
                     let _ = guard
                         .tx
-                        .unbounded_send(Input::Settle(guard.delivery, outcome.outcome()));
+                        .unbounded_send(Input::Settle(guard.delivery, Box::new(settled)));
                 }));
+            }
+            Event::Failed {
+                sub,
+                id,
+                attempt,
+                error,
+                kept,
+                ..
+            } => {
+                let s = &self.subs[sub.0];
+                let failure = Failure {
+                    table: s.desc.table,
+                    subscription: s.name,
+                    id,
+                    attempt,
+                    error,
+                    kept,
+                };
+                s.failures.report(&failure);
+            }
+            Event::Changed { publish, result } => {
+                if let Some(waiter) = self.changes.remove(&publish) {
+                    if result.is_ok() {
+                        // Redriven rows are due now: the table's subscriptions look at once.
+                        let now = now();
+                        for i in 0..self.subs.len() {
+                            self.core.wake(SubId(i), now);
+                        }
+                    }
+                    let _ = waiter.send(result.map_err(PublishError::Db));
+                }
             }
             Event::Settled { delivery, outcome } => {
                 tracing::trace!(%delivery, ?outcome, "settled");
@@ -416,6 +558,17 @@ impl<A: Adapter> Driver<A> {
             Event::Closed(counts) => return Some(counts),
         }
         None
+    }
+}
+
+/// The message of a panic's payload.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
     }
 }
 

@@ -8,12 +8,12 @@ use std::time::SystemTime;
 
 use futures::channel::oneshot;
 use ruststream_core::spec::Described;
-use ruststream_core::{ClosedCounts, Publish, Time, Value};
+use ruststream_core::{ClosedCounts, FailedRowsOf, Publish, Time, Value};
 use serde::Serialize;
 
 use crate::adapter::Adapter;
 use crate::codec::{Codec, Json};
-use crate::driver::{self, HandleState, Input, Sender};
+use crate::driver::{self, Change, HandleState, Input, Sender};
 use crate::error::{PublishError, StartError};
 use crate::exec::Executor;
 use crate::subscriber::{IntoSubscription, Subscription};
@@ -86,6 +86,11 @@ impl<A: Adapter> BrokerHandle<A> {
         Publisher::new(self)
     }
 
+    /// The failed rows of `T`'s table, to redrive or delete through this broker.
+    pub fn failed_rows<T: InboxTable>(&self) -> FailedRows<T, A> {
+        FailedRows::new(self)
+    }
+
     /// Whether the broker is shut down.
     pub fn is_closed(&self) -> bool {
         matches!(
@@ -140,6 +145,11 @@ impl<A: Adapter> RunningBroker<A> {
     /// A publisher into `T`'s table; it answers [`Error::Closed`](crate::Error::Closed) from the shutdown on.
     pub fn publisher<T: InboxTable>(&self) -> Publisher<T, A> {
         Publisher::new(&self.handle)
+    }
+
+    /// The failed rows of `T`'s table, to redrive or delete through this broker.
+    pub fn failed_rows<T: InboxTable>(&self) -> FailedRows<T, A> {
+        FailedRows::new(&self.handle)
     }
 
     /// The broker's handle.
@@ -288,6 +298,76 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
             .collect();
         let (reply, answer) = oneshot::channel();
         tx.unbounded_send(Input::Publish(Box::new((desc, rows)), reply))
+            .map_err(|_| PublishError::Closed)?;
+        answer.await.unwrap_or(Err(PublishError::Closed))
+    }
+}
+
+/// The failed rows of `T`'s table, through a broker: returned to the queue ([`FailedRows::redrive`])
+/// or deleted ([`FailedRows::delete`]), all of them, by id, or by their error's text.
+///
+/// A table keeps failed rows when its description names a `failed_at` column
+/// (`#[field(failed_at)]`, `.failed(..)`); for any other table both answer
+/// [`Error::Invalid`](crate::Error::Invalid) naming the missing column. Like a publisher, it
+/// answers [`Error::Closed`](crate::Error::Closed) while the broker is not running.
+pub struct FailedRows<T, A: Adapter> {
+    state: Arc<Mutex<HandleState>>,
+    row: PhantomData<fn() -> (T, A)>,
+}
+
+impl<T, A: Adapter> Clone for FailedRows<T, A> {
+    fn clone(&self) -> Self {
+        Self {
+            state: self.state.clone(),
+            row: PhantomData,
+        }
+    }
+}
+
+impl<T, A: Adapter> fmt::Debug for FailedRows<T, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FailedRows")
+            .field("row", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: InboxTable, A: Adapter> FailedRows<T, A> {
+    /// The failed rows of `T`'s table through the broker `handle` names.
+    pub fn new(handle: &BrokerHandle<A>) -> Self {
+        Self {
+            state: handle.state.clone(),
+            row: PhantomData,
+        }
+    }
+
+    /// Returns the failed rows `which` selects to the queue: due now, their attempts counted
+    /// from zero, their `failed_at` and error cleared. Answers how many rows it returned.
+    pub async fn redrive(&self, which: FailedRowsOf) -> Result<u64, PublishError> {
+        self.send(which, true).await
+    }
+
+    /// Deletes the failed rows `which` selects. Answers how many rows it deleted.
+    pub async fn delete(&self, which: FailedRowsOf) -> Result<u64, PublishError> {
+        self.send(which, false).await
+    }
+
+    async fn send(&self, which: FailedRowsOf, redrive: bool) -> Result<u64, PublishError> {
+        let tx = match &*self
+            .state
+            .lock()
+            .expect("the handle's state is never poisoned")
+        {
+            HandleState::Running(tx) => tx.clone(),
+            HandleState::Idle | HandleState::Closed => return Err(PublishError::Closed),
+        };
+        let change = Change {
+            desc: *T::TABLE.table_desc(),
+            which,
+            redrive,
+        };
+        let (reply, answer) = oneshot::channel();
+        tx.unbounded_send(Input::Change(Box::new(change), reply))
             .map_err(|_| PublishError::Closed)?;
         answer.await.unwrap_or(Err(PublishError::Closed))
     }

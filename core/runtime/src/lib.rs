@@ -30,6 +30,7 @@ pub mod exec;
 mod handle;
 mod listen;
 mod outcome;
+mod retry;
 mod route;
 mod subscriber;
 mod table;
@@ -39,17 +40,21 @@ pub use app::run_app;
 pub use app::{App, AppInfo, BoxError, RunError, RustStream, run_blocking, termination};
 pub use driver::now;
 pub use error::{Error, PublishError, StartError};
-pub use handle::{BrokerHandle, BrokerScope, IntoBroker, Message, Publisher, RunningBroker};
+pub use handle::{
+    BrokerHandle, BrokerScope, FailedRows, IntoBroker, Message, Publisher, RunningBroker,
+};
 pub use outcome::{
     Context, ContextKind, Ctx, CtxKey, DeliveryInfo, Handle, HandlerOutcome, InboxContext,
     Provides, keys,
 };
+pub use retry::{Failure, FailureHook, RetryPolicy};
 pub use route::Route;
 pub use ruststream_core as core;
 pub use ruststream_core::spec::{
-    Advisory, Attempt, Column, Due, InboxSpec, KeyPart, Lease, OrderBy, Payload, Processed, own,
+    Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy, Payload,
+    Processed, own,
 };
-pub use ruststream_core::{ClosedCounts, Value};
+pub use ruststream_core::{ClosedCounts, FailedRowsOf, Value};
 // The macros: `#[derive(Inbox)]`, `#[subscriber(..)]` (beside the function `subscriber`, which
 // shares its name in another namespace) and `#[ruststream::app]`.
 pub use ruststream_macros::{Inbox, app, subscriber};

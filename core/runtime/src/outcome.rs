@@ -2,39 +2,99 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ruststream_core::{Outcome, Value};
 
-/// How a handler settles its message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// How a handler settles its message: the outcome, and for a retry how long the row waits,
+/// with the error to record.
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream::HandlerOutcome;
+///
+/// let later = HandlerOutcome::retry_in(Duration::from_secs(30)).with_error("the mail server is down");
+/// assert_eq!(later.delay(), Some(Duration::from_secs(30)));
+/// assert_eq!(later.error(), Some("the mail server is down"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[must_use]
-pub struct HandlerOutcome(pub(crate) Outcome);
+pub struct HandlerOutcome {
+    pub(crate) outcome: Outcome,
+    delay: Option<Duration>,
+    error: Option<Arc<str>>,
+}
 
 impl HandlerOutcome {
+    const fn of(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            delay: None,
+            error: None,
+        }
+    }
+
     /// Done: the row is deleted, or marked processed.
     pub const fn ack() -> Self {
-        Self(Outcome::Ack)
+        Self::of(Outcome::Ack)
     }
 
-    /// Not now: the row returns to the queue, its attempt counted.
+    /// Not now: the row returns to the queue, its attempt counted, after the subscriber's
+    /// retry policy's delay for this attempt (exponential with jitter unless set otherwise).
+    /// The delay is written into the table's due column, or in the lease form into the
+    /// lease; a table with neither returns the row at once.
     pub const fn retry() -> Self {
-        Self(Outcome::Retry)
+        Self::of(Outcome::Retry)
     }
 
-    /// Never: the row is settled as failed and not retried (deleted, or marked processed).
+    /// Not now, and not before `delay` has passed: a retry whose delay replaces the retry
+    /// policy's. Needs a due column, or the lease form, to wait in; a table with neither
+    /// returns the row at once.
+    pub const fn retry_in(delay: Duration) -> Self {
+        Self {
+            outcome: Outcome::Retry,
+            delay: Some(delay),
+            error: None,
+        }
+    }
+
+    /// Never: the row is marked failed (its `failed_at` column, and its error column) and no
+    /// claim takes it again until it is redriven. A table without a `failed_at` column
+    /// keeps the row in the queue instead, as a retry, and reports the failure.
     pub const fn reject() -> Self {
-        Self(Outcome::Reject)
+        Self::of(Outcome::Reject)
+    }
+
+    /// The same outcome, with the error to write into the row's error column (a retry's last
+    /// error, a failure's cause) and to report with a failure.
+    pub fn with_error(mut self, error: impl std::fmt::Display) -> Self {
+        self.error = Some(Arc::from(error.to_string()));
+        self
     }
 
     /// The outcome the core settles by.
-    pub const fn outcome(self) -> Outcome {
-        self.0
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// The delay a retry asked for, where it named one.
+    pub fn delay(&self) -> Option<Duration> {
+        self.delay
+    }
+
+    /// The error recorded with the outcome.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    pub(crate) fn error_arc(&self) -> Option<Arc<str>> {
+        self.error.clone()
     }
 
     /// `Ok(())` for an acknowledgement, the outcome as an error otherwise: the handler
     /// trait's form.
     pub fn into_result(self) -> Result<(), HandlerOutcome> {
-        match self.0 {
+        match self.outcome {
             Outcome::Ack => Ok(()),
             _ => Err(self),
         }
@@ -141,7 +201,10 @@ impl Provides<keys::Attempt> for InboxContext {
                 "the handler asks for the attempt, but table `{}` describes no attempt column",
                 self.info.table
             );
-            HandlerOutcome::reject()
+            HandlerOutcome::reject().with_error(format!(
+                "the handler asks for the attempt, but table `{}` describes no attempt column",
+                self.info.table
+            ))
         })
     }
 }

@@ -14,6 +14,7 @@ use crate::adapter::{Adapter, TakesRows};
 use crate::codec::{Codec, Json};
 use crate::exec::BoxFuture;
 use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome};
+use crate::retry::{Failure, Failures, RetryPolicy};
 use crate::table::{InboxTable, PayloadRow};
 
 /// Marks types a value is generic over without holding them.
@@ -52,6 +53,7 @@ pub struct SubscriberBuilder<H, S, M, O, X, C> {
     handler: H,
     source: S,
     options: SubscribeOptions,
+    failures: Failures,
     decode: fn(&[u8]) -> Result<M, String>,
     types: Types<(O, X, C)>,
 }
@@ -70,6 +72,7 @@ where
         handler,
         source: (),
         options: SubscribeOptions::default(),
+        failures: Failures::default(),
         decode: Json::decode::<M>,
         types: PhantomData,
     }
@@ -83,6 +86,7 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
             handler: self.handler,
             source: f(self.source),
             options: self.options,
+            failures: self.failures,
             decode: self.decode,
             types: PhantomData,
         }
@@ -122,6 +126,41 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
+    /// The most attempts a row is handed to the handler for (at least 1). A take that counts
+    /// past it marks the row failed without running the handler, with an error that says
+    /// so: a row whose handler crashes the process ends failed after this many crashes, since
+    /// every take counts. Needs the table's attempt and `failed_at` columns; the broker does
+    /// not start without them, and says which is missing. Unset, a row is handed however
+    /// often it returns.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.options.max_attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// How long a retry waits, when the handler's outcome names no delay
+    /// ([`HandlerOutcome::retry_in`]): [`RetryPolicy::default`] unless set.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.failures.policy = policy;
+        self
+    }
+
+    /// The longest a handler may run. A delivery that runs longer is ended as a retry with
+    /// the error "the handler ran past its timeout": the handler's future is dropped, its
+    /// lease is no longer extended, its row lock's transaction ends and its key is released.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.failures.timeout = Some(timeout);
+        self
+    }
+
+    /// Calls `hook` with every failed row (rejected, past its attempt budget, not
+    /// decodable), once the failure is written, instead of the default report (a `tracing`
+    /// error, and a line on standard error where no `tracing` subscriber is installed). For
+    /// alerting.
+    pub fn on_failure(mut self, hook: impl Fn(&Failure) + Send + Sync + 'static) -> Self {
+        self.failures.hook = Some(Arc::new(hook));
+        self
+    }
+
     /// Decodes payloads with `K` instead of JSON.
     pub fn codec<K: Codec>(mut self) -> Self
     where
@@ -151,6 +190,7 @@ pub struct Subscription<A: Adapter> {
     pub(crate) desc: TableDesc,
     pub(crate) options: SubscribeOptions,
     pub(crate) lock: Option<A::Lock>,
+    pub(crate) failures: Failures,
     pub(crate) dispatch: Arc<dyn Dispatch<A>>,
 }
 
@@ -188,6 +228,7 @@ where
             desc,
             options: self.options,
             lock: A::custom_lock(),
+            failures: self.failures,
             dispatch: Arc::new(InboxDispatch::<T, H, M, X, C> {
                 name: self.name,
                 table: desc.table,
@@ -254,21 +295,23 @@ where
             let table = info.table;
             let id = &info.id;
             let Some(row) = row else {
-                tracing::error!(parent: &span, "table `{table}`: row {id} came without its data; rejected");
-                return HandlerOutcome::reject();
+                return HandlerOutcome::reject()
+                    .with_error(format!("table `{table}`: row {id} came without its data"));
             };
             let row: T = match A::decode(row) {
                 Ok(row) => row,
                 Err(error) => {
-                    tracing::error!(parent: &span, "table `{table}`: row {id} does not decode into its row type: {error}; rejected");
-                    return HandlerOutcome::reject();
+                    return HandlerOutcome::reject().with_error(format!(
+                        "table `{table}`: row {id} does not decode into its row type: {error}"
+                    ));
                 }
             };
             let message = match decode(row.payload()) {
                 Ok(message) => message,
                 Err(error) => {
-                    tracing::error!(parent: &span, "table `{table}`: the payload of row {id} does not decode: {error}; rejected, not retried");
-                    return HandlerOutcome::reject();
+                    return HandlerOutcome::reject().with_error(format!(
+                        "table `{table}`: the payload of row {id} does not decode: {error}"
+                    ));
                 }
             };
             let mut kind = C::from_delivery(&info);

@@ -420,9 +420,13 @@ fn subscriber_settles_as_the_manual_handler() {
     );
     // A table without an attempt column: the extractor settles by its outcome, before the
     // body runs.
-    assert_eq!(
-        run(&transcode, &fine, inbox_context(None)),
-        Err(HandlerOutcome::reject())
+    let refused = run(&transcode, &fine, inbox_context(None)).expect_err("rejected");
+    assert_eq!(refused.outcome(), HandlerOutcome::reject().outcome());
+    assert!(
+        refused
+            .error()
+            .is_some_and(|e| e.contains("describes no attempt column")),
+        "{refused:?}"
     );
 }
 
@@ -521,4 +525,62 @@ fn broker_includes_subscribers_as_the_spec_writes() {
             b.include(twice.builder().build());
         },
     );
+}
+
+/// Failed rows: `failed_at` and `error` as field roles, and role columns the struct has no
+/// field for, named in `#[inbox(..)]`.
+#[derive(Inbox)]
+#[inbox(
+    table = "mails",
+    locked_until = "locked_until",
+    failed_at = "failed_at"
+)]
+#[allow(dead_code)]
+struct FailingMail {
+    #[field(id, generated)]
+    id: i64,
+    #[field(attempt, generated)]
+    attempt: i32,
+    #[field(payload)]
+    payload: Vec<u8>,
+    #[field(error)]
+    last_error: Option<String>,
+}
+
+#[derive(Inbox)]
+#[inbox(table = "jobs")]
+#[allow(dead_code)]
+struct FailingJob {
+    #[field(id, generated)]
+    id: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+    #[field(failed_at, rename = "failed")]
+    failed: Option<i64>,
+    #[field(error)]
+    error: Option<String>,
+}
+
+#[test]
+fn derive_names_failed_rows_and_columns_without_fields() {
+    let manual = InboxSpec::new("mails", Column::new("id").generated())
+        .attempt(Column::new("attempt").generated())
+        .payload(Column::new("payload"))
+        .lease(Column::new("locked_until"))
+        .failed(Column::new("failed_at"))
+        .error(Column::new("last_error"));
+    assert_eq!(FailingMail::TABLE.desc(), manual.desc());
+    let _: InboxSpec<(
+        Attempt,
+        Payload,
+        Lease,
+        ruststream::Failed,
+        ruststream::ErrorText,
+    )> = FailingMail::TABLE;
+    let job = InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .failed(Column::new("failed"))
+        .error(Column::new("error"));
+    assert_eq!(FailingJob::TABLE.desc(), job.desc());
+    FailingMail::TABLE.desc().validate().unwrap();
 }
