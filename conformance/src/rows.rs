@@ -48,6 +48,8 @@ pub trait SuiteRow:
     const NAME: &'static str;
     /// Whether a settlement marks `processed_at` instead of deleting the row.
     const PROCESSED: bool;
+    /// Whether the table keeps failed rows: it has `due_at`, `failed_at` and `error`.
+    const FAILING: bool;
 }
 
 /// A scenario's body, generic over the row type of the form it runs in.
@@ -71,6 +73,8 @@ pub trait Tables: 'static {
 
     /// Whether a settlement marks `processed_at` instead of deleting the row.
     const PROCESSED: bool = <Self::Lease as SuiteRow>::PROCESSED;
+    /// Whether the tables keep failed rows.
+    const FAILING: bool = <Self::Lease as SuiteRow>::FAILING;
 
     /// The table of `form`.
     fn table(form: Form) -> &'static str {
@@ -94,12 +98,17 @@ macro_rules! __suite_tables {
             claim_order ClaimOrder delete;
             ack_deletes AckDeletes delete;
             ack_marks_processed AckMarksProcessed processed;
-            reject_settles_without_retry RejectSettlesWithoutRetry processed;
             retry_counts_the_attempt RetryCountsTheAttempt processed;
-            undecodable_payload_rejected UndecodablePayloadRejected processed;
+            reject_keeps_the_row_failed RejectKeepsTheRowFailed failing;
+            undecodable_rows_fail UndecodableRowsFail failing;
+            delayed_retry_waits DelayedRetryWaits failing;
+            max_attempts_fails_the_row MaxAttemptsFailsTheRow failing;
+            crashing_worker_fails_its_row CrashingWorkerFailsItsRow failing;
+            panics_and_timeouts_retry PanicsAndTimeoutsRetry failing;
+            failed_rows_redriven_or_deleted FailedRowsRedrivenOrDeleted failing;
             key_one_at_a_time KeyOneAtATime delete;
             key_held_elsewhere KeyHeldElsewhere delete;
-            dropped_delivery_returns DroppedDeliveryReturns processed;
+            panicking_handler_returns_the_row PanickingHandlerReturnsTheRow processed;
             custom_lock_answers CustomLockAnswers delete;
             workers Workers delete;
             shutdown_releases_locks ShutdownReleasesLocks delete;
@@ -220,6 +229,7 @@ macro_rules! __row {
             const FORM: $crate::Form = $crate::Form::$form;
             const NAME: &'static str = $name;
             const PROCESSED: bool = $crate::__row!(@processed $settle);
+            const FAILING: bool = $crate::__row!(@failing $settle);
         }
 
         $crate::__row!(@lock $lock $form $ty);
@@ -227,6 +237,9 @@ macro_rules! __row {
 
     (@processed delete) => { false };
     (@processed processed) => { true };
+    (@processed failing) => { false };
+    (@failing failing) => { true };
+    (@failing $settle:ident) => { false };
 
     (@type Lease delete) => { $crate::__row!(@spec_type $crate::__private::ruststream::Lease, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload) };
     (@type Lease processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Lease, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed) };
@@ -236,6 +249,10 @@ macro_rules! __row {
     (@type Custom processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed, $crate::__private::ruststream::own::Lock, $crate::__private::ruststream::own::Unlock) };
     (@type RowLock delete) => { $crate::__row!(@spec_type $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload) };
     (@type RowLock processed) => { $crate::__row!(@spec_type $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Processed) };
+    (@type Lease failing) => { $crate::__row!(@spec_type $crate::__private::ruststream::Lease, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Due, $crate::__private::ruststream::Failed, $crate::__private::ruststream::ErrorText) };
+    (@type Advisory failing) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Due, $crate::__private::ruststream::Failed, $crate::__private::ruststream::ErrorText) };
+    (@type Custom failing) => { $crate::__row!(@spec_type $crate::__private::ruststream::Advisory, $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Due, $crate::__private::ruststream::Failed, $crate::__private::ruststream::ErrorText, $crate::__private::ruststream::own::Lock, $crate::__private::ruststream::own::Unlock) };
+    (@type RowLock failing) => { $crate::__row!(@spec_type $crate::__private::ruststream::Attempt, $crate::__private::ruststream::Payload, $crate::__private::ruststream::Due, $crate::__private::ruststream::Failed, $crate::__private::ruststream::ErrorText) };
     (@spec_type $($feature:ty),+) => { $crate::__private::ruststream::InboxSpec<($($feature,)+)> };
 
     (@base $name:expr) => {
@@ -258,6 +275,12 @@ macro_rules! __row {
     (@processed_at $spec:expr) => {
         $spec.processed_at($crate::__private::ruststream::Column::new("processed_at"))
     };
+    (@failing $spec:expr) => {
+        $spec
+            .due($crate::__private::ruststream::Column::new("due_at"))
+            .failed($crate::__private::ruststream::Column::new("failed_at"))
+            .error($crate::__private::ruststream::Column::new("error"))
+    };
     (@spec Lease delete $name:expr) => {
         $crate::__row!(@common $crate::__row!(@base $name)
             .lease($crate::__private::ruststream::Column::new("locked_until")))
@@ -270,6 +293,20 @@ macro_rules! __row {
     };
     (@spec Advisory processed $name:expr) => {
         $crate::__row!(@processed_at $crate::__row!(@spec Advisory delete $name))
+    };
+    (@spec Lease failing $name:expr) => {
+        $crate::__row!(@failing $crate::__row!(@spec Lease delete $name))
+    };
+    (@spec Advisory failing $name:expr) => {
+        $crate::__row!(@failing $crate::__row!(@spec Advisory delete $name))
+    };
+    (@spec Custom failing $name:expr) => {
+        $crate::__row!(@spec Advisory failing $name)
+            .own::<$crate::__private::ruststream::own::Lock>()
+            .own::<$crate::__private::ruststream::own::Unlock>()
+    };
+    (@spec RowLock failing $name:expr) => {
+        $crate::__row!(@failing $crate::__row!(@spec RowLock delete $name))
     };
     (@spec Custom delete $name:expr) => {
         $crate::__row!(@spec Advisory delete $name)

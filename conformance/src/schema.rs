@@ -30,6 +30,10 @@ pub struct TableSpec {
     pub form: Form,
     /// Whether it has `processed_at`.
     pub processed: bool,
+    /// Whether it keeps failed rows: `due_at` (in the past unless written: a row inserted by
+    /// hand is due), `failed_at` and `error`, and an index on `(due_at, id)`, the claim
+    /// order.
+    pub failing: bool,
 }
 
 /// The column of the custom lock's `held_keys` table, quoted for the dialect (`key` is a
@@ -106,18 +110,38 @@ pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
     if spec.processed {
         columns.push(format!("processed_at {time}"));
     }
+    if spec.failing {
+        let due = match dialect {
+            Dialect::Sqlite => "INTEGER NOT NULL DEFAULT 0",
+            Dialect::Postgres => "TIMESTAMPTZ NOT NULL DEFAULT 'epoch'",
+            Dialect::MySql | Dialect::MariaDb => {
+                "DATETIME(6) NOT NULL DEFAULT '1970-01-02 00:00:00'"
+            }
+        };
+        let error = match dialect {
+            Dialect::MySql | Dialect::MariaDb => "TEXT NULL",
+            Dialect::Postgres | Dialect::Sqlite => "TEXT",
+        };
+        columns.push(format!("due_at {due}"));
+        columns.push(format!("failed_at {time}"));
+        columns.push(format!("error {error}"));
+    }
     let key = key_column(dialect);
-    let mut out = vec![
-        format!(
-            "CREATE TABLE {} ({}){suffix}",
-            spec.name,
-            columns.join(", ")
-        ),
-        format!(
-            "CREATE TABLE {} (n {int} NOT NULL, attempt {int} NOT NULL){suffix}",
-            log(spec.name)
-        ),
-    ];
+    let mut out = vec![format!(
+        "CREATE TABLE {} ({}){suffix}",
+        spec.name,
+        columns.join(", ")
+    )];
+    if spec.failing {
+        out.push(format!(
+            "CREATE INDEX {0}_due ON {0} (due_at, id)",
+            spec.name
+        ));
+    }
+    out.push(format!(
+        "CREATE TABLE {} (n {int} NOT NULL, attempt {int} NOT NULL){suffix}",
+        log(spec.name)
+    ));
     if spec.form == Form::Custom {
         out.push(format!(
             "CREATE TABLE {} ({key} {text} NOT NULL PRIMARY KEY, session {int}){suffix}",
@@ -217,6 +241,7 @@ mod tests {
             name: "cf_t_lease",
             form: Form::Lease,
             processed: true,
+            failing: false,
         };
         let sqlite = create(Dialect::Sqlite, &spec);
         assert_eq!(
@@ -232,6 +257,7 @@ mod tests {
             name: "cf_t_custom",
             form: Form::Custom,
             processed: false,
+            failing: false,
         };
         let maria = create(Dialect::MariaDb, &custom);
         assert_eq!(
@@ -243,6 +269,21 @@ mod tests {
             "CREATE TABLE cf_t_custom_held_keys (`key` VARCHAR(255) NOT NULL PRIMARY KEY, session BIGINT) ENGINE=InnoDB"
         );
         assert_eq!(drop(&custom).len(), 4);
+        let failing = TableSpec {
+            name: "cf_t_row_lock",
+            form: Form::RowLock,
+            processed: false,
+            failing: true,
+        };
+        let pg = create(Dialect::Postgres, &failing);
+        assert_eq!(
+            pg[0],
+            "CREATE TABLE cf_t_row_lock (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL DEFAULT 0, attempt BIGINT NOT NULL DEFAULT 0, payload BYTEA, due_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch', failed_at TIMESTAMPTZ, error TEXT)"
+        );
+        assert_eq!(
+            pg[1],
+            "CREATE INDEX cf_t_row_lock_due ON cf_t_row_lock (due_at, id)"
+        );
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! [`Rows`]: crate::Rows
 //!
 //! - Settlement (`settle.rs`): [`claim_order`], [`ack_deletes`], [`ack_marks_processed`],
-//!   [`reject_settles_without_retry`], [`retry_counts_the_attempt`],
-//!   [`undecodable_payload_rejected`].
+//!   [`retry_counts_the_attempt`].
+//! - Failures (`failures.rs`): [`reject_keeps_the_row_failed`], [`undecodable_rows_fail`],
+//!   [`delayed_retry_waits`], [`max_attempts_fails_the_row`],
+//!   [`crashing_worker_fails_its_row`], [`panics_and_timeouts_retry`],
+//!   [`failed_rows_redriven_or_deleted`].
 //! - Keys (`keys.rs`): [`key_one_at_a_time`], [`key_held_elsewhere`],
 //!   [`custom_lock_answers`], [`workers`].
 //! - Leases (`lease.rs`): [`lease_extended_while_in_work`], [`lease_acks_together`],
@@ -16,13 +19,14 @@
 //! - Shutdown (`shutdown.rs`): [`shutdown_releases_locks`],
 //!   [`shutdown_counts_locks_released`], [`lease_kept_past_shutdown`],
 //!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
-//! - Crashes (`crash.rs`): [`dropped_delivery_returns`], [`sigkill_worker`],
+//! - Crashes (`crash.rs`): [`panicking_handler_returns_the_row`], [`sigkill_worker`],
 //!   [`killed_connection`], [`killed_while_claimed_ahead`].
 //! - Scaling out (`scale.rs`): [`two_brokers_share_keys`], [`free_keys_flow_past_a_held_key`],
 //!   [`hot_key_long_handler`].
 
 mod ahead;
 mod crash;
+mod failures;
 mod keys;
 mod lease;
 mod scale;
@@ -31,15 +35,18 @@ mod shutdown;
 
 pub use ahead::claims_ahead;
 pub use crash::{
-    dropped_delivery_returns, killed_connection, killed_while_claimed_ahead, sigkill_worker,
+    killed_connection, killed_while_claimed_ahead, panicking_handler_returns_the_row,
+    sigkill_worker,
+};
+pub use failures::{
+    crashing_worker_fails_its_row, delayed_retry_waits, failed_rows_redriven_or_deleted,
+    max_attempts_fails_the_row, panics_and_timeouts_retry, reject_keeps_the_row_failed,
+    undecodable_rows_fail,
 };
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
 pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
 pub use scale::{free_keys_flow_past_a_held_key, hot_key_long_handler, two_brokers_share_keys};
-pub use settle::{
-    ack_deletes, ack_marks_processed, claim_order, reject_settles_without_retry,
-    retry_counts_the_attempt, undecodable_payload_rejected,
-};
+pub use settle::{ack_deletes, ack_marks_processed, claim_order, retry_counts_the_attempt};
 pub use shutdown::{
     lease_kept_past_shutdown, publish_all_writes_every_row, publisher_closed_after_shutdown,
     shutdown_counts_locks_released, shutdown_releases_locks,
@@ -74,6 +81,7 @@ fn table<F: Tables>(form: Form) -> TableSpec {
         name: F::table(form),
         form,
         processed: F::PROCESSED,
+        failing: F::FAILING,
     }
 }
 

@@ -1,5 +1,4 @@
-//! Claims and settlements: the claim order, ack, reject, retry, and a payload that does not
-//! decode.
+//! Claims and settlements: the claim order, ack, and retry. Failed rows are in `failures.rs`.
 
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use ruststream::adapter::TakesRows;
 use super::{body, run};
 use crate::harness::{Harness, Runs};
 use crate::rows::{Rows, SuiteRow};
-use crate::support::{Cx, Opts, POLL, Recorder, now_micros, sleep, subscription};
+use crate::support::{Cx, Opts, Recorder, now_micros, subscription};
 use crate::{Form, TestName, Verdict};
 
 const SHUTDOWN: Duration = Duration::from_secs(10);
@@ -175,56 +174,6 @@ where
     );
 }
 
-/// A rejection settles the row (here: marks it processed) after one attempt, and the row is
-/// not retried.
-pub async fn reject_settles_without_retry<R: Rows, H: Runs<R::RejectSettlesWithoutRetry>>(
-    harness: &H,
-    form: Form,
-    test: &TestName,
-) -> Verdict {
-    body!(Reject => reject_in);
-    run::<H, R::RejectSettlesWithoutRetry, _>(harness, form, test, Reject).await
-}
-
-async fn reject_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
-where
-    H::Adapter: TakesRows<T>,
-{
-    let recorder = Recorder::new(|_| async { Err(HandlerOutcome::reject()) });
-    let broker = cx.broker();
-    let publisher = broker.publisher::<T>();
-    let service = cx.service(
-        &broker,
-        subscription::<T>(&recorder, Opts::default()),
-        SHUTDOWN,
-    );
-    let stop = async {
-        for n in 1..=2 {
-            cx.publish(&publisher, n, n).await;
-        }
-        cx.until("both rejected rows are settled", || async {
-            cx.count("processed_at IS NOT NULL").await == 2
-        })
-        .await;
-        // Time enough for a retry, were there one.
-        sleep(POLL * 6).await;
-    };
-    service.run_until(stop).await.expect("the service runs");
-    assert_eq!(
-        recorder.pairs(),
-        [(1, 1), (2, 1)],
-        "{cx}: a rejected row is handled once, never retried"
-    );
-    assert_eq!(
-        cx.count("processed_at IS NOT NULL AND attempt = 1").await,
-        2,
-        "{cx}: a rejected row is settled after its one attempt"
-    );
-    if cx.form() == Form::Custom {
-        assert_eq!(cx.held_keys().await, 0, "{cx}: every key released");
-    }
-}
-
 /// A retry returns the row with its attempt counted: the handler sees attempt 1, then 2.
 pub async fn retry_counts_the_attempt<R: Rows, H: Runs<R::RetryCountsTheAttempt>>(
     harness: &H,
@@ -273,50 +222,4 @@ where
         2,
         "{cx}: the retry kept the first attempt counted, the second take counted the second"
     );
-}
-
-/// A payload that does not decode is rejected without the handler, and its row settled after
-/// one attempt; the rows beside it go on.
-pub async fn undecodable_payload_rejected<R: Rows, H: Runs<R::UndecodablePayloadRejected>>(
-    harness: &H,
-    form: Form,
-    test: &TestName,
-) -> Verdict {
-    body!(Undecodable => undecodable_in);
-    run::<H, R::UndecodablePayloadRejected, _>(harness, form, test, Undecodable).await
-}
-
-async fn undecodable_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
-where
-    H::Adapter: TakesRows<T>,
-{
-    // Row 1 holds no JSON; row 2 is a job.
-    cx.insert(Some(1), 1, b"not json").await;
-    cx.insert_job(2).await;
-    let recorder = Recorder::acking();
-    let broker = cx.broker();
-    let service = cx.service(
-        &broker,
-        subscription::<T>(&recorder, Opts::default()),
-        SHUTDOWN,
-    );
-    let stop = async {
-        cx.until("both rows are settled", || async {
-            cx.count("processed_at IS NOT NULL").await == 2
-        })
-        .await;
-        sleep(POLL * 6).await;
-    };
-    service.run_until(stop).await.expect("the service runs");
-    assert_eq!(
-        recorder.pairs(),
-        [(2, 1)],
-        "{cx}: the handler sees the job, never the payload that does not decode"
-    );
-    assert_eq!(
-        cx.attempt_of(1).await,
-        1,
-        "{cx}: the undecodable row is settled after one attempt, not retried"
-    );
-    assert_eq!(cx.count("processed_at IS NOT NULL").await, 2);
 }
