@@ -869,7 +869,8 @@ fn row_lock_rows_another_claim_holds_are_passed_over() {
 #[test]
 fn row_lock_ack_runs_the_settle_statement_then_commit_on_the_same_connection() {
     for dialect in SERVERS {
-        for outcome in [Outcome::Ack] {
+        {
+            let outcome = Outcome::Ack;
             let mut sim = Sim::start(dialect, row_lock(), 1, &[0]);
             let delivery = sim.delivery(0, 1);
             let conn = sim.conn_of(0, 1);
@@ -1728,7 +1729,8 @@ fn advisory_no_transaction_is_open_while_the_handler_runs() {
 #[test]
 fn advisory_ack_runs_the_settle_statement_then_unlock_then_release() {
     for dialect in ALL {
-        for outcome in [Outcome::Ack] {
+        {
+            let outcome = Outcome::Ack;
             let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
             let delivery = sim.delivery(0, 1);
             let conn = sim.conn_of(0, 1);
