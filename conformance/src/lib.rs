@@ -276,6 +276,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one [$harness] lease_kept_past_shutdown);
         $crate::conformance_tests!(@one [$harness] publisher_closed_after_shutdown);
         $crate::conformance_tests!(@one [$harness] publish_all_writes_every_row);
+        $crate::conformance_tests!(@one [$harness] role_fields_checked_at_start);
     };
     (@forms [$harness:expr] $scenario:ident: $($test:ident $form:ident),+) => {
         #[doc = concat!("The scenario `", stringify!($scenario), "`, one test per form.")]

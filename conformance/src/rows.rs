@@ -147,6 +147,15 @@ macro_rules! __rows {
                 )]
                 type $tables: Tables;
             )+
+            /// The lease table of the scenario
+            /// [`role_fields_checked_at_start`](crate::scenarios::role_fields_checked_at_start),
+            /// with `#[derive(Inbox)]` and a field `locked_until: Option<i64>`: right on
+            /// SQLite, where the column is an integer, and a type no server's time column
+            /// decodes into.
+            type RoleFieldAsInteger: SuiteRow;
+            /// The same table with `#[derive(Inbox)]` naming `locked_until` in `#[inbox(..)]`,
+            /// without a field.
+            type RoleColumnOnly: SuiteRow;
         }
     };
 
@@ -172,12 +181,78 @@ macro_rules! __rows {
             }
         )+
 
+        $crate::__derived_rows!($attrs);
+
         /// The suite's rows, as this crate's adapter decodes them.
         #[derive(Clone, Copy, Debug)]
         pub struct Rows;
 
         impl $crate::Rows for Rows {
             $(type $tables = $module::Family;)+
+            type RoleFieldAsInteger = role_fields::AsInteger;
+            type RoleColumnOnly = role_fields::ColumnOnly;
+        }
+    };
+}
+
+/// The row types of [`suite_rows!`](crate::suite_rows) written with `#[derive(Inbox)]`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __derived_rows {
+    ([$($attr:tt)*]) => {
+        /// Rows written with `#[derive(Inbox)]` for the start check of role fields.
+        pub mod role_fields {
+            /// The table's name.
+            pub const TABLE: &str = "cf_role_fields_lease";
+
+            /// `locked_until` as an integer field.
+            $($attr)*
+            #[derive(Debug, ::ruststream::Inbox)]
+            #[inbox(table = "cf_role_fields_lease")]
+            pub struct AsInteger {
+                /// The id.
+                #[field(id, generated)]
+                pub id: i64,
+                /// The takes so far.
+                #[field(attempt, generated)]
+                pub attempt: i64,
+                /// The encoded message.
+                #[field(payload)]
+                pub payload: Vec<u8>,
+                /// The lease, as an integer.
+                #[field(locked_until)]
+                pub locked_until: Option<i64>,
+            }
+
+            /// `locked_until` named in `#[inbox(..)]`, without a field.
+            $($attr)*
+            #[derive(Debug, ::ruststream::Inbox)]
+            #[inbox(table = "cf_role_fields_lease", locked_until = "locked_until")]
+            pub struct ColumnOnly {
+                /// The id.
+                #[field(id, generated)]
+                pub id: i64,
+                /// The takes so far.
+                #[field(attempt, generated)]
+                pub attempt: i64,
+                /// The encoded message.
+                #[field(payload)]
+                pub payload: Vec<u8>,
+            }
+
+            impl $crate::SuiteRow for AsInteger {
+                const FORM: $crate::Form = $crate::Form::Lease;
+                const NAME: &'static str = TABLE;
+                const PROCESSED: bool = false;
+                const FAILING: bool = false;
+            }
+
+            impl $crate::SuiteRow for ColumnOnly {
+                const FORM: $crate::Form = $crate::Form::Lease;
+                const NAME: &'static str = TABLE;
+                const PROCESSED: bool = false;
+                const FAILING: bool = false;
+            }
         }
     };
 }

@@ -602,3 +602,78 @@ where
         "{cx}: redriven rows start again at attempt 1"
     );
 }
+
+/// Rows written with `#[derive(Inbox)]`: a field `locked_until: Option<i64>` decodes SQLite's
+/// integer column, and no server's time column, so on a server the broker refuses to start,
+/// naming the field and the column, before it claims a row; the same table with
+/// `locked_until` named in `#[inbox(..)]` and no field runs on every database.
+pub async fn role_fields_checked_at_start<R: Rows, H: Harness>(
+    harness: &H,
+    test: &TestName,
+) -> Verdict
+where
+    H::Adapter: TakesRows<R::RoleFieldAsInteger> + TakesRows<R::RoleColumnOnly>,
+{
+    let spec = crate::schema::TableSpec {
+        name: <R::RoleColumnOnly as SuiteRow>::NAME,
+        form: Form::Lease,
+        processed: false,
+        failing: false,
+    };
+    let cx = Cx::prepare(harness, spec, test).await;
+    let server = cx.dialect() != ruststream_core::Dialect::Sqlite;
+    for n in 1..=3 {
+        cx.insert_job(n).await;
+    }
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let as_integer = failing::<R::RoleFieldAsInteger>(&recorder, Setup::default());
+    let service = cx.service(&broker, as_integer, SHUTDOWN);
+    if server {
+        let refused = service
+            .run_until(async {})
+            .await
+            .expect_err("a field that cannot decode its column stops the start");
+        let text = refused.to_string();
+        assert!(
+            text.contains("field `locked_until: Option<i64>`")
+                && text.contains("column `locked_until`")
+                && text.contains(cx.table.name),
+            "{cx}: the refusal names the table, the field and the column: {text}"
+        );
+        println!("{cx}: refused at start: {text}");
+        assert_eq!(recorder.count(), 0, "{cx}: no row was handed");
+        assert_eq!(cx.count("attempt = 0").await, 3, "{cx}: no row was claimed");
+    } else {
+        service
+            .run_until(async {
+                cx.until("the rows are handled", || async {
+                    cx.count("1=1").await == 0
+                })
+                .await;
+            })
+            .await
+            .expect("an integer field decodes SQLite's integer column");
+        for n in 1..=3 {
+            cx.insert_job(n + 10).await;
+        }
+    }
+    let recorder = Recorder::acking();
+    let broker = cx.broker();
+    let column_only = failing::<R::RoleColumnOnly>(&recorder, Setup::default());
+    let service = cx.service(&broker, column_only, SHUTDOWN);
+    service
+        .run_until(async {
+            cx.until("the rows are handled", || async {
+                cx.count("1=1").await == 0
+            })
+            .await;
+        })
+        .await
+        .expect("a column without a field needs no decoding");
+    assert_eq!(recorder.count(), 3, "{cx}: each row handled once");
+    if let Err(error) = harness.cleanup(&cx.db).await {
+        println!("{cx}: cleaning up failed: {error}");
+    }
+    Ok(())
+}

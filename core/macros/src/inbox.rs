@@ -373,6 +373,31 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         chain.push(quote!(.own::<::ruststream::own::Unlock>()));
     }
 
+    // The fields that decode time columns, for the start check.
+    let mut row_fields = Vec::new();
+    for wanted in [
+        Role::LockedUntil,
+        Role::Due,
+        Role::ProcessedAt,
+        Role::FailedAt,
+    ] {
+        if let Some(field) = role(wanted).filter(|f| !f.column_only) {
+            let column = &field.column;
+            let field_name = &field.name;
+            let ty = &field.ty;
+            let rust = quote!(#ty).to_string().replace(' ', "");
+            let kind = field_kind(ty);
+            row_fields.push(quote! {
+                ::ruststream::core::RowField {
+                    column: #column,
+                    field: #field_name,
+                    rust: #rust,
+                    kind: ::ruststream::core::FieldKind::#kind,
+                }
+            });
+        }
+    }
+
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     let id_ty = &id.ty;
     let id_ident = &id.ident;
@@ -383,6 +408,7 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             type Id = #id_ty;
             type Table = ::ruststream::InboxSpec<(#(#features,)*)>;
             const TABLE: Self::Table = ::ruststream::InboxSpec::new(#table, #id_column) #(#chain)*;
+            const ROW_FIELDS: &'static [::ruststream::core::RowField] = &[#(#row_fields),*];
 
             fn id(&self) -> &#id_ty {
                 // The key's and the queue's columns are read by the database, not by Rust.
@@ -419,6 +445,47 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         });
     }
     Ok(out)
+}
+
+/// What a field's type holds, by the last segment of its path, inside an `Option`: an
+/// integer, text, bytes, a date and time, or anything else.
+fn field_kind(ty: &Type) -> Ident {
+    let kind = |ty: &Type| -> &'static str {
+        let Type::Path(path) = ty else {
+            return "Other";
+        };
+        let Some(last) = path.path.segments.last() else {
+            return "Other";
+        };
+        match last.ident.to_string().as_str() {
+            "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32" | "u64"
+            | "u128" | "usize" => "Integer",
+            "String" => "Text",
+            "Vec" => "Bytes",
+            "DateTime" | "NaiveDateTime" | "OffsetDateTime" | "PrimitiveDateTime"
+            | "SystemTime" | "Timestamp" | "Timestamptz" => "Time",
+            _ => "Other",
+        }
+    };
+    let inner = match ty {
+        Type::Path(path)
+            if path
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "Option") =>
+        {
+            match &path.path.segments.last().map(|s| &s.arguments) {
+                Some(syn::PathArguments::AngleBracketed(args)) => match args.args.first() {
+                    Some(syn::GenericArgument::Type(inner)) => inner,
+                    _ => ty,
+                },
+                _ => ty,
+            }
+        }
+        _ => ty,
+    };
+    Ident::new(kind(inner), Span::call_site())
 }
 
 fn role_name(field: &Field) -> &'static str {

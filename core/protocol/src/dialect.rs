@@ -218,7 +218,9 @@ pub enum StatementKind {
     Commit,
     /// Rolls the transaction back.
     Rollback,
-    /// Lists the table's columns: rows of `column_name`.
+    /// Lists the table's columns: rows of `column_name` and `data_type` (the type as the
+    /// database names it: PostgreSQL's and MySQL's `information_schema`, SQLite's declared
+    /// type).
     ListColumns,
     /// MySQL and MariaDB: the current database's name: a row of `db`.
     CurrentDatabase,
@@ -1162,7 +1164,7 @@ impl Renderer<'_> {
         let schema = self.desc.table.rsplit_once('.').map(|(schema, _)| schema);
         match self.dialect {
             Dialect::Postgres => {
-                s.push("SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns WHERE table_schema = ");
+                s.push("SELECT CAST(column_name AS TEXT) AS column_name, CAST(data_type AS TEXT) AS data_type FROM information_schema.columns WHERE table_schema = ");
                 if schema.is_some() {
                     s.arg(Arg::Schema);
                 } else {
@@ -1171,7 +1173,7 @@ impl Renderer<'_> {
                 s.push(" AND table_name = ").arg(Arg::TableName);
             }
             Dialect::MySql | Dialect::MariaDb => {
-                s.push("SELECT column_name AS column_name FROM information_schema.columns WHERE table_schema = ");
+                s.push("SELECT column_name AS column_name, data_type AS data_type FROM information_schema.columns WHERE table_schema = ");
                 if schema.is_some() {
                     s.arg(Arg::Schema);
                 } else {
@@ -1180,7 +1182,7 @@ impl Renderer<'_> {
                 s.push(" AND table_name = ").arg(Arg::TableName);
             }
             Dialect::Sqlite => {
-                s.push("SELECT name AS column_name FROM pragma_table_info(")
+                s.push("SELECT name AS column_name, type AS data_type FROM pragma_table_info(")
                     .arg(Arg::TableName);
                 if schema.is_some() {
                     s.push(", ").arg(Arg::Schema);
@@ -1190,7 +1192,10 @@ impl Renderer<'_> {
         }
         s.finish(
             StatementKind::ListColumns,
-            named(&[("column_name", ColumnType::Text)]),
+            named(&[
+                ("column_name", ColumnType::Text),
+                ("data_type", ColumnType::Text),
+            ]),
         )
     }
 

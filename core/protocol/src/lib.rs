@@ -39,7 +39,9 @@ pub use dialect::{
     Arg, ColumnType, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,
     StatementKind, Statements, error_like, notification_names,
 };
-pub use spec::{Column, DescError, Form, InboxSpec, KeyPart, OrderBy, TableDesc};
+pub use spec::{
+    Column, DescError, FieldKind, Form, InboxSpec, KeyPart, OrderBy, RowField, TableDesc,
+};
 pub use types::{
     Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
     Outcome, PublishId, PublisherId, Reply, Row, SettleError, Settlement, SubId,

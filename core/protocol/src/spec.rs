@@ -49,6 +49,37 @@ impl Column {
     }
 }
 
+/// What a Rust field of a row type holds, as far as the start check tells types apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FieldKind {
+    /// An integer type (`i64`, `i32`, ..).
+    Integer,
+    /// Text (`String`).
+    Text,
+    /// Bytes (`Vec<u8>`).
+    Bytes,
+    /// A date and time type (`chrono::DateTime`, `time::OffsetDateTime`, ..).
+    Time,
+    /// Anything else: not checked.
+    Other,
+}
+
+/// A field of a row type that decodes a column the description names in a time role
+/// (`locked_until`, `due`, `processed_at`, `failed_at`): the start check compares its type
+/// with the column's, so that a row type that cannot decode the column stops the service at
+/// start, with the column named, instead of failing every row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowField {
+    /// The column it decodes.
+    pub column: &'static str,
+    /// The field's name.
+    pub field: &'static str,
+    /// The field's Rust type, as written.
+    pub rust: &'static str,
+    /// What the type holds.
+    pub kind: FieldKind,
+}
+
 /// A part of an advisory lock key: literal text or the text of a column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyPart {

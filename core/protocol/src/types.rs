@@ -218,6 +218,42 @@ pub enum CheckError {
         /// What the description names it as.
         role: &'static str,
     },
+    /// A time column of the description has a type the queue cannot write its times into.
+    #[error(
+        "table `{table}`: column `{column}` ({role}) is `{found}`, and the queue writes times into it as {expected}; declare it {expected}"
+    )]
+    ColumnType {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+        /// What the description names it as.
+        role: &'static str,
+        /// Its type, as the database names it.
+        found: String,
+        /// The type it needs.
+        expected: &'static str,
+    },
+    /// A field of the row type cannot decode the column it reads: every row would fail.
+    #[error(
+        "table `{table}`: field `{field}: {rust}` of the row type reads column `{column}`, which is `{found}`: no row would decode; read it as {hint}, or drop the field and name the column in `#[inbox({role} = \"{column}\")]`"
+    )]
+    FieldType {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
+        /// The column's role: `locked_until`, `due`, `processed_at` or `failed_at`.
+        role: &'static str,
+        /// The field.
+        field: &'static str,
+        /// The field's Rust type.
+        rust: &'static str,
+        /// The column's type, as the database names it.
+        found: String,
+        /// The Rust types that decode the column.
+        hint: &'static str,
+    },
     /// PostgreSQL's isolation level is stricter than read committed, where the row lock form
     /// fails with serialization errors.
     #[error(

@@ -470,7 +470,7 @@ fn postgres_row_lock_statements() {
     assert_eq!(s.publish.output, Output::Affected);
     assert_eq!(
         &*s.list_columns.sql,
-        "SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns \
+        "SELECT CAST(column_name AS TEXT) AS column_name, CAST(data_type AS TEXT) AS data_type FROM information_schema.columns \
          WHERE table_schema = current_schema() AND table_name = $1"
     );
     assert_eq!(&*s.list_columns.args, &[Arg::TableName]);
@@ -511,7 +511,7 @@ fn mysql_row_lock_statements() {
         assert!(s.isolation.is_none(), "{dialect:?} has no isolation check");
         assert_eq!(
             &*s.list_columns.sql,
-            "SELECT column_name AS column_name FROM information_schema.columns \
+            "SELECT column_name AS column_name, data_type AS data_type FROM information_schema.columns \
              WHERE table_schema = DATABASE() AND table_name = ?"
         );
     }
@@ -832,7 +832,7 @@ fn schema_qualified_names() {
     let pg = render(Dialect::Postgres, &SCHEMA);
     assert_eq!(
         &*pg.list_columns.sql,
-        "SELECT CAST(column_name AS TEXT) AS column_name FROM information_schema.columns \
+        "SELECT CAST(column_name AS TEXT) AS column_name, CAST(data_type AS TEXT) AS data_type FROM information_schema.columns \
          WHERE table_schema = $1 AND table_name = $2"
     );
     assert_eq!(&*pg.list_columns.args, &[Arg::Schema, Arg::TableName]);
@@ -848,14 +848,14 @@ fn schema_qualified_names() {
     let my = render(Dialect::MySql, &SCHEMA);
     assert_eq!(
         &*my.list_columns.sql,
-        "SELECT column_name AS column_name FROM information_schema.columns \
+        "SELECT column_name AS column_name, data_type AS data_type FROM information_schema.columns \
          WHERE table_schema = ? AND table_name = ?"
     );
     assert_eq!(&*my.settle.sql, "DELETE FROM `app`.`jobs` WHERE `id` = ?");
     let lite = render(Dialect::Sqlite, &SCHEMA);
     assert_eq!(
         &*lite.list_columns.sql,
-        "SELECT name AS column_name FROM pragma_table_info(?1, ?2)"
+        "SELECT name AS column_name, type AS data_type FROM pragma_table_info(?1, ?2)"
     );
     assert_eq!(&*lite.list_columns.args, &[Arg::TableName, Arg::Schema]);
     assert_eq!(

@@ -226,7 +226,10 @@ where
         Subscription {
             name: self.name,
             desc,
-            options: self.options,
+            options: SubscribeOptions {
+                row_fields: T::ROW_FIELDS,
+                ..self.options
+            },
             lock: A::custom_lock(),
             failures: self.failures,
             dispatch: Arc::new(InboxDispatch::<T, H, M, X, C> {

@@ -584,3 +584,20 @@ fn derive_names_failed_rows_and_columns_without_fields() {
     assert_eq!(FailingJob::TABLE.desc(), job.desc());
     FailingMail::TABLE.desc().validate().unwrap();
 }
+
+#[test]
+fn derive_lists_the_fields_that_decode_time_columns() {
+    use ruststream::core::{FieldKind, RowField};
+    assert_eq!(
+        FailingJob::ROW_FIELDS,
+        &[RowField {
+            column: "failed",
+            field: "failed",
+            rust: "Option<i64>",
+            kind: FieldKind::Integer,
+        }]
+    );
+    // Columns named in `#[inbox(..)]` have no field to decode them.
+    assert!(FailingMail::ROW_FIELDS.is_empty());
+    assert!(IssueInvoice::ROW_FIELDS.is_empty());
+}

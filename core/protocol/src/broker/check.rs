@@ -2,14 +2,14 @@
 //! exist, the database's name for lock names (MySQL, MariaDB), and PostgreSQL's isolation
 //! level for the row lock form.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::dialect::{Arg, FormStatements, Statement};
-use crate::spec::TableDesc;
+use crate::dialect::{Arg, Dialect, FormStatements, Statement};
+use crate::spec::{FieldKind, RowField, TableDesc};
 use crate::types::{Action, CheckError, ConnId, Event, Reply, SubId};
 use crate::value::{ErrorKind, Value};
 
-use super::rows::{first_column, first_text};
+use super::rows::{first_text, rows_of};
 use super::sub::SubState;
 use super::{Broker, State, Step};
 
@@ -72,23 +72,31 @@ impl<R> Broker<R> {
                 self.check_execute(sub, conn, statement, binds, CheckStage::Columns);
             }
             CheckStage::Columns => {
-                let found: BTreeSet<String> = first_column(reply)
-                    .into_iter()
-                    .filter_map(|v| match v {
-                        Value::Text(t) => Some(t),
-                        _ => None,
-                    })
-                    .collect();
+                let mut types: BTreeMap<String, String> = BTreeMap::new();
+                for row in rows_of(reply) {
+                    let mut values = row.values.into_iter();
+                    if let Some(Value::Text(name)) = values.next() {
+                        let ty = match values.next() {
+                            Some(Value::Text(ty)) => ty,
+                            _ => String::new(),
+                        };
+                        types.insert(name, ty);
+                    }
+                }
+                let found: BTreeSet<String> = types.keys().cloned().collect();
+                let s = &self.subs[sub.0];
                 let error = if found.is_empty() {
                     Some(CheckError::MissingTable { table })
                 } else {
-                    missing_column(&self.subs[sub.0].desc, &found).map(|(column, role)| {
-                        CheckError::MissingColumn {
+                    missing_column(&s.desc, &found)
+                        .map(|(column, role)| CheckError::MissingColumn {
                             table,
                             column,
                             role,
-                        }
-                    })
+                        })
+                        .or_else(|| {
+                            type_mismatch(self.dialect, &s.desc, s.options.row_fields, &types)
+                        })
                 };
                 match error {
                     Some(error) => {
@@ -216,4 +224,85 @@ fn missing_column(
     roles.into_iter().find(|(column, _)| {
         !found.contains(*column) && !found.iter().any(|f| f.eq_ignore_ascii_case(column))
     })
+}
+
+/// The first time column whose type the queue cannot write its times into, or whose field in
+/// the row type cannot decode it.
+fn type_mismatch(
+    dialect: Dialect,
+    desc: &TableDesc,
+    fields: &[RowField],
+    types: &BTreeMap<String, String>,
+) -> Option<CheckError> {
+    let (expected, hint) = match dialect {
+        Dialect::Postgres => (
+            "TIMESTAMPTZ",
+            "`chrono::DateTime<Utc>` or `time::OffsetDateTime` (in an `Option` where it may be NULL)",
+        ),
+        Dialect::MySql | Dialect::MariaDb => (
+            "DATETIME(6)",
+            "`chrono::NaiveDateTime` or `time::PrimitiveDateTime` (in an `Option` where it may be NULL)",
+        ),
+        Dialect::Sqlite => (
+            "INTEGER (microseconds since the Unix epoch)",
+            "`i64` (in an `Option` where it may be NULL)",
+        ),
+    };
+    let times = [
+        (desc.locked_until, "locked_until"),
+        (desc.due, "due"),
+        (desc.processed_at, "processed_at"),
+        (desc.failed_at, "failed_at"),
+    ];
+    for (column, role) in times {
+        let Some(column) = column else { continue };
+        let Some(found) = types
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(column.name))
+            .map(|(_, ty)| ty.clone())
+        else {
+            continue;
+        };
+        let ty = found.to_ascii_lowercase();
+        if ty.is_empty() && dialect != Dialect::Sqlite {
+            // The server named no type: nothing to compare.
+            continue;
+        }
+        let writes = match dialect {
+            Dialect::Postgres => ty.starts_with("timestamp"),
+            Dialect::MySql | Dialect::MariaDb => ty == "datetime" || ty == "timestamp",
+            // SQLite keeps any value in a column; a declared type names an integer, or
+            // nothing.
+            Dialect::Sqlite => ty.is_empty() || ty.contains("int"),
+        };
+        if !writes {
+            return Some(CheckError::ColumnType {
+                table: desc.table,
+                column: column.name,
+                role,
+                found,
+                expected,
+            });
+        }
+        let Some(field) = fields.iter().find(|f| f.column == column.name) else {
+            continue;
+        };
+        let decodes = match (dialect, field.kind) {
+            (_, FieldKind::Other) => true,
+            (Dialect::Sqlite, kind) => !matches!(kind, FieldKind::Time | FieldKind::Bytes),
+            (_, kind) => kind == FieldKind::Time,
+        };
+        if !decodes {
+            return Some(CheckError::FieldType {
+                table: desc.table,
+                column: column.name,
+                role,
+                field: field.field,
+                rust: field.rust,
+                found,
+                hint,
+            });
+        }
+    }
+    None
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::spec::DescError;
+use crate::spec::{DescError, RowField};
 use crate::value::{Time, Value};
 
 /// How long a dropped delivery may take to release its lock before its connection is closed.
@@ -68,6 +68,9 @@ pub struct SubscribeOptions {
     /// failed once crashes spent the budget: every take counts, a crash's too. Needs the
     /// table's attempt and `failed_at` columns; `None` hands a row however often it returns.
     pub max_attempts: Option<u32>,
+    /// The fields of the row type that decode the description's time columns: the start
+    /// check refuses a field whose type cannot decode its column's ([`RowField`]).
+    pub row_fields: &'static [RowField],
 }
 
 impl Default for SubscribeOptions {
@@ -79,6 +82,7 @@ impl Default for SubscribeOptions {
             extend_every: Duration::from_secs(10),
             prefetch: 0,
             max_attempts: None,
+            row_fields: &[],
         }
     }
 }

@@ -55,8 +55,30 @@ pub struct Db {
     pub missing_columns: Vec<&'static str>,
     /// The table does not exist: listing its columns finds none.
     pub missing_table: bool,
+    /// Column types the server answers instead of the dialect's usual ones.
+    pub column_types: BTreeMap<&'static str, String>,
     /// Rows deleted by a statement whose transaction committed (or that ran alone).
     pub deleted: std::collections::BTreeSet<i64>,
+}
+
+/// The type a server names a column of `desc` by, as the usual schema declares it: a time
+/// role's time type, an integer otherwise.
+fn default_type(dialect: Dialect, desc: &TableDesc, column: &str) -> &'static str {
+    let time = [
+        desc.locked_until,
+        desc.due,
+        desc.processed_at,
+        desc.failed_at,
+    ]
+    .into_iter()
+    .flatten()
+    .any(|c| c.name == column);
+    match (dialect, time) {
+        (Dialect::Postgres, true) => "timestamp with time zone",
+        (Dialect::MySql | Dialect::MariaDb, true) => "datetime",
+        (Dialect::Sqlite, _) => "INTEGER",
+        (_, false) => "bigint",
+    }
 }
 
 pub fn key_text(channel: i64) -> String {
@@ -323,7 +345,14 @@ impl Db {
                 desc.columns()
                     .into_iter()
                     .filter(|c| !self.missing_columns.contains(c))
-                    .map(|c| Row::values(vec![Value::Text(c.to_owned())]))
+                    .map(|c| {
+                        let ty = self
+                            .column_types
+                            .get(c)
+                            .cloned()
+                            .unwrap_or_else(|| default_type(dialect, desc, c).to_owned());
+                        Row::values(vec![Value::Text(c.to_owned()), Value::Text(ty)])
+                    })
                     .collect(),
             ),
             StatementKind::CurrentDatabase => {

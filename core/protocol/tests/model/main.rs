@@ -250,6 +250,7 @@ fn start(desc: TableDesc, config: Config, now: Time) -> Process {
         extend_every: Duration::from_secs(10),
         prefetch: config.prefetch,
         max_attempts: config.max_attempts,
+        row_fields: &[],
     };
     let sub = broker.subscribe(desc, options, now).expect("subscribes");
     let publisher = broker.publisher(desc).expect("publishes");

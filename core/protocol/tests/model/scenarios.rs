@@ -235,6 +235,8 @@ struct Sim {
     prefetch: usize,
     /// The attempt budget of the subscriptions it spawns.
     max_attempts: Option<u32>,
+    /// The row type's fields that the check compares with the table's time columns.
+    row_fields: &'static [ruststream_core::RowField],
 }
 
 impl Sim {
@@ -251,6 +253,7 @@ impl Sim {
             linger: Duration::ZERO,
             prefetch: 0,
             max_attempts: None,
+            row_fields: &[],
         }
     }
 
@@ -280,6 +283,7 @@ impl Sim {
             extend_every: EXTEND,
             prefetch: self.prefetch,
             max_attempts: self.max_attempts,
+            row_fields: self.row_fields,
         }
     }
 

@@ -381,3 +381,93 @@ fn failed_rows_are_redriven_or_deleted_through_the_broker() {
         .expect_err("refused");
     assert!(refused.to_string().contains("failed_at"), "{refused}");
 }
+
+/// The start check compares the time columns' types with what the queue writes, and with
+/// what the row type's fields decode: a mismatch fails the check, naming the column, before
+/// any row is claimed.
+#[test]
+fn the_check_refuses_time_columns_the_row_type_cannot_decode() {
+    use ruststream_core::{CheckError, FieldKind, RowField};
+    const AS_INTEGER: &[RowField] = &[RowField {
+        column: "locked_until",
+        field: "locked_until",
+        rust: "Option<i64>",
+        kind: FieldKind::Integer,
+    }];
+    const AS_TIME: &[RowField] = &[RowField {
+        column: "locked_until",
+        field: "locked_until",
+        rust: "Option<DateTime<Utc>>",
+        kind: FieldKind::Time,
+    }];
+    let check = |dialect: Dialect, fields: &'static [RowField], ty: Option<&str>| {
+        let mut sim = Sim::new(dialect, failing(Form::Lease, true), 1);
+        sim.row_fields = fields;
+        if let Some(ty) = ty {
+            sim.db.column_types.insert("locked_until", ty.to_owned());
+        }
+        sim.spawn();
+        sim.run();
+        let sub = sim.procs[0].sub;
+        sim.events(0, 0).into_iter().find_map(|e| match e {
+            Event::CheckFailed { error, .. } => Some(error),
+            Event::Ready { sub: s } if s == sub => None,
+            _ => None,
+        })
+    };
+    // The integer field on a server's time column: refused, naming field and column.
+    for dialect in SERVERS {
+        let error = check(dialect, AS_INTEGER, None).expect("refused");
+        assert!(
+            matches!(
+                &error,
+                CheckError::FieldType {
+                    column: "locked_until",
+                    field: "locked_until",
+                    ..
+                }
+            ),
+            "{dialect:?}: {error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("`locked_until: Option<i64>`")
+                && text.contains("#[inbox(locked_until = \"locked_until\")]"),
+            "{text}"
+        );
+        assert_eq!(
+            check(dialect, AS_TIME, None),
+            None,
+            "{dialect:?}: a time field decodes"
+        );
+        assert_eq!(
+            check(dialect, &[], None),
+            None,
+            "{dialect:?}: no field, nothing to decode"
+        );
+    }
+    // On SQLite the integer is right, and a time type is not.
+    assert_eq!(check(Dialect::Sqlite, AS_INTEGER, None), None);
+    assert!(matches!(
+        check(Dialect::Sqlite, AS_TIME, None),
+        Some(CheckError::FieldType { .. })
+    ));
+    // A time column declared as an integer on a server: the queue cannot write its times.
+    let error = check(Dialect::Postgres, &[], Some("bigint")).expect("refused");
+    assert!(
+        matches!(
+            &error,
+            CheckError::ColumnType {
+                column: "locked_until",
+                expected: "TIMESTAMPTZ",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let error = check(Dialect::MariaDb, &[], Some("varchar")).expect("refused");
+    assert!(
+        error.to_string().contains("declare it DATETIME(6)"),
+        "{error}"
+    );
+}
