@@ -462,8 +462,8 @@ fn field_kind(ty: &Type) -> Ident {
             | "u128" | "usize" => "Integer",
             "String" => "Text",
             "Vec" => "Bytes",
-            "DateTime" | "NaiveDateTime" | "OffsetDateTime" | "PrimitiveDateTime"
-            | "SystemTime" | "Timestamp" | "Timestamptz" => "Time",
+            "DateTime" | "OffsetDateTime" | "SystemTime" | "Timestamp" | "Timestamptz" => "Time",
+            "NaiveDateTime" | "PrimitiveDateTime" => "LocalTime",
             _ => "Other",
         }
     };

@@ -219,8 +219,8 @@ pub enum StatementKind {
     /// Rolls the transaction back.
     Rollback,
     /// Lists the table's columns: rows of `column_name` and `data_type` (the type as the
-    /// database names it: PostgreSQL's and MySQL's `information_schema`, SQLite's declared
-    /// type).
+    /// database names it: PostgreSQL's `information_schema` `data_type`, MySQL's
+    /// `column_type` with its precision, SQLite's declared type).
     ListColumns,
     /// MySQL and MariaDB: the current database's name: a row of `db`.
     CurrentDatabase,
@@ -1173,7 +1173,7 @@ impl Renderer<'_> {
                 s.push(" AND table_name = ").arg(Arg::TableName);
             }
             Dialect::MySql | Dialect::MariaDb => {
-                s.push("SELECT column_name AS column_name, data_type AS data_type FROM information_schema.columns WHERE table_schema = ");
+                s.push("SELECT column_name AS column_name, column_type AS data_type FROM information_schema.columns WHERE table_schema = ");
                 if schema.is_some() {
                     s.arg(Arg::Schema);
                 } else {

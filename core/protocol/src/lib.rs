@@ -32,8 +32,9 @@ mod types;
 mod value;
 
 pub use broker::{
-    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, NOTIFY_EVERY,
-    PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
+    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, MAX_ERROR_LEN,
+    MAX_RETRY_DELAY, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH,
+    SubscribeOptions,
 };
 pub use dialect::{
     Arg, ColumnType, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,

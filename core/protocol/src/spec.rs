@@ -58,8 +58,10 @@ pub enum FieldKind {
     Text,
     /// Bytes (`Vec<u8>`).
     Bytes,
-    /// A date and time type (`chrono::DateTime`, `time::OffsetDateTime`, ..).
+    /// A zone-aware date and time type (`chrono::DateTime`, `time::OffsetDateTime`, ..).
     Time,
+    /// A date and time without a zone (`chrono::NaiveDateTime`, `time::PrimitiveDateTime`).
+    LocalTime,
     /// Anything else: not checked.
     Other,
 }

@@ -511,7 +511,7 @@ fn mysql_row_lock_statements() {
         assert!(s.isolation.is_none(), "{dialect:?} has no isolation check");
         assert_eq!(
             &*s.list_columns.sql,
-            "SELECT column_name AS column_name, data_type AS data_type FROM information_schema.columns \
+            "SELECT column_name AS column_name, column_type AS data_type FROM information_schema.columns \
              WHERE table_schema = DATABASE() AND table_name = ?"
         );
     }
@@ -848,7 +848,7 @@ fn schema_qualified_names() {
     let my = render(Dialect::MySql, &SCHEMA);
     assert_eq!(
         &*my.list_columns.sql,
-        "SELECT column_name AS column_name, data_type AS data_type FROM information_schema.columns \
+        "SELECT column_name AS column_name, column_type AS data_type FROM information_schema.columns \
          WHERE table_schema = ? AND table_name = ?"
     );
     assert_eq!(&*my.settle.sql, "DELETE FROM `app`.`jobs` WHERE `id` = ?");

@@ -479,10 +479,16 @@ impl<A: Adapter> Driver<A> {
                                 HandlerOutcome::retry().with_error(error)
                             }
                         },
-                        () = limit.fuse() => HandlerOutcome::retry().with_error(format!(
-                            "the handler ran past its timeout of {:?}",
-                            timeout.unwrap_or_default()
-                        )),
+                        () = limit.fuse() => {
+                            let error = format!(
+                                "the handler ran past its timeout of {:?}",
+                                timeout.unwrap_or_default()
+                            );
+                            crate::retry::visible_error(&format!(
+                                "table `{table}`: row {id}: {error}; retried"
+                            ));
+                            HandlerOutcome::retry().with_error(error)
+                        }
                     };
                     guard.armed = false;
                     let settled = Settled {
@@ -529,9 +535,13 @@ impl<A: Adapter> Driver<A> {
             Event::Settled { delivery, outcome } => {
                 tracing::trace!(%delivery, ?outcome, "settled");
             }
-            Event::SettleFailed { delivery, error } => {
-                tracing::warn!(%delivery, "{error}");
-            }
+            Event::SettleFailed { delivery, error } => match error {
+                // A settlement's statement failed: the row returns to the queue unsettled.
+                ruststream_core::SettleError::Db(_) => {
+                    crate::retry::visible_error(&format!("{delivery}: {error}"));
+                }
+                _ => tracing::warn!(%delivery, "{error}"),
+            },
             Event::LeaseLost { delivery } => {
                 tracing::warn!(%delivery, "the lease ran out while the message was in work");
             }

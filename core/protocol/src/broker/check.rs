@@ -269,11 +269,12 @@ fn type_mismatch(
             continue;
         }
         let writes = match dialect {
-            Dialect::Postgres => ty.starts_with("timestamp"),
-            Dialect::MySql | Dialect::MariaDb => ty == "datetime" || ty == "timestamp",
-            // SQLite keeps any value in a column; a declared type names an integer, or
-            // nothing.
-            Dialect::Sqlite => ty.is_empty() || ty.contains("int"),
+            Dialect::Postgres => ty == "timestamp with time zone",
+            // The lease's fence compares the expiry written to the microsecond.
+            Dialect::MySql | Dialect::MariaDb => ty == "datetime(6)" || ty == "timestamp(6)",
+            // SQLite keeps an integer in any column but one of text affinity, where it
+            // compares as text.
+            Dialect::Sqlite => !(ty.contains("char") || ty.contains("clob") || ty.contains("text")),
         };
         if !writes {
             return Some(CheckError::ColumnType {
@@ -289,8 +290,15 @@ fn type_mismatch(
         };
         let decodes = match (dialect, field.kind) {
             (_, FieldKind::Other) => true,
-            (Dialect::Sqlite, kind) => !matches!(kind, FieldKind::Time | FieldKind::Bytes),
-            (_, kind) => kind == FieldKind::Time,
+            (Dialect::Sqlite, kind) => !matches!(
+                kind,
+                FieldKind::Time | FieldKind::LocalTime | FieldKind::Bytes
+            ),
+            // A zone-aware time decodes `timestamptz`; a local one does not.
+            (Dialect::Postgres, kind) => kind == FieldKind::Time,
+            (Dialect::MySql | Dialect::MariaDb, kind) => {
+                matches!(kind, FieldKind::Time | FieldKind::LocalTime)
+            }
         };
         if !decodes {
             return Some(CheckError::FieldType {

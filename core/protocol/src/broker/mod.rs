@@ -34,8 +34,8 @@ use crate::types::{
 use crate::value::Time;
 
 pub use options::{
-    BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, NOTIFY_EVERY, PING_AHEAD_AFTER,
-    PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
+    BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, MAX_ERROR_LEN, MAX_RETRY_DELAY,
+    NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
 };
 
 use ahead::Ahead;

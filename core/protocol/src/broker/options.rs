@@ -40,6 +40,14 @@ pub const SETTLE_BATCH: usize = 64;
 /// rows within this time of their insert.
 pub const NOTIFY_EVERY: Duration = Duration::from_millis(2);
 
+/// The longest a retry waits: a longer delay is cut to this, so that the due time stays
+/// within every database's range of times.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The longest error text a settlement writes into the row: a longer one is cut, on a
+/// character boundary, and ends in `…`.
+pub const MAX_ERROR_LEN: usize = 4_000;
+
 /// The most rows one insert of a batch publish writes.
 pub const PUBLISH_BATCH: usize = 100;
 
@@ -109,7 +117,8 @@ pub enum FailedRowsOf {
     /// The failed rows among these ids.
     Ids(Vec<Value>),
     /// The failed rows whose error text contains this text (a table without an error column
-    /// has none).
+    /// has none), as the database's `LIKE` compares: by case on PostgreSQL, without case on
+    /// SQLite (for ASCII) and on MySQL's and MariaDB's usual collations.
     ErrorContains(String),
 }
 

@@ -75,7 +75,7 @@ fn default_type(dialect: Dialect, desc: &TableDesc, column: &str) -> &'static st
     .any(|c| c.name == column);
     match (dialect, time) {
         (Dialect::Postgres, true) => "timestamp with time zone",
-        (Dialect::MySql | Dialect::MariaDb, true) => "datetime",
+        (Dialect::MySql | Dialect::MariaDb, true) => "datetime(6)",
         (Dialect::Sqlite, _) => "INTEGER",
         (_, false) => "bigint",
     }

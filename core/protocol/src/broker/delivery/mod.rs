@@ -215,6 +215,18 @@ pub(super) enum DeliveryStage {
     Close,
 }
 
+/// `error`, cut to at most `max` bytes on a character boundary, ending in `…` where cut.
+fn cut_error(error: Arc<str>, max: usize) -> Arc<str> {
+    if error.len() <= max {
+        return error;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    Arc::from(format!("{}…", &error[..end]))
+}
+
 impl<R> Broker<R> {
     /// A row a claim took, held as its form holds it: by the claim's connection `conn` (row
     /// lock; advisory lock, with its `key`), or by the lease that runs out at `fence`.
@@ -376,8 +388,13 @@ impl<R> Broker<R> {
             return outcome;
         };
         if d.ending.is_none() && d.queued.is_none() {
-            d.delay = settlement.delay.filter(|_| outcome == Outcome::Retry);
-            d.error = settlement.error;
+            d.delay = settlement
+                .delay
+                .filter(|_| outcome == Outcome::Retry)
+                .map(|delay| delay.min(super::options::MAX_RETRY_DELAY));
+            d.error = settlement
+                .error
+                .map(|e| cut_error(e, super::options::MAX_ERROR_LEN));
             d.failure = (settlement.outcome == Outcome::Reject).then_some(keeps_failed);
         }
         outcome

@@ -470,4 +470,66 @@ fn the_check_refuses_time_columns_the_row_type_cannot_decode() {
         error.to_string().contains("declare it DATETIME(6)"),
         "{error}"
     );
+    // Times to the microsecond: the lease's fence compares them exactly.
+    for ty in ["datetime", "datetime(3)", "timestamp(0)"] {
+        assert!(check(Dialect::MySql, &[], Some(ty)).is_some(), "{ty}");
+    }
+    assert_eq!(check(Dialect::MySql, &[], Some("timestamp(6)")), None);
+    assert!(check(Dialect::Postgres, &[], Some("timestamp without time zone")).is_some());
+    // SQLite: any affinity but text keeps the integers.
+    assert!(check(Dialect::Sqlite, &[], Some("TEXT")).is_some());
+    assert!(check(Dialect::Sqlite, &[], Some("VARCHAR(20)")).is_some());
+    for ty in ["", "NUMERIC", "DATETIME", "BIGINT"] {
+        assert_eq!(check(Dialect::Sqlite, &[], Some(ty)), None, "{ty}");
+    }
+    // A local time decodes MySQL's DATETIME, not PostgreSQL's timestamptz.
+    const AS_LOCAL: &[RowField] = &[RowField {
+        column: "locked_until",
+        field: "locked_until",
+        rust: "Option<NaiveDateTime>",
+        kind: FieldKind::LocalTime,
+    }];
+    assert!(check(Dialect::Postgres, AS_LOCAL, None).is_some());
+    assert_eq!(check(Dialect::MariaDb, AS_LOCAL, None), None);
+}
+
+/// An error text longer than [`ruststream_core::MAX_ERROR_LEN`] is cut on a character
+/// boundary before it is written; a delay past [`ruststream_core::MAX_RETRY_DELAY`] is cut
+/// to it.
+#[test]
+fn long_errors_and_delays_are_cut() {
+    for (form, dialect) in [
+        (Form::Lease, Dialect::Postgres),
+        (Form::RowLock, Dialect::MySql),
+    ] {
+        let mut sim = Sim::start(dialect, failing(form, true), 1, &[0, 1]);
+        let long = "é".repeat(5_000);
+        let delivery = sim.delivery(0, 1);
+        sim.settle_with(0, delivery, Settlement::new(Outcome::Reject).error(long));
+        sim.run();
+        let error = sim.row(1).error.clone().expect("an error");
+        assert!(
+            error.len() <= ruststream_core::MAX_ERROR_LEN,
+            "{}",
+            error.len()
+        );
+        assert!(error.ends_with('…') && error.starts_with("éé"));
+        let mark = sim.mark();
+        let delivery = sim.delivery(0, 2);
+        let at = sim.now;
+        sim.settle_with(
+            0,
+            delivery,
+            Settlement::new(Outcome::Retry).delay(Duration::MAX),
+        );
+        sim.run();
+        let kind = StatementKind::RetryLater {
+            fenced: form == Form::Lease,
+        };
+        let retry = only(sim.runs_of(0, mark, kind));
+        assert_eq!(
+            retry.bind(Arg::RetryAt),
+            Value::Int(at.plus(ruststream_core::MAX_RETRY_DELAY).micros())
+        );
+    }
 }
