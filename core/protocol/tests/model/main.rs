@@ -8,6 +8,10 @@
 //! - a delivery is handed out only while its row or key is held, and its attempt is the row's;
 //! - every claimed row ends settled or returns to the queue: after the chaos, a clean process
 //!   drains every row that was not settled;
+//! - no row leaves the table but by an acknowledgement; a row is marked failed only when it was
+//!   rejected or its take counted past `max_attempts`; a failed row, a row not yet due and a
+//!   row past its budget are never handed; a row's attempts never pass the budget plus one
+//!   plus the interruptions (failed statements, crashes, shutdowns, drops, lapsed leases);
 //! - after shutdown the broker holds no lock and no transaction, and publishing is refused.
 //!
 //! A shrunk failure prints the schedule: the list of steps, each readable. With
@@ -223,6 +227,9 @@ struct World {
     acked: std::collections::BTreeSet<i64>,
     /// Rows a handler rejected: with the attempt budget, the only rows that may fail.
     rejected: std::collections::BTreeSet<i64>,
+    /// Steps that may cut a take or a settlement short: failed statements, crashes,
+    /// shutdowns, drops, and in the lease form time passing (a lease that lapses).
+    interruptions: u64,
     log: Vec<String>,
     /// Counts every command run and every change outside the brokers: the order of looks,
     /// releases and inserts.
@@ -286,6 +293,7 @@ impl World {
             settled: BTreeMap::new(),
             acked: Default::default(),
             rejected: Default::default(),
+            interruptions: 0,
             log: Vec::new(),
             tick: 0,
             looked: Vec::new(),
@@ -636,6 +644,19 @@ impl World {
                 "row {id} was deleted, but no handler acknowledged it"
             );
         }
+        if let Some(max) = self.config.max_attempts {
+            // A take past the budget marks the row failed; only an interruption lets another
+            // take count past it.
+            let bound = i64::from(max) + 1 + i64::try_from(self.interruptions).unwrap_or(i64::MAX);
+            for (id, row) in &self.db.rows {
+                assert!(
+                    row.attempt <= bound,
+                    "row {id}: attempt {} past max_attempts {max} + 1 + {} interruptions",
+                    row.attempt,
+                    self.interruptions
+                );
+            }
+        }
         for (id, row) in &self.db.rows {
             if row.failed_at.is_some() {
                 let past = self
@@ -658,6 +679,16 @@ impl World {
 
     fn apply_step(&mut self, step: &Step) {
         self.log.push(format!("{step:?}"));
+        let interrupts = match step {
+            Step::Fail { .. } | Step::Crash { .. } | Step::Shutdown { .. } | Step::Drop { .. } => {
+                true
+            }
+            Step::Advance { .. } => self.form() == Form::Lease,
+            _ => false,
+        };
+        if interrupts {
+            self.interruptions += 1;
+        }
         let slots = self.processes.len();
         match *step {
             Step::Foreign { channel, hold } => self.foreign(channel, hold),
@@ -927,6 +958,7 @@ impl World {
 
     /// Every process shuts down; commands run and replies arrive until all are closed.
     fn finish(&mut self) {
+        self.interruptions += self.processes.len() as u64;
         // The other system's session ends: its keys are free for the drain.
         if let Some(sess) = self.foreign.take() {
             self.db.kill(sess);
@@ -977,6 +1009,7 @@ impl World {
         self.next_id += 1;
         self.pump(slot);
         for _ in 0..200_000 {
+            self.check_no_loss();
             let p = &mut self.processes[slot];
             if let Some(&id) = p.handlers.keys().next() {
                 let h = p.handlers.remove(&id).expect("a handler");
