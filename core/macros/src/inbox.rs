@@ -373,13 +373,16 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         chain.push(quote!(.own::<::ruststream::own::Unlock>()));
     }
 
-    // The fields that decode time columns, for the start check.
+    // The fields that decode the role columns, for the start check.
     let mut row_fields = Vec::new();
     for wanted in [
         Role::LockedUntil,
         Role::Due,
         Role::ProcessedAt,
         Role::FailedAt,
+        Role::Attempt,
+        Role::Payload,
+        Role::Error,
     ] {
         if let Some(field) = role(wanted).filter(|f| !f.column_only) {
             let column = &field.column;

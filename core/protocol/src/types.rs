@@ -218,9 +218,10 @@ pub enum CheckError {
         /// What the description names it as.
         role: &'static str,
     },
-    /// A time column of the description has a type the queue cannot write its times into.
+    /// A described column has a type that does not hold what the queue writes into it: a
+    /// time, an attempt count, the payload, an error's text.
     #[error(
-        "table `{table}`: column `{column}` ({role}) is `{found}`, and the queue writes times into it as {expected}; declare it {expected}"
+        "table `{table}`: column `{column}` ({role}) is `{found}`, where the queue needs {expected}; declare it {expected}"
     )]
     ColumnType {
         /// The table.
@@ -243,7 +244,8 @@ pub enum CheckError {
         table: &'static str,
         /// The column.
         column: &'static str,
-        /// The column's role: `locked_until`, `due`, `processed_at` or `failed_at`.
+        /// The column's role: `locked_until`, `due`, `processed_at`, `failed_at`, `attempt`,
+        /// `payload` or `error`.
         role: &'static str,
         /// The field.
         field: &'static str,

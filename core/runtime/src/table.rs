@@ -10,8 +10,9 @@ pub trait InboxTable: Sized + Send + Sync + 'static {
     type Table: Described;
     /// The description.
     const TABLE: Self::Table;
-    /// The fields that decode the description's time columns, which the start check
-    /// compares with the columns' types (`#[derive(Inbox)]` lists them; none by default).
+    /// The fields that decode the description's role columns (times, the attempt, the
+    /// payload, the error), which the start check compares with the columns' types
+    /// (`#[derive(Inbox)]` lists them; none by default).
     const ROW_FIELDS: &'static [ruststream_core::RowField] = &[];
 
     /// The row's id.

@@ -586,18 +586,28 @@ fn derive_names_failed_rows_and_columns_without_fields() {
 }
 
 #[test]
-fn derive_lists_the_fields_that_decode_time_columns() {
+fn derive_lists_the_fields_that_decode_role_columns() {
     use ruststream::core::{FieldKind, RowField};
+    let field = |column, rust, kind| RowField {
+        column,
+        field: column,
+        rust,
+        kind,
+    };
     assert_eq!(
         FailingJob::ROW_FIELDS,
-        &[RowField {
-            column: "failed",
-            field: "failed",
-            rust: "Option<i64>",
-            kind: FieldKind::Integer,
-        }]
+        &[
+            field("failed", "Option<i64>", FieldKind::Integer),
+            field("payload", "Vec<u8>", FieldKind::Bytes),
+            field("error", "Option<String>", FieldKind::Text),
+        ]
     );
     // Columns named in `#[inbox(..)]` have no field to decode them.
-    assert!(FailingMail::ROW_FIELDS.is_empty());
-    assert!(IssueInvoice::ROW_FIELDS.is_empty());
+    let mail: Vec<&str> = FailingMail::ROW_FIELDS.iter().map(|f| f.column).collect();
+    assert_eq!(mail, ["attempt", "payload", "last_error"]);
+    assert!(
+        FailingMail::ROW_FIELDS
+            .iter()
+            .all(|f| f.column != "locked_until" && f.column != "failed_at")
+    );
 }

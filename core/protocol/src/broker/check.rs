@@ -226,35 +226,107 @@ fn missing_column(
     })
 }
 
-/// The first time column whose type the queue cannot write its times into, or whose field in
-/// the row type cannot decode it.
+/// What a role's column holds: a time, an integer, bytes (or text), or text.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Time,
+    Integer,
+    Payload,
+    Text,
+}
+
+impl Family {
+    /// The type the queue needs the column to be of, in messages, and the Rust types that
+    /// decode it.
+    fn expected(self, dialect: Dialect) -> (&'static str, &'static str) {
+        match (self, dialect) {
+            (Family::Time, Dialect::Postgres) => (
+                "TIMESTAMPTZ",
+                "`chrono::DateTime<Utc>` or `time::OffsetDateTime` (in an `Option` where it may be NULL)",
+            ),
+            (Family::Time, Dialect::MySql | Dialect::MariaDb) => (
+                "DATETIME(6)",
+                "`chrono::NaiveDateTime` or `time::PrimitiveDateTime` (in an `Option` where it may be NULL)",
+            ),
+            (Family::Time, Dialect::Sqlite) => (
+                "INTEGER (microseconds since the Unix epoch)",
+                "`i64` (in an `Option` where it may be NULL)",
+            ),
+            (Family::Integer, _) => ("an integer type", "an integer type such as `i64`"),
+            (Family::Payload, Dialect::Postgres) => ("BYTEA or TEXT", "`Vec<u8>`"),
+            (Family::Payload, _) => ("a binary or text type", "`Vec<u8>`"),
+            (Family::Text, _) => (
+                "a text type",
+                "`String` (in an `Option` where it may be NULL)",
+            ),
+        }
+    }
+
+    /// Whether a column of this type, as the database names it (lower case), holds what
+    /// the queue writes.
+    fn holds(self, dialect: Dialect, ty: &str) -> bool {
+        let text = ty.contains("char") || ty.contains("text") || ty.contains("clob");
+        match (self, dialect) {
+            (Family::Time, Dialect::Postgres) => ty == "timestamp with time zone",
+            // The lease's fence compares the expiry written to the microsecond.
+            (Family::Time, Dialect::MySql | Dialect::MariaDb) => {
+                ty == "datetime(6)" || ty == "timestamp(6)"
+            }
+            // SQLite keeps an integer in any column but one of text affinity, where it
+            // compares as text.
+            (Family::Time | Family::Integer, Dialect::Sqlite) => !text,
+            (Family::Integer, _) => ty.contains("int"),
+            (Family::Payload, Dialect::Postgres) => ty == "bytea" || text,
+            (Family::Payload, Dialect::MySql | Dialect::MariaDb) => {
+                ty.contains("blob") || ty.contains("binary") || text
+            }
+            (Family::Payload, Dialect::Sqlite) => true,
+            (Family::Text, Dialect::Sqlite) => true,
+            (Family::Text, _) => text,
+        }
+    }
+
+    /// Whether a field of this kind decodes such a column.
+    fn decodes(self, dialect: Dialect, kind: FieldKind) -> bool {
+        match (self, kind) {
+            (_, FieldKind::Other) => true,
+            (Family::Time, kind) => match dialect {
+                Dialect::Sqlite => !matches!(
+                    kind,
+                    FieldKind::Time | FieldKind::LocalTime | FieldKind::Bytes
+                ),
+                // A zone-aware time decodes `timestamptz`; a local one does not.
+                Dialect::Postgres => kind == FieldKind::Time,
+                Dialect::MySql | Dialect::MariaDb => {
+                    matches!(kind, FieldKind::Time | FieldKind::LocalTime)
+                }
+            },
+            (Family::Integer, kind) => kind == FieldKind::Integer,
+            (Family::Payload, kind) => matches!(kind, FieldKind::Bytes | FieldKind::Text),
+            (Family::Text, kind) => kind == FieldKind::Text,
+        }
+    }
+}
+
+/// The first described column whose type does not hold what the queue writes into it (a
+/// time, an attempt count, the payload, an error's text), or whose field in the row type
+/// cannot decode it.
 fn type_mismatch(
     dialect: Dialect,
     desc: &TableDesc,
     fields: &[RowField],
     types: &BTreeMap<String, String>,
 ) -> Option<CheckError> {
-    let (expected, hint) = match dialect {
-        Dialect::Postgres => (
-            "TIMESTAMPTZ",
-            "`chrono::DateTime<Utc>` or `time::OffsetDateTime` (in an `Option` where it may be NULL)",
-        ),
-        Dialect::MySql | Dialect::MariaDb => (
-            "DATETIME(6)",
-            "`chrono::NaiveDateTime` or `time::PrimitiveDateTime` (in an `Option` where it may be NULL)",
-        ),
-        Dialect::Sqlite => (
-            "INTEGER (microseconds since the Unix epoch)",
-            "`i64` (in an `Option` where it may be NULL)",
-        ),
-    };
-    let times = [
-        (desc.locked_until, "locked_until"),
-        (desc.due, "due"),
-        (desc.processed_at, "processed_at"),
-        (desc.failed_at, "failed_at"),
+    let roles = [
+        (desc.locked_until, "locked_until", Family::Time),
+        (desc.due, "due", Family::Time),
+        (desc.processed_at, "processed_at", Family::Time),
+        (desc.failed_at, "failed_at", Family::Time),
+        (desc.attempt, "attempt", Family::Integer),
+        (desc.payload, "payload", Family::Payload),
+        (desc.error, "error", Family::Text),
     ];
-    for (column, role) in times {
+    for (column, role, family) in roles {
         let Some(column) = column else { continue };
         let Some(found) = types
             .iter()
@@ -268,15 +340,8 @@ fn type_mismatch(
             // The server named no type: nothing to compare.
             continue;
         }
-        let writes = match dialect {
-            Dialect::Postgres => ty == "timestamp with time zone",
-            // The lease's fence compares the expiry written to the microsecond.
-            Dialect::MySql | Dialect::MariaDb => ty == "datetime(6)" || ty == "timestamp(6)",
-            // SQLite keeps an integer in any column but one of text affinity, where it
-            // compares as text.
-            Dialect::Sqlite => !(ty.contains("char") || ty.contains("clob") || ty.contains("text")),
-        };
-        if !writes {
+        let (expected, hint) = family.expected(dialect);
+        if !family.holds(dialect, &ty) {
             return Some(CheckError::ColumnType {
                 table: desc.table,
                 column: column.name,
@@ -288,19 +353,7 @@ fn type_mismatch(
         let Some(field) = fields.iter().find(|f| f.column == column.name) else {
             continue;
         };
-        let decodes = match (dialect, field.kind) {
-            (_, FieldKind::Other) => true,
-            (Dialect::Sqlite, kind) => !matches!(
-                kind,
-                FieldKind::Time | FieldKind::LocalTime | FieldKind::Bytes
-            ),
-            // A zone-aware time decodes `timestamptz`; a local one does not.
-            (Dialect::Postgres, kind) => kind == FieldKind::Time,
-            (Dialect::MySql | Dialect::MariaDb, kind) => {
-                matches!(kind, FieldKind::Time | FieldKind::LocalTime)
-            }
-        };
-        if !decodes {
+        if !family.decodes(dialect, field.kind) {
             return Some(CheckError::FieldType {
                 table: desc.table,
                 column: column.name,

@@ -73,11 +73,18 @@ fn default_type(dialect: Dialect, desc: &TableDesc, column: &str) -> &'static st
     .into_iter()
     .flatten()
     .any(|c| c.name == column);
-    match (dialect, time) {
-        (Dialect::Postgres, true) => "timestamp with time zone",
-        (Dialect::MySql | Dialect::MariaDb, true) => "datetime(6)",
-        (Dialect::Sqlite, _) => "INTEGER",
-        (_, false) => "bigint",
+    let payload = desc.payload.is_some_and(|c| c.name == column);
+    let error = desc.error.is_some_and(|c| c.name == column);
+    match (dialect, time, payload, error) {
+        (Dialect::Sqlite, _, true, _) => "BLOB",
+        (Dialect::Sqlite, _, _, true) => "TEXT",
+        (Dialect::Sqlite, ..) => "INTEGER",
+        (Dialect::Postgres, true, ..) => "timestamp with time zone",
+        (Dialect::MySql | Dialect::MariaDb, true, ..) => "datetime(6)",
+        (Dialect::Postgres, _, true, _) => "bytea",
+        (Dialect::MySql | Dialect::MariaDb, _, true, _) => "longblob",
+        (_, _, _, true) => "text",
+        _ => "bigint",
     }
 }
 

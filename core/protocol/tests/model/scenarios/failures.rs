@@ -493,6 +493,82 @@ fn the_check_refuses_time_columns_the_row_type_cannot_decode() {
     assert_eq!(check(Dialect::MariaDb, AS_LOCAL, None), None);
 }
 
+/// The attempt, the payload and the error columns too: their types hold what the queue
+/// writes, and the row type's fields decode them.
+#[test]
+fn the_check_compares_the_attempt_payload_and_error_columns() {
+    use ruststream_core::{CheckError, FieldKind, RowField};
+    let check = |dialect: Dialect, fields: &'static [RowField], column: &'static str, ty: &str| {
+        let mut sim = Sim::new(dialect, failing(Form::Lease, true), 1);
+        sim.row_fields = fields;
+        sim.db.column_types.insert(column, ty.to_owned());
+        sim.spawn();
+        sim.run();
+        sim.events(0, 0).into_iter().find_map(|e| match e {
+            Event::CheckFailed { error, .. } => Some(error),
+            _ => None,
+        })
+    };
+    let refused = |error: Option<CheckError>, column: &str| match error {
+        Some(
+            CheckError::ColumnType { column: c, .. } | CheckError::FieldType { column: c, .. },
+        ) => c == column,
+        _ => false,
+    };
+    // Columns of the wrong type.
+    assert!(refused(
+        check(Dialect::Postgres, &[], "payload", "jsonb"),
+        "payload"
+    ));
+    assert!(refused(
+        check(Dialect::MariaDb, &[], "attempt", "varchar(10)"),
+        "attempt"
+    ));
+    assert!(refused(
+        check(Dialect::Postgres, &[], "error", "integer"),
+        "error"
+    ));
+    assert_eq!(check(Dialect::Postgres, &[], "payload", "text"), None);
+    assert_eq!(check(Dialect::MySql, &[], "attempt", "int(11)"), None);
+    assert_eq!(check(Dialect::MySql, &[], "error", "mediumtext"), None);
+    // Fields of the wrong kind.
+    const ATTEMPT_AS_TEXT: &[RowField] = &[RowField {
+        column: "attempt",
+        field: "attempt",
+        rust: "String",
+        kind: FieldKind::Text,
+    }];
+    const ERROR_AS_BYTES: &[RowField] = &[RowField {
+        column: "error",
+        field: "error",
+        rust: "Vec<u8>",
+        kind: FieldKind::Bytes,
+    }];
+    const PAYLOAD_AS_INTEGER: &[RowField] = &[RowField {
+        column: "payload",
+        field: "payload",
+        rust: "i64",
+        kind: FieldKind::Integer,
+    }];
+    for dialect in ALL {
+        assert!(
+            refused(check(dialect, ATTEMPT_AS_TEXT, "id", "bigint"), "attempt"),
+            "{dialect:?}"
+        );
+        assert!(
+            refused(check(dialect, ERROR_AS_BYTES, "id", "bigint"), "error"),
+            "{dialect:?}"
+        );
+        assert!(
+            refused(
+                check(dialect, PAYLOAD_AS_INTEGER, "id", "bigint"),
+                "payload"
+            ),
+            "{dialect:?}"
+        );
+    }
+}
+
 /// An error text longer than [`ruststream_core::MAX_ERROR_LEN`] is cut on a character
 /// boundary before it is written; a delay past [`ruststream_core::MAX_RETRY_DELAY`] is cut
 /// to it.
