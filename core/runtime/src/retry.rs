@@ -153,10 +153,21 @@ impl std::fmt::Debug for Failures {
 impl Failures {
     /// Reports a failure: to the hook where one is set; else as a `tracing` error, and on
     /// standard error too where no `tracing` subscriber is installed, so that a failure is
-    /// never silent.
+    /// never silent. A row that returns to the queue (a table without `failed_at`) and fails
+    /// again is told of at attempts 1, 2, 4, 8, ..: the rest go to `tracing` at debug level.
     pub(crate) fn report(&self, failure: &Failure) {
         if let Some(hook) = &self.hook {
             hook(failure);
+            return;
+        }
+        if !worth_telling(failure) {
+            tracing::debug!(
+                table = failure.table,
+                subscription = failure.subscription,
+                id = %failure.id,
+                attempt = failure.attempt,
+                "{failure}"
+            );
             return;
         }
         tracing::error!(
@@ -171,6 +182,15 @@ impl Failures {
             eprintln!("ruststream: {failure}");
         }
     }
+}
+
+/// Whether the default report tells of `failure` at error level: every failure of a row
+/// that is kept, and a returning row's at its attempts 1, 2, 4, 8, ...
+fn worth_telling(failure: &Failure) -> bool {
+    failure.kept
+        || failure
+            .attempt
+            .is_none_or(|a| a <= 1 || u64::try_from(a).is_ok_and(u64::is_power_of_two))
 }
 
 /// An error a service must see: a `tracing` error, and a line on standard error where no
@@ -207,6 +227,24 @@ mod tests {
             (0..20).map(|_| policy.delay(1).as_millis()).collect();
         assert!(delays.len() > 5, "{delays:?}");
         assert!(delays.iter().all(|&d| (5_000..=15_000).contains(&d)));
+    }
+
+    #[test]
+    fn a_returning_row_is_told_of_at_powers_of_two() {
+        let failure = |attempt, kept| Failure {
+            table: "jobs",
+            subscription: "jobs",
+            id: Value::Int(1),
+            attempt,
+            error: None,
+            kept,
+        };
+        let told: Vec<i64> = (1..=20)
+            .filter(|&a| worth_telling(&failure(Some(a), false)))
+            .collect();
+        assert_eq!(told, [1, 2, 4, 8, 16]);
+        assert!(worth_telling(&failure(Some(7), true)));
+        assert!(worth_telling(&failure(None, false)));
     }
 
     #[test]
