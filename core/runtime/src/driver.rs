@@ -381,8 +381,11 @@ impl<A: Adapter> Driver<A> {
         let mut settlement = Settlement::new(outcome.outcome());
         settlement.error = outcome.error_arc();
         let sub = &self.subs[settled.sub.0];
+        // A rejection on a table without `failed_at` returns the row: its delay paces the
+        // subscription's next claim even where the table has no column to write it into.
         let waits = sub.desc.due.is_some() || sub.desc.locked_until.is_some();
-        if waits && matches!(outcome.outcome(), Outcome::Retry | Outcome::Reject) {
+        let paced = outcome.outcome() == Outcome::Reject && sub.desc.failed_at.is_none();
+        if (waits && outcome.outcome() == Outcome::Retry) || paced {
             let attempt = settled.attempt.unwrap_or(1);
             let delay = outcome
                 .delay()

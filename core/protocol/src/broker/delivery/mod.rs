@@ -97,6 +97,9 @@ pub(super) struct Delivery {
     failure: Option<bool>,
     /// Its take counted past the attempt budget: it fails without a handler.
     exhausted: bool,
+    /// A failure returned to the queue of a table with nowhere to write its delay: the
+    /// delay paces the subscription's next claim instead.
+    paced: bool,
     held: Held,
 }
 
@@ -264,6 +267,7 @@ impl<R> Broker<R> {
                 error: None,
                 failure: None,
                 exhausted: false,
+                paced: false,
                 held,
             },
         );
@@ -379,7 +383,9 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get(delivery) else {
             return settlement.outcome;
         };
-        let keeps_failed = self.subs[d.sub.0].desc.failed_at.is_some();
+        let desc = self.subs[d.sub.0].desc;
+        let keeps_failed = desc.failed_at.is_some();
+        let writes_delay = desc.due.is_some() || desc.locked_until.is_some();
         let outcome = match settlement.outcome {
             Outcome::Reject if !keeps_failed => Outcome::Retry,
             other => other,
@@ -396,6 +402,7 @@ impl<R> Broker<R> {
                 .error
                 .map(|e| cut_error(e, super::options::MAX_ERROR_LEN));
             d.failure = (settlement.outcome == Outcome::Reject).then_some(keeps_failed);
+            d.paced = settlement.outcome == Outcome::Reject && !keeps_failed && !writes_delay;
         }
         outcome
     }
@@ -710,7 +717,15 @@ impl<R> Broker<R> {
         // once: the row, or the next row of the key, waits for no poll.
         let retried = d.ending == Some(Ending::Settle(Outcome::Retry));
         let waits = d.delay.filter(|t| !t.is_zero() && retried && d.settled);
-        if let Some(delay) = waits.filter(|_| d.key().is_none() && !s.stopped) {
+        if let Some(delay) = waits.filter(|_| d.paced && !s.stopped) {
+            // A failure that returned at once: the next claim, which would take it again,
+            // waits its delay or the poll, whichever comes first, unless a claim comes sooner.
+            let next = self.now.plus(delay.min(s.options.poll_interval));
+            s.next_claim_at = Some(match s.next_claim_at {
+                Some(t) if t > self.now => t.min(next),
+                _ => next,
+            });
+        } else if let Some(delay) = waits.filter(|_| d.key().is_none() && !s.stopped) {
             // The row is due again after its delay: claim then, if no claim comes sooner.
             let due = self.now.plus(delay);
             s.next_claim_at = Some(s.next_claim_at.map_or(due, |t| t.min(due)));

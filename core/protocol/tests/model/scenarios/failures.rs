@@ -609,3 +609,40 @@ fn long_errors_and_delays_are_cut() {
         );
     }
 }
+
+/// A rejection on a table that keeps no failed rows and has no column to write a delay into
+/// returns the row at once; its delay paces the next claim instead (up to the poll), so a row
+/// that keeps failing is not taken again in a tight loop.
+#[test]
+fn a_returned_failure_with_nowhere_to_wait_paces_the_next_claim() {
+    for (form, dialect) in [
+        (Form::RowLock, Dialect::Postgres),
+        (Form::Advisory, Dialect::MariaDb),
+        (Form::Advisory, Dialect::Sqlite),
+    ] {
+        let mut desc = failing(form, false);
+        desc.failed_at = None;
+        let mut sim = Sim::start(dialect, desc, 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let mark = sim.mark();
+        let at = sim.now;
+        let delay = Duration::from_secs(30);
+        sim.settle_with(0, delivery, Settlement::new(Outcome::Reject).delay(delay));
+        sim.run();
+        assert!(
+            sim.delivered_rows(0, mark).is_empty(),
+            "{form:?} {dialect:?}: not taken again at once"
+        );
+        sim.advance(POLL + Duration::from_millis(10));
+        assert_eq!(sim.delivered_rows(0, mark), [1], "{form:?} {dialect:?}");
+        let again = sim.delivered_at(0, mark, 1).expect("taken again");
+        assert!(
+            again >= at.plus(POLL),
+            "{form:?} {dialect:?}: after the poll"
+        );
+        assert!(
+            again < at.plus(delay),
+            "{form:?} {dialect:?}: not the whole delay"
+        );
+    }
+}
