@@ -434,6 +434,63 @@ impl<A: Adapter> Driver<A> {
         }
     }
 
+    /// Hands a delivered row to its subscription's handler on a task of its own: a handler
+    /// that panics is caught and retried, its panic recorded; one that runs past its timeout
+    /// is dropped and retried.
+    fn hand(&mut self, delivered: ruststream_core::Delivered<A::Row>) {
+        let delivery = delivered.delivery;
+        let (sub, attempt) = (delivered.sub, delivered.attempt);
+        let s = &self.subs[sub.0];
+        let (table, id) = (s.desc.table, delivered.id.clone());
+        let dispatch = s.dispatch.clone();
+        let timeout = s.failures.timeout;
+        let mut guard = Guard {
+            tx: self.tx.clone(),
+            delivery,
+            armed: true,
+        };
+        // A handler that panics is caught and retried, its panic recorded; one that
+        // runs past its timeout is dropped and retried.
+        let work = AssertUnwindSafe(dispatch.run(delivered)).catch_unwind();
+        let limit: BoxFuture<()> = match timeout {
+            Some(t) => self.exec.sleep(t),
+            None => Box::pin(futures::future::pending()),
+        };
+        self.exec.spawn(Box::pin(async move {
+            let outcome = futures::select! {
+                done = work.fuse() => match done {
+                    Ok(outcome) => outcome,
+                    Err(panic) => {
+                        let error = format!("the handler panicked: {}", panic_text(&*panic));
+                        crate::retry::visible_error(&format!(
+                            "table `{table}`: row {id}: {error}; retried"
+                        ));
+                        HandlerOutcome::retry().with_error(error)
+                    }
+                },
+                () = limit.fuse() => {
+                    let error = format!(
+                        "the handler ran past its timeout of {:?}",
+                        timeout.unwrap_or_default()
+                    );
+                    crate::retry::visible_error(&format!(
+                        "table `{table}`: row {id}: {error}; retried"
+                    ));
+                    HandlerOutcome::retry().with_error(error)
+                }
+            };
+            guard.armed = false;
+            let settled = Settled {
+                sub,
+                attempt,
+                outcome,
+            };
+            let _ = guard
+                .tx
+                .unbounded_send(Input::Settle(guard.delivery, Box::new(settled)));
+        }));
+    }
+
     fn event(&mut self, event: Event<A::Row>) -> Option<ClosedCounts> {
         match event {
             Event::Ready { sub } => {
@@ -451,59 +508,7 @@ impl<A: Adapter> Driver<A> {
                     let _ = ready.send(Err(error));
                 }
             }
-            Event::Delivered(delivered) => {
-                let delivery = delivered.delivery;
-                let (sub, attempt) = (delivered.sub, delivered.attempt);
-                let s = &self.subs[sub.0];
-                let (table, id) = (s.desc.table, delivered.id.clone());
-                let dispatch = s.dispatch.clone();
-                let timeout = s.failures.timeout;
-                let mut guard = Guard {
-                    tx: self.tx.clone(),
-                    delivery,
-                    armed: true,
-                };
-                // A handler that panics is caught and retried, its panic recorded; one that
-                // runs past its timeout is dropped and retried.
-                let work = AssertUnwindSafe(dispatch.run(delivered)).catch_unwind();
-                let limit: BoxFuture<()> = match timeout {
-                    Some(t) => self.exec.sleep(t),
-                    None => Box::pin(futures::future::pending()),
-                };
-                self.exec.spawn(Box::pin(async move {
-                    let outcome = futures::select! {
-                        done = work.fuse() => match done {
-                            Ok(outcome) => outcome,
-                            Err(panic) => {
-                                let error = format!("the handler panicked: {}", panic_text(&*panic));
-                                crate::retry::visible_error(&format!(
-                                    "table `{table}`: row {id}: {error}; retried"
-                                ));
-                                HandlerOutcome::retry().with_error(error)
-                            }
-                        },
-                        () = limit.fuse() => {
-                            let error = format!(
-                                "the handler ran past its timeout of {:?}",
-                                timeout.unwrap_or_default()
-                            );
-                            crate::retry::visible_error(&format!(
-                                "table `{table}`: row {id}: {error}; retried"
-                            ));
-                            HandlerOutcome::retry().with_error(error)
-                        }
-                    };
-                    guard.armed = false;
-                    let settled = Settled {
-                        sub,
-                        attempt,
-                        outcome,
-                    };
-                    let _ = guard
-                        .tx
-                        .unbounded_send(Input::Settle(guard.delivery, Box::new(settled)));
-                }));
-            }
+            Event::Delivered(delivered) => self.hand(delivered),
             Event::Failed {
                 sub,
                 id,

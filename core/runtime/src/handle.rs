@@ -272,14 +272,7 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     }
 
     async fn send(&self, messages: Vec<Message>) -> Result<(), PublishError> {
-        let tx = match &*self
-            .state
-            .lock()
-            .expect("the handle's state is never poisoned")
-        {
-            HandleState::Running(tx) => tx.clone(),
-            HandleState::Idle | HandleState::Closed => return Err(PublishError::Closed),
-        };
+        let tx = running_sender(&self.state)?;
         let desc = *T::TABLE.table_desc();
         let rows = messages
             .into_iter()
@@ -353,14 +346,7 @@ impl<T: InboxTable, A: Adapter> FailedRows<T, A> {
     }
 
     async fn send(&self, which: FailedRowsOf, redrive: bool) -> Result<u64, PublishError> {
-        let tx = match &*self
-            .state
-            .lock()
-            .expect("the handle's state is never poisoned")
-        {
-            HandleState::Running(tx) => tx.clone(),
-            HandleState::Idle | HandleState::Closed => return Err(PublishError::Closed),
-        };
+        let tx = running_sender(&self.state)?;
         let change = Change {
             desc: *T::TABLE.table_desc(),
             which,
@@ -370,6 +356,14 @@ impl<T: InboxTable, A: Adapter> FailedRows<T, A> {
         tx.unbounded_send(Input::Change(Box::new(change), reply))
             .map_err(|_| PublishError::Closed)?;
         answer.await.unwrap_or(Err(PublishError::Closed))
+    }
+}
+
+/// The driver's sender while the broker runs; [`PublishError::Closed`] before and after.
+fn running_sender(state: &Mutex<HandleState>) -> Result<Sender, PublishError> {
+    match &*state.lock().expect("the handle's state is never poisoned") {
+        HandleState::Running(tx) => Ok(tx.clone()),
+        HandleState::Idle | HandleState::Closed => Err(PublishError::Closed),
     }
 }
 

@@ -275,21 +275,7 @@ impl<R> Broker<R> {
             self.end(id, Ending::Shutdown);
             return;
         }
-        let budget = self.subs[sub.0].options.max_attempts;
-        if let (Some(max), Some(attempt)) = (budget, taken.attempt)
-            && attempt > i64::from(max)
-        {
-            // Past the budget: the row fails without running the handler, so a row whose
-            // handler crashes its process ends failed once its crashes spent the budget.
-            if let Some(d) = self.deliveries.get_mut(id) {
-                d.delivered = false;
-                d.exhausted = true;
-                d.failure = Some(true);
-                d.error = Some(Arc::from(format!(
-                    "attempt {attempt} is past max_attempts ({max}): failed without running the handler"
-                )));
-            }
-            self.end(id, Ending::Settle(Outcome::Reject));
+        if self.past_budget(sub, id, taken.attempt) {
             return;
         }
         let delivered = Delivered {
@@ -321,6 +307,29 @@ impl<R> Broker<R> {
         } else {
             self.ahead.push(sub, delivered);
         }
+    }
+
+    /// Whether the take that counted `attempt` is past the subscription's attempt budget: then
+    /// the row fails without running the handler, so that a row whose handler crashes its
+    /// process ends failed once crashes spent the budget.
+    fn past_budget(&mut self, sub: SubId, id: DeliveryId, attempt: Option<i64>) -> bool {
+        let budget = self.subs[sub.0].options.max_attempts;
+        let (Some(max), Some(attempt)) = (budget, attempt) else {
+            return false;
+        };
+        if attempt <= i64::from(max) {
+            return false;
+        }
+        if let Some(d) = self.deliveries.get_mut(id) {
+            d.delivered = false;
+            d.exhausted = true;
+            d.failure = Some(true);
+            d.error = Some(Arc::from(format!(
+                "attempt {attempt} is past max_attempts ({max}): failed without running the handler"
+            )));
+        }
+        self.end(id, Ending::Settle(Outcome::Reject));
+        true
     }
 
     /// How a row of `sub` is held: by its key, or by the lease that runs out at `fence`
