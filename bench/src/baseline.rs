@@ -15,7 +15,9 @@
 //!   `mark_lease`, `COMMIT`, the handler, `settle`.
 //! - advisory, PostgreSQL and MySQL/MariaDB: `candidates` (limit 2 W), passing over the keys
 //!   the tasks have in work (the core's `candidates_excluding`, the keys' text bound in its
-//!   `NOT IN`), then for each candidate until one is taken: lock the key (`try_lock`), `take`
+//!   `NOT IN`), then for each candidate until one is taken: put its key in the tasks' set of
+//!   keys in work (a key already there is passed over: no two tasks try one key's lock, as in
+//!   the core), lock the key (`try_lock`), `take`
 //!   (MySQL/MariaDB: `take_count` then `read_row`), the handler, `settle`, `unlock`. A key found
 //!   held (by another task, or by a session elsewhere) is passed over with every later
 //!   candidate of it, so no row overtakes an earlier row of its key; when the look found only
@@ -417,9 +419,15 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
                 Value::Text(t) => t.clone(),
                 other => other.to_string(),
             };
+            // On the database's locks a key counts as in work from its lock on (checked and
+            // put in the set at once), so no two tasks try one key's lock.
             if database
                 && (passed.contains(&key)
-                    || shared.keys.lock().expect("not poisoned").contains(&key))
+                    || !shared
+                        .keys
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(key.clone()))
             {
                 passed.insert(key);
                 continue;
@@ -441,14 +449,10 @@ async fn advisory_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
                 if !locked {
+                    shared.keys.lock().expect("not poisoned").remove(&key);
                     passed.insert(key);
                     continue;
                 }
-                shared
-                    .keys
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(key.clone());
             } else if !shared
                 .keys
                 .lock()

@@ -32,7 +32,7 @@ pub(in crate::broker) enum Stage {
 
 #[derive(Debug)]
 pub(in crate::broker) struct Claiming {
-    st: Arc<AdvisoryStatements>,
+    pub(super) st: Arc<AdvisoryStatements>,
     candidates: VecDeque<Candidate>,
     /// The candidate whose key is being locked, or whose row is being taken.
     current: Option<Candidate>,
@@ -224,11 +224,6 @@ impl<R> Broker<R> {
         };
         let keys = &a.st.keys;
         if locked {
-            if matches!(keys, KeyLocks::Database { .. })
-                && let Some(current) = &a.current
-            {
-                self.keys.insert(current.key.clone());
-            }
             if running {
                 self.take_current(claim);
             } else {
@@ -242,6 +237,7 @@ impl<R> Broker<R> {
             self.next_candidate(claim);
         } else {
             if let Some(candidate) = a.current.take() {
+                self.keys.remove(&candidate.key);
                 a.passed.insert(candidate.key);
             }
             self.next_candidate(claim);
@@ -369,6 +365,9 @@ impl<R> Broker<R> {
             KeyLocks::Database { try_lock, .. } => {
                 let statement = try_lock.clone();
                 let arg = self.key_arg(sub, &key);
+                // The key counts as in work here from its lock on: another claim of this
+                // process passes over it instead of trying a lock this one may hold.
+                self.keys.insert(key);
                 let binds = statement.binds(|_| arg.clone());
                 let stage = ClaimStage::Advisory(Stage::Lock);
                 self.claim_execute(claim, conn, statement, binds, stage);

@@ -169,19 +169,24 @@ impl<R> Broker<R> {
         let sub = c.sub;
         c.failed = true;
         let conn = c.conn.take();
-        let current = match &mut c.form {
+        let (current, database_locks) = match &mut c.form {
             ClaimForm::RowLock(r) => {
                 r.counted = None;
-                None
+                (None, false)
             }
             ClaimForm::Lease(l) => {
                 l.taken.clear();
-                None
+                (None, false)
             }
-            ClaimForm::Advisory(a) => a.abandon(),
+            ClaimForm::Advisory(a) => (
+                a.abandon(),
+                matches!(a.st.keys, crate::dialect::KeyLocks::Database { .. }),
+            ),
         };
+        // A key on the database's locks counts as in work from its lock on; a custom lock's
+        // and the registry's from the lock's answer.
         if let Some(candidate) = current
-            && !matches!(stage, ClaimStage::Advisory(AdvisoryStage::Lock))
+            && (database_locks || !matches!(stage, ClaimStage::Advisory(AdvisoryStage::Lock)))
         {
             // A key locked on this connection ends with it; the registry forgets it.
             self.keys.remove(&candidate.key);
