@@ -93,6 +93,9 @@ const ROW: &[&str] = &["id", "attempt", "payload"];
 
 /// What the tasks of one baseline run share.
 pub(crate) struct Shared {
+    /// The limit loop: the row lock form's tasks count and lock each on its own, with no
+    /// turn shared between them (see the module's docs).
+    pub(crate) limit: bool,
     pub(crate) statements: Statements,
     pub(crate) stats: Arc<Stats>,
     /// The table, for the candidates that pass over keys.
@@ -265,10 +268,15 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
     let FormStatements::RowLock(f) = &st.form else {
         return Err(wrong_form("row lock"));
     };
-    let claim = shared.claim.lock().await;
+    let claim = if shared.limit {
+        None
+    } else {
+        Some(shared.claim.lock().await)
+    };
     let now = crate::stats::now_us();
     let mut b = Binds {
         now,
+        limit: 1,
         ..Binds::default()
     };
     let (id, attempt, lock) = match &f.claim {
@@ -284,9 +292,12 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
         }
         RowLockClaim::SelectCount {
             select_row_id,
-            count_attempt,
+            count_attempts,
             lock_row_by_id,
         } => {
+            let Some(count_attempt) = count_attempts.first() else {
+                return Err(wrong_form("row lock with an attempt column"));
+            };
             run(conn, shared, &st.begin, &b).await?;
             let found = rows(conn, shared, select_row_id, &b, &["id", "attempt"]).await?;
             let Some(row) = found.into_iter().next() else {

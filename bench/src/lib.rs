@@ -800,6 +800,12 @@ pub struct Summary {
     pub ratios: Vec<f64>,
     /// The median of the ratios.
     pub ratio_median: Option<f64>,
+    /// The limit loop's jobs per second, median over the rounds.
+    pub limit_jobs_per_s: Option<f64>,
+    /// The median of each round's ratio ruststream/limit.
+    pub limit_ratio_median: Option<f64>,
+    /// The limit loop's statements per job, last round.
+    pub limit_statements_per_job: Option<f64>,
     /// ruststream's pickup p50 and p99, medians over the rounds, ms.
     pub ruststream_pickup_p50_ms: Option<f64>,
     /// See `ruststream_pickup_p50_ms`.
@@ -827,6 +833,10 @@ pub struct Summary {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
+    /// The limit loop: the fewest statements and commits that keep the form's guarantees
+    /// (bench/src/baseline.rs).
+    Limit,
+    /// The loop of the core's own statements, as the core sequences them.
     Baseline,
     RustStream,
     /// The peer of `--peer` (bench/src/peer.rs).
@@ -874,8 +884,10 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
             let mut per_process_jobs = None;
             let mut child_memory = None;
             let elapsed = match side {
-                Side::Baseline => {
-                    let (elapsed, dialect) = run_baseline(config, &desc, stats.clone()).await?;
+                Side::Baseline | Side::Limit => {
+                    let limit = side == Side::Limit;
+                    let (elapsed, dialect) =
+                        run_baseline(config, &desc, stats.clone(), limit).await?;
                     dialect_name = dialect.name();
                     elapsed
                 }
@@ -996,14 +1008,19 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
     };
     let rs = of("ruststream");
     let base = of("baseline");
-    let ratios: Vec<f64> = rs
-        .iter()
-        .filter_map(|r| {
-            base.iter()
-                .find(|b| b.round == r.round)
-                .map(|b| r.jobs_per_s / b.jobs_per_s)
-        })
-        .collect();
+    let limit = of("limit");
+    let ratios_to = |other: &[&RunRecord]| -> Vec<f64> {
+        rs.iter()
+            .filter_map(|r| {
+                other
+                    .iter()
+                    .find(|b| b.round == r.round)
+                    .map(|b| r.jobs_per_s / b.jobs_per_s)
+            })
+            .collect()
+    };
+    let ratios = ratios_to(&base);
+    let limit_ratios = ratios_to(&limit);
     let med = |runs: &[&RunRecord], f: fn(&RunRecord) -> Option<f64>| -> Option<f64> {
         median(&runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
     };
@@ -1032,6 +1049,9 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         baseline_jobs_per_s: med(&base, |r| Some(r.jobs_per_s)),
         ratio_median: median(&ratios),
         ratios,
+        limit_jobs_per_s: med(&limit, |r| Some(r.jobs_per_s)),
+        limit_ratio_median: median(&limit_ratios),
+        limit_statements_per_job: limit.last().map(|r| r.statements_per_job),
         ruststream_pickup_p50_ms: med(&rs, |r| r.pickup_p50_ms),
         ruststream_pickup_p99_ms: med(&rs, |r| r.pickup_p99_ms),
         baseline_pickup_p50_ms: med(&base, |r| r.pickup_p50_ms),
@@ -1045,13 +1065,17 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         peer: peer::summary(config, &records),
     };
     eprintln!(
-        "summary {} {} {} W={}{}: ruststream {} jobs/s, baseline {} jobs/s, median ratio {}",
+        "summary {} {} {} W={}{}: ruststream {} jobs/s, limit {} jobs/s (ratio {}), same statements {} jobs/s (ratio {})",
         summary.adapter,
         summary.database,
         summary.form,
         summary.workers,
         scale_label(config, None, summary.order_checked),
         num(summary.ruststream_jobs_per_s),
+        num(summary.limit_jobs_per_s),
+        summary
+            .limit_ratio_median
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
         num(summary.baseline_jobs_per_s),
         summary
             .ratio_median
@@ -1190,6 +1214,7 @@ async fn run_baseline(
     config: &Config,
     desc: &TableDesc,
     stats: Arc<Stats>,
+    limit: bool,
 ) -> Result<(Duration, Dialect), BoxError> {
     use sqlx::Connection;
     let w = config.baseline_tasks();
@@ -1199,14 +1224,14 @@ async fn run_baseline(
             for _ in 0..w {
                 conns.push(sqlx::PgConnection::connect(url).await?);
             }
-            spawn_all(config, desc, Dialect::Postgres, conns, stats).await
+            spawn_all(config, desc, Dialect::Postgres, conns, stats, limit).await
         }
         (AdapterKind::Sqlx, Database::MySql(url)) => {
             let mut conns = Vec::new();
             for _ in 0..w {
                 conns.push(sqlx::MySqlConnection::connect(url).await?);
             }
-            spawn_all(config, desc, Dialect::MariaDb, conns, stats).await
+            spawn_all(config, desc, Dialect::MariaDb, conns, stats, limit).await
         }
         (AdapterKind::Sqlx, Database::Sqlite(path)) => {
             let mut conns = Vec::new();
@@ -1215,14 +1240,14 @@ async fn run_baseline(
                     sqlx::SqliteConnection::connect_with(&drivers::sqlite_options(path)).await?,
                 );
             }
-            spawn_all(config, desc, Dialect::Sqlite, conns, stats).await
+            spawn_all(config, desc, Dialect::Sqlite, conns, stats, limit).await
         }
         (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
             let mut conns = Vec::new();
             for _ in 0..w {
                 conns.push(drivers::TokioPg::connect(url).await?);
             }
-            spawn_all(config, desc, Dialect::Postgres, conns, stats).await
+            spawn_all(config, desc, Dialect::Postgres, conns, stats, limit).await
         }
         (AdapterKind::MysqlAsync, Database::MySql(url)) => {
             let opts = mysql_async::Opts::from_url(url)?;
@@ -1232,7 +1257,7 @@ async fn run_baseline(
                     mysql_async::Conn::new(opts.clone()).await?,
                 ));
             }
-            spawn_all(config, desc, Dialect::MariaDb, conns, stats).await
+            spawn_all(config, desc, Dialect::MariaDb, conns, stats, limit).await
         }
         (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
             // Blocking connections: each task gets a thread of its own with a current-thread
@@ -1242,7 +1267,14 @@ async fn run_baseline(
                 conns.push(drivers::open_rusqlite(path)?);
             }
             let statements = Statements::render(Dialect::Sqlite, desc, w);
-            let shared = shared(config, desc, statements, String::new(), stats.clone());
+            let shared = shared(
+                config,
+                desc,
+                statements,
+                String::new(),
+                stats.clone(),
+                limit,
+            );
             let started = std::time::Instant::now();
             let mut threads = Vec::new();
             for conn in conns {
@@ -1283,8 +1315,10 @@ fn shared(
     statements: Statements,
     database: String,
     stats: Arc<Stats>,
+    limit: bool,
 ) -> Arc<Shared> {
     Arc::new(Shared {
+        limit,
         statements,
         stats,
         desc: *desc,
@@ -1304,6 +1338,7 @@ async fn spawn_all<C: RawConn>(
     dialect: Dialect,
     mut conns: Vec<C>,
     stats: Arc<Stats>,
+    limit: bool,
 ) -> Result<(Duration, Dialect), BoxError> {
     let mut dialect = dialect;
     let mut database = String::new();
@@ -1332,7 +1367,7 @@ async fn spawn_all<C: RawConn>(
         );
     }
     let statements = Statements::render(dialect, desc, config.baseline_tasks());
-    let shared = shared(config, desc, statements, database, stats.clone());
+    let shared = shared(config, desc, statements, database, stats.clone(), limit);
     let started = std::time::Instant::now();
     let mut tasks = Vec::new();
     for conn in conns {

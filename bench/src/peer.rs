@@ -130,6 +130,7 @@ pub struct PeerSummary {
 pub(crate) fn sides(config: &Config) -> Vec<Side> {
     let mut sides = Vec::new();
     if !config.no_baseline {
+        sides.push(Side::Limit);
         sides.push(Side::Baseline);
     }
     sides.push(Side::RustStream);
@@ -142,6 +143,7 @@ pub(crate) fn sides(config: &Config) -> Vec<Side> {
 /// The name a side's JSON lines carry in `implementation`.
 pub(crate) fn implementation(config: &Config, side: Side) -> &'static str {
     match side {
+        Side::Limit => "limit",
         Side::Baseline => "baseline",
         Side::RustStream => "ruststream",
         Side::Peer => config.peer.map_or("peer", PeerKind::name),
@@ -478,7 +480,7 @@ mod tests {
         );
         assert!(PeerKind::from_name("apalis:0").is_err());
         let sides = sides(&config);
-        assert!(sides == [Side::Baseline, Side::RustStream, Side::Peer]);
+        assert!(sides == [Side::Limit, Side::Baseline, Side::RustStream, Side::Peer]);
         assert_eq!(implementation(&config, Side::Peer), "apalis");
     }
 

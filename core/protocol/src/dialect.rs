@@ -591,22 +591,26 @@ pub enum RowLockClaim {
         /// Locks and reads the first claimable row, `FOR UPDATE SKIP LOCKED`.
         lock_row: Statement,
     },
-    /// PostgreSQL with an attempt column: count the first claimable row's attempt in one
-    /// statement that commits on its own, then `BEGIN` and lock the counted row.
+    /// PostgreSQL with an attempt column: count the first claimable rows' attempts in one
+    /// statement that commits on its own, then `BEGIN` and lock each counted row on a
+    /// connection of its own.
     Count {
-        /// Counts the first claimable row's attempt: a row of its id and the count.
+        /// Counts the attempts of the first `Arg::Limit` claimable rows: a row of each one's
+        /// id and count.
         count_row: Statement,
         /// Locks the counted row while its attempt is still the one counted, and reads it.
         lock_row_by_id: Statement,
     },
-    /// MySQL and MariaDB with an attempt column: `BEGIN`, lock the first claimable row's id,
-    /// count its attempt, `COMMIT`; then `BEGIN` and lock the counted row.
+    /// MySQL and MariaDB with an attempt column: `BEGIN`, lock the first claimable rows' ids,
+    /// count their attempts, `COMMIT`; then `BEGIN` and lock each counted row on a connection
+    /// of its own.
     SelectCount {
-        /// Locks the first claimable row, `FOR UPDATE SKIP LOCKED`: a row of its id and its
-        /// attempt before the count.
+        /// Locks the first `Arg::Limit` claimable rows, `FOR UPDATE SKIP LOCKED`: a row of each
+        /// one's id and its attempt before the count.
         select_row_id: Statement,
-        /// Adds one to the row's attempt.
-        count_attempt: Statement,
+        /// Adds one to the attempts of `n` rows (`Arg::IdAt(0..n)`), at index `n - 1`, for
+        /// `n` up to the claim's batch.
+        count_attempts: Vec<Statement>,
         /// Locks the counted row while its attempt is still the one counted, and reads it.
         lock_row_by_id: Statement,
     },
@@ -741,7 +745,7 @@ impl Statements {
             (None, Some(lease)) => {
                 FormStatements::Lease(Arc::new(r.lease_statements(rows, batch, lease.name)))
             }
-            (None, None) => FormStatements::RowLock(Arc::new(r.row_lock_statements(rows))),
+            (None, None) => FormStatements::RowLock(Arc::new(r.row_lock_statements(rows, batch))),
         };
         Statements {
             dialect,
@@ -902,9 +906,13 @@ impl Statements {
                     } => out.extend([count_row, lock_row_by_id]),
                     RowLockClaim::SelectCount {
                         select_row_id,
-                        count_attempt,
+                        count_attempts,
                         lock_row_by_id,
-                    } => out.extend([select_row_id, count_attempt, lock_row_by_id]),
+                    } => {
+                        out.push(select_row_id);
+                        out.extend(count_attempts);
+                        out.push(lock_row_by_id);
+                    }
                 }
                 out.push(&f.settle);
                 out.extend(f.fail.iter().chain(&f.retry));
@@ -982,7 +990,7 @@ impl Renderer<'_> {
         self.q(self.desc.id.name)
     }
 
-    fn row_lock_statements(&self, rows: Output) -> RowLockStatements {
+    fn row_lock_statements(&self, rows: Output, batch: usize) -> RowLockStatements {
         let claim = match (self.desc.attempt, self.dialect) {
             (None, _) => RowLockClaim::Lock {
                 lock_row: self.lock_row(rows),
@@ -993,7 +1001,9 @@ impl Renderer<'_> {
             },
             (Some(attempt), Dialect::MySql | Dialect::MariaDb) => RowLockClaim::SelectCount {
                 select_row_id: self.select_row_id(attempt.name),
-                count_attempt: self.count_attempt(attempt.name, false),
+                count_attempts: (1..=batch.max(1))
+                    .map(|n| self.count_attempts(attempt.name, n))
+                    .collect(),
                 lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
             },
         };
@@ -1051,7 +1061,7 @@ impl Renderer<'_> {
         };
         let take = match self.desc.attempt.filter(|_| self.dialect.mysql_like()) {
             Some(attempt) => AdvisoryTake::CountThenRead {
-                take_count: self.count_attempt(attempt.name, true),
+                take_count: self.count_attempt(attempt.name),
                 read_row: self.read_row(rows),
             },
             None => AdvisoryTake::Returning {
@@ -1195,7 +1205,9 @@ impl Renderer<'_> {
             .push(&self.table());
         let _ = self.claimable(s, true);
         self.order(s);
-        s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
+        s.push(" LIMIT ")
+            .arg(Arg::Limit)
+            .push(" FOR UPDATE SKIP LOCKED");
     }
 
     fn count_row(&self, attempt_column: &'static str) -> Statement {
@@ -1209,7 +1221,7 @@ impl Renderer<'_> {
             .push(&attempt)
             .push(" + 1 WHERE ")
             .push(&self.id())
-            .push(" = (");
+            .push(" IN (");
         self.first_row_id(&mut s);
         s.push(") RETURNING ")
             .push(&self.id())
@@ -1234,7 +1246,9 @@ impl Renderer<'_> {
             .push(&self.table());
         let _ = self.claimable(&mut s, true);
         self.order(&mut s);
-        s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
+        s.push(" LIMIT ")
+            .arg(Arg::Limit)
+            .push(" FOR UPDATE SKIP LOCKED");
         s.finish(
             StatementKind::SelectRowId,
             named(&[
@@ -1261,9 +1275,32 @@ impl Renderer<'_> {
         s.finish(StatementKind::LockRowById, rows)
     }
 
-    /// Counts the attempt; `claimable` adds the row's claimable conditions (the advisory
+    /// Counts the attempts of `n` rows by their ids (the row lock claim on MySQL and MariaDB).
+    fn count_attempts(&self, attempt: &str, n: usize) -> Statement {
+        let attempt = self.q(attempt);
+        let mut s = Sql::new(self.dialect);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&attempt)
+            .push(" = ")
+            .push(&attempt)
+            .push(" + 1 WHERE ")
+            .push(&self.id())
+            .push(" IN (");
+        for i in 0..n {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.arg(Arg::IdAt(i));
+        }
+        s.push(")");
+        s.finish(StatementKind::CountAttempt, Output::Affected)
+    }
+
+    /// Counts the attempt of the row whose id is bound, while it is claimable (the advisory
     /// take on MySQL and MariaDB).
-    fn count_attempt(&self, attempt: &str, claimable: bool) -> Statement {
+    fn count_attempt(&self, attempt: &str) -> Statement {
         let attempt = self.q(attempt);
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ")
@@ -1276,13 +1313,8 @@ impl Renderer<'_> {
             .push(&self.id())
             .push(" = ")
             .arg(Arg::Id);
-        let kind = if claimable {
-            let _ = self.claimable(&mut s, false);
-            StatementKind::TakeCount
-        } else {
-            StatementKind::CountAttempt
-        };
-        s.finish(kind, Output::Affected)
+        let _ = self.claimable(&mut s, false);
+        s.finish(StatementKind::TakeCount, Output::Affected)
     }
 
     fn lease_set(&self, s: &mut Sql, lease: &str) {

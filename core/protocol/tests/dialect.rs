@@ -362,11 +362,11 @@ impl Flat {
                     }
                     RowLockClaim::SelectCount {
                         select_row_id,
-                        count_attempt,
+                        count_attempts,
                         lock_row_by_id,
                     } => {
                         flat.select_row_id = Some(select_row_id.clone());
-                        flat.count_attempt = Some(count_attempt.clone());
+                        flat.count_attempt = count_attempts.first().cloned();
                         flat.lock_row_by_id = Some(lock_row_by_id.clone());
                     }
                 }
@@ -443,7 +443,7 @@ fn postgres_row_lock_statements() {
     );
     assert_eq!(
         sql(&s.count_row),
-        r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt""#
+        r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt""#
     );
     assert_eq!(
         sql(&s.lock_row_by_id),
@@ -493,11 +493,27 @@ fn mysql_row_lock_statements() {
         );
         assert_eq!(
             sql(&s.count_attempt),
-            "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+            "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?)"
         );
         assert_eq!(
             sql(&s.select_row_id),
-            "SELECT `id`, `attempt` FROM `jobs` ORDER BY `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+            "SELECT `id`, `attempt` FROM `jobs` ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+        );
+        // One count statement per number of rows a count takes, up to the batch.
+        let FormStatements::RowLock(f) = &Statements::render(dialect, ROW_LOCK.desc(), 3).form
+        else {
+            panic!("the row lock form");
+        };
+        let RowLockClaim::SelectCount { count_attempts, .. } = &f.claim else {
+            panic!("{dialect:?} counts after a select");
+        };
+        assert_eq!(
+            count_attempts.iter().map(|s| &*s.sql).collect::<Vec<_>>(),
+            [
+                "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?)",
+                "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)",
+                "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?, ?, ?)",
+            ]
         );
         assert_eq!(
             sql(&s.lock_row_by_id),
@@ -1138,8 +1154,11 @@ fn args_are_the_ones_each_statement_needs() {
                         }
                         StatementKind::ReleaseLease => matches!(arg, Arg::Id | Arg::Fence),
                         StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
-                        StatementKind::CountAttempt | StatementKind::ReadRow => *arg == Arg::Id,
-                        StatementKind::CountRow | StatementKind::SelectRowId => *arg == Arg::Now,
+                        StatementKind::ReadRow => *arg == Arg::Id,
+                        StatementKind::CountAttempt => matches!(arg, Arg::IdAt(_)),
+                        StatementKind::CountRow | StatementKind::SelectRowId => {
+                            matches!(arg, Arg::Now | Arg::Limit)
+                        }
                         StatementKind::LockRowById => {
                             matches!(arg, Arg::Id | Arg::Attempt | Arg::Now)
                         }
@@ -1178,11 +1197,13 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::ReadRow
                         | StatementKind::Take
                         | StatementKind::TakeCount
-                        | StatementKind::CountAttempt
                         | StatementKind::ExtendLease
                         | StatementKind::ReleaseLease
                 ) {
                     assert!(st.args.contains(&Arg::Id), "names its row: {what}");
+                }
+                if st.kind == StatementKind::CountAttempt {
+                    assert!(st.args.contains(&Arg::IdAt(0)), "names its rows: {what}");
                 }
                 if matches!(
                     st.kind,

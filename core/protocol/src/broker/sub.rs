@@ -29,14 +29,27 @@ pub(super) struct CheckState {
 }
 
 /// The row lock form with an attempt column: a claim counts and commits the attempt, then
-/// locks the counted row, and a second claim of the process in between would count the same
-/// row again. Claims acquire their connections side by side and count one at a time.
+/// locks the counted row, and a second count of the process in between would count the same
+/// row again. Claims acquire their connections side by side; the claims waiting when a count
+/// starts are counted together, in one statement on the first one's connection, and the next
+/// count starts when each of them has locked its row or ended.
 #[derive(Debug, Default)]
 pub(super) struct CountQueue {
-    /// The claim between its count and its lock.
-    pub(super) counting: Option<u64>,
-    /// Claims that hold a connection and wait for the count to be theirs, in order.
+    /// The count between its statement and its rows' locks.
+    pub(super) counting: Option<Count>,
+    /// Claims that hold a connection and wait for a count, in order.
     pub(super) waiting: VecDeque<u64>,
+}
+
+/// One count of several claims' rows.
+#[derive(Debug)]
+pub(super) struct Count {
+    /// The claim whose connection runs the count.
+    pub(super) leader: u64,
+    /// The claims it counts for (the leader first) that have not locked their row or ended.
+    pub(super) members: Vec<u64>,
+    /// The counted rows went to the members.
+    pub(super) handed: bool,
 }
 
 /// The lease form, where the database returns the rows a statement settled: the delivery

@@ -387,22 +387,27 @@ impl Db {
             }
             StatementKind::CountRow | StatementKind::SelectRowId => {
                 let now = now_or_none();
-                let id = self
+                let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
+                assert!(limit >= 1, "a count of no rows");
+                let ids: Vec<i64> = self
                     .ordered(desc, now)
                     .into_iter()
-                    .find(|id| !self.locked_by_other(*id, sess));
-                let Some(id) = id else {
-                    return Reply::Rows(Vec::new());
-                };
-                if statement.kind == StatementKind::CountRow {
-                    assert!(!in_tx, "the count commits on its own");
-                    self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
-                } else {
-                    assert!(in_tx, "FOR UPDATE outside a transaction");
-                    self.row_locks.insert(id, sess);
+                    .filter(|id| !self.locked_by_other(*id, sess))
+                    .take(limit)
+                    .collect();
+                let mut rows = Vec::new();
+                for id in ids {
+                    if statement.kind == StatementKind::CountRow {
+                        assert!(!in_tx, "the count commits on its own");
+                        self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                    } else {
+                        assert!(in_tx, "FOR UPDATE outside a transaction");
+                        self.row_locks.insert(id, sess);
+                    }
+                    let attempt = self.rows[&id].attempt;
+                    rows.push(Row::values(vec![Value::Int(id), Value::Int(attempt)]));
                 }
-                let attempt = self.rows[&id].attempt;
-                Reply::Rows(vec![Row::values(vec![Value::Int(id), Value::Int(attempt)])])
+                Reply::Rows(rows)
             }
             StatementKind::LockRowById => {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
@@ -421,12 +426,20 @@ impl Db {
                 Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
             }
             StatementKind::CountAttempt => {
-                let id = int(Arg::Id);
-                if !self.rows.contains_key(&id) {
-                    return Reply::Affected(0);
+                let mut affected = 0;
+                let ids = statement
+                    .args
+                    .iter()
+                    .filter(|a| matches!(a, Arg::IdAt(_)))
+                    .count();
+                for i in 0..ids {
+                    let id = int(Arg::IdAt(i));
+                    if self.rows.contains_key(&id) {
+                        self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                        affected += 1;
+                    }
                 }
-                self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
-                Reply::Affected(1)
+                Reply::Affected(affected)
             }
             StatementKind::ClaimLease => {
                 let now = now_or_none();

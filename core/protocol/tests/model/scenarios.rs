@@ -3207,6 +3207,62 @@ fn row_lock_claims_that_count_attempts_count_one_at_a_time() {
     }
 }
 
+/// The claims waiting for a count when it starts are counted together: one statement counts a
+/// row for each of them, and each locks its own row on its own connection. Rows are counted
+/// once each and none goes to two claims.
+#[test]
+fn row_lock_claims_waiting_together_are_counted_in_one_statement() {
+    for dialect in SERVERS {
+        let counting = if dialect == Dialect::Postgres {
+            StatementKind::CountRow
+        } else {
+            StatementKind::SelectRowId
+        };
+        let mut sim = Sim::start(dialect, row_lock(), 4, &[0; 12]);
+        assert_eq!(sim.in_work(0), 4, "{dialect:?}");
+        let counts = sim.runs_of(0, 0, counting).len();
+        assert!(
+            counts < 4,
+            "{dialect:?}: four claims, {counts} counts: {:?}",
+            sim.ops(0, 0)
+        );
+        for round in 0..2 {
+            let mark = sim.mark();
+            let in_work: Vec<i64> = sim
+                .delivered_rows(0, 0)
+                .into_iter()
+                .skip(4 * round)
+                .collect();
+            for row in in_work {
+                let d = sim.delivery(0, row);
+                sim.settle(0, d, Outcome::Ack);
+            }
+            sim.run();
+            assert_eq!(sim.in_work(0), 4, "{dialect:?}");
+            let counts = sim.runs_of(0, mark, counting).len();
+            assert!(
+                counts < 4,
+                "{dialect:?}: four claims side by side, {counts} counts: {:?}",
+                sim.ops(0, mark)
+            );
+        }
+        let rows = sim.delivered_rows(0, 0);
+        let distinct: BTreeSet<i64> = rows.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            rows.len(),
+            "{dialect:?}: one delivery a row: {rows:?}"
+        );
+        for row in rows.iter().skip(8) {
+            assert_eq!(
+                sim.row(*row).attempt,
+                1,
+                "{dialect:?}: row {row} counted once"
+            );
+        }
+    }
+}
+
 /// On SQLite the core hands the adapter one statement at a time: a settlement's statement
 /// waits while a claim's runs, instead of waiting in SQLite's busy handler for the write lock,
 /// and runs as soon as the claim's has answered.

@@ -3,7 +3,9 @@
 //!
 //! With an attempt column the attempt is counted and committed first, so a crash spends it,
 //! and then the counted row is locked in a new transaction while its attempt is still the one
-//! counted. The claims of a subscription count one at a time ([`CountQueue`]): a second count
+//! counted. The claims of a subscription waiting for a count are counted together, one row
+//! each, in one statement on the first one's connection; each then locks its row on its own
+//! connection, side by side ([`CountQueue`]). The next count waits for those locks: a count
 //! between another claim's count and its lock would count the same row twice.
 //!
 //! [`CountQueue`]: crate::broker::sub::CountQueue
@@ -11,11 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::dialect::{Arg, RowLockClaim, RowLockStatements};
+use crate::dialect::{Arg, FormStatements, RowLockClaim, RowLockStatements};
 use crate::types::{ConnId, Reply, SubId};
 use crate::value::Value;
 
 use super::super::rows::{Counted, Taken, rows_of};
+use super::super::sub::Count;
 use super::super::{Broker, State};
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
 
@@ -25,7 +28,7 @@ pub(in crate::broker) enum Stage {
     /// `BEGIN` before the lock of the first row (no attempt column).
     Begin,
     LockRow,
-    /// PostgreSQL: the count of the first row's attempt, in one statement.
+    /// PostgreSQL: the count of the first rows' attempts, in one statement.
     CountRow,
     /// MySQL and MariaDB: `BEGIN` before the lock of the row to count.
     BeginCount,
@@ -43,6 +46,9 @@ pub(in crate::broker) struct Claiming {
     st: Arc<RowLockStatements>,
     /// The row whose attempt was counted, and the count, to lock next.
     pub(super) counted: Option<Counted>,
+    /// The leader of a count on MySQL and MariaDB: the rows it locked to count, until their
+    /// count commits and they go to the count's claims.
+    batch: Vec<Counted>,
 }
 
 impl Claiming {
@@ -50,6 +56,7 @@ impl Claiming {
         Self {
             st: st.clone(),
             counted: None,
+            batch: Vec::new(),
         }
     }
 }
@@ -72,10 +79,11 @@ impl<R> Broker<R> {
         conn: ConnId,
         statement: &crate::Statement,
         stage: Stage,
+        limit: usize,
     ) {
         let now = self.now;
         let binds = statement.binds(|arg| match arg {
-            Arg::Limit => Value::Int(1),
+            Arg::Limit => Value::Int(limit as i64),
             _ => Value::Int(now.micros()),
         });
         self.claim_execute(
@@ -120,7 +128,7 @@ impl<R> Broker<R> {
         match stage {
             Stage::Begin => {
                 if let RowLockClaim::Lock { lock_row } = &st.claim {
-                    self.row_lock_execute(claim, conn, lock_row, Stage::LockRow);
+                    self.row_lock_execute(claim, conn, lock_row, Stage::LockRow, 1);
                 }
             }
             Stage::LockRow | Stage::LockRowById => self.row_locked(claim, conn, stage, reply),
@@ -128,10 +136,11 @@ impl<R> Broker<R> {
             Stage::CountAttempt => {
                 self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit)
             }
-            Stage::CountCommit => self.lock_counted(claim, conn),
+            Stage::CountCommit => self.hand_counted(claim),
             Stage::BeginCount => {
                 if let RowLockClaim::SelectCount { select_row_id, .. } = &st.claim {
-                    self.row_lock_execute(claim, conn, select_row_id, Stage::SelectRowId);
+                    let n = self.count_size(claim);
+                    self.row_lock_execute(claim, conn, select_row_id, Stage::SelectRowId, n);
                 }
             }
             Stage::BeginLock => {
@@ -185,36 +194,88 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The count of the first row's attempt (PostgreSQL), or the lock of the row to count
-    /// (MySQL, MariaDB), answered.
+    /// The count of the first rows' attempts (PostgreSQL), or the lock of the rows to count
+    /// (MySQL, MariaDB), answered on the count's leader.
     fn row_counted(&mut self, claim: u64, conn: ConnId, stage: Stage, reply: Reply<R>) {
         let select = matches!(stage, Stage::SelectRowId);
         // MySQL reads the attempt before it counts it.
-        let Some(counted) = rows_of(reply)
-            .pop()
+        let counted: Vec<Counted> = rows_of(reply)
+            .into_iter()
             .map(|row| Counted::read(row, i64::from(select)))
-        else {
-            self.end_count(claim);
-            if select {
-                self.row_lock_fixed(claim, conn, Fixed::Rollback, Stage::Rollback);
-            } else {
-                self.claim_release(claim);
-            }
-            return;
-        };
+            .collect();
         let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
-        let id = counted.id.clone();
-        r.counted = Some(counted);
         let st = r.st.clone();
+        r.batch = counted;
         match (&st.claim, select) {
-            (RowLockClaim::SelectCount { count_attempt, .. }, true) => {
-                let binds = count_attempt.binds(|_| id.clone());
+            (RowLockClaim::SelectCount { count_attempts, .. }, true) if !r.batch.is_empty() => {
+                let Some(count) = count_attempts.get(r.batch.len() - 1) else {
+                    return;
+                };
+                let ids: Vec<Value> = r.batch.iter().map(|c| c.id.clone()).collect();
+                let binds = count.binds(|arg| match arg {
+                    Arg::IdAt(i) => ids.get(i).cloned().unwrap_or(Value::Null),
+                    _ => Value::Null,
+                });
                 let stage = ClaimStage::RowLock(Stage::CountAttempt);
-                self.claim_execute(claim, conn, count_attempt.clone(), binds, stage);
+                self.claim_execute(claim, conn, count.clone(), binds, stage);
             }
-            _ => self.lock_counted(claim, conn),
+            (_, true) => self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit),
+            (_, false) => self.hand_counted(claim),
+        }
+    }
+
+    /// How many claims the count `leader` runs counts for.
+    fn count_size(&self, leader: u64) -> usize {
+        let Some(sub) = self.claims.get(&leader).map(|c| c.sub) else {
+            return 1;
+        };
+        self.subs[sub.0]
+            .counts
+            .counting
+            .as_ref()
+            .map_or(1, |count| count.members.len().max(1))
+    }
+
+    /// The leader's count committed: each counted row goes to one of the count's claims,
+    /// which locks it on its own connection; a claim left without a row ends.
+    fn hand_counted(&mut self, leader: u64) {
+        let Some((sub, r)) = Self::row_lock(&mut self.claims, leader) else {
+            return;
+        };
+        let mut rows = std::mem::take(&mut r.batch).into_iter();
+        let Some(count) = self.subs[sub.0].counts.counting.as_mut() else {
+            return;
+        };
+        if count.leader != leader {
+            return;
+        }
+        count.handed = true;
+        let members = count.members.clone();
+        for member in members {
+            match rows.next() {
+                Some(counted) => {
+                    let conn = match self.claims.get_mut(&member) {
+                        Some(c) => {
+                            if let ClaimForm::RowLock(r) = &mut c.form {
+                                r.counted = Some(counted);
+                            }
+                            c.conn
+                        }
+                        None => None,
+                    };
+                    match conn {
+                        Some(conn) => self.lock_counted(member, conn),
+                        None => self.end_count(member),
+                    }
+                }
+                None => {
+                    // Fewer rows than claims: this one takes nothing.
+                    self.end_count(member);
+                    self.claim_release(member);
+                }
+            }
         }
     }
 
@@ -229,46 +290,83 @@ impl<R> Broker<R> {
         self.row_lock_fixed(claim, conn, Fixed::Begin, Stage::BeginLock);
     }
 
-    /// `claim`'s count and lock are done, or it ended: the next claim waiting for the count
-    /// starts it.
+    /// `claim`'s count and lock are done, or it ended. The count's last claim starts the next
+    /// count; a count whose leader ended before its rows were handed out counts nothing, and
+    /// its other claims wait for the next.
     pub(super) fn end_count(&mut self, claim: u64) {
         let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
             return;
         };
         let counts = &mut self.subs[sub.0].counts;
         counts.waiting.retain(|c| *c != claim);
-        if counts.counting == Some(claim) {
+        let Some(count) = counts.counting.as_mut() else {
+            return;
+        };
+        if !count.members.contains(&claim) {
+            return;
+        }
+        count.members.retain(|c| *c != claim);
+        if count.leader == claim && !count.handed {
+            for member in count.members.drain(..).rev() {
+                counts.waiting.push_front(member);
+            }
+        }
+        if count.members.is_empty() {
             counts.counting = None;
             self.next_count(sub);
         }
     }
 
-    /// Starts the count of the first claim waiting for it. From the shutdown on, a waiting
-    /// claim counts nothing and lets its connection go.
+    /// Starts a count for the claims waiting for one, on the first one's connection. From the
+    /// shutdown on, a waiting claim counts nothing and lets its connection go.
     fn next_count(&mut self, sub: SubId) {
-        while self.subs[sub.0].counts.counting.is_none() {
+        if self.subs[sub.0].counts.counting.is_some() {
+            return;
+        }
+        // MySQL and MariaDB count at most as many rows as they have statements for.
+        let most = match &self.subs[sub.0].statements.form {
+            FormStatements::RowLock(f) => match &f.claim {
+                RowLockClaim::SelectCount { count_attempts, .. } => count_attempts.len().max(1),
+                RowLockClaim::Count { .. } | RowLockClaim::Lock { .. } => usize::MAX,
+            },
+            FormStatements::Lease(_) | FormStatements::Advisory(_) => 1,
+        };
+        let mut members = Vec::new();
+        while members.len() < most {
             let Some(claim) = self.subs[sub.0].counts.waiting.pop_front() else {
-                return;
+                break;
             };
-            let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
+            if self.claims.get(&claim).and_then(|c| c.conn).is_none() {
                 continue;
-            };
+            }
             if self.state != State::Running {
                 self.claim_release(claim);
                 continue;
             }
-            let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
-                continue;
-            };
-            let st = r.st.clone();
-            self.subs[sub.0].counts.counting = Some(claim);
-            match &st.claim {
-                RowLockClaim::Count { count_row, .. } => {
-                    self.row_lock_execute(claim, conn, count_row, Stage::CountRow);
-                }
-                RowLockClaim::SelectCount { .. } | RowLockClaim::Lock { .. } => {
-                    self.row_lock_fixed(claim, conn, Fixed::Begin, Stage::BeginCount);
-                }
+            members.push(claim);
+        }
+        let Some(&leader) = members.first() else {
+            return;
+        };
+        let Some(conn) = self.claims.get(&leader).and_then(|c| c.conn) else {
+            return;
+        };
+        let Some((_, r)) = Self::row_lock(&mut self.claims, leader) else {
+            return;
+        };
+        let st = r.st.clone();
+        let n = members.len();
+        self.subs[sub.0].counts.counting = Some(Count {
+            leader,
+            members,
+            handed: false,
+        });
+        match &st.claim {
+            RowLockClaim::Count { count_row, .. } => {
+                self.row_lock_execute(leader, conn, count_row, Stage::CountRow, n);
+            }
+            RowLockClaim::SelectCount { .. } | RowLockClaim::Lock { .. } => {
+                self.row_lock_fixed(leader, conn, Fixed::Begin, Stage::BeginCount);
             }
         }
     }
