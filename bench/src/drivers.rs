@@ -262,12 +262,42 @@ impl RawConn for Rusqlite {
     }
 }
 
-/// Opens a rusqlite connection as the adapter does: a busy timeout, WAL.
+/// `--sqlite-synchronous normal`: every side's SQLite connections commit without waiting for
+/// the disk.
+static SQLITE_NORMAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `--sqlite-synchronous` for the run.
+pub(crate) fn set_sqlite_normal(normal: bool) {
+    SQLITE_NORMAL.store(normal, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn sqlite_normal() -> bool {
+    SQLITE_NORMAL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Opens a rusqlite connection as the adapter does: a busy timeout, WAL, and with
+/// `--sqlite-synchronous normal`, synchronous NORMAL.
 pub(crate) fn open_rusqlite(path: &std::path::Path) -> Result<Rusqlite, BoxError> {
     let conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if sqlite_normal() {
+        conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+    }
     Ok(Rusqlite(conn))
+}
+
+/// The rusqlite broker of the ruststream side.
+pub(crate) fn rusqlite_broker(
+    path: &std::path::Path,
+    n: usize,
+) -> ruststream_rusqlite::RusqliteBroker {
+    let broker = ruststream_rusqlite::RusqliteBroker::open(path).max_connections(n);
+    if sqlite_normal() {
+        broker.synchronous(ruststream_rusqlite::Synchronous::Normal)
+    } else {
+        broker
+    }
 }
 
 // ----- tokio-postgres -----
@@ -560,4 +590,9 @@ pub(crate) fn sqlite_options(path: &std::path::Path) -> sqlx::sqlite::SqliteConn
         .create_if_missing(true)
         .busy_timeout(Duration::from_secs(5))
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(if sqlite_normal() {
+            sqlx::sqlite::SqliteSynchronous::Normal
+        } else {
+            sqlx::sqlite::SqliteSynchronous::Full
+        })
 }

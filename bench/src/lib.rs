@@ -55,7 +55,6 @@
 macro_rules! with_broker {
     ($config:expr, $n:expr, |$make:ident| $server:expr, $sqlite:expr) => {{
         use ruststream_mysql_async::MySqlAsyncBroker;
-        use ruststream_rusqlite::RusqliteBroker;
         use ruststream_sqlx::SqlxBroker;
         use ruststream_tokio_postgres::TokioPostgresBroker;
         use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
@@ -85,7 +84,7 @@ macro_rules! with_broker {
                 $sqlite
             }
             (AdapterKind::Rusqlite, Database::Sqlite(path)) => {
-                let $make = || RusqliteBroker::open(path).max_connections(n);
+                let $make = || $crate::drivers::rusqlite_broker(path, n);
                 $sqlite
             }
             (AdapterKind::TokioPostgres, Database::Postgres(url)) => {
@@ -275,6 +274,9 @@ pub struct Config {
     /// Claim: the processes the ruststream side runs as, each a service with W workers on the
     /// one table (`--processes N`, 1); the baseline runs N×W tasks.
     pub processes: usize,
+    /// SQLite: `PRAGMA synchronous = NORMAL` on every connection of every side
+    /// (`--sqlite-synchronous normal`; default `full`, SQLite's own).
+    pub sqlite_normal: bool,
     /// Advisory form: the first keys whose rows take `hot_ms` in the handler (`--hot-keys H`).
     pub hot_keys: u64,
     /// How long a hot key's row takes in the handler, in milliseconds (`--hot-ms MS`).
@@ -291,7 +293,7 @@ pub struct Config {
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
 [--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]] \
-[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H]
+[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
@@ -304,6 +306,8 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
 --hot-keys H --hot-ms MS (advisory): the rows of the first H keys take MS in the handler.
 --held-keys H (advisory, PostgreSQL and MySQL/MariaDB): a session of the bench's own holds
   the locks of the last H keys through each run; the rate counts the other keys' rows.
+--sqlite-synchronous normal: SQLite's connections on every side commit without waiting for
+  the disk (WAL with synchronous NORMAL; default full, SQLite's own).
 Advisory runs check each key's order: rows start in id order, one at a time.";
 
 impl Config {
@@ -336,6 +340,7 @@ impl Config {
             no_baseline: false,
             peer: None,
             processes: 1,
+            sqlite_normal: false,
             hot_keys: 0,
             hot_ms: 0,
             held_keys: 0,
@@ -423,6 +428,17 @@ impl Config {
                 "--json" => config.json = Some(PathBuf::from(value("--json")?)),
                 "--quiet" => config.progress = false,
                 "--no-baseline" => config.no_baseline = true,
+                "--sqlite-synchronous" => {
+                    config.sqlite_normal = match value("--sqlite-synchronous")?.as_str() {
+                        "normal" => true,
+                        "full" => false,
+                        other => {
+                            return Err(format!(
+                                "--sqlite-synchronous takes normal or full, not `{other}`"
+                            ));
+                        }
+                    }
+                }
                 "--peer" => config.peer = Some(PeerKind::from_name(&value("--peer")?)?),
                 "--processes" => {
                     config.processes =
@@ -862,6 +878,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         }
         Ok(())
     };
+    drivers::set_sqlite_normal(config.sqlite_normal);
     let desc = config.table();
     let mut records: Vec<RunRecord> = Vec::new();
     let mut dialect_name = config.database.family();

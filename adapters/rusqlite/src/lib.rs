@@ -186,6 +186,7 @@ use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
 
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use pool::Synchronous;
 pub use row::RusqliteRow;
 /// The rusqlite crate this adapter runs on, for [`Lock`] and [`Unlock`] implementations.
 pub use rusqlite;
@@ -249,6 +250,7 @@ impl RusqliteBroker {
                 acquire_timeout: Duration::from_secs(30),
                 statement_cache: 64,
                 look_for_answer: pool::LOOK_FOR_ANSWER,
+                synchronous: None,
             },
             pool: Arc::new(Pool::new()),
         }
@@ -283,6 +285,16 @@ impl RusqliteBroker {
     /// time while the statement runs: set it to zero where an idle executor must not spin.
     pub fn look_for_answer(mut self, look: Duration) -> Self {
         self.config.look_for_answer = look;
+        self
+    }
+
+    /// How a commit waits for the disk on each connection (SQLite's `PRAGMA synchronous`;
+    /// unset: SQLite's default, `FULL`). In WAL mode, which the broker sets, [`Synchronous::Normal`]
+    /// spares each commit its wait for the disk, several times the rate of small commits, and
+    /// a crash of the process still loses nothing; a power loss may undo the last commits (see
+    /// [`Synchronous`]).
+    pub fn synchronous(mut self, mode: Synchronous) -> Self {
+        self.config.synchronous = Some(mode);
         self
     }
 

@@ -51,6 +51,38 @@ pub(crate) struct Config {
     pub(crate) statement_cache: usize,
     /// How long the task that sent a statement looks for its answer before it waits.
     pub(crate) look_for_answer: Duration,
+    /// `PRAGMA synchronous` of each connection, where the service sets it.
+    pub(crate) synchronous: Option<Synchronous>,
+}
+
+/// How a commit waits for the disk: SQLite's `PRAGMA synchronous`, set on each connection the
+/// pool opens ([`RusqliteBroker::synchronous`](crate::RusqliteBroker::synchronous)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// `OFF`: no wait for the disk at all. A crash of the operating system or a power loss
+    /// may corrupt the database.
+    Off,
+    /// `NORMAL`: in WAL mode, a commit writes the log without waiting for the disk; the log is
+    /// synced at checkpoints. A crash of the process loses nothing; a power loss or a crash of
+    /// the operating system may undo the last commits: a settled row comes back (and runs
+    /// again), and a published row may be gone.
+    Normal,
+    /// `FULL`, SQLite's default: each commit waits for the disk.
+    Full,
+    /// `EXTRA`: as `FULL`, and the directory is synced too.
+    Extra,
+}
+
+impl Synchronous {
+    /// The pragma that sets it.
+    pub(crate) fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Off => "PRAGMA synchronous = OFF",
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+            Synchronous::Full => "PRAGMA synchronous = FULL",
+            Synchronous::Extra => "PRAGMA synchronous = EXTRA",
+        }
+    }
 }
 
 pub(crate) type ReplyTx = oneshot::Sender<Reply<RusqliteRow>>;

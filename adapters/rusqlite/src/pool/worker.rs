@@ -183,6 +183,9 @@ fn open(config: &Config, start: bool) -> Result<Connection, DbError> {
     let conn = Connection::open(&config.path).map_err(failed)?;
     conn.busy_timeout(config.busy_timeout).map_err(failed)?;
     conn.set_prepared_statement_cache_capacity(config.statement_cache);
+    if let Some(synchronous) = config.synchronous {
+        conn.execute_batch(synchronous.pragma()).map_err(failed)?;
+    }
     if start {
         // WAL lets readers run beside the writer; an in-memory database answers `memory`.
         // The mode is the file's, so the first connection sets it for all.
@@ -339,5 +342,45 @@ fn execute(
             }
             Ok(Reply::Rows(out))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::Synchronous;
+
+    fn config(path: std::path::PathBuf, synchronous: Option<Synchronous>) -> Config {
+        Config {
+            path,
+            max_connections: 1,
+            busy_timeout: std::time::Duration::from_secs(1),
+            acquire_timeout: std::time::Duration::from_secs(1),
+            statement_cache: 4,
+            look_for_answer: std::time::Duration::ZERO,
+            synchronous,
+        }
+    }
+
+    /// Each connection the pool opens takes the service's `synchronous`; unset, SQLite's
+    /// default (`FULL`, 2) stays.
+    #[test]
+    fn connections_take_the_synchronous_mode_set() {
+        let dir = std::env::temp_dir().join(format!("rs-sync-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("sync.db");
+        let read = |conn: &Connection| -> i64 {
+            conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .expect("the pragma")
+        };
+        let normal = open(&config(path.clone(), Some(Synchronous::Normal)), true).expect("open");
+        assert_eq!(read(&normal), 1, "NORMAL");
+        let later = open(&config(path.clone(), Some(Synchronous::Normal)), false).expect("open");
+        assert_eq!(read(&later), 1, "every connection, not the first alone");
+        let default = open(&config(path.clone(), None), false).expect("open");
+        assert_eq!(read(&default), 2, "SQLite's default, FULL");
+        let off = open(&config(path, Some(Synchronous::Off)), false).expect("open");
+        assert_eq!(read(&off), 0, "OFF");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
