@@ -2,6 +2,9 @@
 """Prints the markdown rows of BENCHMARKS.md's claim tables from the bench's JSON lines.
 
 Usage: bench/table.py target/bench/results.jsonl [more.jsonl ...]
+       bench/table.py --summary target/bench/summary.jsonl (BENCHMARKS.md's leading table:
+                                                       ruststream beside the limit loop, the
+                                                       same-statements loop and the peer)
        bench/table.py --peer target/bench/peer.jsonl   (the "Beside a peer" rows, with
                                                        ruststream's prefetch beside apalis's batch)
        bench/table.py --scale target/bench/scale.jsonl (bench/measure-scale.sh: processes, held
@@ -25,6 +28,8 @@ def main(paths):
         return peer(paths[1:])
     if paths and paths[0] == "--scale":
         return scale(paths[1:])
+    if paths and paths[0] == "--summary":
+        return summary(paths[1:])
     lines = []
     for path in paths:
         with open(path) as f:
@@ -33,7 +38,7 @@ def main(paths):
     for s in (l for l in lines if l.get("kind") == "summary"):
         mine = [r for r in runs if all(r.get(k) == s.get(k) for k in MATCH)
                 and s["date"] >= r["date"]]
-        mine = mine[-2 * s["rounds"]:]
+        mine = mine[-sides(s) * s["rounds"]:]
         rs = [r for r in mine if r["implementation"] == "ruststream"]
         base = [r for r in mine if r["implementation"] == "baseline"]
         peak = lambda rows: max((r.get("peak_connections") or 0) for r in rows) if rows else "-"
@@ -61,7 +66,7 @@ def peer(paths):
         mine = [r for r in runs if all(r.get(k) == s.get(k) for k in
                 ("adapter", "database", "form", "workers", "handler_ms", "jobs", "prefetch"))
                 and s["date"] >= r["date"]]
-        mine = mine[-3 * s["rounds"]:]
+        mine = mine[-sides(s) * s["rounds"]:]
         by = lambda side: [r for r in mine if r["implementation"] == side]
         rs, base, ap = by("ruststream"), by("baseline"), by("apalis")
         peak = lambda rows: max((r.get("peak_connections") or 0) for r in rows) if rows else "-"
@@ -103,7 +108,7 @@ def scale(paths):
     for s in summaries:
         mine = [r for r in runs if all(r.get(k) == s.get(k) for k in MATCH)
                 and s["date"] >= r["date"]]
-        mine = mine[-2 * s["rounds"]:]
+        mine = mine[-sides(s) * s["rounds"]:]
         rs = [r for r in mine if r["implementation"] == "ruststream"]
         loads = [r.get("load1") for r in mine if r.get("load1") is not None]
         load = f"{min(loads):.1f}–{max(loads):.1f}" if loads else "-"
@@ -170,6 +175,40 @@ def scale(paths):
 
 def num(v, digits=0):
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+def sides(s):
+    """How many runs each round of a summary's invocation has: ruststream and the baseline, the
+    limit loop and the peer where the summary names them."""
+    return (2 + (s.get("limit_jobs_per_s") is not None)
+            + (s.get("peer_jobs_per_s") is not None))
+
+
+def summary(paths):
+    """One row per invocation: ruststream's median jobs per second beside the limit loop, the
+    same-statements loop and the peer, with each ratio ruststream / other."""
+    lines = []
+    for path in paths:
+        with open(path) as f:
+            lines += [json.loads(l) for l in f if l.strip()]
+    print("| database | adapter | form | workers | ruststream jobs/s | limit loop | ruststream / "
+          "limit | same statements | ruststream / same | peer | ruststream / peer | "
+          "statements per job, ruststream / limit | command |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in (l for l in lines if l.get("kind") == "summary"):
+        peer = "-"
+        peer_ratio = "-"
+        if s.get("peer_jobs_per_s") is not None:
+            peer = f"{s.get('peer', 'peer')} {num(s['peer_jobs_per_s'])}"
+            peer_ratio = f"**{num(s.get('peer_ratio_median'), 2)}**"
+        print(
+            f"| {s['database']} | {s['adapter']} | {s['form']} | {s['workers']} | "
+            f"{num(s['ruststream_jobs_per_s'])} | {num(s.get('limit_jobs_per_s'))} | "
+            f"**{num(s.get('limit_ratio_median'), 2)}** | {num(s['baseline_jobs_per_s'])} | "
+            f"{num(s['ratio_median'], 2)} | {peer} | {peer_ratio} | "
+            f"{num(s['ruststream_statements_per_job'], 1)} / "
+            f"{num(s.get('limit_statements_per_job'), 1)} | `{s['command']}` |"
+        )
 
 
 if __name__ == "__main__":

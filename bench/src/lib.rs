@@ -110,6 +110,7 @@ macro_rules! with_broker {
 mod baseline;
 mod drivers;
 mod framework;
+mod graphile;
 mod growth;
 mod order;
 mod peer;
@@ -274,6 +275,10 @@ pub struct Config {
     /// Claim: the processes the ruststream side runs as, each a service with W workers on the
     /// one table (`--processes N`, 1); the baseline runs N×W tasks.
     pub processes: usize,
+    /// PostgreSQL: a transaction of the bench's own holds an xid (`BEGIN; SELECT
+    /// txid_current()`) through the whole invocation, so vacuum removes none of the rows the
+    /// runs settle (`--hold-xmin`).
+    pub hold_xmin: bool,
     /// SQLite: `PRAGMA synchronous = NORMAL` on every connection of every side
     /// (`--sqlite-synchronous normal`; default `full`, SQLite's own).
     pub sqlite_normal: bool,
@@ -293,7 +298,7 @@ pub struct Config {
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
 [--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]] \
-[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full]
+[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full] [--hold-xmin]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
@@ -308,6 +313,8 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
   the locks of the last H keys through each run; the rate counts the other keys' rows.
 --sqlite-synchronous normal: SQLite's connections on every side commit without waiting for
   the disk (WAL with synchronous NORMAL; default full, SQLite's own).
+--hold-xmin (PostgreSQL): a transaction holds an xid through the whole invocation (BEGIN;
+  SELECT txid_current()), so vacuum cannot remove the rows the claims leave behind.
 Advisory runs check each key's order: rows start in id order, one at a time.";
 
 impl Config {
@@ -341,6 +348,7 @@ impl Config {
             peer: None,
             processes: 1,
             sqlite_normal: false,
+            hold_xmin: false,
             hot_keys: 0,
             hot_ms: 0,
             held_keys: 0,
@@ -428,6 +436,7 @@ impl Config {
                 "--json" => config.json = Some(PathBuf::from(value("--json")?)),
                 "--quiet" => config.progress = false,
                 "--no-baseline" => config.no_baseline = true,
+                "--hold-xmin" => config.hold_xmin = true,
                 "--sqlite-synchronous" => {
                     config.sqlite_normal = match value("--sqlite-synchronous")?.as_str() {
                         "normal" => true,
@@ -879,6 +888,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
         Ok(())
     };
     drivers::set_sqlite_normal(config.sqlite_normal);
+    let _xmin = hold_xmin(config).await?;
     let desc = config.table();
     let mut records: Vec<RunRecord> = Vec::new();
     let mut dialect_name = config.database.family();
@@ -1100,6 +1110,23 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
     );
     emit(serde_json::to_string(&summary)?)?;
     Ok(summary)
+}
+
+/// `--hold-xmin`: a connection whose transaction holds an xid until it is dropped.
+async fn hold_xmin(config: &Config) -> Result<Option<sqlx::PgConnection>, BoxError> {
+    use sqlx::Connection;
+    if !config.hold_xmin {
+        return Ok(None);
+    }
+    let Database::Postgres(url) = &config.database else {
+        return Err("--hold-xmin runs on PostgreSQL only".into());
+    };
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("BEGIN").execute(&mut conn).await?;
+    sqlx::query("SELECT txid_current()")
+        .execute(&mut conn)
+        .await?;
+    Ok(Some(conn))
 }
 
 /// The scaling settings of a run's line on stderr: ` P=3 [330, 340, 330] held=1 hot=2×400ms

@@ -1,5 +1,6 @@
-//! The peer: another Rust queue on the same PostgreSQL, doing the same jobs in the same
-//! invocation (`--peer apalis`).
+//! The peer: another queue on the same PostgreSQL, doing the same jobs in the same
+//! invocation: apalis (`--peer apalis`), below, or graphile-worker (`--peer graphile`,
+//! bench/src/graphile.rs).
 //!
 //! **apalis** 1.0 with its PostgreSQL storage (`apalis-postgres` 1.0, on the same sqlx 0.9):
 //!
@@ -61,6 +62,15 @@ pub enum PeerKind {
         /// Jobs claimed per fetch (apalis-postgres's `Config::batch_size`).
         batch: usize,
     },
+    /// graphile-worker 0.17 (Node.js): `--peer graphile`; `graphile:queues` puts each job in
+    /// the named queue of its key; `..:batch` turns on its local queue and batched
+    /// completions.
+    Graphile {
+        /// Jobs in named queues, one per key.
+        queues: bool,
+        /// Its batching options.
+        batch: bool,
+    },
 }
 
 impl PeerKind {
@@ -68,11 +78,42 @@ impl PeerKind {
     pub fn name(self) -> &'static str {
         match self {
             PeerKind::Apalis { .. } => "apalis",
+            PeerKind::Graphile {
+                queues: false,
+                batch: false,
+            } => "graphile",
+            PeerKind::Graphile {
+                queues: true,
+                batch: false,
+            } => "graphile-queues",
+            PeerKind::Graphile {
+                queues: false,
+                batch: true,
+            } => "graphile-batch",
+            PeerKind::Graphile {
+                queues: true,
+                batch: true,
+            } => "graphile-queues-batch",
         }
     }
 
-    /// The peer of a `--peer` value: `apalis` or `apalis:BATCH`.
+    /// The peer of a `--peer` value: `apalis`, `apalis:BATCH`, `graphile`, `graphile:queues`,
+    /// `graphile:batch` or `graphile:queues:batch`.
     pub fn from_name(name: &str) -> Result<Self, String> {
+        if let Some(rest) = name.strip_prefix("graphile") {
+            let options: Vec<&str> = rest.split(':').filter(|o| !o.is_empty()).collect();
+            if !rest.is_empty() && !rest.starts_with(':')
+                || options.iter().any(|o| !matches!(*o, "queues" | "batch"))
+            {
+                return Err(format!(
+                    "--peer {name}: unknown (graphile, graphile:queues, graphile:batch, graphile:queues:batch)"
+                ));
+            }
+            return Ok(PeerKind::Graphile {
+                queues: options.contains(&"queues"),
+                batch: options.contains(&"batch"),
+            });
+        }
         let (peer, batch) = match name.split_once(':') {
             Some((peer, batch)) => match batch.parse::<usize>() {
                 Ok(n) if n > 0 => (peer, Some(n)),
@@ -84,13 +125,18 @@ impl PeerKind {
             "apalis" => Ok(PeerKind::Apalis {
                 batch: batch.unwrap_or(apalis_postgres::Config::default().batch_size),
             }),
-            _ => Err(format!("--peer {name}: unknown (apalis, apalis:BATCH)")),
+            _ => Err(format!(
+                "--peer {name}: unknown (apalis, apalis:BATCH, graphile[:queues][:batch])"
+            )),
         }
     }
 
-    fn batch(self) -> usize {
+    /// Jobs claimed per fetch (graphile-worker: its local queue, W + 1, or 1).
+    fn batch(self, workers: usize) -> usize {
         match self {
             PeerKind::Apalis { batch } => batch,
+            PeerKind::Graphile { batch: true, .. } => workers + 1,
+            PeerKind::Graphile { batch: false, .. } => 1,
         }
     }
 }
@@ -179,7 +225,7 @@ fn storage_config(peer: PeerKind) -> apalis_postgres::Config {
     // heartbeat 30 s.
     apalis_postgres::Config::default()
         .queue(QUEUE)
-        .batch_size(peer.batch())
+        .batch_size(peer.batch(0))
 }
 
 fn peer_of(config: &Config) -> Result<PeerKind, BoxError> {
@@ -190,6 +236,9 @@ fn peer_of(config: &Config) -> Result<PeerKind, BoxError> {
 /// apalis's storage in chunks of 200, each job carrying its insert time.
 pub(crate) async fn prepare(config: &Config) -> Result<(), BoxError> {
     let peer = peer_of(config)?;
+    if let PeerKind::Graphile { queues, .. } = peer {
+        return crate::graphile::prepare(config, url(config)?, queues).await;
+    }
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect(url(config)?)
@@ -315,6 +364,9 @@ pub(crate) async fn run(
     round: usize,
 ) -> Result<Duration, BoxError> {
     let url = url(config)?;
+    if let PeerKind::Graphile { batch, .. } = peer_of(config)? {
+        return crate::graphile::run(config, url, batch, stats).await;
+    }
     let mut probe = sqlx::PgConnection::connect(url).await?;
     // A connection per worker and two, as ruststream's pool where no row claimed ahead holds
     // one.
@@ -428,8 +480,12 @@ pub(crate) fn summary(config: &Config, records: &[RunRecord]) -> Option<PeerSumm
     };
     let summary = PeerSummary {
         peer: peer.name(),
-        peer_batch_size: peer.batch(),
-        peer_poll_interval_ms: POLL_INTERVAL.as_secs_f64() * 1000.0,
+        peer_batch_size: peer.batch(config.workers),
+        peer_poll_interval_ms: match peer {
+            // graphile-worker is woken by its LISTEN; its poll is the fallback.
+            PeerKind::Graphile { .. } => 1000.0,
+            PeerKind::Apalis { .. } => POLL_INTERVAL.as_secs_f64() * 1000.0,
+        },
         peer_jobs_per_s: med(|r| Some(r.jobs_per_s)),
         peer_ratio_median: median(&ratios),
         peer_ratios: ratios,
@@ -524,5 +580,31 @@ mod tests {
         .expect("a valid command line");
         assert!(sides(&config) == [Side::RustStream]);
         assert!(summary(&config, &[]).is_none());
+    }
+}
+
+#[cfg(test)]
+mod graphile_names {
+    use super::PeerKind;
+
+    #[test]
+    fn graphile_takes_its_queues_and_batching_options() {
+        let peer = |q, b| PeerKind::Graphile {
+            queues: q,
+            batch: b,
+        };
+        assert_eq!(PeerKind::from_name("graphile"), Ok(peer(false, false)));
+        assert_eq!(
+            PeerKind::from_name("graphile:queues"),
+            Ok(peer(true, false))
+        );
+        assert_eq!(PeerKind::from_name("graphile:batch"), Ok(peer(false, true)));
+        assert_eq!(
+            PeerKind::from_name("graphile:queues:batch"),
+            Ok(peer(true, true))
+        );
+        assert_eq!(peer(true, true).name(), "graphile-queues-batch");
+        assert!(PeerKind::from_name("graphile:fast").is_err());
+        assert!(PeerKind::from_name("graphileworker").is_err());
     }
 }

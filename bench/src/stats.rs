@@ -83,6 +83,11 @@ impl Stats {
         self.pickup_us.lock().expect("not poisoned").push(now - t);
     }
 
+    /// Pickup latencies measured elsewhere (a peer's own process), in microseconds.
+    pub(crate) fn pickups_from(&self, pickups: impl IntoIterator<Item = i64>) {
+        self.pickup_us.lock().expect("not poisoned").extend(pickups);
+    }
+
     /// A handler ended on row `id` (for the framework, whose settlement is seen elsewhere).
     pub(crate) fn handler_end(&self, id: i64) {
         self.ended

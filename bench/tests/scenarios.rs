@@ -160,9 +160,9 @@ fn two_processes_with_a_held_and_a_hot_key_report_each_process_and_check_the_ord
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the bench failed: {stderr}");
     let lines = json_lines(output.stdout);
-    assert_eq!(lines.len(), 3, "two runs and a summary: {stderr}");
+    assert_eq!(lines.len(), 4, "three runs and a summary: {stderr}");
     // Key 5 of 0..6 is held: its 20 rows stay, the other 100 settle.
-    for (run, implementation) in lines[..2].iter().zip(["baseline", "ruststream"]) {
+    for (run, implementation) in lines[..3].iter().zip(["limit", "baseline", "ruststream"]) {
         assert_eq!(run["implementation"], implementation);
         assert_eq!(run["processes"], 2);
         assert_eq!(run["held_keys"], 1);
@@ -173,18 +173,19 @@ fn two_processes_with_a_held_and_a_hot_key_report_each_process_and_check_the_ord
         assert!(run["jobs_per_s"].as_f64().is_some_and(|v| v > 0.0));
     }
     assert!(lines[0]["per_process_jobs"].is_null());
-    let per_process: Vec<u64> = lines[1]["per_process_jobs"]
+    assert!(lines[1]["per_process_jobs"].is_null());
+    let per_process: Vec<u64> = lines[2]["per_process_jobs"]
         .as_array()
         .expect("each process's rows")
         .iter()
         .filter_map(serde_json::Value::as_u64)
         .collect();
-    assert_eq!(per_process.len(), 2, "{}", lines[1]);
+    assert_eq!(per_process.len(), 2, "{}", lines[2]);
     assert_eq!(per_process.iter().sum::<u64>(), 100);
-    assert!(lines[1]["pickup_p50_ms"].as_f64().is_some());
-    assert_eq!(lines[2]["kind"], "summary");
-    assert_eq!(lines[2]["processes"], 2);
-    assert_eq!(lines[2]["order_checked"], true);
+    assert!(lines[2]["pickup_p50_ms"].as_f64().is_some());
+    assert_eq!(lines[3]["kind"], "summary");
+    assert_eq!(lines[3]["processes"], 2);
+    assert_eq!(lines[3]["order_checked"], true);
 }
 
 #[test]

@@ -30,8 +30,8 @@ async fn fifty_jobs_on_sqlite_write_json_lines_with_every_field() {
             .lines()
             .map(|l| serde_json::from_str(l).expect("each line is JSON"))
             .collect();
-        assert_eq!(lines.len(), 3, "two runs and a summary: {text}");
-        for (line, implementation) in lines[..2].iter().zip(["baseline", "ruststream"]) {
+        assert_eq!(lines.len(), 4, "three runs and a summary: {text}");
+        for (line, implementation) in lines[..3].iter().zip(["limit", "baseline", "ruststream"]) {
             assert_eq!(line["kind"], "run");
             assert_eq!(line["implementation"], implementation);
             assert_eq!(line["adapter"], adapter);
@@ -55,12 +55,14 @@ async fn fifty_jobs_on_sqlite_write_json_lines_with_every_field() {
             assert!(line["peak_memory_kib"].as_u64().is_some_and(|v| v > 0));
             assert!(line["date"].is_string());
         }
-        let summary = &lines[2];
+        let summary = &lines[3];
         assert_eq!(summary["kind"], "summary");
         for field in [
             "ruststream_jobs_per_s",
             "baseline_jobs_per_s",
             "ratio_median",
+            "limit_jobs_per_s",
+            "limit_ratio_median",
         ] {
             assert!(summary[field].as_f64().is_some_and(|v| v > 0.0), "{field}");
         }
