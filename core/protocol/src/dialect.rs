@@ -186,6 +186,8 @@ pub enum Arg {
     /// A `LIKE` pattern the error text of the failed rows must match, escaped with `!`
     /// ([`error_like`]).
     ErrorLike,
+    /// The lowest id a claim past the rows already settled looks at (`id >= floor`).
+    Floor,
 }
 
 /// What a statement does.
@@ -581,6 +583,9 @@ pub struct RowLockStatements {
     pub retry: Option<Statement>,
     /// `SELECT 1` on the session of a row claimed ahead that waited, before it is handed.
     pub ping: Statement,
+    /// PostgreSQL with an attempt column, where the claim order is the id alone: the count
+    /// looking only at ids from [`Arg::Floor`] on (see [`LeaseStatements::claim_from`]).
+    pub count_row_from: Option<Statement>,
 }
 
 /// How a row lock claim takes its row.
@@ -637,6 +642,12 @@ pub struct LeaseStatements {
     /// Whether several settlements run as one statement ([`Statements::settle_leases`]): the
     /// database returns the rows such a statement settled.
     pub settles_together: bool,
+    /// The claim of `UPDATE .. RETURNING`, looking only at ids from [`Arg::Floor`] on, where
+    /// the claim order is the id alone: it starts past the rows the subscription's earlier
+    /// claims took, instead of walking the index entries of every row settled before them
+    /// (entries that stay until vacuum removes them, and while a transaction elsewhere holds
+    /// vacuum back, stay for all its length).
+    pub claim_from: Option<Statement>,
 }
 
 /// How a lease claim writes its leases.
@@ -917,6 +928,7 @@ impl Statements {
                 out.push(&f.settle);
                 out.extend(f.fail.iter().chain(&f.retry));
                 out.push(&f.ping);
+                out.extend(&f.count_row_from);
             }
             FormStatements::Lease(f) => {
                 match &f.claim {
@@ -926,6 +938,7 @@ impl Statements {
                         out.extend(mark);
                     }
                 }
+                out.extend(&f.claim_from);
                 out.extend([&f.extend, &f.release, &f.settle]);
                 out.extend(&f.fail);
                 out.push(&f.retry);
@@ -996,7 +1009,7 @@ impl Renderer<'_> {
                 lock_row: self.lock_row(rows),
             },
             (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => RowLockClaim::Count {
-                count_row: self.count_row(attempt.name),
+                count_row: self.count_row(attempt.name, false),
                 lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
             },
             (Some(attempt), Dialect::MySql | Dialect::MariaDb) => RowLockClaim::SelectCount {
@@ -1021,17 +1034,40 @@ impl Renderer<'_> {
             fail: self.fail(None),
             retry: self.retry_later(None),
             ping: self.fixed(StatementKind::Ping, "SELECT 1"),
+            count_row_from: match (self.desc.attempt, self.dialect) {
+                (Some(attempt), Dialect::Postgres) if self.ordered_by_id() => {
+                    Some(self.count_row(attempt.name, true))
+                }
+                _ => None,
+            },
         }
+    }
+
+    /// Whether the claim order is the id alone, ascending: a claim may start at an id.
+    fn ordered_by_id(&self) -> bool {
+        match self.desc.order {
+            [] => self.desc.due.is_none(),
+            [only] => only.column == self.desc.id.name && !only.descending,
+            _ => false,
+        }
+    }
+
+    /// `id >= floor`, after the claimable conditions (`wrote`: they wrote a `WHERE`).
+    fn floor(&self, s: &mut Sql, wrote: bool) {
+        s.push(if wrote { " AND " } else { " WHERE " })
+            .push(&self.id())
+            .push(" >= ")
+            .arg(Arg::Floor);
     }
 
     fn lease_statements(&self, rows: Output, batch: usize, lease: &str) -> LeaseStatements {
         let claim = if self.dialect.update_returning() {
             LeaseClaim::Returning {
-                claim: self.claim_lease(rows, lease),
+                claim: self.claim_lease(rows.clone(), lease),
             }
         } else {
             LeaseClaim::Locking {
-                select: self.select_lease(rows),
+                select: self.select_lease(rows.clone()),
                 mark: (1..=batch.max(1))
                     .map(|n| self.mark_lease(n, lease))
                     .collect(),
@@ -1047,6 +1083,8 @@ impl Renderer<'_> {
                 .retry_later(Some(lease))
                 .expect("a lease table writes its retry into the lease"),
             settles_together: Statements::settles_leases_together(self.dialect, self.desc),
+            claim_from: (self.dialect.update_returning() && self.ordered_by_id())
+                .then(|| self.claim_lease_from(rows.clone(), lease, true)),
         }
     }
 
@@ -1198,19 +1236,22 @@ impl Renderer<'_> {
     }
 
     /// The first claimable row's id, `FOR UPDATE SKIP LOCKED`, as a subquery.
-    fn first_row_id(&self, s: &mut Sql) {
+    fn first_row_id(&self, s: &mut Sql, floor: bool) {
         s.push("SELECT ")
             .push(&self.id())
             .push(" FROM ")
             .push(&self.table());
-        let _ = self.claimable(s, true);
+        let wrote = self.claimable(s, true);
+        if floor {
+            self.floor(s, wrote);
+        }
         self.order(s);
         s.push(" LIMIT ")
             .arg(Arg::Limit)
             .push(" FOR UPDATE SKIP LOCKED");
     }
 
-    fn count_row(&self, attempt_column: &'static str) -> Statement {
+    fn count_row(&self, attempt_column: &'static str, floor: bool) -> Statement {
         let attempt = self.q(attempt_column);
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ")
@@ -1222,7 +1263,7 @@ impl Renderer<'_> {
             .push(" + 1 WHERE ")
             .push(&self.id())
             .push(" IN (");
-        self.first_row_id(&mut s);
+        self.first_row_id(&mut s, floor);
         s.push(") RETURNING ")
             .push(&self.id())
             .push(", ")
@@ -1332,6 +1373,10 @@ impl Renderer<'_> {
     }
 
     fn claim_lease(&self, rows: Output, lease: &str) -> Statement {
+        self.claim_lease_from(rows, lease, false)
+    }
+
+    fn claim_lease_from(&self, rows: Output, lease: &str, floor: bool) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ").push(&self.table());
         self.lease_set(&mut s, lease);
@@ -1340,7 +1385,10 @@ impl Renderer<'_> {
             .push(" IN (SELECT ")
             .push(&self.id());
         s.push(" FROM ").push(&self.table());
-        let _ = self.claimable(&mut s, true);
+        let wrote = self.claimable(&mut s, true);
+        if floor {
+            self.floor(&mut s, wrote);
+        }
         self.order(&mut s);
         s.push(" LIMIT ").arg(Arg::Limit);
         if self.dialect == Dialect::Postgres {

@@ -1143,7 +1143,10 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::LockRow | StatementKind::Candidates => {
                             matches!(arg, Arg::Now | Arg::Limit)
                         }
-                        StatementKind::ClaimLease | StatementKind::SelectLease => {
+                        StatementKind::ClaimLease => {
+                            matches!(arg, Arg::Now | Arg::Limit | Arg::Until | Arg::Floor)
+                        }
+                        StatementKind::SelectLease => {
                             matches!(arg, Arg::Now | Arg::Limit | Arg::Until)
                         }
                         StatementKind::MarkLease(n) => {
@@ -1156,9 +1159,10 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
                         StatementKind::ReadRow => *arg == Arg::Id,
                         StatementKind::CountAttempt => matches!(arg, Arg::IdAt(_)),
-                        StatementKind::CountRow | StatementKind::SelectRowId => {
-                            matches!(arg, Arg::Now | Arg::Limit)
+                        StatementKind::CountRow => {
+                            matches!(arg, Arg::Now | Arg::Limit | Arg::Floor)
                         }
+                        StatementKind::SelectRowId => matches!(arg, Arg::Now | Arg::Limit),
                         StatementKind::LockRowById => {
                             matches!(arg, Arg::Id | Arg::Attempt | Arg::Now)
                         }
@@ -1946,4 +1950,44 @@ fn candidates_pass_over_excluded_keys() {
         );
     }
     assert!(Statements::candidates_excluding(Dialect::Postgres, LEASE.desc(), 1).is_none());
+}
+
+/// A table claimed in id order gets claims that start at an id, past the rows settled before
+/// it; a table claimed in due order (or on MySQL and MariaDB, or in the advisory form) does
+/// not.
+#[test]
+fn claims_in_id_order_can_start_at_an_id() {
+    let lease_of = |dialect, desc: &TableDesc| match Statements::render(dialect, desc, 2).form {
+        FormStatements::Lease(f) => f.claim_from.as_ref().map(|s| s.sql.to_string()),
+        _ => panic!("the lease form"),
+    };
+    let row_lock_of = |dialect, desc: &TableDesc| match Statements::render(dialect, desc, 2).form {
+        FormStatements::RowLock(f) => f.count_row_from.as_ref().map(|s| s.sql.to_string()),
+        _ => panic!("the row lock form"),
+    };
+    assert_eq!(
+        lease_of(Dialect::Postgres, LEASE_PLAIN.desc()).as_deref(),
+        Some(
+            r#"UPDATE "jobs" SET "locked_until" = (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') WHERE "id" IN (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= (TIMESTAMPTZ 'epoch' + CAST($2 AS BIGINT) * INTERVAL '1 microsecond')) AND "id" >= $3 ORDER BY "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING *"#
+        )
+    );
+    assert!(lease_of(Dialect::Sqlite, LEASE_PLAIN.desc()).is_some());
+    assert_eq!(lease_of(Dialect::MariaDb, LEASE_PLAIN.desc()), None);
+    assert_eq!(
+        lease_of(Dialect::Postgres, LEASE.desc()),
+        None,
+        "claimed in due order"
+    );
+    assert_eq!(
+        row_lock_of(Dialect::Postgres, ROW_LOCK.desc()).as_deref(),
+        Some(
+            r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt""#
+        )
+    );
+    assert_eq!(row_lock_of(Dialect::MySql, ROW_LOCK.desc()), None);
+    assert_eq!(
+        row_lock_of(Dialect::Postgres, ORDER.desc()),
+        None,
+        "a custom order"
+    );
 }

@@ -2,11 +2,12 @@
 //! claims are decided by.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use crate::dialect::{FormStatements, KeyLocks, RowLockClaim, Statement, Statements};
 use crate::spec::TableDesc;
 use crate::types::{ConnId, DeliveryId};
-use crate::value::Time;
+use crate::value::{Time, Value};
 
 use super::options::SubscribeOptions;
 
@@ -91,6 +92,57 @@ pub(super) struct Sub {
     pub(super) settles: SettleQueue,
     /// The advisory lock form: the candidates that pass over `n` keys, by `n`.
     pub(super) excluding: BTreeMap<usize, Statement>,
+    /// Where the next claim may start, in a table claimed in id order.
+    pub(super) floor: Floor,
+}
+
+/// Where a claim of a table claimed in id order starts: at the lowest id of the last claim
+/// that found all it asked for, past the index entries of the rows settled before it. A row
+/// below it that is claimable again (retried, or whose lease ran out, or committed late
+/// under a lower id) is found by the next claim from the start, which runs at least every
+/// [`FROM_START_EVERY`], and at once after a claim that found less than it asked for.
+#[derive(Debug, Default)]
+pub(super) struct Floor {
+    /// The lowest id of the last full claim.
+    pub(super) id: Option<i64>,
+    /// When the last claim from the start was sent.
+    pub(super) from_start_at: Option<Time>,
+}
+
+/// How long claims may start past the rows earlier claims took before one starts at the
+/// table's beginning again.
+pub(super) const FROM_START_EVERY: Duration = Duration::from_secs(1);
+
+impl Floor {
+    /// The id a claim sent at `now` starts from, or `None` for a claim from the start, which
+    /// this records.
+    pub(super) fn start(&mut self, now: Time) -> Option<i64> {
+        match (self.id, self.from_start_at) {
+            (Some(id), Some(at)) if now < at.plus(FROM_START_EVERY) => Some(id),
+            _ => {
+                self.from_start_at = Some(now);
+                None
+            }
+        }
+    }
+
+    /// A claim that asked for `asked` rows took the rows of `ids`.
+    pub(super) fn found<'a>(&mut self, ids: impl IntoIterator<Item = &'a Value>, asked: usize) {
+        let mut n = 0;
+        let mut lowest: Option<i64> = None;
+        for id in ids {
+            n += 1;
+            match id.as_int() {
+                Some(i) => lowest = Some(lowest.map_or(i, |l| l.min(i))),
+                // Not an integer id: claims start from the beginning.
+                None => {
+                    self.id = None;
+                    return;
+                }
+            }
+        }
+        self.id = if n >= asked.max(1) { lowest } else { None };
+    }
 }
 
 impl Sub {
@@ -113,6 +165,7 @@ impl Sub {
             counts: CountQueue::default(),
             settles: SettleQueue::default(),
             excluding: BTreeMap::new(),
+            floor: Floor::default(),
         };
         // A claim that reads the first due rows alone takes one row at a time: none ahead.
         sub.prefetch = if sub.first_rows_only() {

@@ -322,6 +322,14 @@ impl Db {
                 .unwrap_or_else(|| panic!("{:?} has no argument {a:?}", statement.kind))
         };
         let int = |a: Arg| arg(a).as_int().expect("an integer bind");
+        // A claim from an id on: `id >= floor`.
+        let floor = || {
+            if statement.args.contains(&Arg::Floor) {
+                int(Arg::Floor)
+            } else {
+                i64::MIN
+            }
+        };
         // A table with no due, lease or processed column renders no time into its claims.
         let now_or_none = || {
             statement
@@ -389,10 +397,11 @@ impl Db {
                 let now = now_or_none();
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 assert!(limit >= 1, "a count of no rows");
+                let floor = floor();
                 let ids: Vec<i64> = self
                     .ordered(desc, now)
                     .into_iter()
-                    .filter(|id| !self.locked_by_other(*id, sess))
+                    .filter(|id| *id >= floor && !self.locked_by_other(*id, sess))
                     .take(limit)
                     .collect();
                 let mut rows = Vec::new();
@@ -445,10 +454,11 @@ impl Db {
                 let now = now_or_none();
                 let until = int(Arg::Until);
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
+                let floor = floor();
                 let ids: Vec<i64> = self
                     .ordered(desc, now)
                     .into_iter()
-                    .filter(|id| !self.locked_by_other(*id, sess))
+                    .filter(|id| *id >= floor && !self.locked_by_other(*id, sess))
                     .take(limit)
                     .collect();
                 let mut rows = Vec::new();

@@ -44,6 +44,14 @@ const ROW_LOCK: InboxSpec<(Payload, Attempt, Due, Failed, ErrorText)> =
         .failed(Column::new("failed_at"))
         .error(Column::new("error"));
 
+/// Claimed in id order (no due column): the claims start past the rows taken before them.
+const ROW_LOCK_BY_ID: InboxSpec<(Payload, Attempt, Failed, ErrorText)> =
+    InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .failed(Column::new("failed_at"))
+        .error(Column::new("error"));
+
 const LEASE: InboxSpec<(Payload, Attempt, Due, Lease, Failed, ErrorText)> =
     InboxSpec::new("jobs", Column::new("id").generated())
         .payload(Column::new("payload"))
@@ -98,6 +106,7 @@ struct Config {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Table {
     RowLock,
+    RowLockById,
     Lease,
     LeaseMarked,
     Advisory,
@@ -108,6 +117,7 @@ impl Table {
     fn desc(self) -> TableDesc {
         *match self {
             Table::RowLock => ROW_LOCK.desc(),
+            Table::RowLockById => ROW_LOCK_BY_ID.desc(),
             Table::Lease => LEASE.desc(),
             Table::LeaseMarked => LEASE_MARKED.desc(),
             Table::Advisory => ADVISORY.desc(),
@@ -1066,7 +1076,7 @@ fn short(action: &Action) -> String {
 }
 
 fn configs(table: Table) -> impl Strategy<Value = Config> {
-    let dialects = if table == Table::RowLock {
+    let dialects = if matches!(table, Table::RowLock | Table::RowLockById) {
         prop_oneof![
             Just(Dialect::Postgres),
             Just(Dialect::MySql),
@@ -1350,6 +1360,11 @@ proptest! {
 
     #[test]
     fn row_lock(config in configs(Table::RowLock), steps in schedule()) {
+        run(config, &steps);
+    }
+
+    #[test]
+    fn row_lock_in_id_order(config in configs(Table::RowLockById), steps in schedule()) {
         run(config, &steps);
     }
 

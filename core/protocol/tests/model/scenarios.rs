@@ -3263,6 +3263,81 @@ fn row_lock_claims_waiting_together_are_counted_in_one_statement() {
     }
 }
 
+/// In a table claimed in id order, a claim after one that found all it asked for starts at
+/// that claim's lowest id (past the entries of the rows settled before it), and a row that
+/// becomes claimable again below that id is found by a claim from the table's start within a
+/// second.
+#[test]
+fn claims_in_id_order_start_past_the_rows_taken_before_them() {
+    for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+        let mut sim = Sim::start(dialect, lease_marked(), 2, &[0; 12]);
+        assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
+        let floor_of = |sim: &Sim, since: usize| -> Vec<Value> {
+            sim.runs_of(0, since, StatementKind::ClaimLease)
+                .into_iter()
+                .filter_map(|r| {
+                    let st = r.statement.as_ref()?;
+                    let i = st.args.iter().position(|a| *a == Arg::Floor)?;
+                    Some(r.binds[i].clone())
+                })
+                .collect()
+        };
+        assert!(
+            floor_of(&sim, 0).is_empty(),
+            "{dialect:?}: the first claim starts at the beginning"
+        );
+        let mark = sim.mark();
+        for row in [1, 2] {
+            let d = sim.delivery(0, row);
+            sim.settle(0, d, Outcome::Ack);
+        }
+        sim.run();
+        assert_eq!(sim.delivered_rows(0, mark), [3, 4], "{dialect:?}");
+        assert_eq!(
+            floor_of(&sim, mark).first(),
+            Some(&Value::Int(1)),
+            "{dialect:?}: the next claim starts at the last full claim's lowest id"
+        );
+        // Row 4 ends; row 3 comes back to the queue below where the claims now start.
+        let d = sim.delivery(0, 4);
+        sim.settle(0, d, Outcome::Ack);
+        sim.run();
+        let mark = sim.mark();
+        let d = sim.delivery(0, 3);
+        sim.settle(0, d, Outcome::Retry);
+        sim.run();
+        let returned = sim.now;
+        let mut again = None;
+        let mut done: BTreeSet<i64> = [1, 2, 4].into();
+        for _ in 0..40 {
+            if sim.delivered_rows(0, mark).contains(&3) {
+                again = Some(sim.now);
+                break;
+            }
+            // Each row in work ends, so claims keep running past row 3.
+            for row in sim.delivered_rows(0, 0) {
+                if row != 3 && done.insert(row) {
+                    let d = sim.delivery(0, row);
+                    sim.settle(0, d, Outcome::Ack);
+                }
+            }
+            sim.run();
+            sim.advance(Duration::from_millis(100));
+        }
+        let again = again.unwrap_or_else(|| {
+            panic!(
+                "{dialect:?}: row 3 never came back: {:?}",
+                sim.delivered_rows(0, 0)
+            )
+        });
+        assert!(
+            again.micros() - returned.micros() <= 1_100_000,
+            "{dialect:?}: row 3 came back {} µs after its retry",
+            again.micros() - returned.micros()
+        );
+    }
+}
+
 /// On SQLite the core hands the adapter one statement at a time: a settlement's statement
 /// waits while a claim's runs, instead of waiting in SQLite's busy handler for the write lock,
 /// and runs as soon as the claim's has answered.

@@ -65,12 +65,21 @@ impl<R> Broker<R> {
             self.claim_fixed(claim, conn, Fixed::Begin, ClaimStage::Lease(Stage::Begin));
             return;
         };
-        let statement = statement.clone();
+        let mut statement = statement.clone();
+        let from = l.st.claim_from.clone();
         let until = now.plus(self.subs[sub.0].options.lease);
         l.until = Some(until);
+        let floor = match from {
+            Some(from) => self.subs[sub.0].floor.start(now).map(|id| {
+                statement = from;
+                id
+            }),
+            None => None,
+        };
         let binds = statement.binds(|arg| match arg {
             Arg::Until => Value::Int(until.micros()),
             Arg::Limit => Value::Int(limit as i64),
+            Arg::Floor => Value::Int(floor.unwrap_or(i64::MIN)),
             _ => Value::Int(now.micros()),
         });
         let stage = ClaimStage::Lease(Stage::ClaimLease);
@@ -92,10 +101,15 @@ impl<R> Broker<R> {
         match (stage, &st.claim) {
             (Stage::ClaimLease, _) => {
                 let attempts = self.subs[sub.0].desc.attempt.is_some();
-                let taken = rows_of(reply)
+                let taken: Vec<Taken<R>> = rows_of(reply)
                     .into_iter()
                     .map(|row| Taken::read(row, attempts, 0))
                     .collect();
+                if st.claim_from.is_some() {
+                    self.subs[sub.0]
+                        .floor
+                        .found(taken.iter().map(|t| &t.id), limit);
+                }
                 self.deliver_leased(claim, taken);
                 self.claim_release(claim);
             }

@@ -203,10 +203,19 @@ impl<R> Broker<R> {
             .into_iter()
             .map(|row| Counted::read(row, i64::from(select)))
             .collect();
-        let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
+        let Some((sub, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
         let st = r.st.clone();
+        if !select && st.count_row_from.is_some() {
+            let asked = self.count_size(claim);
+            self.subs[sub.0]
+                .floor
+                .found(counted.iter().map(|c| &c.id), asked);
+        }
+        let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
+            return;
+        };
         r.batch = counted;
         match (&st.claim, select) {
             (RowLockClaim::SelectCount { count_attempts, .. }, true) if !r.batch.is_empty() => {
@@ -363,7 +372,22 @@ impl<R> Broker<R> {
         });
         match &st.claim {
             RowLockClaim::Count { count_row, .. } => {
-                self.row_lock_execute(leader, conn, count_row, Stage::CountRow, n);
+                let now = self.now;
+                let from = st.count_row_from.as_ref().and_then(|from| {
+                    let floor = self.subs[sub.0].floor.start(now)?;
+                    Some((from, floor))
+                });
+                let (statement, floor) = match from {
+                    Some((from, floor)) => (from, floor),
+                    None => (count_row, i64::MIN),
+                };
+                let binds = statement.binds(|arg| match arg {
+                    Arg::Limit => Value::Int(n as i64),
+                    Arg::Floor => Value::Int(floor),
+                    _ => Value::Int(now.micros()),
+                });
+                let stage = ClaimStage::RowLock(Stage::CountRow);
+                self.claim_execute(leader, conn, statement.clone(), binds, stage);
             }
             RowLockClaim::SelectCount { .. } | RowLockClaim::Lock { .. } => {
                 self.row_lock_fixed(leader, conn, Fixed::Begin, Stage::BeginCount);
