@@ -69,13 +69,11 @@ impl<R> Broker<R> {
         let from = l.st.claim_from.clone();
         let until = now.plus(self.subs[sub.0].options.lease);
         l.until = Some(until);
-        let floor = match from {
-            Some(from) => self.subs[sub.0].floor.start(now).map(|id| {
-                statement = from;
-                id
-            }),
-            None => None,
-        };
+        let floor = from.and_then(|from| {
+            let id = self.subs[sub.0].floor.start(now)?;
+            statement = from;
+            Some(id)
+        });
         let binds = statement.binds(|arg| match arg {
             Arg::Until => Value::Int(until.micros()),
             Arg::Limit => Value::Int(limit as i64),
