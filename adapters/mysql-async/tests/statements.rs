@@ -286,7 +286,13 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     let first = query(
         &mut a,
         select_id,
-        &binds(select_id, &[(Arg::Now, Value::Int(now_micros()))]),
+        &binds(
+            select_id,
+            &[
+                (Arg::Now, Value::Int(now_micros())),
+                (Arg::Limit, Value::Int(1)),
+            ],
+        ),
     )
     .await;
     let (first, before) = (int(&first[0], "id"), int(&first[0], "attempt"));
@@ -296,7 +302,13 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     let other = query(
         &mut b,
         select_id,
-        &binds(select_id, &[(Arg::Now, Value::Int(now_micros()))]),
+        &binds(
+            select_id,
+            &[
+                (Arg::Now, Value::Int(now_micros())),
+                (Arg::Limit, Value::Int(1)),
+            ],
+        ),
     )
     .await;
     assert_ne!(int(&other[0], "id"), first, "B skips the row A holds");

@@ -295,7 +295,7 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     let lock_by_id = get(s.of_kind(StatementKind::LockRowById));
     // The count commits on its own and reads back the row's id and the attempt it wrote.
     let count = |client| async move {
-        let values = [(Arg::Now, Value::Int(now))];
+        let values = [(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(1))];
         let rows = query(client, count_row, &binds(count_row, &values)).await;
         rows.iter()
             .map(|r| (r.get::<_, i64>("id"), i64::from(r.get::<_, i32>("attempt"))))
@@ -975,4 +975,63 @@ async fn lease_settlements_in_one_statement() {
         }
         drop_table(&client, table).await;
     }
+}
+
+/// One count takes a row for each of several claims, and a count from an id passes over the
+/// rows below it, on PostgreSQL itself.
+#[tokio::test]
+async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
+    use ruststream_core::dialect::FormStatements;
+    let table = unique("pg_row_lock_batch");
+    let a = connect().await;
+    create(&a, table).await;
+    let desc: TableDesc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .processed_at(Column::new("processed_at"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 4);
+    for payload in [b"a", b"b", b"c", b"d", b"e"] {
+        publish(&a, &s, payload, now_micros(), "x").await;
+    }
+    let FormStatements::RowLock(f) = &s.form else {
+        panic!("the row lock form");
+    };
+    let count_row = get(s.of_kind(StatementKind::CountRow));
+    let now = now_micros();
+    let rows = query(
+        &a,
+        count_row,
+        &binds(
+            count_row,
+            &[(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(3))],
+        ),
+    )
+    .await;
+    let mut counted = ids(&rows);
+    counted.sort_unstable();
+    assert_eq!(counted.len(), 3, "one count, three rows");
+    assert!(
+        rows.iter().all(|r| r.get::<_, i32>("attempt") == 1),
+        "each counted once"
+    );
+    let from = f.count_row_from.as_ref().expect("claimed in id order");
+    let floor = counted[2] + 1;
+    let rest = query(
+        &a,
+        from,
+        &binds(
+            from,
+            &[
+                (Arg::Now, Value::Int(now)),
+                (Arg::Limit, Value::Int(5)),
+                (Arg::Floor, Value::Int(floor)),
+            ],
+        ),
+    )
+    .await;
+    let rest = ids(&rest);
+    assert_eq!(rest.len(), 2, "the two rows from the floor on: {rest:?}");
+    assert!(rest.iter().all(|id| *id >= floor), "{rest:?} below {floor}");
+    drop_table(&a, table).await;
 }
