@@ -1251,9 +1251,65 @@ impl Renderer<'_> {
             .push(" FOR UPDATE SKIP LOCKED");
     }
 
+    /// PostgreSQL: `WITH rs_claim AS (SELECT id .. FOR UPDATE SKIP LOCKED) `, the ids a claim
+    /// takes, locked once: a sub-select in `WHERE id IN (..)` may run again while the update
+    /// rechecks a row another transaction changed, and then wait for rows it did not lock.
+    fn locked_ids(&self, s: &mut Sql, floor: bool) {
+        s.push("WITH rs_claim AS (SELECT ")
+            .push(&self.id())
+            .push(" FROM ")
+            .push(&self.table());
+        let wrote = self.claimable(s, true);
+        if floor {
+            self.floor(s, wrote);
+        }
+        self.order(s);
+        s.push(" LIMIT ")
+            .arg(Arg::Limit)
+            .push(" FOR UPDATE SKIP LOCKED) ");
+    }
+
+    /// ` FROM rs_claim WHERE <table>.id = rs_claim.id`, after the `SET` of an update.
+    fn from_locked_ids(&self, s: &mut Sql) {
+        s.push(" FROM rs_claim WHERE ")
+            .push(&self.table())
+            .push(".")
+            .push(&self.id())
+            .push(" = rs_claim.")
+            .push(&self.id());
+    }
+
     fn count_row(&self, attempt_column: &'static str, floor: bool) -> Statement {
         let attempt = self.q(attempt_column);
         let mut s = Sql::new(self.dialect);
+        if self.dialect == Dialect::Postgres {
+            self.locked_ids(&mut s, floor);
+            s.push("UPDATE ")
+                .push(&self.table())
+                .push(" SET ")
+                .push(&attempt)
+                .push(" = ")
+                .push(&self.table())
+                .push(".")
+                .push(&attempt)
+                .push(" + 1");
+            self.from_locked_ids(&mut s);
+            s.push(" RETURNING ")
+                .push(&self.table())
+                .push(".")
+                .push(&self.id())
+                .push(", ")
+                .push(&self.table())
+                .push(".")
+                .push(&attempt);
+            return s.finish(
+                StatementKind::CountRow,
+                named(&[
+                    (self.desc.id.name, ColumnType::Id),
+                    (attempt_column, ColumnType::Int),
+                ]),
+            );
+        }
         s.push("UPDATE ")
             .push(&self.table())
             .push(" SET ")
@@ -1378,6 +1434,14 @@ impl Renderer<'_> {
 
     fn claim_lease_from(&self, rows: Output, lease: &str, floor: bool) -> Statement {
         let mut s = Sql::new(self.dialect);
+        if self.dialect == Dialect::Postgres {
+            self.locked_ids(&mut s, floor);
+            s.push("UPDATE ").push(&self.table());
+            self.lease_set(&mut s, lease);
+            self.from_locked_ids(&mut s);
+            s.push(" RETURNING ").push(&self.table()).push(".*");
+            return s.finish(StatementKind::ClaimLease, rows);
+        }
         s.push("UPDATE ").push(&self.table());
         self.lease_set(&mut s, lease);
         s.push(" WHERE ")

@@ -443,7 +443,7 @@ fn postgres_row_lock_statements() {
     );
     assert_eq!(
         sql(&s.count_row),
-        r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt""#
+        r#"WITH rs_claim AS (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs"."id", "jobs"."attempt""#
     );
     assert_eq!(
         sql(&s.lock_row_by_id),
@@ -572,15 +572,15 @@ fn postgres_lease_statements() {
     assert_eq!(
         sql(&s.claim_lease),
         format!(
-            r#"UPDATE "jobs" SET "locked_until" = {}, "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} AND ("locked_until" IS NULL OR "locked_until" <= {}) ORDER BY "due_at" ASC, "id" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING *"#,
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} AND ("locked_until" IS NULL OR "locked_until" <= {}) ORDER BY "due_at" ASC, "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = {}, "attempt" = "attempt" + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*"#,
             t(1),
-            t(2),
-            t(2)
+            t(1),
+            t(3)
         )
     );
     assert_eq!(
         &*s.claim_lease.as_ref().unwrap().args,
-        &[Arg::Until, Arg::Now, Arg::Limit]
+        &[Arg::Now, Arg::Limit, Arg::Until]
     );
     assert_eq!(
         sql(&s.extend_lease),
@@ -966,7 +966,7 @@ fn names_with_quote_characters_are_escaped() {
     let pg = render(Dialect::Postgres, &QUOTED);
     assert_eq!(
         sql(&pg.claim_lease),
-        r#"UPDATE "odd""na`me" SET "lock`ed" = (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond'), "att""empt" = "att""empt" + 1 WHERE "i""d" IN (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= (TIMESTAMPTZ 'epoch' + CAST($2 AS BIGINT) * INTERVAL '1 microsecond')) ORDER BY "i""d" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING *"#
+        r#"WITH rs_claim AS (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')) ORDER BY "i""d" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "odd""na`me" SET "lock`ed" = (TIMESTAMPTZ 'epoch' + CAST($3 AS BIGINT) * INTERVAL '1 microsecond'), "att""empt" = "att""empt" + 1 FROM rs_claim WHERE "odd""na`me"."i""d" = rs_claim."i""d" RETURNING "odd""na`me".*"#
     );
     let my = render(Dialect::MySql, &QUOTED);
     assert_eq!(
@@ -1968,7 +1968,7 @@ fn claims_in_id_order_can_start_at_an_id() {
     assert_eq!(
         lease_of(Dialect::Postgres, LEASE_PLAIN.desc()).as_deref(),
         Some(
-            r#"UPDATE "jobs" SET "locked_until" = (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') WHERE "id" IN (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= (TIMESTAMPTZ 'epoch' + CAST($2 AS BIGINT) * INTERVAL '1 microsecond')) AND "id" >= $3 ORDER BY "id" ASC LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING *"#
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')) AND "id" >= $2 ORDER BY "id" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = (TIMESTAMPTZ 'epoch' + CAST($4 AS BIGINT) * INTERVAL '1 microsecond') FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*"#
         )
     );
     assert!(lease_of(Dialect::Sqlite, LEASE_PLAIN.desc()).is_some());
@@ -1981,7 +1981,7 @@ fn claims_in_id_order_can_start_at_an_id() {
     assert_eq!(
         row_lock_of(Dialect::Postgres, ROW_LOCK.desc()).as_deref(),
         Some(
-            r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING "id", "attempt""#
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs"."id", "jobs"."attempt""#
         )
     );
     assert_eq!(row_lock_of(Dialect::MySql, ROW_LOCK.desc()), None);
