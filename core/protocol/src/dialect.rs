@@ -1270,7 +1270,7 @@ impl Renderer<'_> {
     }
 
     /// ` FROM rs_claim WHERE <table>.id = rs_claim.id`, after the `SET` of an update.
-    fn from_locked_ids(&self, s: &mut Sql) {
+    fn join_locked_ids(&self, s: &mut Sql) {
         s.push(" FROM rs_claim WHERE ")
             .push(&self.table())
             .push(".")
@@ -1293,7 +1293,7 @@ impl Renderer<'_> {
                 .push(".")
                 .push(&attempt)
                 .push(" + 1");
-            self.from_locked_ids(&mut s);
+            self.join_locked_ids(&mut s);
             s.push(" RETURNING ")
                 .push(&self.table())
                 .push(".")
@@ -1438,7 +1438,7 @@ impl Renderer<'_> {
             self.locked_ids(&mut s, floor);
             s.push("UPDATE ").push(&self.table());
             self.lease_set(&mut s, lease);
-            self.from_locked_ids(&mut s);
+            self.join_locked_ids(&mut s);
             s.push(" RETURNING ").push(&self.table()).push(".*");
             return s.finish(StatementKind::ClaimLease, rows);
         }
