@@ -686,6 +686,9 @@ impl LeaseClaim {
 pub struct AdvisoryStatements {
     /// The first claimable rows' ids and keys.
     pub candidates: Statement,
+    /// The candidates from [`Arg::Floor`] on, where claims may start past the rows taken
+    /// before them ([`Statements::candidates_from`]).
+    pub candidates_from: Option<Statement>,
     /// Who holds the keys.
     pub keys: KeyLocks,
     /// How a locked candidate's row is taken.
@@ -848,7 +851,19 @@ impl Statements {
     ) -> Option<Statement> {
         desc.advisory
             .is_some()
-            .then(|| Renderer { dialect, desc }.candidates(excluded))
+            .then(|| Renderer { dialect, desc }.candidates(excluded, false))
+    }
+
+    /// The candidates that pass over `excluded` keys and start at [`Arg::Floor`], where the
+    /// advisory lock form's claims may start past the rows taken before them: a table on
+    /// PostgreSQL claimed in id order, without a due column, on the database's locks.
+    pub fn candidates_from(
+        dialect: Dialect,
+        desc: &TableDesc,
+        excluded: usize,
+    ) -> Option<Statement> {
+        let r = Renderer { dialect, desc };
+        r.advisory_floor().then(|| r.candidates(excluded, true))
     }
 
     /// Returns the failed rows `which` selects to the queue: clears their `failed_at` and
@@ -946,6 +961,7 @@ impl Statements {
             }
             FormStatements::Advisory(f) => {
                 out.push(&f.candidates);
+                out.extend(&f.candidates_from);
                 if let KeyLocks::Database { try_lock, unlock } = &f.keys {
                     out.extend([try_lock, unlock]);
                 }
@@ -1091,7 +1107,8 @@ impl Renderer<'_> {
             },
         };
         AdvisoryStatements {
-            candidates: self.candidates(0),
+            candidates: self.candidates(0, false),
+            candidates_from: self.advisory_floor().then(|| self.candidates(0, true)),
             keys,
             take,
             settle: self.settle(None),
@@ -1268,8 +1285,9 @@ impl Renderer<'_> {
         }
     }
 
-    /// The first claimable rows' ids and keys, passing over the rows of `excluded` keys.
-    fn candidates(&self, excluded: usize) -> Statement {
+    /// The first claimable rows' ids and keys, passing over the rows of `excluded` keys;
+    /// `from`: from [`Arg::Floor`] on.
+    fn candidates(&self, excluded: usize, from: bool) -> Statement {
         let mut s = Sql::new(self.dialect);
         let key = self.key_expr();
         s.push("SELECT ")
@@ -1278,7 +1296,11 @@ impl Renderer<'_> {
             .push(&key)
             .push(" AS rs_key FROM ")
             .push(&self.table());
-        let conditions = self.claimable(&mut s, true);
+        let mut conditions = self.claimable(&mut s, true);
+        if from {
+            self.floor(&mut s, conditions);
+            conditions = true;
+        }
         if excluded > 0 {
             s.push(if conditions { " AND " } else { " WHERE " })
                 .push(&key)

@@ -1140,8 +1140,9 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)
                         }
-                        StatementKind::LockRow | StatementKind::Candidates => {
-                            matches!(arg, Arg::Now | Arg::Limit)
+                        StatementKind::LockRow => matches!(arg, Arg::Now | Arg::Limit),
+                        StatementKind::Candidates => {
+                            matches!(arg, Arg::Now | Arg::Limit | Arg::Floor)
                         }
                         StatementKind::ClaimLease => {
                             matches!(arg, Arg::Now | Arg::Limit | Arg::Until | Arg::Floor)
@@ -1930,6 +1931,27 @@ fn candidates_pass_over_excluded_keys() {
         &*my.sql,
         "SELECT `id` AS rs_id, CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) AS rs_key FROM `video_jobs` WHERE CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) NOT IN (?) ORDER BY `id` ASC LIMIT ?"
     );
+    // From an id on, on PostgreSQL, in a table claimed in id order without a due column.
+    let from = Statements::candidates_from(Dialect::Postgres, ADVISORY.desc(), 1)
+        .expect("claimed in id order");
+    assert_eq!(
+        &*from.sql,
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" WHERE "id" >= $1 AND ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($2) ORDER BY "id" ASC LIMIT $3"#
+    );
+    assert_eq!(&*from.args, &[Arg::Floor, Arg::ExcludedKey(0), Arg::Limit]);
+    let plain = Statements::render(Dialect::Postgres, ADVISORY.desc(), 1);
+    let FormStatements::Advisory(f) = &plain.form else {
+        panic!("the advisory form")
+    };
+    assert_eq!(
+        f.candidates_from.as_ref().map(|s| &*s.args),
+        Some(&[Arg::Floor, Arg::Limit][..])
+    );
+    for dialect in [Dialect::MySql, Dialect::MariaDb, Dialect::Sqlite] {
+        assert!(Statements::candidates_from(dialect, ADVISORY.desc(), 1).is_none());
+    }
+    // Not where a row below the start may become due later.
+    assert!(Statements::candidates_from(Dialect::Postgres, ADVISORY_PLAIN.desc(), 1).is_none());
     // After the claimable conditions, with `AND`.
     let due = Statements::candidates_excluding(Dialect::Postgres, ADVISORY_PLAIN.desc(), 1)
         .expect("the advisory form");

@@ -68,6 +68,11 @@ pub(super) struct Candidate {
 }
 
 impl Candidate {
+    /// The id of a candidate's row, unread.
+    pub(super) fn id_of<R>(row: &Row<R>) -> Value {
+        row.values.first().cloned().unwrap_or(Value::Null)
+    }
+
     /// Reads a candidate; a `NULL` key is the empty key.
     pub(super) fn read<R>(row: Row<R>) -> Self {
         let mut values = row.values.into_iter();

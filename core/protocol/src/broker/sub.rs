@@ -90,8 +90,9 @@ pub(super) struct Sub {
     pub(super) last_full: bool,
     pub(super) counts: CountQueue,
     pub(super) settles: SettleQueue,
-    /// The advisory lock form: the candidates that pass over `n` keys, by `n`.
-    pub(super) excluding: BTreeMap<usize, Statement>,
+    /// The advisory lock form: the candidates that pass over `n` keys, by `n` and whether
+    /// they start at the floor.
+    pub(super) excluding: BTreeMap<(usize, bool), Statement>,
     /// Where the next claim may start, in a table claimed in id order.
     pub(super) floor: Floor,
 }
@@ -128,6 +129,18 @@ impl Floor {
 
     /// A claim that asked for `asked` rows took the rows of `ids`.
     pub(super) fn found<'a>(&mut self, ids: impl IntoIterator<Item = &'a Value>, asked: usize) {
+        self.found_above(ids, asked, None);
+    }
+
+    /// A claim that asked for `asked` rows found the rows of `ids`, while the rows it passed
+    /// over were at or above `held` (the advisory form's rows in work here, whose keys its
+    /// look passed over): the floor is at neither.
+    pub(super) fn found_above<'a>(
+        &mut self,
+        ids: impl IntoIterator<Item = &'a Value>,
+        asked: usize,
+        held: Option<i64>,
+    ) {
         let mut n = 0;
         let mut lowest: Option<i64> = None;
         for id in ids {
@@ -141,7 +154,14 @@ impl Floor {
                 }
             }
         }
-        self.id = if n >= asked.max(1) { lowest } else { None };
+        self.id = if n >= asked.max(1) {
+            match (lowest, held) {
+                (Some(l), Some(h)) => Some(l.min(h)),
+                (lowest, _) => lowest,
+            }
+        } else {
+            None
+        };
     }
 }
 

@@ -13,6 +13,17 @@ impl Renderer<'_> {
         }
     }
 
+    /// Whether advisory claims may start past the rows taken before them: on PostgreSQL
+    /// (whose claims pass over the entries of settled rows until vacuum removes them), in id
+    /// order, without a due column (a row below the start is claimable again only when it
+    /// was in work, in this process or in another), on the database's locks.
+    pub(super) fn advisory_floor(&self) -> bool {
+        self.dialect == Dialect::Postgres
+            && self.desc.due.is_none()
+            && self.ordered_by_id()
+            && !self.desc.custom_lock()
+    }
+
     /// `id >= floor`, after the claimable conditions (`wrote`: they wrote a `WHERE`).
     pub(super) fn floor(&self, s: &mut Sql, wrote: bool) {
         s.push(if wrote { " AND " } else { " WHERE " })

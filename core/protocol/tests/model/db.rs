@@ -545,7 +545,7 @@ impl Db {
                         .into_iter()
                         .filter(|id| {
                             let key = Value::Text(render_key(desc, *id, &self.rows[id]));
-                            !excluded.contains(&&key)
+                            *id >= floor() && !excluded.contains(&&key)
                         })
                         .take(limit)
                         .map(|id| {

@@ -244,8 +244,10 @@ struct World {
     /// Counts every command run and every change outside the brokers: the order of looks,
     /// releases and inserts.
     tick: u64,
-    /// By slot: when the process last ran its advisory claim's candidates.
-    looked: Vec<u64>,
+    /// By slot: when the process ran its advisory claims' candidates, each with the keys the
+    /// look passed over, and by lock argument when it last tried a key's lock.
+    looked: Vec<Vec<(u64, Vec<String>)>>,
+    tried: Vec<BTreeMap<Value, u64>>,
     /// By lock argument: when a session last released the key, and the process it belonged to.
     released: BTreeMap<Value, (u64, usize)>,
     /// By row: when it was inserted, and by which process (`None`: another program).
@@ -307,6 +309,7 @@ impl World {
             log: Vec::new(),
             tick: 0,
             looked: Vec::new(),
+            tried: Vec::new(),
             released: BTreeMap::new(),
             inserted: BTreeMap::new(),
             foreign: None,
@@ -314,7 +317,8 @@ impl World {
         for _ in 0..config.processes {
             world.processes.push(start(desc, config, now));
             world.ids.push(world.next_id);
-            world.looked.push(0);
+            world.looked.push(Vec::new());
+            world.tried.push(BTreeMap::new());
             world.next_id += 1;
         }
         for slot in 0..world.processes.len() {
@@ -419,6 +423,18 @@ impl World {
                     .unwrap_or_else(|| panic!("row {row} delivered but not in the table"));
                 if self.desc.advisory.is_some() {
                     assert_eq!(key.as_deref(), Some(key_text(db_row.channel).as_str()));
+                    // No row overtakes an earlier row of its key that is still queued.
+                    let earlier = self.db.rows.range(..row).find(|(_, r)| {
+                        r.channel == db_row.channel
+                            && r.processed_at.is_none()
+                            && r.failed_at.is_none()
+                    });
+                    assert!(
+                        earlier.is_none(),
+                        "row {row} of key {} delivered while the earlier row {:?} of its key is queued",
+                        key_text(db_row.channel),
+                        earlier.map(|(id, _)| id)
+                    );
                 }
                 // The attempt handed out is the row's, and grows with every take.
                 let attempt = d.attempt.expect("the table counts attempts");
@@ -547,10 +563,26 @@ impl World {
         let command = p.waiting.remove(index % p.waiting.len());
         let process = self.ids[slot];
         self.tick += 1;
-        if let Action::Execute { statement, .. } = &command.action
+        if let Action::Execute { statement, binds } = &command.action
             && statement.kind == ruststream_core::StatementKind::Candidates
         {
-            self.looked[slot] = self.tick;
+            let passed = statement
+                .args
+                .iter()
+                .zip(binds)
+                .filter(|(a, _)| matches!(a, ruststream_core::dialect::Arg::ExcludedKey(_)))
+                .filter_map(|(_, v)| match v {
+                    Value::Text(k) => Some(k.clone()),
+                    _ => None,
+                })
+                .collect();
+            self.looked[slot].push((self.tick, passed));
+        }
+        if let Action::Execute { statement, binds } = &command.action
+            && statement.kind == ruststream_core::StatementKind::TryLock
+            && let Some(arg) = binds.first()
+        {
+            self.tried[slot].insert(arg.clone(), self.tick);
         }
         let locks = self.db.advisory.clone();
         let rows = self.db.next_id;
@@ -779,7 +811,8 @@ impl World {
                 self.tick += 1;
                 self.db.kill_process(self.ids[slot]);
                 self.note_changes(locks, self.db.next_id, None);
-                self.looked[slot] = 0;
+                self.looked[slot].clear();
+                self.tried[slot].clear();
                 self.ids[slot] = self.next_id;
                 self.next_id += 1;
                 self.processes[slot] = start(self.desc, self.config, self.now);
@@ -922,8 +955,9 @@ impl World {
 
     /// Liveness, where the database holds the keys: with nothing left to run at this time, no
     /// process has a free worker while a due row's key is free (held by no session), unless
-    /// the process has not looked since another session released that key, or since another
-    /// process inserted the row: nothing told it, and it looks again at its poll.
+    /// the process has not looked at the key (in a look that did not pass over it) nor tried
+    /// its lock since another session released that key, or since another process inserted
+    /// the row: nothing told it, and it looks again at its poll.
     fn check_liveness(&self) {
         if self.desc.advisory.is_none()
             || self.config.dialect == Dialect::Sqlite
@@ -942,9 +976,17 @@ impl World {
                 continue;
             }
             let process = self.ids[slot];
-            let looked = self.looked[slot];
             for (key, &row) in &firsts {
                 let arg = lock_arg(self.config.dialect, key);
+                // The last look that did not pass over the key, or the last try of its lock: a
+                // look passes over a key that a lock of this process tried or is trying, a
+                // try that may have run just before the key's release.
+                let looked = self.looked[slot]
+                    .iter()
+                    .rev()
+                    .find(|(_, passed)| !passed.contains(key))
+                    .map_or(0, |(at, _)| *at)
+                    .max(self.tried[slot].get(&arg).copied().unwrap_or(0));
                 if self.db.advisory.contains_key(&arg) {
                     continue;
                 }
@@ -1015,7 +1057,8 @@ impl World {
         let slot = self.processes.len();
         self.processes.push(start(self.desc, self.config, self.now));
         self.ids.push(self.next_id);
-        self.looked.push(0);
+        self.looked.push(Vec::new());
+        self.tried.push(BTreeMap::new());
         self.next_id += 1;
         self.pump(slot);
         for _ in 0..200_000 {

@@ -3338,6 +3338,79 @@ fn claims_in_id_order_start_past_the_rows_taken_before_them() {
     }
 }
 
+/// On PostgreSQL an advisory table claimed in id order starts its looks past the rows taken
+/// before them, but never past a row still queued: a row in work here, whose key the look
+/// passes over, keeps the floor at or below it, so when it returns to the queue the next look
+/// finds it before any later row of its key.
+#[test]
+fn advisory_looks_in_id_order_start_past_taken_rows_but_not_past_one_in_work() {
+    // Row 3 and row 12 share a key; the others have keys of their own.
+    let channels = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 2];
+    let mut sim = Sim::start(Dialect::Postgres, advisory(), 2, &channels);
+    assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
+    let floors = |sim: &Sim, since: usize| -> Vec<i64> {
+        sim.runs_of(0, since, StatementKind::Candidates)
+            .into_iter()
+            .filter_map(|r| {
+                let st = r.statement.as_ref()?;
+                let i = st.args.iter().position(|a| *a == Arg::Floor)?;
+                r.binds[i].as_int()
+            })
+            .collect()
+    };
+    assert!(
+        floors(&sim, 0).is_empty(),
+        "the first look starts at the beginning"
+    );
+    let mut done: BTreeSet<i64> = BTreeSet::new();
+    for row in [1, 2] {
+        let d = sim.delivery(0, row);
+        sim.settle(0, d, Outcome::Ack);
+        done.insert(row);
+    }
+    sim.run();
+    assert_eq!(sim.delivered_rows(0, 0), [1, 2, 3, 4]);
+    // Row 4 ends; row 3 returns to the queue while looks start past rows 1 and 2.
+    let d = sim.delivery(0, 4);
+    sim.settle(0, d, Outcome::Ack);
+    done.insert(4);
+    sim.run();
+    let mark = sim.mark();
+    let d = sim.delivery(0, 3);
+    sim.settle(0, d, Outcome::Retry);
+    sim.run();
+    let started = floors(&sim, 0);
+    assert!(
+        started.iter().any(|&f| f > 1),
+        "looks start past the rows settled before them: {started:?}"
+    );
+    for _ in 0..40 {
+        if sim.delivered_rows(0, mark).contains(&3) {
+            break;
+        }
+        for row in sim.delivered_rows(0, 0) {
+            if row != 3 && done.insert(row) {
+                let d = sim.delivery(0, row);
+                sim.settle(0, d, Outcome::Ack);
+            }
+        }
+        sim.run();
+        sim.advance(Duration::from_millis(100));
+    }
+    let again = sim.delivered_rows(0, mark);
+    let at = again.iter().position(|&r| r == 3);
+    assert!(at.is_some(), "row 3 came back: {again:?}");
+    assert!(
+        !again[..at.unwrap_or(0)].contains(&12),
+        "row 12 overtook row 3 of its key: {again:?}"
+    );
+    assert!(
+        floors(&sim, mark).iter().all(|&f| f <= 3),
+        "no look starts past row 3 while it is queued: {:?}",
+        floors(&sim, mark)
+    );
+}
+
 /// On SQLite the core hands the adapter one statement at a time: a settlement's statement
 /// waits while a claim's runs, instead of waiting in SQLite's busy handler for the write lock,
 /// and runs as soon as the claim's has answered.

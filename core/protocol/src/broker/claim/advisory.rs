@@ -47,6 +47,9 @@ pub(in crate::broker) struct Claiming {
     full: bool,
     /// The looks after the first.
     looks: usize,
+    /// The look in flight starts at the floor or sets it: it passed over the keys of this
+    /// subscription's rows in work alone, the lowest of which is this id.
+    floor_look: Option<Option<i64>>,
 }
 
 /// The most looks past held keys one claim takes after its first: each passes over the keys
@@ -68,6 +71,7 @@ impl Claiming {
             window: 0,
             full: false,
             looks: 0,
+            floor_look: None,
         }
     }
 
@@ -106,6 +110,7 @@ impl<R> Broker<R> {
         }
         let database = matches!(a.st.keys, KeyLocks::Database { .. });
         let plain = a.st.candidates.clone();
+        let floor = a.st.candidates_from.is_some() && a.looks == 0;
         // On the database's locks, a look passes over the keys in work in this process and
         // those this claim found held elsewhere: the rows it reads are of keys it may take.
         let mut excluded: Vec<Arc<str>> = if database {
@@ -127,16 +132,25 @@ impl<R> Broker<R> {
             limit += excluded.len() - EXCLUDE_MAX;
             excluded.truncate(EXCLUDE_MAX);
         }
-        let statement = if excluded.is_empty() {
-            plain
-        } else {
-            match self.candidates_excluding(sub, excluded.len().next_power_of_two()) {
-                Some(statement) => statement,
-                None => plain,
+        // The first look may start past the rows taken before it, and sets where the next
+        // starts, when it passes over the keys of this subscription's rows in work alone.
+        let held = floor.then(|| self.held_floor(sub, &excluded)).flatten();
+        let from = held.and_then(|_| self.subs[sub.0].floor.start(now));
+        let statement = match (excluded.is_empty(), from.is_some()) {
+            (true, false) => plain,
+            (true, true) => self.candidates_from(sub, 0).unwrap_or(plain),
+            (false, from) => {
+                let n = excluded.len().next_power_of_two();
+                let statement = match from {
+                    true => self.candidates_from(sub, n),
+                    false => self.candidates_excluding(sub, n),
+                };
+                statement.unwrap_or(plain)
             }
         };
         let binds = statement.binds(|arg| match arg {
             Arg::Limit => Value::Int(limit as i64),
+            Arg::Floor => Value::Int(from.unwrap_or(i64::MIN)),
             // Padded with the last key: the statement is rendered for a power of two.
             Arg::ExcludedKey(i) => excluded
                 .get(i)
@@ -146,6 +160,7 @@ impl<R> Broker<R> {
         });
         if let Some((_, a)) = Self::advisory(&mut self.claims, claim) {
             a.window = limit;
+            a.floor_look = held;
         }
         let stage = ClaimStage::Advisory(Stage::Candidates);
         self.claim_execute(claim, conn, statement, binds, stage);
@@ -155,12 +170,59 @@ impl<R> Broker<R> {
     fn candidates_excluding(&mut self, sub: SubId, n: usize) -> Option<crate::Statement> {
         let dialect = self.dialect;
         let s = &mut self.subs[sub.0];
-        if let Some(statement) = s.excluding.get(&n) {
+        if let Some(statement) = s.excluding.get(&(n, false)) {
             return Some(statement.clone());
         }
         let statement = Statements::candidates_excluding(dialect, &s.desc, n)?;
-        s.excluding.insert(n, statement.clone());
+        s.excluding.insert((n, false), statement.clone());
         Some(statement)
+    }
+
+    /// The candidates from the floor on that pass over `n` keys, rendered once per size.
+    fn candidates_from(&mut self, sub: SubId, n: usize) -> Option<crate::Statement> {
+        let dialect = self.dialect;
+        let s = &mut self.subs[sub.0];
+        if let Some(statement) = s.excluding.get(&(n, true)) {
+            return Some(statement.clone());
+        }
+        let statement = Statements::candidates_from(dialect, &s.desc, n)?;
+        s.excluding.insert((n, true), statement.clone());
+        Some(statement)
+    }
+
+    /// Where a look that passes over `excluded` may leave the floor: `Some` of the lowest id
+    /// of this subscription's rows in work (none: `Some(None)`) when each excluded key is
+    /// held for one of them; `None` when a key is held for another table's row, whose rows
+    /// of this table the look cannot see, or an id is not an integer.
+    fn held_floor<'a>(&'a self, sub: SubId, excluded: &[Arc<str>]) -> Option<Option<i64>> {
+        let mut keys: BTreeSet<&'a Arc<str>> = BTreeSet::new();
+        let mut lowest: Option<i64> = None;
+        let mut note = |id: &Value, key: &'a Arc<str>| -> bool {
+            let Some(id) = id.as_int() else {
+                return false;
+            };
+            lowest = Some(lowest.map_or(id, |l| l.min(id)));
+            keys.insert(key);
+            true
+        };
+        for (id, key) in self.deliveries.held_keys(sub) {
+            if !note(id, key) {
+                return None;
+            }
+        }
+        for c in self.claims.values().filter(|c| c.sub == sub) {
+            if let ClaimForm::Advisory(a) = &c.form
+                && let Some(current) = &a.current
+                && self.keys.contains(&current.key)
+                && !note(&current.id, &current.key)
+            {
+                return None;
+            }
+        }
+        excluded
+            .iter()
+            .all(|key| keys.contains(key))
+            .then_some(lowest)
     }
 
     pub(super) fn on_advisory_claim(
@@ -170,12 +232,19 @@ impl<R> Broker<R> {
         stage: Stage,
         reply: Reply<R>,
     ) {
-        let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
+        let Some((sub, a)) = Self::advisory(&mut self.claims, claim) else {
             return;
         };
         match stage {
             Stage::Candidates => {
                 let rows = rows_of(reply);
+                if let Some(held) = a.floor_look.take() {
+                    let ids: Vec<Value> = rows.iter().map(Candidate::id_of).collect();
+                    self.subs[sub.0].floor.found_above(&ids, a.window, held);
+                }
+                let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
+                    return;
+                };
                 a.full = rows.len() >= a.window;
                 a.candidates.extend(rows.into_iter().map(Candidate::read));
                 a.loaded = true;
@@ -257,6 +326,9 @@ impl<R> Broker<R> {
         let Some(candidate) = a.current.take() else {
             return;
         };
+        // The key's later candidates wait for the next look: the row taken may return to
+        // the queue (a retry releases its key) before this claim comes to them.
+        a.passed.insert(candidate.key.clone());
         c.found += 1;
         let conn = c.conn.take();
         let attempts = self.subs[sub.0].desc.attempt.is_some();
@@ -322,17 +394,25 @@ impl<R> Broker<R> {
                 _ => {}
             }
             a.current = Some(candidate);
-            match c.conn {
-                Some(_) => self.lock_current(claim),
-                None => {
-                    let conn = self.new_conn();
-                    if let Some(c) = self.claims.get_mut(&claim) {
-                        c.conn = Some(conn);
-                    }
-                    self.claim_step(claim, conn, Action::Acquire, ClaimStage::Acquire);
-                }
-            }
+            self.try_current(claim);
             return;
+        }
+    }
+
+    /// Locks the current candidate's key, on the claim's connection or a new one.
+    fn try_current(&mut self, claim: u64) {
+        let Some(c) = self.claims.get(&claim) else {
+            return;
+        };
+        match c.conn {
+            Some(_) => self.lock_current(claim),
+            None => {
+                let conn = self.new_conn();
+                if let Some(c) = self.claims.get_mut(&claim) {
+                    c.conn = Some(conn);
+                }
+                self.claim_step(claim, conn, Action::Acquire, ClaimStage::Acquire);
+            }
         }
     }
 

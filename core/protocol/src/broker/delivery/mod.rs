@@ -178,6 +178,14 @@ impl Deliveries {
         self.map.is_empty()
     }
 
+    /// The rows of `sub`'s advisory deliveries and their keys.
+    pub(super) fn held_keys(&self, sub: SubId) -> impl Iterator<Item = (&Value, &Arc<str>)> {
+        self.map
+            .values()
+            .filter(move |d| d.sub == sub)
+            .filter_map(|d| Some((&d.id, d.key()?)))
+    }
+
     /// The deliveries for which `keep` holds, in id order.
     pub(super) fn ids_where(&self, keep: impl Fn(&Delivery) -> bool) -> Vec<DeliveryId> {
         self.map
