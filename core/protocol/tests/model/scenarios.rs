@@ -626,6 +626,42 @@ impl Sim {
             .collect()
     }
 
+    /// The ids the statements of `kind` that `p` ran since `since` started at.
+    fn floors(&self, p: usize, since: usize, kind: StatementKind) -> Vec<Value> {
+        self.runs_of(p, since, kind)
+            .into_iter()
+            .filter_map(|r| {
+                let st = r.statement.as_ref()?;
+                let i = st.args.iter().position(|a| *a == Arg::Floor)?;
+                Some(r.binds[i].clone())
+            })
+            .collect()
+    }
+
+    /// Acknowledges every row `p` was handed but `row`, 100 ms apart, until `row` is handed
+    /// again after `since` (at most 40 times): claims keep running past it. Answers when.
+    fn ack_others_until(
+        &mut self,
+        row: i64,
+        since: usize,
+        done: &mut BTreeSet<i64>,
+    ) -> Option<Time> {
+        for _ in 0..40 {
+            if self.delivered_rows(0, since).contains(&row) {
+                return Some(self.now);
+            }
+            for other in self.delivered_rows(0, 0) {
+                if other != row && done.insert(other) {
+                    let d = self.delivery(0, other);
+                    self.settle(0, d, Outcome::Ack);
+                }
+            }
+            self.run();
+            self.advance(Duration::from_millis(100));
+        }
+        None
+    }
+
     fn delivered_rows(&self, p: usize, since: usize) -> Vec<i64> {
         self.delivered(p, since)
             .iter()
@@ -3272,16 +3308,7 @@ fn claims_in_id_order_start_past_the_rows_taken_before_them() {
     for dialect in [Dialect::Postgres, Dialect::Sqlite] {
         let mut sim = Sim::start(dialect, lease_marked(), 2, &[0; 12]);
         assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
-        let floor_of = |sim: &Sim, since: usize| -> Vec<Value> {
-            sim.runs_of(0, since, StatementKind::ClaimLease)
-                .into_iter()
-                .filter_map(|r| {
-                    let st = r.statement.as_ref()?;
-                    let i = st.args.iter().position(|a| *a == Arg::Floor)?;
-                    Some(r.binds[i].clone())
-                })
-                .collect()
-        };
+        let floor_of = |sim: &Sim, since: usize| sim.floors(0, since, StatementKind::ClaimLease);
         assert!(
             floor_of(&sim, 0).is_empty(),
             "{dialect:?}: the first claim starts at the beginning"
@@ -3307,23 +3334,8 @@ fn claims_in_id_order_start_past_the_rows_taken_before_them() {
         sim.settle(0, d, Outcome::Retry);
         sim.run();
         let returned = sim.now;
-        let mut again = None;
         let mut done: BTreeSet<i64> = [1, 2, 4].into();
-        for _ in 0..40 {
-            if sim.delivered_rows(0, mark).contains(&3) {
-                again = Some(sim.now);
-                break;
-            }
-            // Each row in work ends, so claims keep running past row 3.
-            for row in sim.delivered_rows(0, 0) {
-                if row != 3 && done.insert(row) {
-                    let d = sim.delivery(0, row);
-                    sim.settle(0, d, Outcome::Ack);
-                }
-            }
-            sim.run();
-            sim.advance(Duration::from_millis(100));
-        }
+        let again = sim.ack_others_until(3, mark, &mut done);
         let again = again.unwrap_or_else(|| {
             panic!(
                 "{dialect:?}: row 3 never came back: {:?}",
@@ -3349,13 +3361,9 @@ fn advisory_looks_in_id_order_start_past_taken_rows_but_not_past_one_in_work() {
     let mut sim = Sim::start(Dialect::Postgres, advisory(), 2, &channels);
     assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
     let floors = |sim: &Sim, since: usize| -> Vec<i64> {
-        sim.runs_of(0, since, StatementKind::Candidates)
-            .into_iter()
-            .filter_map(|r| {
-                let st = r.statement.as_ref()?;
-                let i = st.args.iter().position(|a| *a == Arg::Floor)?;
-                r.binds[i].as_int()
-            })
+        sim.floors(0, since, StatementKind::Candidates)
+            .iter()
+            .filter_map(Value::as_int)
             .collect()
     };
     assert!(
@@ -3384,19 +3392,7 @@ fn advisory_looks_in_id_order_start_past_taken_rows_but_not_past_one_in_work() {
         started.iter().any(|&f| f > 1),
         "looks start past the rows settled before them: {started:?}"
     );
-    for _ in 0..40 {
-        if sim.delivered_rows(0, mark).contains(&3) {
-            break;
-        }
-        for row in sim.delivered_rows(0, 0) {
-            if row != 3 && done.insert(row) {
-                let d = sim.delivery(0, row);
-                sim.settle(0, d, Outcome::Ack);
-            }
-        }
-        sim.run();
-        sim.advance(Duration::from_millis(100));
-    }
+    sim.ack_others_until(3, mark, &mut done);
     let again = sim.delivered_rows(0, mark);
     let at = again.iter().position(|&r| r == 3);
     assert!(at.is_some(), "row 3 came back: {again:?}");

@@ -136,17 +136,12 @@ impl<R> Broker<R> {
         // starts, when it passes over the keys of this subscription's rows in work alone.
         let held = floor.then(|| self.held_floor(sub, &excluded)).flatten();
         let from = held.and_then(|_| self.subs[sub.0].floor.start(now));
-        let statement = match (excluded.is_empty(), from.is_some()) {
-            (true, false) => plain,
-            (true, true) => self.candidates_from(sub, 0).unwrap_or(plain),
-            (false, from) => {
-                let n = excluded.len().next_power_of_two();
-                let statement = match from {
-                    true => self.candidates_from(sub, n),
-                    false => self.candidates_excluding(sub, n),
-                };
-                statement.unwrap_or(plain)
-            }
+        let statement = match (excluded.len(), from.is_some()) {
+            (0, false) => plain,
+            (0, true) => self.candidates_for(sub, 0, true).unwrap_or(plain),
+            (n, from) => self
+                .candidates_for(sub, n.next_power_of_two(), from)
+                .unwrap_or(plain),
         };
         let binds = statement.binds(|arg| match arg {
             Arg::Limit => Value::Int(limit as i64),
@@ -166,27 +161,19 @@ impl<R> Broker<R> {
         self.claim_execute(claim, conn, statement, binds, stage);
     }
 
-    /// The candidates that pass over `n` keys, rendered once per size.
-    fn candidates_excluding(&mut self, sub: SubId, n: usize) -> Option<crate::Statement> {
+    /// The candidates that pass over `n` keys, `from` the floor on or from the start,
+    /// rendered once per size and start.
+    fn candidates_for(&mut self, sub: SubId, n: usize, from: bool) -> Option<crate::Statement> {
         let dialect = self.dialect;
         let s = &mut self.subs[sub.0];
-        if let Some(statement) = s.excluding.get(&(n, false)) {
+        if let Some(statement) = s.excluding.get(&(n, from)) {
             return Some(statement.clone());
         }
-        let statement = Statements::candidates_excluding(dialect, &s.desc, n)?;
-        s.excluding.insert((n, false), statement.clone());
-        Some(statement)
-    }
-
-    /// The candidates from the floor on that pass over `n` keys, rendered once per size.
-    fn candidates_from(&mut self, sub: SubId, n: usize) -> Option<crate::Statement> {
-        let dialect = self.dialect;
-        let s = &mut self.subs[sub.0];
-        if let Some(statement) = s.excluding.get(&(n, true)) {
-            return Some(statement.clone());
-        }
-        let statement = Statements::candidates_from(dialect, &s.desc, n)?;
-        s.excluding.insert((n, true), statement.clone());
+        let statement = match from {
+            true => Statements::candidates_from(dialect, &s.desc, n)?,
+            false => Statements::candidates_excluding(dialect, &s.desc, n)?,
+        };
+        s.excluding.insert((n, from), statement.clone());
         Some(statement)
     }
 
