@@ -2,13 +2,15 @@
 //! and a broker started by hand.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Opts, OptsBuilder, Pool};
 use ruststream::InboxTable;
-use ruststream::adapter::{Adapter, AdapterError, Connections, TakesRows, redact_url};
+use ruststream::adapter::{
+    Adapter, AdapterError, ConnFuture, PoolSource, Pooled, TakesRows, redact_url,
+};
 use ruststream::exec::BoxFuture;
 use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, MySql, ValidOn};
@@ -22,7 +24,7 @@ use crate::lock::{CustomLock, PickLock};
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// Where the broker's pool comes from.
-enum Source {
+enum Origin {
     /// Built at the start from a URL; the broker closes it.
     Url(String),
     /// Built at the start from options; the broker closes it.
@@ -31,48 +33,100 @@ enum Source {
     Pool(Pool),
 }
 
-enum State {
-    /// Not started: nothing connects yet.
-    Idle,
-    /// Started: the pool lends connections.
-    Running {
-        pool: Pool,
-        runtime: Handle,
-        dialect: Dialect,
-    },
-    /// Closed: no connection is lent any more. The pool and the dialect, where the broker
-    /// had started.
-    Closed {
-        pool: Option<Pool>,
-        runtime: Option<Handle>,
-        dialect: Option<Dialect>,
-    },
-}
-
-struct Inner {
-    source: Source,
+/// The broker's pool as [`Pooled`] runs it.
+struct Source {
+    origin: Origin,
     acquire_timeout: Duration,
-    state: Mutex<State>,
-    conns: Arc<Connections<Lender>>,
 }
 
-impl Inner {
-    fn state(&self) -> MutexGuard<'_, State> {
-        // The lock guards a plain enum that no code panics while holding.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+impl PoolSource for Source {
+    type Pool = Pool;
+    type Lender = Lender;
+
+    fn name(&self) -> &'static str {
+        "MySQL"
     }
 
-    fn owns_pool(&self) -> bool {
-        !matches!(self.source, Source::Pool(_))
-    }
-
-    /// Where the pool connects, for messages: the URL without its password.
     fn target(&self) -> String {
-        match &self.source {
-            Source::Url(url) => redact_url(url),
-            Source::Opts(opts) => describe(opts),
-            Source::Pool(_) => "the service's mysql_async pool".to_owned(),
+        match &self.origin {
+            Origin::Url(url) => redact_url(url),
+            Origin::Opts(opts) => describe(opts),
+            Origin::Pool(_) => "the service's mysql_async pool".to_owned(),
         }
+    }
+
+    fn given(&self) -> Option<&Pool> {
+        match &self.origin {
+            Origin::Pool(pool) => Some(pool),
+            Origin::Url(_) | Origin::Opts(_) => None,
+        }
+    }
+
+    fn build(&self) -> ConnFuture<'_, Result<Pool, AdapterError>> {
+        let built = match &self.origin {
+            Origin::Pool(pool) => Ok(pool.clone()),
+            Origin::Url(url) => Opts::from_url(url).map(build_pool).map_err(|e| {
+                AdapterError::new(format!(
+                    "the MySQL URL `{}` does not parse: {e}",
+                    self.target()
+                ))
+            }),
+            Origin::Opts(opts) => Ok(build_pool((**opts).clone())),
+        };
+        Box::pin(std::future::ready(built))
+    }
+
+    /// A connection answers `SELECT VERSION()` within the acquire timeout, with a version the
+    /// queue serves; the broker runs on the tokio runtime it starts in, where mysql_async's
+    /// connections run.
+    fn open(&self, pool: &Pool) -> ConnFuture<'_, Result<(Lender, Dialect), AdapterError>> {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let target = self.target();
+            let runtime = Handle::try_current().map_err(|_| {
+                AdapterError::new(format!(
+                    "the MySQL broker of {target} runs mysql_async, which needs a tokio runtime: start the service inside one"
+                ))
+            })?;
+            let probed = runtime
+                .spawn(probe(pool.clone(), target.clone(), self.acquire_timeout))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(format!("MySQL/MariaDB at {target}: the probe failed: {e}"))
+                });
+            let dialect = probed.map_err(AdapterError::new)?;
+            let lender = Lender {
+                pool,
+                runtime,
+                acquire_timeout: self.acquire_timeout,
+            };
+            Ok((lender, dialect))
+        })
+    }
+
+    /// Disconnects the pool on the broker's runtime, waiting up to [`CLOSE_WAIT`] when no
+    /// connection is still lent; a connection lent closes when it comes back.
+    fn close(&self, pool: Pool, lender: Option<Lender>, held: usize) -> ConnFuture<'_, ()> {
+        Box::pin(async move {
+            let Some(runtime) = lender
+                .map(|lender| lender.runtime)
+                .or_else(|| Handle::try_current().ok())
+            else {
+                return;
+            };
+            let disconnect = runtime.spawn(async move {
+                match tokio::time::timeout(CLOSE_WAIT, pool.disconnect()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::debug!("disconnecting the MySQL pool failed: {error}"),
+                    Err(_) => tracing::debug!(
+                        "the MySQL pool still has connections lent after {CLOSE_WAIT:?}; they close when they come back"
+                    ),
+                }
+            });
+            if held == 0 {
+                let _ = disconnect.await;
+            }
+        })
     }
 }
 
@@ -100,35 +154,28 @@ fn describe(opts: &Opts) -> String {
 /// connections of its pool and holds no queue logic. It is not `Clone`, so one broker never
 /// gets two handles by mistake: take the handle (or a route) first and clone that.
 pub struct MySqlAsyncBroker {
-    inner: Arc<Inner>,
+    inner: Arc<Pooled<Source>>,
 }
 
 impl fmt::Debug for MySqlAsyncBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (state, dialect) = match &*self.inner.state() {
-            State::Idle => ("idle", None),
-            State::Running { dialect, .. } => ("running", Some(*dialect)),
-            State::Closed { dialect, .. } => ("closed", *dialect),
-        };
         f.debug_struct("MySqlAsyncBroker")
-            .field("target", &self.inner.target())
+            .field("target", &self.inner.source().target())
             .field("owns_pool", &self.inner.owns_pool())
-            .field("state", &state)
-            .field("dialect", &dialect)
-            .field("connections_held", &self.inner.conns.held())
+            .field("state", &self.inner.phase())
+            .field("dialect", &self.inner.dialect())
+            .field("connections_held", &self.inner.held())
             .finish()
     }
 }
 
 impl MySqlAsyncBroker {
-    fn with_source(source: Source) -> Self {
+    fn with_source(origin: Origin) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                source,
+            inner: Arc::new(Pooled::new(Source {
+                origin,
                 acquire_timeout: Duration::from_secs(30),
-                state: Mutex::new(State::Idle),
-                conns: Arc::new(Connections::new()),
-            }),
+            })),
         }
     }
 
@@ -142,14 +189,14 @@ impl MySqlAsyncBroker {
     /// closes the pool: it lends no new connection, idle connections close, and a connection
     /// a delivery still holds closes when it comes back.
     pub fn from_url(url: impl Into<String>) -> Self {
-        Self::with_source(Source::Url(url.into()))
+        Self::with_source(Origin::Url(url.into()))
     }
 
     /// A broker of the database `opts` reach (an [`Opts`] or an [`OptsBuilder`]). Like
     /// [`MySqlAsyncBroker::from_url`]: the pool is built when the service starts, with
     /// `client_found_rows` set, and closed at shutdown.
     pub fn from_opts(opts: impl Into<Opts>) -> Self {
-        Self::with_source(Source::Opts(Box::new(opts.into())))
+        Self::with_source(Origin::Opts(Box::new(opts.into())))
     }
 
     /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
@@ -159,7 +206,7 @@ impl MySqlAsyncBroker {
     /// Its connections may or may not set `client_found_rows`: the broker reads the rows an
     /// `UPDATE` found from the server's info line where the option is off.
     pub fn new(pool: Pool) -> Self {
-        Self::with_source(Source::Pool(pool))
+        Self::with_source(Origin::Pool(pool))
     }
 
     /// How long a command waits for a connection of the pool when all are lent (default 30
@@ -172,6 +219,7 @@ impl MySqlAsyncBroker {
             .expect(
                 "a broker is shared only once it is wrapped in its handle, which takes it by value",
             )
+            .source_mut()
             .acquire_timeout = timeout;
         self
     }
@@ -179,24 +227,13 @@ impl MySqlAsyncBroker {
     /// The pool, once the broker has started (and after it closed): the one it built, or the
     /// service's own.
     pub fn pool(&self) -> Option<Pool> {
-        match &*self.inner.state() {
-            State::Running { pool, .. } => Some(pool.clone()),
-            State::Closed { pool, .. } => pool.clone(),
-            State::Idle => match &self.inner.source {
-                Source::Pool(pool) => Some(pool.clone()),
-                _ => None,
-            },
-        }
+        self.inner.pool()
     }
 
     /// The server's dialect, once the broker has started: MariaDB where `SELECT VERSION()`
     /// names it, MySQL otherwise.
     pub fn dialect(&self) -> Option<Dialect> {
-        match &*self.inner.state() {
-            State::Running { dialect, .. } => Some(*dialect),
-            State::Closed { dialect, .. } => *dialect,
-            State::Idle => None,
-        }
+        self.inner.dialect()
     }
 
     /// Whether the broker builds its pool (and so closes it at shutdown): `from_url` and
@@ -207,12 +244,12 @@ impl MySqlAsyncBroker {
 
     /// Whether the broker is closed: it lends no connection any more.
     pub fn is_closed(&self) -> bool {
-        matches!(*self.inner.state(), State::Closed { .. })
+        self.inner.is_closed()
     }
 
     /// How many connections the core holds now (claims, deliveries in work, publishes).
     pub fn connections_held(&self) -> usize {
-        self.inner.conns.held()
+        self.inner.held()
     }
 }
 
@@ -255,56 +292,7 @@ impl Adapter for MySqlAsyncBroker {
     /// a message naming the URL, outside a tokio runtime, when the URL does not parse, when
     /// the server does not answer, and on MySQL before 8.0.1 or MariaDB before 10.6.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
-        let inner = self.inner.clone();
-        let runtime = Handle::try_current();
-        Box::pin(async move {
-            let target = inner.target();
-            let runtime = runtime.map_err(|_| {
-                AdapterError::new(format!(
-                    "the MySQL broker of {target} runs mysql_async, which needs a tokio runtime: start the service inside one"
-                ))
-            })?;
-            if !matches!(*inner.state(), State::Idle) {
-                return Err(AdapterError::new(format!(
-                    "the MySQL broker of {target} is already started or closed; build a new broker"
-                )));
-            }
-            let pool = match &inner.source {
-                Source::Pool(pool) => pool.clone(),
-                Source::Url(url) => build_pool(Opts::from_url(url).map_err(|e| {
-                    AdapterError::new(format!("the MySQL URL `{target}` does not parse: {e}"))
-                })?),
-                Source::Opts(opts) => build_pool((**opts).clone()),
-            };
-            // mysql_async spawns its pool's tasks on the runtime: the probe runs there.
-            let probed = runtime
-                .spawn(probe(pool.clone(), target.clone(), inner.acquire_timeout))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(format!("MySQL/MariaDB at {target}: the probe failed: {e}"))
-                });
-            let dialect = match probed {
-                Ok(dialect) => dialect,
-                Err(message) => {
-                    if inner.owns_pool() {
-                        let _ = runtime.spawn(pool.disconnect()).await;
-                    }
-                    return Err(AdapterError::new(message));
-                }
-            };
-            let mut state = inner.state();
-            if !matches!(*state, State::Idle) {
-                return Err(AdapterError::new(format!(
-                    "the MySQL broker of {target} was closed while it started"
-                )));
-            }
-            *state = State::Running {
-                pool,
-                runtime,
-                dialect,
-            };
-            Ok(dialect)
-        })
+        self.inner.start()
     }
 
     /// Runs the command on the connection it names, after the commands given before it on
@@ -316,72 +304,14 @@ impl Adapter for MySqlAsyncBroker {
         command: Command,
         lock: Option<CustomLock>,
     ) -> BoxFuture<Reply<mysql_async::Row>> {
-        let lender = match &*self.inner.state() {
-            State::Running { pool, runtime, .. } => Some(Lender {
-                pool: pool.clone(),
-                runtime: runtime.clone(),
-                acquire_timeout: self.inner.acquire_timeout,
-            }),
-            State::Idle | State::Closed { .. } => None,
-        };
-        self.inner.conns.execute(lender, command, lock)
+        self.inner.execute(command, lock)
     }
 
     /// Closes the broker: it lends no new connection. A pool it built disconnects: idle
     /// connections close at once, and a connection still held closes when it comes back. The
     /// service's own pool stays open.
     fn close(&self) -> BoxFuture<()> {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            let (pool, runtime) = {
-                let mut state = inner.state();
-                let closed = match std::mem::replace(&mut *state, State::Idle) {
-                    State::Running {
-                        pool,
-                        runtime,
-                        dialect,
-                    } => State::Closed {
-                        pool: Some(pool),
-                        runtime: Some(runtime),
-                        dialect: Some(dialect),
-                    },
-                    State::Idle => State::Closed {
-                        pool: match &inner.source {
-                            Source::Pool(pool) => Some(pool.clone()),
-                            _ => None,
-                        },
-                        runtime: None,
-                        dialect: None,
-                    },
-                    closed @ State::Closed { .. } => closed,
-                };
-                let found = match &closed {
-                    State::Closed { pool, runtime, .. } => (pool.clone(), runtime.clone()),
-                    _ => (None, None),
-                };
-                *state = closed;
-                found
-            };
-            let (Some(pool), Some(runtime)) = (pool.filter(|_| inner.owns_pool()), runtime) else {
-                return;
-            };
-            let held = inner.conns.held();
-            // The pool refuses new connections at once; its idle ones close, and each one
-            // still lent closes when it comes back.
-            let disconnect = runtime.spawn(async move {
-                match tokio::time::timeout(CLOSE_WAIT, pool.disconnect()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => tracing::debug!("disconnecting the MySQL pool failed: {error}"),
-                    Err(_) => tracing::debug!(
-                        "the MySQL pool still has connections lent after {CLOSE_WAIT:?}; they close when they come back"
-                    ),
-                }
-            });
-            if held == 0 {
-                // Nothing is lent: the close completes once every connection is closed.
-                let _ = disconnect.await;
-            }
-        })
+        self.inner.close()
     }
 }
 

@@ -169,30 +169,29 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod driver;
 mod lock;
-mod pool;
 mod row;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::InboxTable;
-use ruststream::adapter::{Adapter, AdapterError, TakesRows};
+use ruststream::adapter::{Adapter, AdapterError, Pooled, TakesRows};
 use ruststream::exec::BoxFuture;
-use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
 
+pub use driver::Synchronous;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
-pub use pool::Synchronous;
 pub use row::RusqliteRow;
 /// The rusqlite crate this adapter runs on, for [`Lock`] and [`Unlock`] implementations.
 pub use rusqlite;
 pub use ruststream::de::DecodeError;
 
-use pool::{CommandReply, Config, Pool};
+use driver::{Config, Source};
 
 /// What a SQLite service needs in scope: the runtime's items and this adapter's.
 pub mod prelude {
@@ -215,18 +214,18 @@ pub mod prelude {
 /// ([`RusqliteBroker::handle`]) or as a route ([`RusqliteBroker::route`]); or start it by hand
 /// ([`RusqliteBroker::start_on`]). See the [crate] documentation.
 pub struct RusqliteBroker {
-    config: Config,
-    pool: Arc<Pool>,
+    inner: Arc<Pooled<Source>>,
 }
 
 impl std::fmt::Debug for RusqliteBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let config = self.config();
         f.debug_struct("RusqliteBroker")
-            .field("path", &self.config.path)
-            .field("max_connections", &self.config.max_connections)
-            .field("busy_timeout", &self.config.busy_timeout)
-            .field("acquire_timeout", &self.config.acquire_timeout)
-            .field("look_for_answer", &self.config.look_for_answer)
+            .field("path", &config.path)
+            .field("max_connections", &config.max_connections)
+            .field("busy_timeout", &config.busy_timeout)
+            .field("acquire_timeout", &config.acquire_timeout)
+            .field("look_for_answer", &config.look_for_answer)
             .field("open_connections", &self.open_connections())
             .field("closed", &self.is_closed())
             .finish()
@@ -242,37 +241,51 @@ impl RusqliteBroker {
     /// private in-memory database (`:memory:`, or an empty path) is refused then, since each
     /// connection of the pool would open its own.
     pub fn open(path: impl AsRef<Path>) -> Self {
+        let config = Config {
+            path: path.as_ref().to_path_buf(),
+            max_connections: 10,
+            busy_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(30),
+            statement_cache: 64,
+            look_for_answer: driver::LOOK_FOR_ANSWER,
+            synchronous: None,
+        };
         Self {
-            config: Config {
-                path: path.as_ref().to_path_buf(),
-                max_connections: 10,
-                busy_timeout: Duration::from_secs(5),
-                acquire_timeout: Duration::from_secs(30),
-                statement_cache: 64,
-                look_for_answer: pool::LOOK_FOR_ANSWER,
-                synchronous: None,
-            },
-            pool: Arc::new(Pool::new()),
+            inner: Arc::new(Pooled::new(Source { config })),
         }
+    }
+
+    fn config(&self) -> &Config {
+        &self.inner.source().config
+    }
+
+    /// The settings, to change before the broker is shared.
+    fn config_mut(&mut self) -> &mut Config {
+        &mut Arc::get_mut(&mut self.inner)
+            .expect(
+                "a broker is shared only once it is wrapped in its handle, which takes it by value",
+            )
+            .source_mut()
+            .config
     }
 
     /// At most this many connections open at once (default 10; at least 1). In the advisory
     /// lock form each message in work holds one, beside the claim's and the publishes'.
     pub fn max_connections(mut self, max: usize) -> Self {
-        self.config.max_connections = max.max(1);
+        self.config_mut().max_connections = max.max(1);
         self
     }
 
     /// How long a statement waits for another connection's write lock before it fails as a
     /// timeout (default 5 s): SQLite's `busy_timeout`.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.config.busy_timeout = timeout;
+        self.config_mut().busy_timeout = timeout;
         self
     }
 
     /// How long an acquire waits for a connection when all are in use (default 30 s).
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.config.acquire_timeout = timeout;
+        self.config_mut().acquire_timeout = timeout;
         self
     }
 
@@ -284,7 +297,7 @@ impl RusqliteBroker {
     /// woken by another starts again tens of microseconds later. The look spends that thread's
     /// time while the statement runs: set it to zero where an idle executor must not spin.
     pub fn look_for_answer(mut self, look: Duration) -> Self {
-        self.config.look_for_answer = look;
+        self.config_mut().look_for_answer = look;
         self
     }
 
@@ -294,109 +307,49 @@ impl RusqliteBroker {
     /// a crash of the process still loses nothing; a power loss may undo the last commits (see
     /// [`Synchronous`]).
     pub fn synchronous(mut self, mode: Synchronous) -> Self {
-        self.config.synchronous = Some(mode);
+        self.config_mut().synchronous = Some(mode);
         self
     }
 
     /// The database's path or URI.
     pub fn path(&self) -> &Path {
-        &self.config.path
+        &self.config().path
     }
 
     /// How many connections of the pool are open now.
     pub fn open_connections(&self) -> usize {
-        self.pool.open_connections()
+        self.inner.pool().map_or(0, |pool| pool.open_connections())
     }
 
     /// Whether the pool is closed: it lends no connection any more.
     pub fn is_closed(&self) -> bool {
-        self.pool.is_closed()
+        self.inner.is_closed()
     }
-}
-
-fn private_memory(path: &Path) -> bool {
-    let text = path.to_string_lossy();
-    text.is_empty() || text == ":memory:"
 }
 
 impl Adapter for RusqliteBroker {
     type Row = RusqliteRow;
     type Lock = CustomLock;
 
-    /// Starts the pool's threads and opens the first connection (putting a file into WAL
+    /// Opens the pool's first connection on a thread of its own (putting a file into WAL
     /// mode). Answers [`Dialect::Sqlite`].
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
-        let path: PathBuf = self.config.path.clone();
-        if private_memory(&path) {
-            return Box::pin(std::future::ready(Err(AdapterError::new(format!(
-                "SQLite database `{}`: a private in-memory database is one per connection, and the broker's pool opens several; use a file",
-                path.display()
-            )))));
-        }
-        if let Err(error) = server::dialect_of(Server::Sqlite, rusqlite::version()) {
-            return Box::pin(std::future::ready(Err(AdapterError::new(format!(
-                "SQLite database `{}`: {error}",
-                path.display()
-            )))));
-        }
-        let started = self.pool.start(self.config.clone());
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let answer = match started {
-                Ok(Some(answer)) => answer,
-                Ok(None) => return Ok(Dialect::Sqlite),
-                Err(message) => return Err(AdapterError::new(message)),
-            };
-            let result = answer
-                .await
-                .unwrap_or_else(|_| Err("the pool's thread ended".into()));
-            match result {
-                Ok(()) => Ok(Dialect::Sqlite),
-                Err(message) => {
-                    pool.abandon_start();
-                    Err(AdapterError::new(message))
-                }
-            }
-        })
+        self.inner.start()
     }
 
-    /// Hands the command to the thread of the connection it names (or to the pool, for an
-    /// acquire, a release and a close) and answers when that thread has run it.
+    /// Runs the command on the connection it names, on that connection's thread, after the
+    /// commands given before it on that connection.
     fn execute(&self, command: Command, lock: Option<CustomLock>) -> BoxFuture<Reply<RusqliteRow>> {
-        // Sent now, not when the future is first polled: the commands of one connection run
-        // in the order they were given.
-        let look = self.config.look_for_answer;
-        match self.pool.execute(command, lock) {
-            CommandReply::Ready(reply) => Box::pin(std::future::ready(reply)),
-            CommandReply::Pending(answer, answered) => Box::pin(async move {
-                let reply = pool::Answer::new(answer, look).await;
-                let reply = reply.unwrap_or_else(|_| {
-                    Reply::Failed(ruststream_core::DbError::new(
-                        ruststream_core::ErrorKind::ConnectionLost,
-                        "the connection's thread ended before it answered",
-                    ))
-                });
-                answered.done();
-                reply
-            }),
-        }
+        self.inner.execute(command, lock)
     }
 
-    /// Closes the pool: completes once its idle connections are closed. Connections still
-    /// lent close when they come back.
+    /// Closes the pool: it lends no new connection, its idle connections close, and a
+    /// connection still held closes when it comes back.
     fn close(&self) -> BoxFuture<()> {
-        let closed = self.pool.close();
-        Box::pin(async move {
-            if let Some(closed) = closed {
-                let _ = closed.await;
-            }
-        })
+        self.inner.close()
     }
 }
 
-/// Rows of `T` decode by serde ([`RusqliteRow::decode`]); `T`'s custom lock is its [`Lock`]
-/// and [`Unlock`] where its description names `own::Lock` and `own::Unlock`. A description
-/// that takes the row lock form does not compile here: SQLite has no row locks.
 impl<T> TakesRows<T> for RusqliteBroker
 where
     T: InboxTable + DeserializeOwned,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ruststream::InboxTable;
 use ruststream::adapter::{
-    Adapter, AdapterError, Connections, Notifications, TakesRows, redact_url,
+    Adapter, AdapterError, ConnFuture, Notifications, PoolSource, Pooled, TakesRows, redact_url,
 };
 use ruststream::exec::BoxFuture;
 use ruststream_core::spec::{Described, Features, ValidOn};
@@ -24,7 +24,7 @@ use crate::lock::{CustomLock, PickLock};
 pub type ConnectOptionsOf<DB> = <<DB as sqlx::Database>::Connection as Connection>::Options;
 
 /// Where the broker's pool comes from.
-enum Source<DB: SqlxDatabase> {
+enum Origin<DB: SqlxDatabase> {
     /// Built at the start from a URL; the broker closes it.
     Url(String, PoolOptions<DB>),
     /// Built at the start from connect options; the broker closes it.
@@ -33,53 +33,108 @@ enum Source<DB: SqlxDatabase> {
     Pool(Pool<DB>),
 }
 
-enum State<DB: SqlxDatabase> {
-    /// Not started: nothing connects yet.
-    Idle,
-    /// Started: the pool lends connections.
-    Running(Pool<DB>),
-    /// Closed: no connection is lent any more. The pool, where there was one.
-    Closed(Option<Pool<DB>>),
-}
-
-struct Inner<DB: SqlxDatabase> {
-    source: Source<DB>,
-    state: Mutex<State<DB>>,
-    conns: Arc<Connections<SqlxPool<DB>>>,
+/// The broker's pool as [`Pooled`] runs it, and the session that listens for publishes.
+struct Source<DB: SqlxDatabase> {
+    from: Origin<DB>,
     /// The sessions that hear of other processes' publishes, once the runtime asked for one.
     listener: Mutex<Option<Listener>>,
 }
 
-impl<DB: SqlxDatabase> Inner<DB> {
-    fn state(&self) -> MutexGuard<'_, State<DB>> {
-        // The lock guards a plain enum that no code panics while holding.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The pool, while the broker runs.
-    fn running_pool(&self) -> Option<Pool<DB>> {
-        match &*self.state() {
-            State::Running(pool) => Some(pool.clone()),
-            State::Idle | State::Closed(_) => None,
-        }
-    }
-
-    fn owns_pool(&self) -> bool {
-        !matches!(self.source, Source::Pool(_))
-    }
-
+impl<DB: SqlxDatabase> Source<DB> {
     fn listener(&self) -> MutexGuard<'_, Option<Listener>> {
         // The lock guards a plain option that no code panics while holding.
         self.listener.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    /// Where the pool connects, for messages: the URL without its password.
+impl<DB: SqlxDatabase> PoolSource for Source<DB> {
+    type Pool = Pool<DB>;
+    type Lender = SqlxPool<DB>;
+
+    fn name(&self) -> &'static str {
+        DB::NAME
+    }
+
     fn target(&self) -> String {
-        match &self.source {
-            Source::Url(url, _) => redact_url(url),
-            Source::Options(options, _) => redact_url(options.to_url_lossy().as_str()),
-            Source::Pool(pool) => redact_url(pool.connect_options().to_url_lossy().as_str()),
+        match &self.from {
+            Origin::Url(url, _) => redact_url(url),
+            Origin::Options(options, _) => redact_url(options.to_url_lossy().as_str()),
+            Origin::Pool(pool) => redact_url(pool.connect_options().to_url_lossy().as_str()),
         }
+    }
+
+    fn given(&self) -> Option<&Pool<DB>> {
+        match &self.from {
+            Origin::Pool(pool) => Some(pool),
+            Origin::Url(..) | Origin::Options(..) => None,
+        }
+    }
+
+    fn build(&self) -> ConnFuture<'_, Result<Pool<DB>, AdapterError>> {
+        Box::pin(async move {
+            let target = self.target();
+            let (options, pool_options) = match &self.from {
+                Origin::Url(url, pool_options) => {
+                    let options: ConnectOptionsOf<DB> = url.parse().map_err(|e| {
+                        AdapterError::new(format!(
+                            "{} URL `{target}` does not parse: {e}",
+                            DB::NAME
+                        ))
+                    })?;
+                    (options, pool_options)
+                }
+                Origin::Options(options, pool_options) => ((**options).clone(), pool_options),
+                Origin::Pool(pool) => return Ok(pool.clone()),
+            };
+            pool_options
+                .clone()
+                .connect_with(options)
+                .await
+                .map_err(|e| {
+                    AdapterError::new(format!("cannot connect to {} at {target}: {e}", DB::NAME))
+                })
+        })
+    }
+
+    /// The server's dialect: PostgreSQL; MariaDB when `SELECT VERSION()` names it, MySQL
+    /// otherwise; SQLite.
+    fn open(
+        &self,
+        pool: &Pool<DB>,
+    ) -> ConnFuture<'_, Result<(SqlxPool<DB>, Dialect), AdapterError>> {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let target = self.target();
+            let mut conn = pool.acquire().await.map_err(|e| {
+                AdapterError::new(format!(
+                    "cannot take a connection of the {} pool of {target}: {e}",
+                    DB::NAME
+                ))
+            })?;
+            let dialect = DB::dialect(&mut conn)
+                .await
+                .map_err(|e| AdapterError::new(format!("{} at {target}: {e}", DB::NAME)));
+            // Back in the pool before the start answers, as a release gives it back.
+            let returned = conn.return_to_pool();
+            drop(conn);
+            returned.await;
+            Ok((SqlxPool(pool), dialect?))
+        })
+    }
+
+    /// The idle connections close now; then the pool is marked closed without waiting for
+    /// connections still lent (a delivery's, or one the service took from
+    /// [`SqlxBroker::pool`]): each closes when it comes back. The broker's own releases
+    /// complete before they answer, so none is on its way back now.
+    fn close(&self, pool: Pool<DB>, _: Option<Self::Lender>, _: usize) -> ConnFuture<'_, ()> {
+        Box::pin(async move {
+            while let Some(conn) = pool.try_acquire() {
+                if let Err(error) = conn.close().await {
+                    tracing::debug!("closing an idle connection failed: {error}");
+                }
+            }
+            let _closing = pool.close();
+        })
     }
 }
 
@@ -96,35 +151,28 @@ impl<DB: SqlxDatabase> Inner<DB> {
 /// its pool and holds no queue logic. It is not `Clone`, so one broker never gets two handles
 /// by mistake: take the handle (or a route) first and clone that.
 pub struct SqlxBroker<DB: SqlxDatabase> {
-    inner: Arc<Inner<DB>>,
+    inner: Arc<Pooled<Source<DB>>>,
 }
 
 impl<DB: SqlxDatabase> fmt::Debug for SqlxBroker<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &*self.inner.state() {
-            State::Idle => "idle",
-            State::Running(_) => "running",
-            State::Closed(_) => "closed",
-        };
         f.debug_struct("SqlxBroker")
             .field("database", &DB::NAME)
-            .field("target", &self.inner.target())
+            .field("target", &self.inner.source().target())
             .field("owns_pool", &self.inner.owns_pool())
-            .field("state", &state)
-            .field("connections_held", &self.inner.conns.held())
+            .field("state", &self.inner.phase())
+            .field("connections_held", &self.inner.held())
             .finish()
     }
 }
 
 impl<DB: SqlxDatabase> SqlxBroker<DB> {
-    fn with_source(source: Source<DB>) -> Self {
+    fn with_source(from: Origin<DB>) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                source,
-                state: Mutex::new(State::Idle),
-                conns: Arc::new(Connections::new()),
+            inner: Arc::new(Pooled::new(Source {
+                from,
                 listener: Mutex::new(None),
-            }),
+            })),
         }
     }
 
@@ -137,7 +185,7 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
     /// no new connection, idle connections close, and a connection a delivery still holds
     /// closes when it comes back.
     pub fn from_url(url: impl Into<String>, pool_options: PoolOptions<DB>) -> Self {
-        Self::with_source(Source::Url(url.into(), pool_options))
+        Self::with_source(Origin::Url(url.into(), pool_options))
     }
 
     /// A broker of the database `options` reach, with a pool of these options. Like
@@ -147,26 +195,19 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
         options: ConnectOptionsOf<DB>,
         pool_options: PoolOptions<DB>,
     ) -> Self {
-        Self::with_source(Source::Options(Box::new(options), pool_options))
+        Self::with_source(Origin::Options(Box::new(options), pool_options))
     }
 
     /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
     /// no connection of it any more, and the service closes the pool after `run` returns.
     pub fn new(pool: Pool<DB>) -> Self {
-        Self::with_source(Source::Pool(pool))
+        Self::with_source(Origin::Pool(pool))
     }
 
     /// The pool, once the broker has started (and after it closed): the one it built, or the
     /// service's own.
     pub fn pool(&self) -> Option<Pool<DB>> {
-        match &*self.inner.state() {
-            State::Running(pool) => Some(pool.clone()),
-            State::Closed(pool) => pool.clone(),
-            State::Idle => match &self.inner.source {
-                Source::Pool(pool) => Some(pool.clone()),
-                _ => None,
-            },
-        }
+        self.inner.pool()
     }
 
     /// Whether the broker builds its pool (and so closes it at shutdown): `from_url` and
@@ -177,12 +218,12 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
 
     /// Whether the broker is closed: it lends no connection any more.
     pub fn is_closed(&self) -> bool {
-        matches!(*self.inner.state(), State::Closed(_))
+        self.inner.is_closed()
     }
 
     /// How many connections the core holds now (claims, deliveries in work, publishes).
     pub fn connections_held(&self) -> usize {
-        self.inner.conns.held()
+        self.inner.held()
     }
 }
 
@@ -194,8 +235,8 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     /// its `application_name` too, outside the pool's size) that runs `LISTEN ruststream`.
     /// The other databases notify of no publish.
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
-        let pool = self.inner.running_pool()?;
-        let mut listener = self.inner.listener();
+        let SqlxPool(pool) = self.inner.lender()?;
+        let mut listener = self.inner.source().listener();
         if listener.is_none() {
             *listener = Some(DB::listener(&pool)?);
         }
@@ -205,68 +246,7 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     /// Builds the pool where the broker builds it, and answers the server's dialect:
     /// PostgreSQL; MariaDB when `SELECT VERSION()` names it, MySQL otherwise; SQLite.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            if !matches!(*inner.state(), State::Idle) {
-                return Err(AdapterError::new(format!(
-                    "the {} broker of {} is already started or closed; build a new broker",
-                    DB::NAME,
-                    inner.target()
-                )));
-            }
-            let target = inner.target();
-            let pool = match &inner.source {
-                Source::Pool(pool) => pool.clone(),
-                Source::Url(url, pool_options) => {
-                    let options: ConnectOptionsOf<DB> = url.parse().map_err(|e| {
-                        AdapterError::new(format!(
-                            "{} URL `{target}` does not parse: {e}",
-                            DB::NAME
-                        ))
-                    })?;
-                    connect(pool_options, options, &target).await?
-                }
-                Source::Options(options, pool_options) => {
-                    connect(pool_options, (**options).clone(), &target).await?
-                }
-            };
-            let dialect = async {
-                let mut conn = pool.acquire().await.map_err(|e| {
-                    format!(
-                        "cannot take a connection of the {} pool of {target}: {e}",
-                        DB::NAME
-                    )
-                })?;
-                let dialect = DB::dialect(&mut conn)
-                    .await
-                    .map_err(|e| format!("{} at {target}: {e}", DB::NAME));
-                // Back in the pool before the start answers, as a release gives it back.
-                let returned = conn.return_to_pool();
-                drop(conn);
-                returned.await;
-                dialect
-            }
-            .await;
-            match dialect {
-                Ok(dialect) => {
-                    let mut state = inner.state();
-                    if !matches!(*state, State::Idle) {
-                        return Err(AdapterError::new(format!(
-                            "the {} broker of {target} was closed while it started",
-                            DB::NAME
-                        )));
-                    }
-                    *state = State::Running(pool);
-                    Ok(dialect)
-                }
-                Err(message) => {
-                    if inner.owns_pool() {
-                        pool.close().await;
-                    }
-                    Err(AdapterError::new(message))
-                }
-            }
-        })
+        self.inner.start()
     }
 
     /// Runs the command on the connection it names, after the commands given before it on
@@ -274,8 +254,7 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     /// (rolling back a transaction left open), a close ends its session and cuts short a
     /// command still running on it.
     fn execute(&self, command: Command, lock: Option<CustomLock<DB>>) -> BoxFuture<Reply<DB::Row>> {
-        let pool = self.inner.running_pool().map(SqlxPool);
-        self.inner.conns.execute(pool, command, lock)
+        self.inner.execute(command, lock)
     }
 
     /// Closes the broker: it lends no new connection. A pool it built closes: idle
@@ -284,50 +263,13 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     fn close(&self) -> BoxFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            let listener = inner.listener().take();
+            let listener = inner.source().listener().take();
             if let Some(listener) = listener {
                 listener.close().await;
             }
-            let pool = {
-                let mut state = inner.state();
-                let pool = match std::mem::replace(&mut *state, State::Closed(None)) {
-                    State::Running(pool) => Some(pool),
-                    State::Closed(pool) => pool,
-                    State::Idle => match &inner.source {
-                        Source::Pool(pool) => Some(pool.clone()),
-                        _ => None,
-                    },
-                };
-                *state = State::Closed(pool.clone());
-                pool
-            };
-            let Some(pool) = pool.filter(|_| inner.owns_pool()) else {
-                return;
-            };
-            // The idle connections close now; then the pool is marked closed without waiting
-            // for connections still lent (a delivery's, or one the service took from
-            // `SqlxBroker::pool`): each closes when it comes back. The broker's own releases
-            // complete before they answer, so none is on its way back now.
-            while let Some(conn) = pool.try_acquire() {
-                if let Err(error) = conn.close().await {
-                    tracing::debug!("closing an idle connection failed: {error}");
-                }
-            }
-            let _closing = pool.close();
+            inner.close().await;
         })
     }
-}
-
-async fn connect<DB: SqlxDatabase>(
-    pool_options: &PoolOptions<DB>,
-    options: ConnectOptionsOf<DB>,
-    target: &str,
-) -> Result<Pool<DB>, AdapterError> {
-    pool_options
-        .clone()
-        .connect_with(options)
-        .await
-        .map_err(|e| AdapterError::new(format!("cannot connect to {} at {target}: {e}", DB::NAME)))
 }
 
 /// Rows of `T` decode with `T`'s [`sqlx::FromRow`]; `T`'s custom lock is its

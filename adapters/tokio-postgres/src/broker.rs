@@ -2,13 +2,13 @@
 //! routes, and a broker started by hand.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolConfig, RecyclingMethod, Runtime};
 use ruststream::InboxTable;
 use ruststream::adapter::{
-    Adapter, AdapterError, Connections, Notifications, TakesRows, redact_url,
+    Adapter, AdapterError, ConnFuture, Notifications, PoolSource, Pooled, TakesRows, redact_url,
 };
 use ruststream::exec::BoxFuture;
 use ruststream_core::server::{self, Server};
@@ -34,28 +34,11 @@ pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the broker's pool comes from.
-enum Source {
+enum Origin {
     /// Built at the start from a URL; the broker closes it.
     Url(String, PoolConfig),
     /// The service's own pool; it stays open.
     Pool(Pool),
-}
-
-enum State {
-    /// Not started: nothing connects yet.
-    Idle,
-    /// Started: the pool lends connections.
-    Running(Lender),
-    /// Closed: no connection is lent any more. The pool, where there was one.
-    Closed(Option<Pool>),
-}
-
-struct Inner {
-    source: Source,
-    state: Mutex<State>,
-    conns: Arc<Connections<Lender>>,
-    /// The listening sessions opened, for the close to wait for.
-    sessions: Arc<Sessions>,
 }
 
 /// Where the session that hears of other processes' publishes connects.
@@ -68,22 +51,72 @@ enum Listen {
     Off,
 }
 
-impl Inner {
-    fn state(&self) -> MutexGuard<'_, State> {
-        // The lock guards a plain enum that no code panics while holding.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+/// The broker's pool as [`Pooled`] runs it, how its connections run statements, and where
+/// it listens.
+struct Source {
+    origin: Origin,
+    settings: Arc<Settings>,
+    listen: Listen,
+    /// The listening sessions opened, for the close to wait for.
+    sessions: Arc<Sessions>,
+}
+
+impl PoolSource for Source {
+    type Pool = Pool;
+    type Lender = Lender;
+
+    fn name(&self) -> &'static str {
+        "tokio-postgres"
     }
 
-    fn owns_pool(&self) -> bool {
-        matches!(self.source, Source::Url(..))
-    }
-
-    /// Where the pool connects, for messages: the URL without its password.
     fn target(&self) -> String {
-        match &self.source {
-            Source::Url(url, _) => redact_url(url),
-            Source::Pool(_) => "the service's own pool".to_owned(),
+        match &self.origin {
+            Origin::Url(url, _) => redact_url(url),
+            Origin::Pool(_) => "the service's own pool".to_owned(),
         }
+    }
+
+    fn given(&self) -> Option<&Pool> {
+        match &self.origin {
+            Origin::Pool(pool) => Some(pool),
+            Origin::Url(..) => None,
+        }
+    }
+
+    fn build(&self) -> ConnFuture<'_, Result<Pool, AdapterError>> {
+        let built = match &self.origin {
+            Origin::Pool(pool) => Ok(pool.clone()),
+            Origin::Url(url, config) => build_pool(url, config, &self.target()),
+        };
+        Box::pin(std::future::ready(built))
+    }
+
+    /// The server answers `SHOW server_version_num` with a version the queue serves; the
+    /// broker runs on the tokio runtime it starts in.
+    fn open(&self, pool: &Pool) -> ConnFuture<'_, Result<(Lender, Dialect), AdapterError>> {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let target = self.target();
+            let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+                AdapterError::new(format!(
+                    "the tokio-postgres broker of {target} runs on tokio: start it inside a tokio runtime"
+                ))
+            })?;
+            check_server(&pool, &target)
+                .await
+                .map_err(AdapterError::new)?;
+            let lender = Lender {
+                pool,
+                runtime,
+                settings: self.settings.clone(),
+            };
+            Ok((lender, Dialect::Postgres))
+        })
+    }
+
+    fn close(&self, pool: Pool, _: Option<Self::Lender>, _: usize) -> ConnFuture<'_, ()> {
+        pool.close();
+        Box::pin(std::future::ready(()))
     }
 }
 
@@ -99,51 +132,57 @@ impl Inner {
 /// connections of its pool and holds no queue logic. It is not `Clone`, so one broker never
 /// gets two handles by mistake: take the handle (or a route) first and clone that.
 pub struct TokioPostgresBroker {
-    inner: Arc<Inner>,
-    settings: Settings,
-    listen: Listen,
+    inner: Arc<Pooled<Source>>,
 }
 
 impl fmt::Debug for TokioPostgresBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &*self.inner.state() {
-            State::Idle => "idle",
-            State::Running(_) => "running",
-            State::Closed(_) => "closed",
-        };
+        let source = self.inner.source();
         f.debug_struct("TokioPostgresBroker")
-            .field("target", &self.inner.target())
+            .field("target", &source.target())
             .field("owns_pool", &self.inner.owns_pool())
-            .field("simple_query", &self.settings.simple)
+            .field("simple_query", &source.settings.simple)
             .field(
                 "listens",
-                &match self.listen {
+                &match source.listen {
                     Listen::Url => self.inner.owns_pool(),
                     Listen::On(_) => true,
                     Listen::Off => false,
                 },
             )
-            .field("state", &state)
-            .field("connections_held", &self.inner.conns.held())
+            .field("state", &self.inner.phase())
+            .field("connections_held", &self.inner.held())
             .finish()
     }
 }
 
 impl TokioPostgresBroker {
-    fn with_source(source: Source) -> Self {
+    fn with_source(origin: Origin) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                source,
-                state: Mutex::new(State::Idle),
-                conns: Arc::new(Connections::new()),
+            inner: Arc::new(Pooled::new(Source {
+                origin,
+                settings: Arc::new(Settings {
+                    simple: false,
+                    canceller: no_tls_canceller(),
+                }),
+                listen: Listen::Url,
                 sessions: Arc::new(Sessions::default()),
-            }),
-            settings: Settings {
-                simple: false,
-                canceller: no_tls_canceller(),
-            },
-            listen: Listen::Url,
+            })),
         }
+    }
+
+    /// The source, to change before the broker is shared.
+    fn source_mut(&mut self) -> &mut Source {
+        Arc::get_mut(&mut self.inner)
+            .expect(
+                "a broker is shared only once it is wrapped in its handle, which takes it by value",
+            )
+            .source_mut()
+    }
+
+    /// The settings, to change before the broker is shared.
+    fn settings_mut(&mut self) -> &mut Settings {
+        Arc::make_mut(&mut self.source_mut().settings)
     }
 
     /// A broker of the database `url` names (`postgres://user:password@host:5432/db`, or a
@@ -161,7 +200,7 @@ impl TokioPostgresBroker {
     /// close, and a connection a delivery still holds closes when it comes back. For TLS, or
     /// other pool settings, build the pool and pass it to [`TokioPostgresBroker::new`].
     pub fn from_url(url: impl Into<String>, pool: PoolConfig) -> Self {
-        Self::with_source(Source::Url(url.into(), pool))
+        Self::with_source(Origin::Url(url.into(), pool))
     }
 
     /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
@@ -170,7 +209,7 @@ impl TokioPostgresBroker {
     /// The broker gives each connection back with no transaction open, and takes out of the
     /// pool (so closes) one whose session it must end.
     pub fn new(pool: Pool) -> Self {
-        Self::with_source(Source::Pool(pool))
+        Self::with_source(Origin::Pool(pool))
     }
 
     /// Runs every statement under the simple query protocol (`true`) instead of the extended
@@ -184,7 +223,7 @@ impl TokioPostgresBroker {
     /// read as plain integers. The advisory lock form still needs a session of its own per
     /// connection (a direct connection, or PgBouncer in session pooling).
     pub fn simple_query(mut self, simple: bool) -> Self {
-        self.settings.simple = simple;
+        self.settings_mut().simple = simple;
         self
     }
 
@@ -198,7 +237,7 @@ impl TokioPostgresBroker {
         T::TlsConnect: Send,
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
-        self.settings.canceller = Arc::new(move |token: CancelToken| {
+        self.settings_mut().canceller = Arc::new(move |token: CancelToken| {
             let tls = tls.clone();
             Box::pin(async move { token.cancel_query(tls).await })
         });
@@ -222,34 +261,27 @@ impl TokioPostgresBroker {
         T::TlsConnect: Send,
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
-        self.listen = Listen::On(listen::connector(config, tls));
+        self.source_mut().listen = Listen::On(listen::connector(config, tls));
         self
     }
 
     /// Hears of no other process's publish: their rows wait for the subscriptions' next
     /// poll. This broker's own publishes still wake its subscriptions.
     pub fn without_listener(mut self) -> Self {
-        self.listen = Listen::Off;
+        self.source_mut().listen = Listen::Off;
         self
     }
 
     /// Whether statements run under the simple query protocol
     /// ([`TokioPostgresBroker::simple_query`]).
     pub fn is_simple_query(&self) -> bool {
-        self.settings.simple
+        self.inner.source().settings.simple
     }
 
     /// The pool, once the broker has started (and after it closed): the one it built, or the
     /// service's own.
     pub fn pool(&self) -> Option<Pool> {
-        match &*self.inner.state() {
-            State::Running(lender) => Some(lender.pool.clone()),
-            State::Closed(pool) => pool.clone(),
-            State::Idle => match &self.inner.source {
-                Source::Pool(pool) => Some(pool.clone()),
-                Source::Url(..) => None,
-            },
-        }
+        self.inner.pool()
     }
 
     /// Whether the broker builds its pool (and so closes it at shutdown): `from_url`, not
@@ -260,12 +292,12 @@ impl TokioPostgresBroker {
 
     /// Whether the broker is closed: it lends no connection any more.
     pub fn is_closed(&self) -> bool {
-        matches!(*self.inner.state(), State::Closed(_))
+        self.inner.is_closed()
     }
 
     /// How many connections the core holds now (claims, deliveries in work, publishes).
     pub fn connections_held(&self) -> usize {
-        self.inner.conns.held()
+        self.inner.held()
     }
 }
 
@@ -326,67 +358,25 @@ impl Adapter for TokioPostgresBroker {
     /// A session on a connection of its own ([`TokioPostgresBroker::listen_on`]), its task on
     /// the broker's tokio runtime, that runs `LISTEN ruststream`.
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
-        let runtime = match &*self.inner.state() {
-            State::Running(lender) => lender.runtime.clone(),
-            State::Idle | State::Closed(_) => return None,
-        };
-        let connect = match (&self.listen, &self.inner.source) {
-            (Listen::Off, _) | (Listen::Url, Source::Pool(_)) => return None,
+        let runtime = self.inner.lender()?.runtime;
+        let source = self.inner.source();
+        let connect = match (&source.listen, &source.origin) {
+            (Listen::Off, _) | (Listen::Url, Origin::Pool(_)) => return None,
             (Listen::On(connect), _) => connect.clone(),
-            (Listen::Url, Source::Url(url, _)) => {
+            (Listen::Url, Origin::Url(url, _)) => {
                 // The start parsed the URL already.
                 let config: Config = url.parse().ok()?;
                 listen::connector(config, NoTls)
             }
         };
-        Some(listen::open(connect, runtime, self.inner.sessions.clone()))
+        Some(listen::open(connect, runtime, source.sessions.clone()))
     }
 
     /// Builds the pool where the broker builds it, takes a connection to check the server
     /// (PostgreSQL 9.5 or later), and answers [`Dialect::Postgres`]. It runs in a tokio
     /// runtime, where the connections' tasks then run.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
-        let inner = self.inner.clone();
-        let settings = Arc::new(self.settings.clone());
-        Box::pin(async move {
-            let target = inner.target();
-            let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-                AdapterError::new(format!(
-                    "the tokio-postgres broker of {target} runs on tokio: start it inside a tokio runtime"
-                ))
-            })?;
-            if !matches!(*inner.state(), State::Idle) {
-                return Err(AdapterError::new(format!(
-                    "the tokio-postgres broker of {target} is already started or closed; build a new broker"
-                )));
-            }
-            let pool = match &inner.source {
-                Source::Pool(pool) => pool.clone(),
-                Source::Url(url, config) => build_pool(url, config, &target)?,
-            };
-            match check_server(&pool, &target).await {
-                Ok(()) => {
-                    let mut state = inner.state();
-                    if !matches!(*state, State::Idle) {
-                        return Err(AdapterError::new(format!(
-                            "the tokio-postgres broker of {target} was closed while it started"
-                        )));
-                    }
-                    *state = State::Running(Lender {
-                        pool,
-                        runtime,
-                        settings,
-                    });
-                    Ok(Dialect::Postgres)
-                }
-                Err(message) => {
-                    if inner.owns_pool() {
-                        pool.close();
-                    }
-                    Err(AdapterError::new(message))
-                }
-            }
-        })
+        self.inner.start()
     }
 
     /// Runs the command on the connection it names, after the commands given before it on
@@ -394,11 +384,7 @@ impl Adapter for TokioPostgresBroker {
     /// (rolling back a transaction left open), a close ends its session and cuts short a
     /// statement still running on it.
     fn execute(&self, command: Command, lock: Option<CustomLock>) -> BoxFuture<Reply<PgRow>> {
-        let lender = match &*self.inner.state() {
-            State::Running(lender) => Some(lender.clone()),
-            State::Idle | State::Closed(_) => None,
-        };
-        self.inner.conns.execute(lender, command, lock)
+        self.inner.execute(command, lock)
     }
 
     /// Closes the broker: it lends no new connection. A pool it built closes: idle
@@ -408,23 +394,8 @@ impl Adapter for TokioPostgresBroker {
     fn close(&self) -> BoxFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            inner.sessions.close().await;
-            let pool = {
-                let mut state = inner.state();
-                let pool = match std::mem::replace(&mut *state, State::Closed(None)) {
-                    State::Running(lender) => Some(lender.pool),
-                    State::Closed(pool) => pool,
-                    State::Idle => match &inner.source {
-                        Source::Pool(pool) => Some(pool.clone()),
-                        Source::Url(..) => None,
-                    },
-                };
-                *state = State::Closed(pool.clone());
-                pool
-            };
-            if let Some(pool) = pool.filter(|_| inner.owns_pool()) {
-                pool.close();
-            }
+            inner.source().sessions.close().await;
+            inner.close().await;
         })
     }
 }

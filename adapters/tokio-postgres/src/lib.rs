@@ -201,7 +201,6 @@ mod broker;
 mod conns;
 mod error;
 mod listen;
-mod literal;
 mod lock;
 mod row;
 mod run;

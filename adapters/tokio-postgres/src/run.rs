@@ -12,7 +12,6 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Format, IsNull, ToSql, Type, to_sql_checked};
 
 use crate::error::db_error;
-use crate::literal;
 use crate::row::PgRow;
 
 /// A bind as it goes to the server: binary at the type the server inferred for its
@@ -222,7 +221,7 @@ async fn run_simple(
     statement: &Statement,
     binds: &[Value],
 ) -> Result<Reply<PgRow>, Failure> {
-    let sql = literal::render(&statement.sql, binds)?;
+    let sql = statement.inline_binds(binds)?;
     let messages = client.simple_query(&sql).await?;
     Ok(match &statement.output {
         Output::Nothing => Reply::Done,

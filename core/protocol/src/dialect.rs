@@ -28,6 +28,7 @@ use crate::spec::{Form, KeyPart, OrderBy, TableDesc};
 
 mod claims;
 mod failed;
+mod literal;
 
 pub use failed::{FailedRows, error_like};
 
@@ -443,6 +444,17 @@ impl Statement {
     /// The binds of this statement: `value(arg)` for each of its placeholders, in order.
     pub fn binds(&self, mut value: impl FnMut(Arg) -> crate::Value) -> Vec<crate::Value> {
         self.args.iter().map(|&arg| value(arg)).collect()
+    }
+
+    /// A PostgreSQL statement's text with its binds written in as SQL literals, for the simple
+    /// query protocol (a proxy that takes no prepared statements): each `$n` outside string
+    /// literals, quoted identifiers, dollar quotes and comments becomes the literal of
+    /// `binds[n - 1]`, safe under either setting of `standard_conforming_strings`.
+    ///
+    /// Fails, naming the statement, where a placeholder has no bind, and where a text holds a
+    /// NUL character, which PostgreSQL's text cannot store.
+    pub fn inline_binds(&self, binds: &[crate::Value]) -> Result<String, crate::DbError> {
+        literal::render(&self.sql, binds)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The contract between the runtime and a driver adapter: [`Adapter`] and [`TakesRows`], and
-//! for an adapter on an async pool, the connections the core names ([`Connections`], over the
-//! adapter's [`ConnectionPool`]).
+//! for an adapter on a pool, the pool's life ([`Pooled`], from the adapter's [`PoolSource`])
+//! and the connections the core names ([`Connections`], over the adapter's
+//! [`ConnectionPool`]).
 
 use futures::channel::oneshot;
 use futures::stream::BoxStream;
@@ -9,8 +10,12 @@ use ruststream_core::{Command, DbError, Dialect, Reply};
 use crate::exec::BoxFuture;
 
 mod connections;
+mod pooled;
+mod threads;
 
 pub use connections::{ConnFuture, ConnectionPool, Connections, Ending};
+pub use pooled::{PoolSource, Pooled};
+pub use threads::{Answer, BlockingDriver, ThreadConn, ThreadSettings, Threads};
 
 /// The notifications one listening session hears ([`Adapter::listen`]): the payload of each,
 /// the name of a table with new rows. The stream ends, or answers an error and then ends, when

@@ -25,7 +25,8 @@ use ruststream_core::{Action, Command, ConnId, DbError, ErrorKind, Reply, Statem
 use super::{Turn, Turns};
 use crate::exec::BoxFuture;
 
-/// A boxed future that borrows a connection: what a statement or a lock on one answers.
+/// A boxed future that borrows what it runs on: what a statement or a lock on a connection
+/// answers, or a pool source's build, open or close ([`PoolSource`](super::PoolSource)).
 pub type ConnFuture<'c, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'c>>;
 
 /// How a connection ends, as [`ConnectionPool::close`] and [`ConnectionPool::discard`] are told.

@@ -1,18 +1,21 @@
-//! The simple query protocol: a statement's binds rendered into its text as SQL literals.
+//! PostgreSQL's simple query protocol: a statement's binds rendered into its text as SQL
+//! literals ([`Statement::inline_binds`](crate::Statement::inline_binds)).
 //!
 //! Every `$n` placeholder outside string literals, quoted identifiers, dollar quotes and
 //! comments is replaced by the literal of the `n`th bind. The literals are safe under either
 //! setting of `standard_conforming_strings`: text without a backslash is `'...'` with each
 //! quote doubled, text with one is an escape string `E'...'` with each backslash and quote
 //! doubled, bytes are `'\x..'::bytea` written as an escape string, integers are their digits
-//! (a negative one in parentheses), booleans `TRUE` and `FALSE`, and `NULL`.
+//! (a negative one in parentheses), booleans `TRUE` and `FALSE`, and `NULL`. The quoting
+//! follows PostgreSQL's rules as `postgres_protocol::escape::escape_literal` does, written
+//! here so that the core depends on no PostgreSQL crate.
 
 use std::fmt::Write;
 
-use ruststream_core::{DbError, ErrorKind, Value};
+use crate::{DbError, ErrorKind, Value};
 
 /// The SQL literal of a value.
-pub(crate) fn literal(value: &Value) -> Result<String, DbError> {
+pub(super) fn literal(value: &Value) -> Result<String, DbError> {
     Ok(match value {
         Value::Null => "NULL".to_owned(),
         Value::Bool(true) => "TRUE".to_owned(),
@@ -70,7 +73,7 @@ fn ident_char(c: char) -> bool {
 }
 
 /// `sql` with each `$n` replaced by the literal of `binds[n - 1]`.
-pub(crate) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
+pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
     let chars: Vec<char> = sql.chars().collect();
     let mut out = String::with_capacity(sql.len() + 16 * binds.len());
     let mut i = 0;
