@@ -330,8 +330,8 @@ where
         .await;
     };
     service.run_until(stop).await.expect("the service runs");
-    assert_eq!(recorder.ns(), [1, 2, 3], "{cx}: in claim order");
     if one_at_a_time(cx.dialect(), cx.form()) {
+        assert_eq!(recorder.ns(), [1, 2, 3], "{cx}: in claim order");
         assert_eq!(
             recorder.max_in_work(),
             1,
@@ -352,6 +352,11 @@ where
             "{cx}: waits of the next row after a settlement, poll interval {POLL_INTERVAL:?}: {gaps:?}"
         );
     } else {
+        // Three handlers in work at once start in the order their tasks first run, which the
+        // executor picks: each row once, whatever that order.
+        let mut ns = recorder.ns();
+        ns.sort_unstable();
+        assert_eq!(ns, [1, 2, 3], "{cx}: each row once");
         assert_eq!(
             recorder.max_in_work(),
             3,
