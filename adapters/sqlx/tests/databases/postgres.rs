@@ -439,3 +439,126 @@ async fn an_unreachable_server_fails_the_start_naming_the_url() {
     );
     assert!(!message.contains("hunter2"), "{message}");
 }
+
+mod floor {
+    crate::tables!("pg_floor");
+}
+
+/// A message's number and the attempt it came with.
+type Start = (u32, Option<i64>);
+
+/// What the handlers of several brokers saw, in the order they started: each message's number
+/// and attempt. Message `n` is keyed `n % KEYS`.
+#[derive(Clone, Default)]
+struct KeyOrder {
+    starts: std::sync::Arc<std::sync::Mutex<Vec<Start>>>,
+    /// Messages of each key in work now.
+    in_work: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u32, usize>>>,
+    /// Most messages of one key ever in work at once.
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+const KEYS: u32 = 6;
+
+impl ruststream::Handle<Job, (), (), ruststream::InboxContext> for KeyOrder {
+    async fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_, ruststream::InboxContext>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.kind().info().attempt;
+        let key = job.n % KEYS;
+        {
+            let mut in_work = self.in_work.lock().unwrap();
+            let now = in_work.entry(key).or_default();
+            *now += 1;
+            self.most
+                .fetch_max(*now, std::sync::atomic::Ordering::SeqCst);
+            self.starts.lock().unwrap().push((job.n, attempt));
+        }
+        tokio::time::sleep(Duration::from_micros(u64::from(job.n % 3) * 700)).await;
+        *self.in_work.lock().unwrap().get_mut(&key).unwrap() -= 1;
+        // Every fifth message fails its first attempt: its key goes back, and the row comes
+        // back before any later row of its key.
+        if job.n.is_multiple_of(5) && attempt == Some(1) {
+            return Err(HandlerOutcome::retry());
+        }
+        Ok(())
+    }
+}
+
+/// Three brokers (three pools, so three sets of sessions, as three processes) share a keyed
+/// table without a due column, the table whose advisory claims start past the rows taken
+/// before them: every row is handled, each key's rows in id order with a retried row again
+/// before the later rows of its key, and no two rows of one key in work at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_sharing_a_table_without_a_due_column_keep_each_keys_order() {
+    use floor::Keyed;
+    use ruststream::core::dialect::Statements;
+    assert!(
+        Statements::candidates_from(ruststream::core::Dialect::Postgres, Keyed::TABLE.desc(), 0)
+            .is_some(),
+        "the table's claims start past the rows taken before them"
+    );
+    const ROWS: u32 = 240;
+    let db = Pg::new("pg_floor").await;
+    db.exec(&schema(Dialect::Postgres, floor::PREFIX)).await;
+    let order = KeyOrder::default();
+    let mut brokers = Vec::new();
+    for _ in 0..3 {
+        let subscription = ruststream::subscriber("jobs", order.clone())
+            .map_source(|_| InboxQueue::<Keyed>::new("jobs"))
+            .workers(nonzero!(3))
+            .poll_interval(POLL)
+            .retry_policy(ruststream::RetryPolicy::immediate())
+            .into_subscription();
+        brokers.push(
+            db.broker()
+                .start([subscription])
+                .await
+                .expect("the broker starts"),
+        );
+    }
+    let publisher = brokers[0].publisher::<Keyed>();
+    let messages = (0..ROWS)
+        .map(|n| message(n, Some(&(n % KEYS).to_string())))
+        .collect::<Vec<_>>();
+    publisher.publish_all(messages).await.expect("publish");
+    eventually("every row is settled", || async {
+        db.scalar("SELECT COUNT(*) FROM pg_floor_keyed").await == 0
+    })
+    .await;
+    for broker in brokers {
+        broker.shutdown().await;
+    }
+    let starts = order.starts.lock().unwrap().clone();
+    for key in 0..KEYS {
+        let of_key: Vec<Start> = starts
+            .iter()
+            .copied()
+            .filter(|(n, _)| n % KEYS == key)
+            .collect();
+        let expected: Vec<Start> = (0..ROWS)
+            .filter(|n| n % KEYS == key)
+            .flat_map(|n| {
+                if n.is_multiple_of(5) {
+                    vec![(n, Some(1)), (n, Some(2))]
+                } else {
+                    vec![(n, Some(1))]
+                }
+            })
+            .collect();
+        assert_eq!(
+            of_key, expected,
+            "key {key}: its rows in id order, a retried row again before the next"
+        );
+    }
+    assert_eq!(
+        order.most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one row of a key in work at a time, across the brokers"
+    );
+    assert_eq!(db.advisory_locks().await, 0, "no advisory lock is left");
+    db.drop().await;
+}
