@@ -32,6 +32,10 @@ pub const PING_AHEAD_AFTER: Duration = Duration::from_secs(1);
 /// the subscription's runs wait for it, then run together.
 pub const SETTLE_BATCH: usize = 64;
 
+/// How many times a lease statement that a deadlock or a serialization failure rolled back
+/// runs again at once, on its connection, before its delivery's settlement fails.
+pub const DEADLOCK_RERUNS: u8 = 3;
+
 /// PostgreSQL: a publisher's notifying statements start at most this often. A publish within
 /// this time of the publisher's last notification inserts without notifying, and one
 /// notification follows once the time has passed and the insert has taken effect: concurrent

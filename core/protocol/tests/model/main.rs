@@ -640,6 +640,10 @@ impl World {
                 if lost {
                     self.db.kill(sess);
                     Reply::Failed(DbError::new(ErrorKind::ConnectionLost, "connection lost"))
+                } else if command.id.0.is_multiple_of(2) {
+                    // A deadlock or serialization failure: the statement rolled back, and it
+                    // may run again.
+                    Reply::Failed(DbError::new(ErrorKind::Serialization, "deadlock detected"))
                 } else {
                     Reply::Failed(DbError::new(ErrorKind::Other, "statement failed"))
                 }

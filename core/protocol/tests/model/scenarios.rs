@@ -4051,6 +4051,101 @@ fn a_failed_settlement_batch_fails_each_of_its_settlements() {
     }
 }
 
+/// A settlement batch that a deadlock rolled back (PostgreSQL's 40P01, MySQL's 1213: a
+/// batch's row locks against a claim's) runs again at once on its connection, with the
+/// settlements it carried: every row settles, none waits for its lease to run out.
+#[test]
+fn a_settlement_batch_a_deadlock_rolled_back_runs_again_at_once() {
+    for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+        let mut sim = Sim::start(dialect, lease(), 3, &[0, 1, 2]);
+        hold_first_settlement(&mut sim);
+        sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+        sim.run();
+        let first = sim.take_held(0);
+        let (two, three) = (sim.delivery(0, 2), sim.delivery(0, 3));
+        sim.settle(0, two, Outcome::Ack);
+        sim.settle(0, three, Outcome::Ack);
+        let mut deadlocked = false;
+        sim.hook(move |_, command| match &command.action {
+            Action::Execute { statement, .. }
+                if !deadlocked && matches!(statement.kind, StatementKind::SettleLeases(_)) =>
+            {
+                deadlocked = true;
+                Intercept::Answer(Reply::Failed(DbError::new(
+                    ErrorKind::Serialization,
+                    "deadlock detected",
+                )))
+            }
+            _ => Intercept::Run,
+        });
+        let mark = sim.mark();
+        for command in first {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        let runs = sim.runs_of(0, mark, StatementKind::SettleLeases(2));
+        assert_eq!(runs.len(), 2, "{dialect:?}: the batch ran again");
+        assert_eq!(runs[0].conn, runs[1].conn, "{dialect:?}: on its connection");
+        let events = sim.events(0, mark);
+        for delivery in [two, three] {
+            assert!(
+                events.contains(&Event::Settled {
+                    delivery,
+                    outcome: Outcome::Ack
+                }),
+                "{dialect:?}: {events:?}"
+            );
+        }
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, Event::SettleFailed { .. })),
+            "{dialect:?}: {events:?}"
+        );
+        assert!(!sim.ops(0, mark).contains(&Close), "{dialect:?}");
+        assert!(sim.db.rows.is_empty(), "{dialect:?}");
+        assert_eq!(sim.in_work(0), 0, "{dialect:?}");
+    }
+}
+
+/// A settlement that keeps deadlocking runs again three times, then fails as any failed
+/// settlement does: its connection closes, and its row waits for its lease.
+#[test]
+fn a_settlement_that_keeps_deadlocking_fails_after_three_reruns() {
+    let mut sim = Sim::start(Dialect::Postgres, lease(), 1, &[0]);
+    sim.hook(|_, command| match &command.action {
+        Action::Execute { statement, .. }
+            if matches!(statement.kind, StatementKind::Delete { fenced: true }) =>
+        {
+            Intercept::Answer(Reply::Failed(DbError::new(
+                ErrorKind::Serialization,
+                "deadlock detected",
+            )))
+        }
+        _ => Intercept::Run,
+    });
+    let mark = sim.mark();
+    let one = sim.delivery(0, 1);
+    sim.settle(0, one, Outcome::Ack);
+    sim.run();
+    assert_eq!(
+        sim.runs_of(0, mark, StatementKind::Delete { fenced: true })
+            .len(),
+        4,
+        "the statement and three reruns"
+    );
+    let events = sim.events(0, mark);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::SettleFailed { delivery, error: SettleError::Db(_) } if *delivery == one
+        )),
+        "{events:?}"
+    );
+    assert!(sim.ops(0, mark).contains(&Close));
+    assert!(sim.db.rows.contains_key(&1), "the row stays, leased");
+}
+
 /// MySQL's `DELETE` and MariaDB's `UPDATE` return no rows: there, each settlement runs its
 /// own statement, side by side.
 #[test]

@@ -10,7 +10,7 @@ use crate::types::{Action, ConnId, DeliveryId, Event, Outcome, Reply, SettleErro
 use crate::value::Value;
 
 use super::super::Broker;
-use super::super::options::SETTLE_BATCH;
+use super::super::options::{DEADLOCK_RERUNS, SETTLE_BATCH};
 use super::super::rows::{affected_any, first_column};
 use super::{DeliveryStage, DeliveryState, Ending};
 
@@ -218,6 +218,42 @@ impl<R> Broker<R> {
             }
         }
         self.delivery_release(delivery);
+    }
+
+    /// A lease statement that a deadlock or a serialization failure rolled back (a settlement
+    /// batch beside a claim's row locks, say) runs again at once on its connection, up to
+    /// [`DEADLOCK_RERUNS`] times in the delivery's life: each statement of the form commits on
+    /// its own and is fenced by the lease, so running it again does what it would have. A
+    /// batch runs again with the settlements it carried. `false`: not such a statement, or no
+    /// rerun left.
+    pub(super) fn rerun_lease_step(&mut self, delivery: DeliveryId, stage: DeliveryStage) -> bool {
+        if !matches!(
+            stage,
+            DeliveryStage::Extend { .. }
+                | DeliveryStage::Settle
+                | DeliveryStage::SettleBatch
+                | DeliveryStage::ReleaseLease
+        ) {
+            return false;
+        }
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return false;
+        };
+        let (sub, has_conn) = (d.sub, d.conn.is_some());
+        let Some(l) = d
+            .lease_mut()
+            .filter(|l| has_conn && l.reruns < DEADLOCK_RERUNS)
+        else {
+            return false;
+        };
+        l.reruns += 1;
+        let batch = std::mem::take(&mut l.batch);
+        let waiting = &mut self.subs[sub.0].settles.waiting;
+        for each in batch.into_iter().rev() {
+            waiting.push_front(each);
+        }
+        self.lease_acquired(delivery);
+        true
     }
 
     /// Settles `delivery` and the settlements waiting behind it, up to [`SETTLE_BATCH`], in

@@ -14,7 +14,7 @@ use crate::dialect::{AdvisoryStatements, FormStatements, LeaseStatements, RowLoc
 use crate::types::{
     Action, ConnId, Delivered, DeliveryId, Event, Outcome, Reply, SettleError, SubId,
 };
-use crate::value::{DbError, Time, Value};
+use crate::value::{DbError, ErrorKind, Time, Value};
 
 use super::options::DROP_GRACE;
 use super::rows::Taken;
@@ -61,6 +61,8 @@ pub(super) struct LeaseHold {
     lost: bool,
     /// Other deliveries of the subscription whose settlements ride on this one's statement.
     batch: Vec<DeliveryId>,
+    /// How many of its statements a deadlock rolled back and ran again.
+    reruns: u8,
 }
 
 #[derive(Debug)]
@@ -360,6 +362,7 @@ impl<R> Broker<R> {
                         .map(|until| Time(until.micros().saturating_sub(early)).max(self.now)),
                     lost: false,
                     batch: Vec::new(),
+                    reruns: 0,
                 })
             }
         }
@@ -608,6 +611,9 @@ impl<R> Broker<R> {
         }
         if matches!(stage, DeliveryStage::Release | DeliveryStage::Close) {
             self.step_done(delivery);
+            return;
+        }
+        if error.kind == ErrorKind::Serialization && self.rerun_lease_step(delivery, stage) {
             return;
         }
         let Some(d) = self.deliveries.get_mut(delivery) else {
