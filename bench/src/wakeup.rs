@@ -254,8 +254,13 @@ where
             Duration::ZERO
         };
         tokio::time::sleep(IDLE + phase).await;
-        let message = Message::json(&Job { t: now_us() })?
-            .column("k", ruststream::core::Value::Int(i as i64));
+        let mut message = Message::json(&Job { t: now_us() })?;
+        if ruststream::core::spec::Described::table_desc(&T::TABLE)
+            .advisory
+            .is_some()
+        {
+            message = message.column("k", ruststream::core::Value::Int(i as i64));
+        }
         if let Err(error) = publishing.publish(message).await {
             result = Err(format!("publish {i} failed: {error}").into());
             break;

@@ -45,6 +45,27 @@ pub struct Capabilities {
     pub kill_process: Support,
 }
 
+/// What [`abort_in_transaction`] writes to stderr before the process aborts.
+pub const ABORT_MARK: &str = "conformance: aborting with the transaction open";
+
+/// Aborts the process, with a line on stderr that says so: what a harness does for
+/// [`TxEnd::Crash`] once the transaction holds its rows.
+pub fn abort_in_transaction() -> ! {
+    eprintln!("{ABORT_MARK}");
+    std::process::abort()
+}
+
+/// How [`Harness::publish_in_transaction`] ends its transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxEnd {
+    /// It commits.
+    Commit,
+    /// It rolls back.
+    Rollback,
+    /// The process aborts with it open: a crash between the publish and the commit.
+    Crash,
+}
+
 /// An advisory key a harness holds on a connection of its own, as another process would.
 pub trait HeldKey: Send {
     /// Releases the key (and closes the connection that held it).
@@ -120,6 +141,26 @@ pub trait Harness: Send + Sync + Sized + 'static {
         let _ = (db, key);
         Box::pin(async { Err("this harness cannot kill a connection".into()) })
     }
+
+    /// In one transaction on a connection of the harness's own driver, as a service holds one:
+    /// runs `sql` (the service's own write), publishes `messages` into `T`'s table through the
+    /// adapter's outbox, then ends the transaction as `end` says. [`TxEnd::Crash`] aborts the
+    /// process with the transaction open, and so never answers.
+    fn publish_in_transaction<'a, T: crate::rows::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        sql: &'a str,
+        messages: Vec<ruststream::Message>,
+        end: TxEnd,
+    ) -> HarnessFuture<'a, ()>;
+
+    /// Publishes `messages` into `T`'s table through the adapter's outbox on connections of a
+    /// pool of its own (on SQLite, a connection), with no broker running.
+    fn publish_without_broker<'a, T: crate::rows::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        messages: Vec<ruststream::Message>,
+    ) -> HarnessFuture<'a, ()>;
 
     /// Removes what [`Harness::prepare`] made, once a scenario passed (a failed one leaves it
     /// to look at). Nothing by default.

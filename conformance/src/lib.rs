@@ -103,7 +103,7 @@ use std::future::Future;
 pub use files::SqliteFiles;
 pub use harness::{
     Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, NoRowLocks, RowLockSupport,
-    RowLockTable, RowLocks, Runs, Support,
+    RowLockTable, RowLocks, Runs, Support, TxEnd, abort_in_transaction,
 };
 pub use rows::{Body, Rows, SuiteRow, Tables};
 pub use support::Cx;
@@ -276,6 +276,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one [$harness] lease_kept_past_shutdown);
         $crate::conformance_tests!(@one [$harness] publisher_closed_after_shutdown);
         $crate::conformance_tests!(@one [$harness] publish_all_writes_every_row);
+        $crate::conformance_tests!(@one [$harness] outbox_commits_with_the_transaction);
         $crate::conformance_tests!(@one [$harness] role_fields_checked_at_start);
     };
     (@forms [$harness:expr] $scenario:ident: $($test:ident $form:ident),+) => {

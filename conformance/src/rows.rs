@@ -120,6 +120,7 @@ macro_rules! __suite_tables {
             claims_ahead ClaimsAhead delete;
             publisher_closed_after_shutdown PublisherClosedAfterShutdown delete;
             publish_all_writes_every_row PublishAllWritesEveryRow delete;
+            outbox_commits_with_the_transaction OutboxCommitsWithTheTransaction delete;
             sigkill_worker SigkillWorker delete;
             killed_connection KilledConnection delete;
             killed_while_claimed_ahead KilledWhileClaimedAhead delete;

@@ -243,11 +243,13 @@ impl<'h, H: Harness> Cx<'h, H> {
         })
     }
 
-    /// Publishes job `n` with key column `k`; panics if the publish fails.
+    /// Publishes job `n`, with key column `k` where the form keys its rows; panics if the
+    /// publish fails.
     pub async fn publish<T: SuiteRow>(&self, publisher: &Publisher<T, H::Adapter>, n: i64, k: i64) {
-        let message = Message::json(&Job { n })
-            .expect("a job encodes")
-            .column("k", Value::Int(k));
+        let mut message = Message::json(&Job { n }).expect("a job encodes");
+        if matches!(T::FORM, Form::Advisory | Form::Custom) {
+            message = message.column("k", Value::Int(k));
+        }
         if let Err(error) = publisher.publish(message).await {
             panic!("{self}: publishing job {n} failed: {error}");
         }

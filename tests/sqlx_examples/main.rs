@@ -8,7 +8,8 @@
 //! - lock: a payout waits while billing holds its account's key in `held_keys` and runs once
 //!   billing releases it;
 //! - shutdown: `run` returns once the handlers have drained and the broker has shut down and
-//!   closed the pool it built.
+//!   closed the pool it built;
+//! - the outbox: an order and its receipt's job commit in one transaction, or neither does.
 //!
 //! Each test calls the example's `service(..)` on a database of its own (a PostgreSQL schema
 //! found by `search_path`, or a SQLite file in a temporary directory) and stops it with
@@ -21,8 +22,13 @@ mod common;
 
 mod advisory;
 mod lock;
+mod outbox;
 mod row_lock;
 mod shutdown;
+
+#[path = "../../examples/sqlx_outbox.rs"]
+#[allow(dead_code)]
+mod outbox_example;
 
 #[path = "../../examples/sqlx_forms_row_lock.rs"]
 #[allow(dead_code)]

@@ -211,6 +211,7 @@
 mod broker;
 mod conn;
 mod lock;
+mod outbox;
 mod value;
 
 pub use broker::{
@@ -221,14 +222,15 @@ pub use lock::{CustomLock, Lock, LockFn, LockFuture, PickLock, Unlock};
 /// The mysql_async crate this adapter runs on, for row types and [`Lock`] and [`Unlock`]
 /// implementations.
 pub use mysql_async;
+pub use outbox::MySqlAsyncOutbox;
 
 /// What a service on mysql_async needs in scope: the runtime's items, this adapter's, and
 /// mysql_async's pool, connection, options, `FromRow` (the trait and its derive) and
 /// `Queryable`.
 pub mod prelude {
     pub use crate::{
-        ClosedMySqlAsyncBroker, Lock, MySqlAsyncBroker, MySqlAsyncBrokerError, MySqlAsyncPublisher,
-        MySqlAsyncRoute, RunningMySqlAsyncBroker, Unlock,
+        ClosedMySqlAsyncBroker, Lock, MySqlAsyncBroker, MySqlAsyncBrokerError, MySqlAsyncOutbox,
+        MySqlAsyncPublisher, MySqlAsyncRoute, RunningMySqlAsyncBroker, Unlock,
     };
     pub use mysql_async::prelude::{FromRow, Queryable};
     pub use mysql_async::{Conn, Opts, OptsBuilder, Pool};

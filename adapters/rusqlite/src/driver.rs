@@ -244,7 +244,7 @@ fn reset(conn: &Connection) {
 }
 
 /// Runs a statement with its binds and reads the reply as its output says.
-fn execute(
+pub(crate) fn execute(
     conn: &Connection,
     statement: &Statement,
     binds: &[Value],

@@ -171,6 +171,7 @@
 
 mod driver;
 mod lock;
+mod outbox;
 mod row;
 
 use std::path::Path;
@@ -186,6 +187,7 @@ use serde::de::DeserializeOwned;
 
 pub use driver::Synchronous;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use outbox::RusqliteOutbox;
 pub use row::RusqliteRow;
 /// The rusqlite crate this adapter runs on, for [`Lock`] and [`Unlock`] implementations.
 pub use rusqlite;
@@ -197,7 +199,7 @@ use driver::{Config, Source};
 pub mod prelude {
     pub use crate::{
         ClosedRusqliteBroker, Lock, RunningRusqliteBroker, RusqliteBroker, RusqliteBrokerError,
-        RusqlitePublisher, RusqliteRoute, RusqliteRow, Unlock,
+        RusqliteOutbox, RusqlitePublisher, RusqliteRoute, RusqliteRow, Unlock,
     };
     pub use ruststream::{
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,

@@ -36,6 +36,11 @@ pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
     /// ([`ruststream_core::spec::ValidOn`]).
     type Family: ruststream_core::spec::Database;
 
+    /// The dialect a publish renders in before any server has answered: MySQL and MariaDB
+    /// write their rows with the same statements.
+    #[doc(hidden)]
+    const PUBLISH_DIALECT: Dialect;
+
     /// Runs `statement` with `binds` on `conn` and reads the reply as its output says.
     #[doc(hidden)]
     fn run<'c>(
@@ -251,6 +256,7 @@ fn pg_kind(error: &sqlx::Error) -> ErrorKind {
 
 impl SqlxDatabase for Postgres {
     type Family = ruststream_core::spec::Postgres;
+    const PUBLISH_DIALECT: Dialect = Dialect::Postgres;
 
     fn run<'c>(
         conn: &'c mut PgConnection,
@@ -343,6 +349,7 @@ fn mysql_kind(error: &sqlx::Error) -> ErrorKind {
 
 impl SqlxDatabase for MySql {
     type Family = ruststream_core::spec::MySql;
+    const PUBLISH_DIALECT: Dialect = Dialect::MySql;
 
     fn run<'c>(
         conn: &'c mut MySqlConnection,
@@ -420,6 +427,7 @@ fn sqlite_kind(error: &sqlx::Error) -> ErrorKind {
 
 impl SqlxDatabase for Sqlite {
     type Family = ruststream_core::spec::Sqlite;
+    const PUBLISH_DIALECT: Dialect = Dialect::Sqlite;
 
     fn run<'c>(
         conn: &'c mut SqliteConnection,

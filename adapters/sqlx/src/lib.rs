@@ -220,6 +220,7 @@ mod conn;
 mod db;
 mod listen;
 mod lock;
+mod outbox;
 
 pub use broker::{
     ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxBrokerError,
@@ -227,6 +228,7 @@ pub use broker::{
 };
 pub use db::SqlxDatabase;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use outbox::{OnConnection, SqlxOutbox};
 /// The sqlx crate this adapter runs on.
 pub use sqlx;
 
@@ -235,8 +237,8 @@ pub use sqlx;
 /// unqualified.
 pub mod prelude {
     pub use crate::{
-        ClosedSqlxBroker, Lock, RunningSqlxBroker, SqlxBroker, SqlxBrokerError, SqlxPublisher,
-        SqlxRoute, Unlock,
+        ClosedSqlxBroker, Lock, RunningSqlxBroker, SqlxBroker, SqlxBrokerError, SqlxOutbox,
+        SqlxPublisher, SqlxRoute, Unlock,
     };
     pub use ruststream::{
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,

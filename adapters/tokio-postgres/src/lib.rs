@@ -202,6 +202,7 @@ mod conns;
 mod error;
 mod listen;
 mod lock;
+mod outbox;
 mod row;
 mod run;
 
@@ -214,6 +215,7 @@ pub use broker::{
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use outbox::TokioPostgresOutbox;
 pub use row::PgRow;
 pub use ruststream::de::DecodeError;
 /// The tokio-postgres crate this adapter runs on, for [`Lock`] and [`Unlock`]
@@ -224,7 +226,8 @@ pub use tokio_postgres;
 pub mod prelude {
     pub use crate::{
         ClosedTokioPostgresBroker, Lock, PgRow, RunningTokioPostgresBroker, TokioPostgresBroker,
-        TokioPostgresBrokerError, TokioPostgresPublisher, TokioPostgresRoute, Unlock,
+        TokioPostgresBrokerError, TokioPostgresOutbox, TokioPostgresPublisher, TokioPostgresRoute,
+        Unlock,
     };
     pub use ruststream::{
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,

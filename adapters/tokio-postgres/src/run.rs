@@ -175,28 +175,9 @@ async fn run_extended(
         return Ok(Ok(Reply::Done));
     }
     let prepared = client.prepare_cached(&statement.sql).await?;
-    if prepared.params().len() != binds.len() {
-        return Ok(Err(Failure::Db(DbError::new(
-            ErrorKind::Other,
-            format!(
-                "the statement has {} placeholders but {} binds: {}",
-                prepared.params().len(),
-                binds.len(),
-                statement.sql
-            ),
-        ))));
-    }
-    let params = match binds
-        .iter()
-        .zip(prepared.params())
-        .map(|(value, ty)| Param::of(value, ty))
-        .collect::<Result<Vec<Param<'_>>, DbError>>()
-    {
+    let params = match params(&prepared, statement, binds) {
         Ok(params) => params,
-        Err(mut error) => {
-            error.message = format!("{}: {}", error.message, statement.sql);
-            return Ok(Err(Failure::Db(error)));
-        }
+        Err(error) => return Ok(Err(Failure::Db(error))),
     };
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
     Ok(Ok(match &statement.output {
@@ -213,6 +194,53 @@ async fn run_extended(
             }
         }
     }))
+}
+
+/// Runs a statement that answers no rows on a client of the service's own (its transaction,
+/// for a publish): prepared on it, each bind converted to the type its placeholder takes.
+pub(crate) async fn on_client(
+    client: &impl tokio_postgres::GenericClient,
+    statement: &Statement,
+    binds: &[Value],
+) -> Result<u64, DbError> {
+    let prepared = client
+        .prepare(&statement.sql)
+        .await
+        .map_err(|e| db_error(&e))?;
+    let params = params(&prepared, statement, binds)?;
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+    client
+        .execute(&prepared, &refs)
+        .await
+        .map_err(|e| db_error(&e))
+}
+
+/// The binds of a prepared statement, each as the type of its placeholder.
+fn params<'a>(
+    prepared: &tokio_postgres::Statement,
+    statement: &Statement,
+    binds: &'a [Value],
+) -> Result<Vec<Param<'a>>, DbError> {
+    if prepared.params().len() != binds.len() {
+        return Err(DbError::new(
+            ErrorKind::Other,
+            format!(
+                "the statement has {} placeholders but {} binds: {}",
+                prepared.params().len(),
+                binds.len(),
+                statement.sql
+            ),
+        ));
+    }
+    binds
+        .iter()
+        .zip(prepared.params())
+        .map(|(value, ty)| Param::of(value, ty))
+        .collect::<Result<Vec<Param<'_>>, DbError>>()
+        .map_err(|mut error| {
+            error.message = format!("{}: {}", error.message, statement.sql);
+            error
+        })
 }
 
 /// Runs a statement under the simple query protocol, its binds rendered as literals.

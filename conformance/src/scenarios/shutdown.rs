@@ -322,11 +322,7 @@ where
     H::Adapter: TakesRows<T>,
 {
     let large = 2 * ruststream_core::PUBLISH_BATCH as i64 + 7;
-    let message = |n: i64| {
-        Message::json(&Job { n })
-            .expect("a job encodes")
-            .column("k", ruststream_core::Value::Int(n % 5))
-    };
+    let message = |n: i64| Message::json(&Job { n }).expect("a job encodes");
     let recorder = Recorder::acking();
     let broker = cx.broker();
     let publisher = broker.publisher::<T>();

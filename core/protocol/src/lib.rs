@@ -32,7 +32,7 @@ mod types;
 mod value;
 
 pub use broker::{
-    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, MAX_ERROR_LEN,
+    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, Inserts, MAX_ERROR_LEN,
     MAX_RETRY_DELAY, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH,
     SubscribeOptions,
 };

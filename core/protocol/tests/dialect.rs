@@ -2013,3 +2013,74 @@ fn claims_in_id_order_can_start_at_an_id() {
         "a custom order"
     );
 }
+
+/// MySQL and MariaDB write rows with the same statements: an outbox that knows only that the
+/// server is one of the two renders them right for either.
+#[test]
+fn mysql_and_mariadb_publish_alike() {
+    for (name, desc) in descs() {
+        for rows in [1, 2, 100] {
+            assert_eq!(
+                Statements::publish_rows(Dialect::MySql, &desc, rows),
+                Statements::publish_rows(Dialect::MariaDb, &desc, rows),
+                "{name}, {rows} rows"
+            );
+        }
+        assert_eq!(
+            Statements::render(Dialect::MySql, &desc, 1).publish,
+            Statements::render(Dialect::MariaDb, &desc, 1).publish,
+            "{name}"
+        );
+    }
+}
+
+/// The outbox's inserts: each row's values bound in order, up to `PUBLISH_BATCH` rows per
+/// statement, on PostgreSQL notifying in the same statement (so in the caller's transaction);
+/// a row that names a column the insert does not write, or lacks one it needs, is refused
+/// naming the table and the column.
+#[test]
+fn outbox_inserts_bind_each_row_and_refuse_unknown_columns() {
+    use ruststream_core::{BrokerError, Inserts, PUBLISH_BATCH};
+    let row = |k: &str| Publish {
+        id: None,
+        payload: b"{}".to_vec(),
+        columns: vec![("channel", Value::Text(k.into()))],
+        due: None,
+    };
+    let now = Time(1_000_000);
+    let mut inserts = Inserts::new(Dialect::Postgres, *ADVISORY.desc());
+    let one = inserts.statements(&[row("a")], now).expect("one row");
+    assert_eq!(one.len(), 1);
+    let (statement, binds) = &one[0];
+    assert!(statement.sql.contains("pg_notify"), "{}", statement.sql);
+    assert!(binds.contains(&Value::Text("a".into())), "{binds:?}");
+    let many: Vec<Publish> = (0..PUBLISH_BATCH + 1).map(|_| row("b")).collect();
+    let statements = inserts.statements(&many, now).expect("many rows");
+    assert_eq!(statements.len(), 2, "{} rows a statement", PUBLISH_BATCH);
+    let misspelt = Publish {
+        columns: vec![("chanel", Value::Text("a".into()))],
+        ..row("a")
+    };
+    match inserts.statements(&[misspelt], now) {
+        Err(BrokerError::UnknownColumn {
+            table,
+            column,
+            writes,
+        }) => {
+            assert_eq!((table, column), ("video_jobs", "chanel"));
+            assert_eq!(writes, "channel");
+        }
+        other => panic!("a misspelt column is refused: {other:?}"),
+    }
+    let missing = Publish {
+        columns: Vec::new(),
+        ..row("a")
+    };
+    assert!(matches!(
+        inserts.statements(&[missing], now),
+        Err(BrokerError::MissingValue {
+            table: "video_jobs",
+            column: "channel"
+        })
+    ));
+}

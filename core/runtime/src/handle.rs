@@ -234,6 +234,22 @@ impl Message {
         self.due = Some(at);
         self
     }
+
+    /// The row the core writes.
+    pub(crate) fn into_publish(self) -> Publish {
+        Publish {
+            id: None,
+            payload: self.payload,
+            columns: self.columns,
+            due: self.due.map(|at| {
+                let micros = at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.as_micros())
+                    .unwrap_or(0);
+                Time(i64::try_from(micros).unwrap_or(i64::MAX))
+            }),
+        }
+    }
 }
 
 impl<T: InboxTable, A: Adapter> Publisher<T, A> {
@@ -274,21 +290,7 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     async fn send(&self, messages: Vec<Message>) -> Result<(), PublishError> {
         let tx = running_sender(&self.state)?;
         let desc = *T::TABLE.table_desc();
-        let rows = messages
-            .into_iter()
-            .map(|message| Publish {
-                id: None,
-                payload: message.payload,
-                columns: message.columns,
-                due: message.due.map(|at| {
-                    let micros = at
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .map(|d| d.as_micros())
-                        .unwrap_or(0);
-                    Time(i64::try_from(micros).unwrap_or(i64::MAX))
-                }),
-            })
-            .collect();
+        let rows = messages.into_iter().map(Message::into_publish).collect();
         let (reply, answer) = oneshot::channel();
         tx.unbounded_send(Input::Publish(Box::new((desc, rows)), reply))
             .map_err(|_| PublishError::Closed)?;

@@ -29,6 +29,7 @@ mod error;
 pub mod exec;
 mod handle;
 mod listen;
+mod outbox;
 mod outcome;
 mod retry;
 mod route;
@@ -43,6 +44,7 @@ pub use error::{Error, PublishError, StartError};
 pub use handle::{
     BrokerHandle, BrokerScope, FailedRows, IntoBroker, Message, Publisher, RunningBroker,
 };
+pub use outbox::Outbox;
 pub use outcome::{
     Context, ContextKind, Ctx, CtxKey, DeliveryInfo, Handle, HandlerOutcome, InboxContext,
     Provides, keys,

@@ -14,7 +14,7 @@ use ruststream_conformance::{
 };
 use ruststream_core::Dialect;
 use ruststream_core::keys::mysql_lock_name;
-use ruststream_mysql_async::MySqlAsyncBroker;
+use ruststream_mysql_async::{MySqlAsyncBroker, MySqlAsyncOutbox};
 
 /// MariaDB on mysql_async: each scenario gets the database `<table>_m<pid>`, dropped once the
 /// scenario passed. The harness's own SQL runs on a session it opens for each call.
@@ -112,6 +112,49 @@ impl Harness for MySqlAsyncHarness {
 
     fn broker(&self, db: &str) -> BrokerHandle<MySqlAsyncBroker> {
         MySqlAsyncBroker::from_url(db).handle()
+    }
+
+    fn publish_in_transaction<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        sql: &'a str,
+        messages: Vec<ruststream::Message>,
+        end: ruststream_conformance::TxEnd,
+    ) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let mut conn = connect(db).await?;
+            let mut tx = conn
+                .start_transaction(mysql_async::TxOpts::default())
+                .await?;
+            tx.query_drop(sql).await?;
+            MySqlAsyncOutbox::<T>::new()
+                .publish_all(&mut tx, messages)
+                .await?;
+            match end {
+                ruststream_conformance::TxEnd::Commit => tx.commit().await?,
+                ruststream_conformance::TxEnd::Rollback => tx.rollback().await?,
+                ruststream_conformance::TxEnd::Crash => {
+                    ruststream_conformance::abort_in_transaction()
+                }
+            }
+            conn.disconnect().await?;
+            Ok(())
+        })
+    }
+
+    fn publish_without_broker<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        messages: Vec<ruststream::Message>,
+    ) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let pool = mysql_async::Pool::new(mysql_async::Opts::from_url(db)?);
+            let published = MySqlAsyncOutbox::<T>::new()
+                .publish_on(&pool, messages)
+                .await;
+            pool.disconnect().await?;
+            Ok(published?)
+        })
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {

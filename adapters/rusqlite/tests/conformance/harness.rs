@@ -8,8 +8,8 @@ use ruststream_conformance::{
     Capabilities, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles, Support,
 };
 use ruststream_core::Dialect;
-use ruststream_rusqlite::RusqliteBroker;
 use ruststream_rusqlite::rusqlite::{self, Connection};
+use ruststream_rusqlite::{RusqliteBroker, RusqliteOutbox};
 
 /// SQLite on rusqlite: each scenario gets a new database file under
 /// `std::env::temp_dir()/ruststream-conformance`, removed once the scenario passed. The
@@ -84,6 +84,49 @@ impl Harness for RusqliteHarness {
 
     fn broker(&self, db: &str) -> BrokerHandle<RusqliteBroker> {
         RusqliteBroker::open(db).handle()
+    }
+
+    fn publish_in_transaction<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        sql: &'a str,
+        messages: Vec<ruststream::Message>,
+        end: ruststream_conformance::TxEnd,
+    ) -> HarnessFuture<'a, ()> {
+        let (db, sql) = (db.to_owned(), sql.to_owned());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || -> HarnessResult<()> {
+                let mut conn = open(&db)?;
+                let tx = conn.transaction()?;
+                tx.execute_batch(&sql)?;
+                RusqliteOutbox::<T>::new().publish_all(&tx, messages)?;
+                match end {
+                    ruststream_conformance::TxEnd::Commit => tx.commit()?,
+                    ruststream_conformance::TxEnd::Rollback => tx.rollback()?,
+                    ruststream_conformance::TxEnd::Crash => {
+                        ruststream_conformance::abort_in_transaction()
+                    }
+                }
+                Ok(())
+            })
+            .await?
+        })
+    }
+
+    fn publish_without_broker<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        messages: Vec<ruststream::Message>,
+    ) -> HarnessFuture<'a, ()> {
+        let db = db.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || -> HarnessResult<()> {
+                let conn = open(&db)?;
+                RusqliteOutbox::<T>::new().publish_all(&conn, messages)?;
+                Ok(())
+            })
+            .await?
+        })
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {

@@ -1,10 +1,12 @@
-//! What the three harnesses of the sqlx adapter share: their brokers' pool settings, and
-//! reading the answer of a query.
+//! What the three harnesses of the sqlx adapter share: their brokers' pool settings, reading
+//! the answer of a query, and publishing through the outbox.
 
 use std::time::Duration;
 
-use ruststream_conformance::HarnessResult;
-use sqlx::{ColumnIndex, Decode, Row, ValueRef};
+use ruststream::{InboxTable, Message};
+use ruststream_conformance::{HarnessResult, TxEnd};
+use ruststream_sqlx::{SqlxDatabase, SqlxOutbox};
+use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Row, ValueRef};
 
 /// The most connections a broker's pool opens: the most workers of a scenario, a claim and a
 /// publish, and room.
@@ -28,4 +30,52 @@ where
             Ok(row.try_get_unchecked::<i64, _>(0)?)
         })
         .collect()
+}
+
+/// In one transaction on `conn`: runs `sql`, publishes `messages` into `T`'s table through
+/// [`SqlxOutbox`], and ends as `end` says; then closes the connection.
+pub(crate) async fn publish_in_transaction<DB, T>(
+    mut conn: DB::Connection,
+    sql: &str,
+    messages: Vec<Message>,
+    end: TxEnd,
+) -> HarnessResult<()>
+where
+    DB: SqlxDatabase,
+    T: InboxTable,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let mut tx = sqlx::Connection::begin(&mut conn).await?;
+    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *tx)
+        .await?;
+    SqlxOutbox::<T, DB>::new()
+        .publish_all(&mut tx, messages)
+        .await?;
+    match end {
+        TxEnd::Commit => tx.commit().await?,
+        TxEnd::Rollback => tx.rollback().await?,
+        TxEnd::Crash => ruststream_conformance::abort_in_transaction(),
+    }
+    sqlx::Connection::close(conn).await?;
+    Ok(())
+}
+
+/// Publishes `messages` into `T`'s table through [`SqlxOutbox::publish_on`], on a pool of its
+/// own at `url`, with no broker running.
+pub(crate) async fn publish_without_broker<DB, T>(
+    url: &str,
+    messages: Vec<Message>,
+) -> HarnessResult<()>
+where
+    DB: SqlxDatabase,
+    T: InboxTable,
+{
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(2)
+        .connect(url)
+        .await?;
+    let published = SqlxOutbox::<T, DB>::new().publish_on(&pool, messages).await;
+    pool.close().await;
+    Ok(published?)
 }

@@ -180,6 +180,29 @@ impl Harness for SqlxPostgresHarness {
         SqlxBroker::from_url(db, pool).handle()
     }
 
+    fn publish_in_transaction<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        sql: &'a str,
+        messages: Vec<ruststream::Message>,
+        end: ruststream_conformance::TxEnd,
+    ) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let conn = connect(db).await?;
+            crate::common::publish_in_transaction::<Postgres, T>(conn, sql, messages, end).await
+        })
+    }
+
+    fn publish_without_broker<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        messages: Vec<ruststream::Message>,
+    ) -> HarnessFuture<'a, ()> {
+        Box::pin(crate::common::publish_without_broker::<Postgres, T>(
+            db, messages,
+        ))
+    }
+
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
         Box::pin(async move {
             let mut conn = connect(db).await?;

@@ -4,13 +4,13 @@
 use ruststream::BrokerHandle;
 use ruststream_conformance::urls::{self, search_path_of, with_search_path};
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support, TxEnd,
 };
 use ruststream_core::Dialect;
 use ruststream_core::keys::postgres_key_hash;
-use ruststream_tokio_postgres::TokioPostgresBroker;
-use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+use ruststream_tokio_postgres::deadpool_postgres::{Manager, Pool, PoolConfig};
 use ruststream_tokio_postgres::tokio_postgres::{self, Client, NoTls, SimpleQueryMessage};
+use ruststream_tokio_postgres::{TokioPostgresBroker, TokioPostgresOutbox};
 
 /// PostgreSQL on tokio-postgres. Each scenario gets the schema `<table>_x<pid>` (`_s<pid>` under
 /// the simple query protocol), on the search path of every session the locator's URL opens (the
@@ -120,6 +120,46 @@ impl Harness for TokioPostgresHarness {
         TokioPostgresBroker::from_url(db, PoolConfig::new(16))
             .simple_query(self.simple)
             .handle()
+    }
+
+    fn publish_in_transaction<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        sql: &'a str,
+        messages: Vec<ruststream::Message>,
+        end: TxEnd,
+    ) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let mut client = connect(db).await?;
+            let tx = client.transaction().await?;
+            tx.batch_execute(sql).await?;
+            TokioPostgresOutbox::<T>::new()
+                .publish_all(&tx, messages)
+                .await?;
+            match end {
+                TxEnd::Commit => tx.commit().await?,
+                TxEnd::Rollback => tx.rollback().await?,
+                TxEnd::Crash => ruststream_conformance::abort_in_transaction(),
+            }
+            Ok(())
+        })
+    }
+
+    fn publish_without_broker<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+        messages: Vec<ruststream::Message>,
+    ) -> HarnessFuture<'a, ()> {
+        Box::pin(async move {
+            let config: tokio_postgres::Config = db.parse()?;
+            let manager = Manager::new(config, NoTls);
+            let pool = Pool::builder(manager).max_size(2).build()?;
+            let published = TokioPostgresOutbox::<T>::new()
+                .publish_on(&pool, messages)
+                .await;
+            pool.close();
+            Ok(published?)
+        })
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {

@@ -44,6 +44,7 @@ use claim::{Claim, ClaimStage};
 use conns::Conns;
 use delivery::{Deliveries, DeliveryStage, DeliveryState, Ending};
 use gate::Gate;
+pub use publish::Inserts;
 use publish::{PublishFlow, PublishStage, Publisher};
 use sub::{Sub, SubState};
 use timers::{Timer, Timers};

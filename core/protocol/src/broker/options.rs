@@ -144,6 +144,19 @@ pub enum BrokerError {
         /// The column.
         column: &'static str,
     },
+    /// A publish names a column the table's insert does not write: a misspelt name, or a
+    /// column no part of the key reads.
+    #[error(
+        "table `{table}`: the publish names column `{column}`, which its insert does not write (it writes the key's columns: {writes})"
+    )]
+    UnknownColumn {
+        /// The table.
+        table: &'static str,
+        /// The column the publish names.
+        column: &'static str,
+        /// The columns the insert writes from a publish's values, comma-separated.
+        writes: String,
+    },
     /// No such subscription or publisher.
     #[error("no such {0}")]
     Unknown(&'static str),

@@ -103,8 +103,32 @@ impl Publisher {
             .clone()
     }
 
-    /// The binds of `row` for the single-row insert.
+    /// The binds of `row` for the single-row insert. A column the row names that the insert
+    /// does not write (a misspelt name, a column the table's key does not read) fails the
+    /// publish, naming it.
     fn binds(&self, row: &Publish, now: Time) -> Result<Vec<Value>, BrokerError> {
+        let writes = |name: &str| {
+            self.statement
+                .args
+                .iter()
+                .any(|arg| matches!(arg, Arg::Column(c) if *c == name))
+        };
+        if let Some((unknown, _)) = row.columns.iter().find(|(name, _)| !writes(name)) {
+            return Err(BrokerError::UnknownColumn {
+                table: self.desc.table,
+                column: unknown,
+                writes: self
+                    .statement
+                    .args
+                    .iter()
+                    .filter_map(|arg| match arg {
+                        Arg::Column(c) => Some(*c),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
         let mut missing = None;
         let binds = self.statement.binds(|arg| match arg {
             Arg::Id => row.id.clone().unwrap_or_else(|| {
@@ -156,6 +180,51 @@ impl Publisher {
             }
         }
         inserts
+    }
+}
+
+/// The inserts of rows into a table, for a caller that runs them itself: in a transaction the
+/// service holds (an outbox, so that a row commits with the data it is about, and a rollback
+/// leaves none), or on a connection of a pool without a broker.
+///
+/// [`Inserts::statements`] answers each statement with its binds, in order: up to
+/// [`PUBLISH_BATCH`] rows in one insert, so more rows than that take several statements, which
+/// are all or nothing only inside one transaction. On PostgreSQL each insert notifies the
+/// subscriptions listening in other processes, in the caller's transaction: they hear of the
+/// rows when it commits, and not at all when it rolls back.
+#[derive(Debug)]
+pub struct Inserts {
+    dialect: Dialect,
+    publisher: Publisher,
+}
+
+impl Inserts {
+    /// The inserts into `desc`'s table in `dialect`, each rendered once per size.
+    pub fn new(dialect: Dialect, desc: TableDesc) -> Self {
+        Self {
+            dialect,
+            publisher: Publisher::new(dialect, desc),
+        }
+    }
+
+    /// The table's description.
+    pub fn desc(&self) -> &TableDesc {
+        &self.publisher.desc
+    }
+
+    /// The statements that write `rows`, each with its binds, in order; a row due at no time of
+    /// its own is due at `now`. Fails, naming the table and column, for a row that gives no
+    /// value for a column the table needs or names one the insert does not write.
+    pub fn statements(
+        &mut self,
+        rows: &[Publish],
+        now: Time,
+    ) -> Result<Vec<(Statement, Vec<Value>)>, BrokerError> {
+        let binds = rows
+            .iter()
+            .map(|row| self.publisher.binds(row, now))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.publisher.inserts(self.dialect, binds, false).into())
     }
 }
 

@@ -835,7 +835,9 @@ impl World {
                 // A publisher kept past the shutdown writes nothing.
                 let rows = self.db.rows.len();
                 let p = &mut self.processes[slot];
-                let refused = p.broker.publish(p.publisher, publish(0), self.now);
+                let refused = p
+                    .broker
+                    .publish(p.publisher, publish(&self.desc, 0), self.now);
                 assert_eq!(refused, Err(BrokerError::Closed));
                 assert_eq!(self.db.rows.len(), rows);
             }
@@ -855,7 +857,7 @@ impl World {
                     self.note_changes(locks, before, None);
                     return;
                 }
-                let batch = (0..rows).map(|_| publish(channel)).collect();
+                let batch = (0..rows).map(|_| publish(&self.desc, channel)).collect();
                 p.broker
                     .publish_all(p.publisher, batch, self.now)
                     .expect("a running broker publishes");
@@ -873,7 +875,7 @@ impl World {
                     return;
                 }
                 p.broker
-                    .publish(p.publisher, publish(channel), self.now)
+                    .publish(p.publisher, publish(&self.desc, channel), self.now)
                     .expect("a running broker publishes");
                 p.broker.wake(p.sub, self.now);
                 self.pump(slot);
@@ -1107,10 +1109,16 @@ impl World {
     }
 }
 
-fn publish(channel: i64) -> Publish {
+/// A row of `channel`: the key's column where the description's key reads it.
+fn publish(desc: &TableDesc, channel: i64) -> Publish {
+    let columns = if desc.key_columns().contains(&"channel") {
+        vec![("channel", Value::Int(channel))]
+    } else {
+        Vec::new()
+    };
     Publish {
         payload: b"{}".to_vec(),
-        columns: vec![("channel", Value::Int(channel))],
+        columns,
         ..Publish::default()
     }
 }

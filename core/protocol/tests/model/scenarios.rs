@@ -542,13 +542,23 @@ impl Sim {
         self.poll(p);
     }
 
+    /// A row to publish of `channel`: the key's column where the description's key reads it.
+    fn message(&self, channel: i64) -> Publish {
+        let columns = if self.desc.key_columns().contains(&"channel") {
+            vec![("channel", Value::Int(channel))]
+        } else {
+            Vec::new()
+        };
+        Publish {
+            payload: b"{}".to_vec(),
+            columns,
+            ..Publish::default()
+        }
+    }
+
     fn publish(&mut self, p: usize, channel: i64) -> Result<PublishId, BrokerError> {
         let publisher = self.procs[p].publisher;
-        let row = Publish {
-            payload: b"{}".to_vec(),
-            columns: vec![("channel", Value::Int(channel))],
-            ..Publish::default()
-        };
+        let row = self.message(channel);
         let result = self.procs[p].broker.publish(publisher, row, self.now);
         self.poll(p);
         result
@@ -3471,13 +3481,7 @@ impl Sim {
         rows: usize,
     ) -> Result<PublishId, BrokerError> {
         let publisher = self.procs[p].publisher;
-        let batch = (0..rows)
-            .map(|_| Publish {
-                payload: b"{}".to_vec(),
-                columns: vec![("channel", Value::Int(channel))],
-                ..Publish::default()
-            })
-            .collect();
+        let batch = (0..rows).map(|_| self.message(channel)).collect();
         let result = self.procs[p].broker.publish_all(publisher, batch, self.now);
         self.poll(p);
         result

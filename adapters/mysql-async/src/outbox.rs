@@ -1,0 +1,131 @@
+//! Publishing in the service's own transaction, or on a pool with no broker running:
+//! [`MySqlAsyncOutbox`].
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, TxOpts};
+use ruststream::{InboxTable, Message, Outbox};
+use ruststream_core::{Dialect, Statement, Value};
+
+use crate::MySqlAsyncBrokerError;
+use crate::value::{db_error, params};
+
+/// Publishes rows into `T`'s table in a transaction, or on a connection, the service holds (the
+/// outbox: a job written with the data it is about), or on a connection of a pool with no
+/// broker running.
+///
+/// In the service's transaction a rollback leaves no row and a commit makes the rows claimable.
+/// MySQL and MariaDB tell no other process of new rows: a subscription elsewhere finds them at
+/// its next poll. Up to [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one
+/// insert; more take several, all or nothing inside the transaction.
+///
+/// ```no_run
+/// # use ruststream_mysql_async::prelude::*;
+/// # use ruststream_mysql_async::MySqlAsyncOutbox;
+/// # #[derive(FromRow)]
+/// # struct SendReceipt { id: i64, payload: Vec<u8> }
+/// # impl InboxTable for SendReceipt {
+/// #     type Id = i64;
+/// #     type Table = InboxSpec<(Payload,)>;
+/// #     const TABLE: Self::Table =
+/// #         InboxSpec::new("receipt_jobs", Column::new("id").generated()).payload(Column::new("payload"));
+/// #     fn id(&self) -> &i64 { &self.id }
+/// # }
+/// # #[derive(serde::Serialize)]
+/// # struct Receipt { order: i64 }
+/// async fn place_order(conn: &mut Conn, order: i64) -> Result<(), Box<dyn std::error::Error>> {
+///     let mut tx = conn.start_transaction(Default::default()).await?;
+///     tx.exec_drop("INSERT INTO orders (id) VALUES (?)", (order,)).await?;
+///     // The job commits with the order, or neither does.
+///     MySqlAsyncOutbox::<SendReceipt>::new()
+///         .publish(&mut tx, Message::json(&Receipt { order })?)
+///         .await?;
+///     tx.commit().await?;
+///     Ok(())
+/// }
+/// ```
+pub struct MySqlAsyncOutbox<T> {
+    outbox: Outbox<T>,
+}
+
+impl<T> std::fmt::Debug for MySqlAsyncOutbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlAsyncOutbox")
+            .field("row", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: InboxTable> Default for MySqlAsyncOutbox<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: InboxTable> MySqlAsyncOutbox<T> {
+    /// `T`'s outbox, on MySQL or MariaDB (they write rows with the same statements). Nothing
+    /// connects.
+    pub fn new() -> Self {
+        Self {
+            outbox: Outbox::new(Dialect::MySql),
+        }
+    }
+
+    /// Publishes one row in the transaction, or on the connection, `conn` names (a
+    /// [`mysql_async::Transaction`] or a [`mysql_async::Conn`]): it commits with the
+    /// transaction, or on its own outside one.
+    pub async fn publish(
+        &self,
+        conn: &mut impl Queryable,
+        message: Message,
+    ) -> Result<(), MySqlAsyncBrokerError> {
+        self.publish_all(conn, [message]).await
+    }
+
+    /// Publishes rows in the transaction, or on the connection, `conn` names: inside a
+    /// transaction every row is written or, when it rolls back, none is.
+    pub async fn publish_all(
+        &self,
+        conn: &mut impl Queryable,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), MySqlAsyncBrokerError> {
+        run_all(conn, self.outbox.statements(messages)?).await
+    }
+
+    /// Publishes rows on a connection of `pool`, with no broker running (a service that only
+    /// enqueues): one insert commits on its own, several run in one transaction.
+    pub async fn publish_on(
+        &self,
+        pool: &Pool,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), MySqlAsyncBrokerError> {
+        let statements = self.outbox.statements(messages)?;
+        let failed = |e: mysql_async::Error| MySqlAsyncBrokerError::Db(db_error(&e));
+        let mut conn = pool.get_conn().await.map_err(failed)?;
+        if statements.len() > 1 {
+            let mut tx = conn
+                .start_transaction(TxOpts::default())
+                .await
+                .map_err(failed)?;
+            run_all(&mut tx, statements).await?;
+            tx.commit().await.map_err(failed)
+        } else {
+            run_all(&mut conn, statements).await
+        }
+    }
+}
+
+async fn run_all(
+    conn: &mut impl Queryable,
+    statements: Vec<(Statement, Vec<Value>)>,
+) -> Result<(), MySqlAsyncBrokerError> {
+    for (statement, binds) in statements {
+        let sql: &str = &statement.sql;
+        let ran = if binds.is_empty() {
+            conn.query_drop(sql).await
+        } else {
+            conn.exec_drop(sql, params(binds)).await
+        };
+        ran.map_err(|e| MySqlAsyncBrokerError::Db(db_error(&e)))?;
+    }
+    Ok(())
+}

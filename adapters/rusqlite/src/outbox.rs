@@ -1,0 +1,91 @@
+//! Publishing in the service's own transaction: [`RusqliteOutbox`].
+
+use rusqlite::Connection;
+use ruststream::{InboxTable, Message, Outbox};
+use ruststream_core::{Dialect, Reply};
+
+use crate::RusqliteBrokerError;
+
+/// Publishes rows into `T`'s table in a transaction, or on a connection, the service holds (the
+/// outbox: a job written with the data it is about), with no broker running where the service
+/// only enqueues.
+///
+/// In the service's transaction a rollback leaves no row and a commit makes the rows
+/// claimable; the broker's subscriptions find them at their next poll. Up to
+/// [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one insert; more take
+/// several, all or nothing inside the transaction. The calls block, as rusqlite's do.
+///
+/// ```no_run
+/// # use ruststream_rusqlite::prelude::*;
+/// # use ruststream_rusqlite::RusqliteOutbox;
+/// # #[derive(serde::Deserialize)]
+/// # struct SendReceipt { id: i64, payload: Vec<u8> }
+/// # impl InboxTable for SendReceipt {
+/// #     type Id = i64;
+/// #     type Table = InboxSpec<(Payload, Lease)>;
+/// #     const TABLE: Self::Table = InboxSpec::new("receipt_jobs", Column::new("id").generated())
+/// #         .payload(Column::new("payload"))
+/// #         .lease(Column::new("locked_until"));
+/// #     fn id(&self) -> &i64 { &self.id }
+/// # }
+/// # #[derive(serde::Serialize)]
+/// # struct Receipt { order: i64 }
+/// fn place_order(conn: &mut rusqlite::Connection, order: i64) -> Result<(), Box<dyn std::error::Error>> {
+///     let tx = conn.transaction()?;
+///     tx.execute("INSERT INTO orders (id) VALUES (?1)", [order])?;
+///     // The job commits with the order, or neither does.
+///     RusqliteOutbox::<SendReceipt>::new().publish(&tx, Message::json(&Receipt { order })?)?;
+///     tx.commit()?;
+///     Ok(())
+/// }
+/// ```
+pub struct RusqliteOutbox<T> {
+    outbox: Outbox<T>,
+}
+
+impl<T> std::fmt::Debug for RusqliteOutbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RusqliteOutbox")
+            .field("row", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: InboxTable> Default for RusqliteOutbox<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: InboxTable> RusqliteOutbox<T> {
+    /// `T`'s outbox. Nothing opens.
+    pub fn new() -> Self {
+        Self {
+            outbox: Outbox::new(Dialect::Sqlite),
+        }
+    }
+
+    /// Publishes one row in the transaction, or on the connection, `conn` names (a
+    /// [`rusqlite::Transaction`] derefs to its connection): it commits with the transaction,
+    /// or on its own outside one.
+    pub fn publish(&self, conn: &Connection, message: Message) -> Result<(), RusqliteBrokerError> {
+        self.publish_all(conn, [message])
+    }
+
+    /// Publishes rows in the transaction, or on the connection, `conn` names: inside a
+    /// transaction every row is written or, when it rolls back, none is.
+    pub fn publish_all(
+        &self,
+        conn: &Connection,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), RusqliteBrokerError> {
+        for (statement, binds) in self.outbox.statements(messages)? {
+            if let Reply::Failed(error) =
+                crate::driver::execute(conn, &statement, &binds).unwrap_or_else(Reply::Failed)
+            {
+                return Err(RusqliteBrokerError::Db(error));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! Publishing in the service's own transaction, or on a pool with no broker running:
+//! [`SqlxOutbox`].
+
+use std::marker::PhantomData;
+
+use ruststream::{InboxTable, Message, Outbox};
+use ruststream_core::{Reply, Statement, Value};
+use sqlx::pool::PoolConnection;
+use sqlx::{Pool, Transaction};
+
+use crate::SqlxBrokerError;
+use crate::db::SqlxDatabase;
+
+/// Publishes rows into `T`'s table on a connection or in a transaction the service holds
+/// (the outbox: a job written with the data it is about), or on a connection of a pool with no
+/// broker running.
+///
+/// In the service's transaction a rollback leaves no row and a commit makes the rows claimable
+/// at once; on PostgreSQL the notification that wakes the subscriptions of other processes
+/// rides in that transaction, so they hear of the rows when it commits. Up to
+/// [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one insert; more take
+/// several, all or nothing inside the transaction.
+///
+/// ```no_run
+/// # use ruststream_sqlx::prelude::*;
+/// # use ruststream_sqlx::SqlxOutbox;
+/// # #[derive(sqlx::FromRow)]
+/// # struct SendReceipt { id: i64, payload: Vec<u8> }
+/// # impl InboxTable for SendReceipt {
+/// #     type Id = i64;
+/// #     type Table = InboxSpec<(Payload,)>;
+/// #     const TABLE: Self::Table =
+/// #         InboxSpec::new("receipt_jobs", Column::new("id").generated()).payload(Column::new("payload"));
+/// #     fn id(&self) -> &i64 { &self.id }
+/// # }
+/// # #[derive(serde::Serialize)]
+/// # struct Receipt { order: i64 }
+/// async fn place_order(pool: &sqlx::PgPool, order: i64) -> Result<(), Box<dyn std::error::Error>> {
+///     let mut tx = pool.begin().await?;
+///     sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind(order).execute(&mut *tx).await?;
+///     // The job commits with the order, or neither does.
+///     SqlxOutbox::<SendReceipt, Postgres>::new()
+///         .publish(&mut tx, Message::json(&Receipt { order })?)
+///         .await?;
+///     tx.commit().await?;
+///     Ok(())
+/// }
+/// ```
+pub struct SqlxOutbox<T, DB: SqlxDatabase> {
+    outbox: Outbox<T>,
+    db: PhantomData<fn() -> DB>,
+}
+
+impl<T, DB: SqlxDatabase> std::fmt::Debug for SqlxOutbox<T, DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlxOutbox")
+            .field("row", &std::any::type_name::<T>())
+            .field("database", &DB::NAME)
+            .finish()
+    }
+}
+
+impl<T: InboxTable, DB: SqlxDatabase> Default for SqlxOutbox<T, DB> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
+    /// `T`'s outbox on `DB`. Nothing connects.
+    pub fn new() -> Self {
+        Self {
+            outbox: Outbox::new(DB::PUBLISH_DIALECT),
+            db: PhantomData,
+        }
+    }
+
+    /// Publishes one row in the transaction, or on the connection, `on` names: it commits
+    /// with the transaction, or on its own on a connection outside one.
+    pub async fn publish(
+        &self,
+        on: &mut impl OnConnection<DB>,
+        message: Message,
+    ) -> Result<(), SqlxBrokerError> {
+        self.publish_all(on, [message]).await
+    }
+
+    /// Publishes rows in the transaction, or on the connection, `on` names: inside a
+    /// transaction every row is written or, when it rolls back, none is.
+    pub async fn publish_all(
+        &self,
+        on: &mut impl OnConnection<DB>,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), SqlxBrokerError> {
+        let statements = self.outbox.statements(messages)?;
+        run_all::<DB>(on.connection(), statements).await
+    }
+
+    /// Publishes rows on a connection of `pool`, with no broker running (a service that only
+    /// enqueues): one insert commits on its own, several run in one transaction. A pool of
+    /// connect options alone opens lazily: `PgPoolOptions::new().connect_lazy_with(options)`.
+    pub async fn publish_on(
+        &self,
+        pool: &Pool<DB>,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), SqlxBrokerError> {
+        let statements = self.outbox.statements(messages)?;
+        let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));
+        if statements.len() > 1 {
+            let mut tx = pool.begin().await.map_err(failed)?;
+            run_all::<DB>(&mut tx, statements).await?;
+            tx.commit().await.map_err(failed)
+        } else {
+            let mut conn = pool.acquire().await.map_err(failed)?;
+            run_all::<DB>(&mut conn, statements).await
+        }
+    }
+}
+
+async fn run_all<DB: SqlxDatabase>(
+    conn: &mut DB::Connection,
+    statements: Vec<(Statement, Vec<Value>)>,
+) -> Result<(), SqlxBrokerError> {
+    for (statement, binds) in statements {
+        match DB::run(conn, &statement, binds).await {
+            Ok(Reply::Failed(error)) | Err(error) => return Err(SqlxBrokerError::Db(error)),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// A connection or a transaction of `DB` a publish runs on: the database's connection
+/// (`PgConnection`, `MySqlConnection`, `SqliteConnection`), a [`Transaction`], or a
+/// [`PoolConnection`].
+pub trait OnConnection<DB: SqlxDatabase>: Send {
+    /// The connection the statements run on.
+    fn connection(&mut self) -> &mut DB::Connection;
+}
+
+impl<DB: SqlxDatabase> OnConnection<DB> for Transaction<'_, DB> {
+    fn connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
+impl<DB: SqlxDatabase> OnConnection<DB> for PoolConnection<DB> {
+    fn connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
+impl OnConnection<sqlx::Postgres> for sqlx::PgConnection {
+    fn connection(&mut self) -> &mut sqlx::PgConnection {
+        self
+    }
+}
+
+impl OnConnection<sqlx::MySql> for sqlx::MySqlConnection {
+    fn connection(&mut self) -> &mut sqlx::MySqlConnection {
+        self
+    }
+}
+
+impl OnConnection<sqlx::Sqlite> for sqlx::SqliteConnection {
+    fn connection(&mut self) -> &mut sqlx::SqliteConnection {
+        self
+    }
+}

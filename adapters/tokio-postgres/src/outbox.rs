@@ -1,0 +1,133 @@
+//! Publishing in the service's own transaction, or on a pool with no broker running:
+//! [`TokioPostgresOutbox`].
+
+use deadpool_postgres::Pool;
+use ruststream::{InboxTable, Message, Outbox};
+use ruststream_core::{Dialect, Statement, Value};
+use tokio_postgres::GenericClient;
+
+use crate::TokioPostgresBrokerError;
+use crate::error::{db_error, pool_error};
+use crate::run;
+
+/// Publishes rows into `T`'s table in a transaction, or on a client, the service holds (the
+/// outbox: a job written with the data it is about), or on a connection of a pool with no
+/// broker running.
+///
+/// In the service's transaction a rollback leaves no row and a commit makes the rows claimable
+/// at once; the notification that wakes the subscriptions of other processes rides in that
+/// transaction, so they hear of the rows when it commits. Up to
+/// [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one insert; more take
+/// several, all or nothing inside the transaction. Each insert is prepared on the service's
+/// connection and runs under the extended query protocol.
+///
+/// ```no_run
+/// # use ruststream_tokio_postgres::prelude::*;
+/// # use ruststream_tokio_postgres::TokioPostgresOutbox;
+/// # #[derive(serde::Deserialize)]
+/// # struct SendReceipt { id: i64, payload: Vec<u8> }
+/// # impl InboxTable for SendReceipt {
+/// #     type Id = i64;
+/// #     type Table = InboxSpec<(Payload,)>;
+/// #     const TABLE: Self::Table =
+/// #         InboxSpec::new("receipt_jobs", Column::new("id").generated()).payload(Column::new("payload"));
+/// #     fn id(&self) -> &i64 { &self.id }
+/// # }
+/// # #[derive(serde::Serialize)]
+/// # struct Receipt { order: i64 }
+/// async fn place_order(
+///     client: &mut tokio_postgres::Client,
+///     order: i64,
+/// ) -> Result<(), Box<dyn std::error::Error>> {
+///     let tx = client.transaction().await?;
+///     tx.execute("INSERT INTO orders (id) VALUES ($1)", &[&order]).await?;
+///     // The job commits with the order, or neither does.
+///     TokioPostgresOutbox::<SendReceipt>::new()
+///         .publish(&tx, Message::json(&Receipt { order })?)
+///         .await?;
+///     tx.commit().await?;
+///     Ok(())
+/// }
+/// ```
+pub struct TokioPostgresOutbox<T> {
+    outbox: Outbox<T>,
+}
+
+impl<T> std::fmt::Debug for TokioPostgresOutbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokioPostgresOutbox")
+            .field("row", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: InboxTable> Default for TokioPostgresOutbox<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: InboxTable> TokioPostgresOutbox<T> {
+    /// `T`'s outbox. Nothing connects.
+    pub fn new() -> Self {
+        Self {
+            outbox: Outbox::new(Dialect::Postgres),
+        }
+    }
+
+    /// Publishes one row in the transaction, or on the client, `client` names
+    /// (a [`tokio_postgres::Transaction`] or a [`tokio_postgres::Client`]; of deadpool-postgres,
+    /// `&*transaction` or `&**object`): it commits with the transaction, or on its own outside
+    /// one.
+    pub async fn publish(
+        &self,
+        client: &impl GenericClient,
+        message: Message,
+    ) -> Result<(), TokioPostgresBrokerError> {
+        self.publish_all(client, [message]).await
+    }
+
+    /// Publishes rows in the transaction, or on the client, `client` names: inside a
+    /// transaction every row is written or, when it rolls back, none is.
+    pub async fn publish_all(
+        &self,
+        client: &impl GenericClient,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), TokioPostgresBrokerError> {
+        run_all(client, self.outbox.statements(messages)?).await
+    }
+
+    /// Publishes rows on a connection of `pool`, with no broker running (a service that only
+    /// enqueues): one insert commits on its own, several run in one transaction.
+    pub async fn publish_on(
+        &self,
+        pool: &Pool,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), TokioPostgresBrokerError> {
+        let statements = self.outbox.statements(messages)?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| TokioPostgresBrokerError::Db(pool_error(&e)))?;
+        let failed = |e: tokio_postgres::Error| TokioPostgresBrokerError::Db(db_error(&e));
+        if statements.len() > 1 {
+            let tx = client.transaction().await.map_err(failed)?;
+            run_all(&*tx, statements).await?;
+            tx.commit().await.map_err(failed)
+        } else {
+            run_all(&**client, statements).await
+        }
+    }
+}
+
+async fn run_all(
+    client: &impl GenericClient,
+    statements: Vec<(Statement, Vec<Value>)>,
+) -> Result<(), TokioPostgresBrokerError> {
+    for (statement, binds) in statements {
+        run::on_client(client, &statement, &binds)
+            .await
+            .map_err(TokioPostgresBrokerError::Db)?;
+    }
+    Ok(())
+}

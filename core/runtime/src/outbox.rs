@@ -1,0 +1,62 @@
+//! Publishing in a transaction the service holds: the statements that write a table's rows,
+//! for an adapter to run on the service's own connection or transaction ([`Outbox`]).
+
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+use ruststream_core::spec::Described;
+use ruststream_core::{Dialect, Inserts, Statement, Value};
+
+use crate::error::PublishError;
+use crate::handle::Message;
+use crate::table::InboxTable;
+
+/// The inserts of `T`'s rows for an adapter to run where the service says: in a transaction it
+/// holds, so that a row commits with the data it is about and a rollback leaves none (the
+/// outbox), or on a connection of a pool, with no broker running. Each adapter wraps it in a
+/// type of its own that runs the statements on its driver's connections and transactions
+/// (`SqlxOutbox`, `TokioPostgresOutbox`, `MySqlAsyncOutbox`, `RusqliteOutbox`).
+///
+/// Up to [`PUBLISH_BATCH`](ruststream_core::PUBLISH_BATCH) messages go into one insert; more take
+/// several, all or nothing only inside one transaction. On PostgreSQL each insert notifies the
+/// subscriptions of other processes in the same transaction: they hear of the rows when it
+/// commits. Nothing checks the table before the first insert: the database's error names a
+/// column it lacks.
+pub struct Outbox<T> {
+    inserts: Mutex<Inserts>,
+    row: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Outbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("row", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: InboxTable> Outbox<T> {
+    /// `T`'s inserts in `dialect`.
+    pub fn new(dialect: Dialect) -> Self {
+        Self {
+            inserts: Mutex::new(Inserts::new(dialect, *T::TABLE.table_desc())),
+            row: PhantomData,
+        }
+    }
+
+    /// The statements that write `messages`, each with its binds, in order. Fails, naming the
+    /// table and column, for a message that gives no value for a column the table needs or
+    /// names one its insert does not write.
+    pub fn statements(
+        &self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<Vec<(Statement, Vec<Value>)>, PublishError> {
+        let rows: Vec<_> = messages.into_iter().map(Message::into_publish).collect();
+        let now = crate::driver::now();
+        self.inserts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .statements(&rows, now)
+            .map_err(PublishError::Invalid)
+    }
+}

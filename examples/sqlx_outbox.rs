@@ -1,0 +1,168 @@
+//! The outbox on PostgreSQL with sqlx: a shop writes an order and the job that mails its
+//! receipt in one transaction, so a receipt goes out for every order that commits and for no
+//! order that rolls back. A service sends the receipts as they commit: the notification that
+//! wakes it rides in the order's transaction.
+//!
+//! ```sh
+//! cargo run --example sqlx_outbox -- postgres://postgres@127.0.0.1:5432/test
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ruststream_sqlx::prelude::*;
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS orders (
+    id BIGINT PRIMARY KEY,
+    email TEXT NOT NULL,
+    cents BIGINT NOT NULL CHECK (cents > 0)
+);
+CREATE TABLE IF NOT EXISTS receipt_jobs (
+    id BIGSERIAL PRIMARY KEY,
+    payload BYTEA NOT NULL
+)";
+
+/// One row of `receipt_jobs`, in the row lock form.
+#[derive(Inbox, sqlx::FromRow)]
+#[inbox(table = "receipt_jobs")]
+pub struct SendReceipt {
+    #[field(id, generated)]
+    id: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+/// The message: whom to mail the receipt of which order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The order.
+    pub order: i64,
+    /// Where to mail it.
+    pub email: String,
+}
+
+/// An order as the shop takes it.
+#[derive(Clone, Debug)]
+pub struct Order {
+    /// Its number.
+    pub id: i64,
+    /// The customer's address.
+    pub email: String,
+    /// What it costs, in cents: more than zero, or the database refuses it.
+    pub cents: i64,
+}
+
+/// Writes the order and its receipt's job in one transaction: both commit, or, when the
+/// database refuses the order, neither is written.
+pub async fn place_order(pool: &PgPool, order: &Order) -> Result<(), Box<dyn std::error::Error>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("INSERT INTO orders (id, email, cents) VALUES ($1, $2, $3)")
+        .bind(order.id)
+        .bind(&order.email)
+        .bind(order.cents)
+        .execute(&mut *tx)
+        .await?;
+    let receipt = Receipt {
+        order: order.id,
+        email: order.email.clone(),
+    };
+    SqlxOutbox::<SendReceipt, Postgres>::new()
+        .publish(&mut tx, Message::json(&receipt)?)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The receipts sent, in order.
+pub type Sent = Arc<Mutex<Vec<Receipt>>>;
+
+/// Mails a receipt (here: notes it in `sent`).
+struct Mail {
+    sent: Sent,
+}
+
+impl Handle<Receipt> for Mail {
+    fn handle(
+        &self,
+        receipt: &Receipt,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        tracing::info!(receipt.order, receipt.email, "mailing a receipt");
+        self.sent
+            .lock()
+            .expect("not poisoned")
+            .push(receipt.clone());
+        ready(Ok(()))
+    }
+}
+
+/// The service that mails the receipts, on the database `options` reach. It polls once a
+/// minute: a receipt goes out when its order's transaction commits, woken by the notification
+/// that rode in it.
+pub fn service(options: PgConnectOptions, sent: Sent) -> RustStream {
+    let broker = SqlxBroker::from_connect_options(options, PgPoolOptions::new());
+    RustStream::new(AppInfo::new("receipts", "0.1.0")).with_broker(broker, move |b| {
+        let mail = subscriber("receipts", Mail { sent })
+            .map_source(|_| InboxQueue::<SendReceipt>::new("receipts"))
+            .poll_interval(Duration::from_secs(60));
+        b.include(mail.build());
+    })
+}
+
+/// Creates the tables, runs the service, and places `orders` orders, every fifth of which
+/// the database refuses (it costs nothing). Answers the receipts sent once every order that
+/// committed has one.
+pub async fn run(
+    options: PgConnectOptions,
+    orders: i64,
+) -> Result<Vec<Receipt>, Box<dyn std::error::Error>> {
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.clone())
+        .await?;
+    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+    let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM orders")
+        .fetch_one(&pool)
+        .await?;
+    let sent = Sent::default();
+    let placed = async {
+        let mut committed = 0;
+        for id in first..first + orders {
+            let order = Order {
+                id,
+                email: format!("customer{id}@example.com"),
+                cents: if id % 5 == 0 { 0 } else { 100 * id },
+            };
+            match place_order(&pool, &order).await {
+                Ok(()) => committed += 1,
+                Err(error) => tracing::info!(order.id, %error, "the order was refused"),
+            }
+        }
+        while (sent.lock().expect("not poisoned").len() as i64) < committed {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    service(options, sent.clone())
+        .shutdown_timeout(Duration::from_secs(10))
+        .run_until(placed)
+        .await?;
+    pool.close().await;
+    let sent = sent.lock().expect("not poisoned").clone();
+    Ok(sent)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
+    let sent = run(url.parse()?, 20).await?;
+    println!(
+        "{} receipts sent for 20 orders, of which 4 were refused",
+        sent.len()
+    );
+    Ok(())
+}
