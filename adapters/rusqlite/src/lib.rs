@@ -205,7 +205,7 @@ pub mod prelude {
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
         Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
         KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, PublishError, Publisher,
-        RustStream, keys, nonzero, own, subscriber,
+        RustStream, State, keys, nonzero, own, subscriber,
     };
 }
 

@@ -244,7 +244,7 @@ pub mod prelude {
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
         Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
         IntoSubscription, KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed,
-        RustStream, keys, nonzero, own, subscriber,
+        RustStream, State, keys, nonzero, own, subscriber,
     };
     pub use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection};
     pub use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres};

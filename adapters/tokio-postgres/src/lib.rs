@@ -232,7 +232,7 @@ pub mod prelude {
     pub use ruststream::{
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
         Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
-        KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, RustStream, keys,
+        KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, RustStream, State, keys,
         nonzero, own, subscriber,
     };
 }

@@ -172,22 +172,24 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 ///
 /// `#[subscriber(SOURCE)]` goes on `async fn name(message: &M, extractors..) -> HandlerOutcome`,
 /// where `SOURCE` is a constructor call of the source's type, such as
-/// `InboxQueue::<Row>::new("name")`. Each argument after the message is an extractor,
+/// `InboxQueue::<Row>::new("name")`. Each argument after the message is an extractor:
 /// `PATTERN: Ctx<K>`, which reads the value the delivery's context provides under the key
-/// `K`, such as `Ctx(attempt): Ctx<keys::Attempt>`.
+/// `K`, such as `Ctx(attempt): Ctx<keys::Attempt>`, or `PATTERN: State<T>`, the value of type
+/// `T` the service (`RustStream::with_state`) or the subscription (`.state(value)`) was given,
+/// such as `State(pool): State<PgPool>`.
 ///
 /// It generates, in place of the function:
 ///
 /// - a unit struct `name` (with the function's documentation), which implements
-///   `Handle<M, (), (), C>`: `C` is `InboxContext` if the function takes an extractor, `()`
-///   if not. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?`,
-///   runs the function's body, and turns its `HandlerOutcome` into the trait's
-///   `Result<(), HandlerOutcome>` with `into_result`;
+///   `Handle<M, (), (), C>`: `C` is `InboxContext` if the function takes a `Ctx<K>`, `()`
+///   if not. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?` or
+///   `State::<T>::from_context(ctx).await?`, runs the function's body, and turns its
+///   `HandlerOutcome` into the trait's `Result<(), HandlerOutcome>` with `into_result`;
 /// - `impl IntoSubscription<A>` for it, so a broker includes it as it stands,
 ///   `b.include(name)`: the subscription `subscriber("name", name).map_source(|_| SOURCE)`;
-/// - inherent methods `builder`, `workers`, `poll_interval` and `lease`, which answer that
-///   subscription's `SubscriberBuilder`, so `b.include(name.workers(nonzero!(4)))` sets its
-///   workers.
+/// - inherent methods `builder`, `workers`, `poll_interval`, `lease` and `state`, which answer
+///   that subscription's `SubscriberBuilder`, so `b.include(name.workers(nonzero!(4)))` sets
+///   its workers.
 ///
 /// # Example
 ///

@@ -9,8 +9,7 @@ use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, PathArguments, ReturnType
 
 use crate::Errors;
 
-const SHAPE: &str =
-    "async fn name(message: &Message, Ctx(value): Ctx<keys::Key>, ..) -> HandlerOutcome";
+const SHAPE: &str = "async fn name(message: &Message, Ctx(value): Ctx<keys::Key>, State(value): State<T>, ..) -> HandlerOutcome";
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if args.is_empty() {
@@ -108,11 +107,11 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 receiver,
                 "a subscriber is a free `async fn`, without `self`",
             )),
-            FnArg::Typed(arg) => match ctx_key(&arg.ty) {
-                Some(key) => extractors.push((arg.pat.clone(), arg.ty.clone(), key)),
+            FnArg::Typed(arg) => match extractor(&arg.ty) {
+                Some(which) => extractors.push((arg.pat.clone(), arg.ty.clone(), which)),
                 None => errors.push(syn::Error::new_spanned(
                     &arg.ty,
-                    "a subscriber's arguments after the message are extractors, `Ctx<key>`, such as `Ctx(attempt): Ctx<keys::Attempt>`",
+                    "a subscriber's arguments after the message are extractors, `Ctx<key>` or `State<T>`, such as `Ctx(attempt): Ctx<keys::Attempt>` or `State(pool): State<PgPool>`",
                 )),
             },
         }
@@ -150,10 +149,13 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         .collect();
     let block = &function.block;
 
-    let context = if extractors.is_empty() {
-        quote!(())
-    } else {
+    let context = if extractors
+        .iter()
+        .any(|(_, _, which)| matches!(which, Extractor::Ctx(_)))
+    {
         quote!(::ruststream::InboxContext)
+    } else {
+        quote!(())
     };
     let ctx = Ident::new("ctx", Span::mixed_site());
     let ctx_param = if extractors.is_empty() {
@@ -163,10 +165,13 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
     };
     // Spanned at the return type, so a body that answers something else is an error there.
     let outcome = format_ident!("__ruststream_outcome", span = output.span());
-    let extract = extractors.iter().map(|(pat, ty, key)| {
-        quote_spanned! {ty.span()=>
+    let extract = extractors.iter().map(|(pat, ty, which)| match which {
+        Extractor::Ctx(key) => quote_spanned! {ty.span()=>
             let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
-        }
+        },
+        Extractor::State(value) => quote_spanned! {ty.span()=>
+            let #pat: #ty = ::ruststream::State::<#value>::from_context(#ctx).await?;
+        },
     });
     let into_result = quote_spanned!(output.span()=> ::ruststream::HandlerOutcome::into_result);
     let builder = quote! {
@@ -222,6 +227,14 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             #vis fn lease(self, lease: ::std::time::Duration) -> #builder {
                 self.builder().lease(lease)
             }
+
+            /// Gives the handler `value`, which it extracts by its type with `State<T>`.
+            #vis fn state<T: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static>(
+                self,
+                value: T,
+            ) -> #builder {
+                self.builder().state(value)
+            }
         }
 
         #(#cfgs)*
@@ -254,13 +267,33 @@ pub(crate) fn fallback(error: syn::Error, args: TokenStream, item: TokenStream) 
     quote!(#error #item #source)
 }
 
+/// An argument after the message: what it extracts.
+enum Extractor {
+    /// `Ctx<K>`: the value the delivery's context provides under `K`.
+    Ctx(Type),
+    /// `State<T>`: the value of type `T` the service or the subscription was given.
+    State(Type),
+}
+
+/// The extractor an argument's type names: `Ctx<K>` or `State<T>` (or a path ending so).
+fn extractor(ty: &Type) -> Option<Extractor> {
+    ctx_key(ty)
+        .map(Extractor::Ctx)
+        .or_else(|| generic_of(ty, "State").map(Extractor::State))
+}
+
 /// `K` of `Ctx<K>` (or `path::Ctx<K>`).
 fn ctx_key(ty: &Type) -> Option<Type> {
+    generic_of(ty, "Ctx")
+}
+
+/// `X` of `Name<X>` (or `path::Name<X>`).
+fn generic_of(ty: &Type, name: &str) -> Option<Type> {
     let Type::Path(TypePath { qself: None, path }) = ty else {
         return None;
     };
     let last = path.segments.last()?;
-    if last.ident != "Ctx" {
+    if last.ident != name {
         return None;
     }
     let PathArguments::AngleBracketed(args) = &last.arguments else {

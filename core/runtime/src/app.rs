@@ -12,6 +12,7 @@ use crate::adapter::Adapter;
 use crate::error::StartError;
 use crate::exec::{BoxFuture, Executor};
 use crate::handle::{BrokerHandle, BrokerScope, IntoBroker, RunningBroker};
+use crate::state::States;
 
 /// An error of a startup hook.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -50,6 +51,7 @@ trait StartBroker: Send {
     fn start(
         self: Box<Self>,
         exec: Arc<dyn Executor>,
+        states: States,
     ) -> BoxFuture<Result<Box<dyn Running>, StartError>>;
 }
 
@@ -68,9 +70,14 @@ impl<A: Adapter> StartBroker for Pending<A> {
     fn start(
         self: Box<Self>,
         exec: Arc<dyn Executor>,
+        states: States,
     ) -> BoxFuture<Result<Box<dyn Running>, StartError>> {
         Box::pin(async move {
-            let running = self.handle.start(self.scope.subscriptions, exec).await?;
+            let mut subscriptions = self.scope.subscriptions;
+            for subscription in &mut subscriptions {
+                subscription.fill_states(&states);
+            }
+            let running = self.handle.start(subscriptions, exec).await?;
             Ok(Box::new(Arc::new(running)) as Box<dyn Running>)
         })
     }
@@ -113,6 +120,7 @@ pub struct RustStream {
     brokers: Vec<Box<dyn StartBroker>>,
     shutdown_timeout: Duration,
     executor: Option<Arc<dyn Executor>>,
+    states: States,
 }
 
 impl std::fmt::Debug for RustStream {
@@ -135,6 +143,7 @@ impl RustStream {
             brokers: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             executor: None,
+            states: States::new(),
         }
     }
 
@@ -185,6 +194,15 @@ impl RustStream {
         self
     }
 
+    /// Gives every subscription's handler `value`, which it reaches by its type with
+    /// [`State`](crate::State): a pool, a client, a configuration. A subscription given a value
+    /// of the same type ([`SubscriberBuilder::state`](crate::SubscriberBuilder::state)) keeps
+    /// its own.
+    pub fn with_state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.states.insert(value);
+        self
+    }
+
     /// How long the handlers in work may take to finish at shutdown (default 30 s).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
@@ -218,7 +236,7 @@ impl RustStream {
         }
         let mut running: Vec<Box<dyn Running>> = Vec::new();
         for broker in self.brokers {
-            match broker.start(exec.clone()).await {
+            match broker.start(exec.clone(), self.states.clone()).await {
                 Ok(r) => running.push(r),
                 Err(error) => {
                     for r in running {

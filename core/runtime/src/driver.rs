@@ -443,6 +443,7 @@ impl<A: Adapter> Driver<A> {
         let s = &self.subs[sub.0];
         let (table, id) = (s.desc.table, delivered.id.clone());
         let dispatch = s.dispatch.clone();
+        let states = s.states.clone();
         let timeout = s.failures.timeout;
         let mut guard = Guard {
             tx: self.tx.clone(),
@@ -451,7 +452,7 @@ impl<A: Adapter> Driver<A> {
         };
         // A handler that panics is caught and retried, its panic recorded; one that
         // runs past its timeout is dropped and retried.
-        let work = AssertUnwindSafe(dispatch.run(delivered)).catch_unwind();
+        let work = AssertUnwindSafe(dispatch.run(delivered, states)).catch_unwind();
         let limit: BoxFuture<()> = match timeout {
             Some(t) => self.exec.sleep(t),
             None => Box::pin(futures::future::pending()),

@@ -33,6 +33,7 @@ mod outbox;
 mod outcome;
 mod retry;
 mod route;
+mod state;
 mod subscriber;
 mod table;
 
@@ -57,6 +58,7 @@ pub use ruststream_core::spec::{
     Processed, own,
 };
 pub use ruststream_core::{ClosedCounts, FailedRowsOf, Value};
+pub use state::{State, States};
 // The macros: `#[derive(Inbox)]`, `#[subscriber(..)]` (beside the function `subscriber`, which
 // shares its name in another namespace) and `#[ruststream::app]`.
 pub use ruststream_macros::{Inbox, app, subscriber};

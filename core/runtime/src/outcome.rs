@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use ruststream_core::{Outcome, Value};
 
+use crate::state::States;
+
 /// How a handler settles its message: the outcome, and for a retry how long the row waits,
 /// with the error to record.
 ///
@@ -150,13 +152,29 @@ impl ContextKind for InboxContext {
 pub struct Context<'a, C = ()> {
     kind: &'a mut C,
     span: &'a tracing::Span,
+    states: Option<&'a States>,
 }
 
 impl<'a, C> Context<'a, C> {
     /// A context over `kind`, in `span`: what the runtime hands a handler, and what a test
     /// builds to call a handler directly.
     pub fn new(kind: &'a mut C, span: &'a tracing::Span) -> Self {
-        Self { kind, span }
+        Self {
+            kind,
+            span,
+            states: None,
+        }
+    }
+
+    /// The same context, with the values its handler reaches by type ([`State`](crate::State)).
+    pub fn with_states(mut self, states: &'a States) -> Self {
+        self.states = Some(states);
+        self
+    }
+
+    /// The value of type `T` the service or the subscription was given.
+    pub fn state<T: Clone + 'static>(&self) -> Option<T> {
+        self.states.and_then(States::get)
     }
 
     /// The context's kind, such as [`InboxContext`].

@@ -15,6 +15,7 @@ use crate::codec::{Codec, Json};
 use crate::exec::BoxFuture;
 use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome};
 use crate::retry::{Failure, Failures, RetryPolicy};
+use crate::state::States;
 use crate::table::{InboxTable, PayloadRow};
 
 /// Marks types a value is generic over without holding them.
@@ -55,6 +56,7 @@ pub struct SubscriberBuilder<H, S, M, O, X, C> {
     options: SubscribeOptions,
     failures: Failures,
     decode: fn(&[u8]) -> Result<M, String>,
+    states: States,
     types: Types<(O, X, C)>,
 }
 
@@ -74,6 +76,7 @@ where
         options: SubscribeOptions::default(),
         failures: Failures::default(),
         decode: Json::decode::<M>,
+        states: States::new(),
         types: PhantomData,
     }
 }
@@ -88,6 +91,7 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
             options: self.options,
             failures: self.failures,
             decode: self.decode,
+            states: self.states,
             types: PhantomData,
         }
     }
@@ -161,6 +165,15 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
+    /// Gives the subscription's handler `value`, which it reaches by its type with
+    /// [`State`](crate::State): a pool, a client, a configuration. It stands before a value of
+    /// the same type the service gives every subscription
+    /// ([`RustStream::with_state`](crate::RustStream::with_state)).
+    pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.states.insert(value);
+        self
+    }
+
     /// Decodes payloads with `K` instead of JSON.
     pub fn codec<K: Codec>(mut self) -> Self
     where
@@ -191,6 +204,7 @@ pub struct Subscription<A: Adapter> {
     pub(crate) options: SubscribeOptions,
     pub(crate) lock: Option<A::Lock>,
     pub(crate) failures: Failures,
+    pub(crate) states: States,
     pub(crate) dispatch: Arc<dyn Dispatch<A>>,
 }
 
@@ -203,6 +217,11 @@ impl<A: Adapter> Subscription<A> {
     /// Its table.
     pub fn table(&self) -> &TableDesc {
         &self.desc
+    }
+
+    /// Gives the handler the service's values of the types it was given none of.
+    pub(crate) fn fill_states(&mut self, service: &States) {
+        self.states.fill_from(service);
     }
 }
 
@@ -232,6 +251,7 @@ where
             },
             lock: A::custom_lock(),
             failures: self.failures,
+            states: self.states,
             dispatch: Arc::new(InboxDispatch::<T, H, M, X, C> {
                 name: self.name,
                 table: desc.table,
@@ -255,7 +275,7 @@ where
 
 /// Runs one delivery: decodes the row and its message, calls the handler.
 pub(crate) trait Dispatch<A: Adapter>: Send + Sync {
-    fn run(&self, delivered: Delivered<A::Row>) -> BoxFuture<HandlerOutcome>;
+    fn run(&self, delivered: Delivered<A::Row>, states: States) -> BoxFuture<HandlerOutcome>;
 }
 
 struct InboxDispatch<T, H, M, X, C> {
@@ -275,7 +295,7 @@ where
     X: 'static,
     C: ContextKind,
 {
-    fn run(&self, delivered: Delivered<A::Row>) -> BoxFuture<HandlerOutcome> {
+    fn run(&self, delivered: Delivered<A::Row>, states: States) -> BoxFuture<HandlerOutcome> {
         let info = DeliveryInfo {
             table: self.table,
             subscription: self.name,
@@ -319,7 +339,7 @@ where
             };
             let mut kind = C::from_delivery(&info);
             let outcome = {
-                let mut ctx = Context::new(&mut kind, &span);
+                let mut ctx = Context::new(&mut kind, &span).with_states(&states);
                 handler
                     .handle(&message, &(), &mut ctx)
                     .instrument(span.clone())
