@@ -3,7 +3,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, TxOpts};
-use ruststream::{InboxTable, Message, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox};
 use ruststream_core::{Dialect, Statement, Value};
 
 use crate::MySqlAsyncBrokerError;
@@ -76,7 +76,7 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
     pub async fn publish(
         &self,
         conn: &mut impl Queryable,
-        message: Message,
+        message: impl IntoRow<T>,
     ) -> Result<(), MySqlAsyncBrokerError> {
         self.publish_all(conn, [message]).await
     }
@@ -86,7 +86,7 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
     pub async fn publish_all(
         &self,
         conn: &mut impl Queryable,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), MySqlAsyncBrokerError> {
         run_all(conn, self.outbox.statements(messages)?).await
     }
@@ -96,7 +96,7 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
     pub async fn publish_on(
         &self,
         pool: &Pool,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), MySqlAsyncBrokerError> {
         let statements = self.outbox.statements(messages)?;
         let failed = |e: mysql_async::Error| MySqlAsyncBrokerError::Db(db_error(&e));

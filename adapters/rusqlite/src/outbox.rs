@@ -1,7 +1,7 @@
 //! Publishing in the service's own transaction: [`RusqliteOutbox`].
 
 use rusqlite::Connection;
-use ruststream::{InboxTable, Message, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox};
 use ruststream_core::{Dialect, Reply};
 
 use crate::RusqliteBrokerError;
@@ -68,7 +68,11 @@ impl<T: InboxTable> RusqliteOutbox<T> {
     /// Publishes one row in the transaction, or on the connection, `conn` names (a
     /// [`rusqlite::Transaction`] derefs to its connection): it commits with the transaction,
     /// or on its own outside one.
-    pub fn publish(&self, conn: &Connection, message: Message) -> Result<(), RusqliteBrokerError> {
+    pub fn publish(
+        &self,
+        conn: &Connection,
+        message: impl IntoRow<T>,
+    ) -> Result<(), RusqliteBrokerError> {
         self.publish_all(conn, [message])
     }
 
@@ -77,7 +81,7 @@ impl<T: InboxTable> RusqliteOutbox<T> {
     pub fn publish_all(
         &self,
         conn: &Connection,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), RusqliteBrokerError> {
         for (statement, binds) in self.outbox.statements(messages)? {
             if let Reply::Failed(error) =

@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use ruststream::{InboxTable, Message, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox};
 use ruststream_core::{Reply, Statement, Value};
 use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
@@ -80,7 +80,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
     pub async fn publish(
         &self,
         on: &mut impl OnConnection<DB>,
-        message: Message,
+        message: impl IntoRow<T>,
     ) -> Result<(), SqlxBrokerError> {
         self.publish_all(on, [message]).await
     }
@@ -90,7 +90,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
     pub async fn publish_all(
         &self,
         on: &mut impl OnConnection<DB>,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), SqlxBrokerError> {
         let statements = self.outbox.statements(messages)?;
         run_all::<DB>(on.connection(), statements).await
@@ -102,7 +102,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
     pub async fn publish_on(
         &self,
         pool: &Pool<DB>,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), SqlxBrokerError> {
         let statements = self.outbox.statements(messages)?;
         let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));

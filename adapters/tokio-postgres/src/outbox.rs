@@ -2,7 +2,7 @@
 //! [`TokioPostgresOutbox`].
 
 use deadpool_postgres::Pool;
-use ruststream::{InboxTable, Message, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox};
 use ruststream_core::{Dialect, Statement, Value};
 use tokio_postgres::GenericClient;
 
@@ -82,7 +82,7 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
     pub async fn publish(
         &self,
         client: &impl GenericClient,
-        message: Message,
+        message: impl IntoRow<T>,
     ) -> Result<(), TokioPostgresBrokerError> {
         self.publish_all(client, [message]).await
     }
@@ -92,7 +92,7 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
     pub async fn publish_all(
         &self,
         client: &impl GenericClient,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), TokioPostgresBrokerError> {
         run_all(client, self.outbox.statements(messages)?).await
     }
@@ -102,7 +102,7 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
     pub async fn publish_on(
         &self,
         pool: &Pool,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), TokioPostgresBrokerError> {
         let statements = self.outbox.statements(messages)?;
         let mut client = pool

@@ -344,7 +344,7 @@ where
             written.is_ok(),
             "{cx}: the small batch is written: {written:?}"
         );
-        let nothing = publisher.publish_all(Vec::new()).await;
+        let nothing = publisher.publish_all(Vec::<Message>::new()).await;
         assert!(
             nothing.is_ok(),
             "{cx}: an empty batch answers Ok: {nothing:?}"

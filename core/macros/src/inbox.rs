@@ -89,6 +89,8 @@ struct TableAttrs {
     custom: Option<(Span, Option<Span>, Option<Span>)>,
     /// Role columns without a field: `failed_at = "failed_at"`.
     columns: Vec<(Role, LitStr)>,
+    /// `message = Type`: the message the payload holds.
+    message: Option<Type>,
 }
 
 const FIELD_WORDS: &str = "`id`, `attempt`, `payload`, `locked_until`, `processed_at`, `due`, `failed_at`, `error`, `generated` or `rename = \"..\"`";
@@ -270,6 +272,8 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     let mut key = Vec::new();
     // The fields the key reads: the database reads their columns, so the struct need not.
     let mut key_fields = Vec::new();
+    // The key's fields and their columns, which a message of the table fills.
+    let mut message_keys: Vec<(String, String)> = Vec::new();
     if let Some(template) = &attrs.advisory {
         match parse_template_for(&template.value(), &names) {
             Ok(parts) => {
@@ -283,6 +287,9 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
                                 key_fields.push(f.ident.clone());
                             }
                             let column = column_of(&field);
+                            if !message_keys.iter().any(|(f, _)| *f == field) {
+                                message_keys.push((field.clone(), column.clone()));
+                            }
                             quote!(::ruststream::KeyPart::Column(#column))
                         }
                     });
@@ -433,6 +440,37 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             }
         });
     }
+    if let Some(message) = &attrs.message {
+        // Each field the key reads is read from the message's field of the same name: a
+        // message without it does not compile, at the template.
+        let span = attrs
+            .advisory
+            .as_ref()
+            .map_or_else(|| message.span(), |t| t.span());
+        let columns = message_keys.iter().map(|(field, column)| {
+            let field = Ident::new(field, span);
+            quote::quote_spanned! {span=>
+                .column(
+                    #column,
+                    ::ruststream::Value::from(::core::clone::Clone::clone(&message.#field)),
+                )
+            }
+        });
+        out.extend(quote! {
+            #[automatically_derived]
+            impl #impl_generics ::ruststream::MessageTable for #name #ty_generics #where_clause {
+                type Message = #message;
+
+                fn message_row(
+                    message: &#message,
+                ) -> ::core::result::Result<::ruststream::Message, ::ruststream::PublishError> {
+                    ::core::result::Result::Ok(
+                        ::ruststream::Message::json(message)? #(#columns)*
+                    )
+                }
+            }
+        });
+    }
     if let Some(field) = role(Role::Payload) {
         let (ident, ty) = (&field.ident, &field.ty);
         let as_ref = quote::quote_spanned!(ty.span()=> ::core::convert::AsRef::<[u8]>::as_ref);
@@ -527,6 +565,11 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
             } else if path.is_ident("order") {
                 once(&out.order, "order")?;
                 out.order = Some(meta.value()?.parse()?);
+            } else if path.is_ident("message") {
+                if out.message.is_some() {
+                    return Err(meta.error("`message` is given twice"));
+                }
+                out.message = Some(meta.value()?.parse()?);
             } else if let Some(role) = path
                 .get_ident()
                 .and_then(Role::from_ident)
@@ -563,7 +606,7 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
                 out.custom = Some((path.span(), lock, unlock));
             } else {
                 return Err(meta.error(format!(
-                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at` or `error` = \"..\"",
+                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, `message = Type`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at` or `error` = \"..\"",
                     path.to_token_stream()
                 )));
             }

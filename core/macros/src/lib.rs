@@ -30,6 +30,10 @@ mod subscriber;
 /// - `custom(lock, unlock)`: the service's own `Lock` and `Unlock` replace the lock and
 ///   release of each key (advisory lock form only).
 /// - `order = "field, other desc"`: the claim order, instead of the due column and then the id.
+/// - `message = Type`: the message the payload holds (`impl MessageTable`). A publisher of the
+///   table then takes `&Type`, encoded as JSON, and fills each column the advisory key reads
+///   from the message's field of the same name: a message without such a field does not
+///   compile.
 /// - `locked_until = "column"`, `processed_at = "column"`, `due = "column"`,
 ///   `failed_at = "column"`, `error = "column"`: a role column the struct has no field for.
 ///   The database reads and writes these columns alone, so the row type need not decode them,

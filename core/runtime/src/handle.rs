@@ -17,7 +17,7 @@ use crate::driver::{self, Change, HandleState, Input, Sender};
 use crate::error::{PublishError, StartError};
 use crate::exec::Executor;
 use crate::subscriber::{IntoSubscription, Subscription};
-use crate::table::InboxTable;
+use crate::table::{InboxTable, MessageTable};
 
 /// A broker over an adapter, as the service holds it: publishers come from it, and
 /// `with_broker` takes it. Cloning it shares the broker.
@@ -252,6 +252,26 @@ impl Message {
     }
 }
 
+/// What a publisher of `T`'s rows publishes: a [`Message`], for any table, or a reference to
+/// `T`'s message where `T`'s description names one ([`MessageTable`]), whose fields give the
+/// key's columns.
+pub trait IntoRow<T> {
+    /// The row to publish.
+    fn into_row(self) -> Result<Message, PublishError>;
+}
+
+impl<T> IntoRow<T> for Message {
+    fn into_row(self) -> Result<Message, PublishError> {
+        Ok(self)
+    }
+}
+
+impl<T: MessageTable> IntoRow<T> for &T::Message {
+    fn into_row(self) -> Result<Message, PublishError> {
+        T::message_row(self)
+    }
+}
+
 impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     /// A publisher of `T` rows through the broker `handle` names.
     pub fn new(handle: &BrokerHandle<A>) -> Self {
@@ -263,8 +283,8 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
 
     /// Publishes one row: the message's payload, the values of the key's columns, when it is
     /// due. Answers [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
-    pub async fn publish(&self, message: Message) -> Result<(), PublishError> {
-        self.send(vec![message]).await
+    pub async fn publish(&self, message: impl IntoRow<T>) -> Result<(), PublishError> {
+        self.send(vec![message.into_row()?]).await
     }
 
     /// Publishes one message encoded as JSON, due now.
@@ -278,9 +298,12 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     /// [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
     pub async fn publish_all(
         &self,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<(), PublishError> {
-        let messages: Vec<Message> = messages.into_iter().collect();
+        let messages = messages
+            .into_iter()
+            .map(IntoRow::into_row)
+            .collect::<Result<Vec<Message>, PublishError>>()?;
         if messages.is_empty() {
             return Ok(());
         }

@@ -43,7 +43,7 @@ pub use app::{App, AppInfo, BoxError, RunError, RustStream, run_blocking, termin
 pub use driver::now;
 pub use error::{Error, PublishError, StartError};
 pub use handle::{
-    BrokerHandle, BrokerScope, FailedRows, IntoBroker, Message, Publisher, RunningBroker,
+    BrokerHandle, BrokerScope, FailedRows, IntoBroker, IntoRow, Message, Publisher, RunningBroker,
 };
 pub use outbox::Outbox;
 pub use outcome::{
@@ -65,7 +65,7 @@ pub use ruststream_macros::{Inbox, app, subscriber};
 pub use subscriber::{
     InboxQueue, IntoSubscription, Subscriber, SubscriberBuilder, Subscription, subscriber,
 };
-pub use table::{AttemptRow, InboxTable, PayloadRow};
+pub use table::{AttemptRow, InboxTable, MessageTable, PayloadRow};
 
 /// A `NonZeroUsize` from a constant, checked at compile time: `nonzero!(4)`.
 #[macro_export]

@@ -8,7 +8,7 @@ use ruststream_core::spec::Described;
 use ruststream_core::{Dialect, Inserts, Statement, Value};
 
 use crate::error::PublishError;
-use crate::handle::Message;
+use crate::handle::{IntoRow, Message};
 use crate::table::InboxTable;
 
 /// The inserts of `T`'s rows for an adapter to run where the service says: in a transaction it
@@ -49,9 +49,12 @@ impl<T: InboxTable> Outbox<T> {
     /// names one its insert does not write.
     pub fn statements(
         &self,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<Vec<(Statement, Vec<Value>)>, PublishError> {
-        let rows: Vec<_> = messages.into_iter().map(Message::into_publish).collect();
+        let rows = messages
+            .into_iter()
+            .map(|message| message.into_row().map(Message::into_publish))
+            .collect::<Result<Vec<_>, PublishError>>()?;
         let now = crate::driver::now();
         self.inserts
             .lock()

@@ -36,3 +36,39 @@ pub trait AttemptRow {
     /// The attempt count.
     fn attempt(&self) -> &Self::Attempt;
 }
+
+/// A table whose payload holds one message type: `#[inbox(message = Report)]`, or by hand. A
+/// publisher of the table then takes `&Report` ([`IntoRow`](crate::IntoRow)), whose fields
+/// give the key's columns, so a message without a field the key reads does not compile.
+///
+/// ```
+/// use ruststream::{Inbox, MessageTable};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Report {
+///     account: i64,
+///     month: String,
+/// }
+///
+/// /// The key reads `account`, and so does every report published into the table.
+/// #[derive(Inbox)]
+/// #[inbox(table = "reports", advisory_lock = "reports-{account}", message = Report)]
+/// struct ReportJob {
+///     #[field(id, generated)]
+///     id: i64,
+///     account: i64,
+///     #[field(payload)]
+///     payload: Vec<u8>,
+/// }
+///
+/// let row = ReportJob::message_row(&Report { account: 7, month: "2026-11".into() }).unwrap();
+/// # let _ = row;
+/// ```
+pub trait MessageTable: InboxTable {
+    /// The message the payload holds.
+    type Message: serde::Serialize + Send + Sync + 'static;
+
+    /// The row to publish for `message`: its payload (JSON), and the key's columns read from
+    /// its fields.
+    fn message_row(message: &Self::Message) -> Result<crate::Message, crate::PublishError>;
+}

@@ -1,0 +1,97 @@
+//! A table tied to its message (`#[inbox(message = ..)]`): publishers and the outbox take the
+//! message itself, the key's column is filled from its field, and a subscriber decodes it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ruststream_rusqlite::RusqliteOutbox;
+use ruststream_rusqlite::prelude::*;
+use ruststream_rusqlite::rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Report {
+    account: i64,
+    month: String,
+}
+
+/// Keyed by the report's account.
+#[derive(Inbox, Deserialize)]
+#[inbox(table = "reports", advisory_lock = "reports-{account}", message = Report)]
+struct ReportJob {
+    #[field(id, generated)]
+    id: i64,
+    account: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<Report>>>);
+
+impl Handle<Report> for Seen {
+    async fn handle(
+        &self,
+        report: &Report,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.0.lock().unwrap().push(report.clone());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_messages_fill_the_keys_column_and_decode() {
+    let dir = std::env::temp_dir().join(format!("ruststream-typed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("typed.db");
+    let _ = std::fs::remove_file(&path);
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE reports (id INTEGER PRIMARY KEY AUTOINCREMENT, account INTEGER NOT NULL,
+             payload BLOB NOT NULL);",
+    )
+    .unwrap();
+    let november = Report {
+        account: 7,
+        month: "2026-11".into(),
+    };
+    // Through the outbox, in the service's own transaction, before any broker runs.
+    RusqliteOutbox::<ReportJob>::new()
+        .publish(&conn, &november)
+        .unwrap();
+    let account: i64 = conn
+        .query_row("SELECT account FROM reports", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(account, 7, "the key's column is the message's field");
+
+    let seen = Seen::default();
+    let broker = RusqliteBroker::open(&path).handle();
+    let publisher = broker.publisher::<ReportJob>();
+    let subscription = ruststream::subscriber("reports", seen.clone())
+        .map_source(|_| InboxQueue::<ReportJob>::new("reports"))
+        .poll_interval(Duration::from_millis(50));
+    let december = Report {
+        account: 8,
+        month: "2026-12".into(),
+    };
+    RustStream::new(AppInfo::new("reports", "0.1.0"))
+        .with_broker(broker, |b| {
+            b.include(subscription.build());
+        })
+        .run_until(async {
+            publisher.publish(&december).await.unwrap();
+            let since = Instant::now();
+            while seen.0.lock().unwrap().len() < 2 {
+                assert!(since.elapsed() < Duration::from_secs(20), "both handled");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+    let mut reports = seen.0.lock().unwrap().clone();
+    reports.sort_by_key(|r| r.account);
+    assert_eq!(reports, [november, december]);
+    let _ = std::fs::remove_dir_all(dir);
+}
