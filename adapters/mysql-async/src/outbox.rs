@@ -3,7 +3,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, TxOpts};
-use ruststream::{InboxTable, IntoRow, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox, Published};
 use ruststream_core::{Dialect, Statement, Value};
 
 use crate::MySqlAsyncBrokerError;
@@ -77,7 +77,7 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
         &self,
         conn: &mut impl Queryable,
         message: impl IntoRow<T>,
-    ) -> Result<(), MySqlAsyncBrokerError> {
+    ) -> Result<Published, MySqlAsyncBrokerError> {
         self.publish_all(conn, [message]).await
     }
 
@@ -87,8 +87,9 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
         &self,
         conn: &mut impl Queryable,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), MySqlAsyncBrokerError> {
-        run_all(conn, self.outbox.statements(messages)?).await
+    ) -> Result<Published, MySqlAsyncBrokerError> {
+        let written = run_all(conn, self.outbox.statements(messages)?).await?;
+        Ok(self.outbox.published(&written))
     }
 
     /// Publishes rows on a connection of `pool`, with no broker running (a service that only
@@ -97,35 +98,46 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
         &self,
         pool: &Pool,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), MySqlAsyncBrokerError> {
+    ) -> Result<Published, MySqlAsyncBrokerError> {
         let statements = self.outbox.statements(messages)?;
         let failed = |e: mysql_async::Error| MySqlAsyncBrokerError::Db(db_error(&e));
         let mut conn = pool.get_conn().await.map_err(failed)?;
-        if statements.len() > 1 {
+        let written = if statements.len() > 1 {
             let mut tx = conn
                 .start_transaction(TxOpts::default())
                 .await
                 .map_err(failed)?;
-            run_all(&mut tx, statements).await?;
-            tx.commit().await.map_err(failed)
+            let written = run_all(&mut tx, statements).await?;
+            tx.commit().await.map_err(failed)?;
+            written
         } else {
-            run_all(&mut conn, statements).await
-        }
+            run_all(&mut conn, statements).await?
+        };
+        Ok(self.outbox.published(&written))
     }
 }
 
+/// Runs the statements in order; answers the rows each wrote.
 async fn run_all(
     conn: &mut impl Queryable,
     statements: Vec<(Statement, Vec<Value>)>,
-) -> Result<(), MySqlAsyncBrokerError> {
+) -> Result<Vec<u64>, MySqlAsyncBrokerError> {
+    let failed = |e: mysql_async::Error| MySqlAsyncBrokerError::Db(db_error(&e));
+    let mut written = Vec::with_capacity(statements.len());
     for (statement, binds) in statements {
         let sql: &str = &statement.sql;
-        let ran = if binds.is_empty() {
-            conn.query_drop(sql).await
+        let rows = if binds.is_empty() {
+            let result = conn.query_iter(sql).await.map_err(failed)?;
+            let rows = result.affected_rows();
+            result.drop_result().await.map_err(failed)?;
+            rows
         } else {
-            conn.exec_drop(sql, params(binds)).await
+            let result = conn.exec_iter(sql, params(binds)).await.map_err(failed)?;
+            let rows = result.affected_rows();
+            result.drop_result().await.map_err(failed)?;
+            rows
         };
-        ran.map_err(|e| MySqlAsyncBrokerError::Db(db_error(&e)))?;
+        written.push(rows);
     }
-    Ok(())
+    Ok(written)
 }

@@ -1,7 +1,7 @@
 //! Publishing in the service's own transaction: [`RusqliteOutbox`].
 
 use rusqlite::Connection;
-use ruststream::{InboxTable, IntoRow, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox, Published};
 use ruststream_core::{Dialect, Reply};
 
 use crate::RusqliteBrokerError;
@@ -72,7 +72,7 @@ impl<T: InboxTable> RusqliteOutbox<T> {
         &self,
         conn: &Connection,
         message: impl IntoRow<T>,
-    ) -> Result<(), RusqliteBrokerError> {
+    ) -> Result<Published, RusqliteBrokerError> {
         self.publish_all(conn, [message])
     }
 
@@ -82,14 +82,15 @@ impl<T: InboxTable> RusqliteOutbox<T> {
         &self,
         conn: &Connection,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), RusqliteBrokerError> {
+    ) -> Result<Published, RusqliteBrokerError> {
+        let mut written = Vec::new();
         for (statement, binds) in self.outbox.statements(messages)? {
-            if let Reply::Failed(error) =
-                crate::driver::execute(conn, &statement, &binds).unwrap_or_else(Reply::Failed)
-            {
-                return Err(RusqliteBrokerError::Db(error));
+            match crate::driver::execute(conn, &statement, &binds).unwrap_or_else(Reply::Failed) {
+                Reply::Failed(error) => return Err(RusqliteBrokerError::Db(error)),
+                Reply::Affected(n) => written.push(n),
+                _ => written.push(1),
             }
         }
-        Ok(())
+        Ok(self.outbox.published(&written))
     }
 }

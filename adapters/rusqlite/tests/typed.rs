@@ -95,3 +95,69 @@ async fn typed_messages_fill_the_keys_column_and_decode() {
     assert_eq!(reports, [november, december]);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[derive(Serialize, Deserialize)]
+struct Order {
+    order_id: i64,
+}
+
+/// One receipt per order: `order_id` holds a unique index, read from the message.
+#[derive(Inbox, Deserialize)]
+#[inbox(table = "receipts", locked_until = "locked_until", unique = "order_id", message = Order)]
+struct Receipt {
+    #[field(id, generated)]
+    id: i64,
+    order_id: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+/// A table that deduplicates its publishes: the message's field fills the unique column,
+/// and a row already there is passed over and named, through the broker's publisher and
+/// through the outbox in a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deduplicated_publishes_name_the_rows_they_skipped() {
+    let dir = std::env::temp_dir().join(format!("ruststream-dedup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("dedup.db");
+    let _ = std::fs::remove_file(&path);
+    let mut conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE receipts (id INTEGER PRIMARY KEY AUTOINCREMENT, order_id INTEGER NOT NULL,
+             locked_until INTEGER, payload BLOB NOT NULL);
+         CREATE UNIQUE INDEX receipts_order ON receipts (order_id);",
+    )
+    .unwrap();
+    let tx = conn.transaction().unwrap();
+    let published = RusqliteOutbox::<Receipt>::new()
+        .publish_all(
+            &tx,
+            [
+                &Order { order_id: 1 },
+                &Order { order_id: 2 },
+                &Order { order_id: 1 },
+            ],
+        )
+        .unwrap();
+    assert_eq!(published.skipped, [2]);
+    tx.commit().unwrap();
+
+    let broker = RusqliteBroker::open(&path).handle();
+    let publisher = broker.publisher::<Receipt>();
+    let running = broker
+        .start(Vec::new(), ruststream::exec::current())
+        .await
+        .unwrap();
+    let published = publisher
+        .publish_all([&Order { order_id: 2 }, &Order { order_id: 3 }])
+        .await
+        .unwrap();
+    assert_eq!(published.skipped, [0], "order 2 is there already");
+    running.shutdown().await;
+    let count: i64 = conn
+        .query_row("SELECT COUNT(*) FROM receipts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 3, "orders 1, 2 and 3, once each");
+    drop(conn);
+    let _ = std::fs::remove_dir_all(dir);
+}

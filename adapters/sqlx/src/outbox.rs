@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use ruststream::{InboxTable, IntoRow, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox, Published};
 use ruststream_core::{Reply, Statement, Value};
 use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
@@ -81,7 +81,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
         &self,
         on: &mut impl OnConnection<DB>,
         message: impl IntoRow<T>,
-    ) -> Result<(), SqlxBrokerError> {
+    ) -> Result<Published, SqlxBrokerError> {
         self.publish_all(on, [message]).await
     }
 
@@ -91,9 +91,10 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
         &self,
         on: &mut impl OnConnection<DB>,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), SqlxBrokerError> {
+    ) -> Result<Published, SqlxBrokerError> {
         let statements = self.outbox.statements(messages)?;
-        run_all::<DB>(on.connection(), statements).await
+        let written = run_all::<DB>(on.connection(), statements).await?;
+        Ok(self.outbox.published(&written))
     }
 
     /// Publishes rows on a connection of `pool`, with no broker running (a service that only
@@ -103,31 +104,36 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
         &self,
         pool: &Pool<DB>,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), SqlxBrokerError> {
+    ) -> Result<Published, SqlxBrokerError> {
         let statements = self.outbox.statements(messages)?;
         let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));
-        if statements.len() > 1 {
+        let written = if statements.len() > 1 {
             let mut tx = pool.begin().await.map_err(failed)?;
-            run_all::<DB>(&mut tx, statements).await?;
-            tx.commit().await.map_err(failed)
+            let written = run_all::<DB>(&mut tx, statements).await?;
+            tx.commit().await.map_err(failed)?;
+            written
         } else {
             let mut conn = pool.acquire().await.map_err(failed)?;
-            run_all::<DB>(&mut conn, statements).await
-        }
+            run_all::<DB>(&mut conn, statements).await?
+        };
+        Ok(self.outbox.published(&written))
     }
 }
 
+/// Runs the statements in order; answers the rows each wrote.
 async fn run_all<DB: SqlxDatabase>(
     conn: &mut DB::Connection,
     statements: Vec<(Statement, Vec<Value>)>,
-) -> Result<(), SqlxBrokerError> {
+) -> Result<Vec<u64>, SqlxBrokerError> {
+    let mut written = Vec::with_capacity(statements.len());
     for (statement, binds) in statements {
         match DB::run(conn, &statement, binds).await {
             Ok(Reply::Failed(error)) | Err(error) => return Err(SqlxBrokerError::Db(error)),
-            Ok(_) => {}
+            Ok(Reply::Affected(n)) => written.push(n),
+            Ok(_) => written.push(1),
         }
     }
-    Ok(())
+    Ok(written)
 }
 
 /// A connection or a transaction of `DB` a publish runs on: the database's connection

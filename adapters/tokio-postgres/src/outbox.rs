@@ -2,7 +2,7 @@
 //! [`TokioPostgresOutbox`].
 
 use deadpool_postgres::Pool;
-use ruststream::{InboxTable, IntoRow, Outbox};
+use ruststream::{InboxTable, IntoRow, Outbox, Published};
 use ruststream_core::{Dialect, Statement, Value};
 use tokio_postgres::GenericClient;
 
@@ -83,7 +83,7 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
         &self,
         client: &impl GenericClient,
         message: impl IntoRow<T>,
-    ) -> Result<(), TokioPostgresBrokerError> {
+    ) -> Result<Published, TokioPostgresBrokerError> {
         self.publish_all(client, [message]).await
     }
 
@@ -93,8 +93,9 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
         &self,
         client: &impl GenericClient,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), TokioPostgresBrokerError> {
-        run_all(client, self.outbox.statements(messages)?).await
+    ) -> Result<Published, TokioPostgresBrokerError> {
+        let written = run_all(client, self.outbox.statements(messages)?).await?;
+        Ok(self.outbox.published(&written))
     }
 
     /// Publishes rows on a connection of `pool`, with no broker running (a service that only
@@ -103,31 +104,37 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
         &self,
         pool: &Pool,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), TokioPostgresBrokerError> {
+    ) -> Result<Published, TokioPostgresBrokerError> {
         let statements = self.outbox.statements(messages)?;
         let mut client = pool
             .get()
             .await
             .map_err(|e| TokioPostgresBrokerError::Db(pool_error(&e)))?;
         let failed = |e: tokio_postgres::Error| TokioPostgresBrokerError::Db(db_error(&e));
-        if statements.len() > 1 {
+        let written = if statements.len() > 1 {
             let tx = client.transaction().await.map_err(failed)?;
-            run_all(&*tx, statements).await?;
-            tx.commit().await.map_err(failed)
+            let written = run_all(&*tx, statements).await?;
+            tx.commit().await.map_err(failed)?;
+            written
         } else {
-            run_all(&**client, statements).await
-        }
+            run_all(&**client, statements).await?
+        };
+        Ok(self.outbox.published(&written))
     }
 }
 
+/// Runs the statements in order; answers the rows each wrote.
 async fn run_all(
     client: &impl GenericClient,
     statements: Vec<(Statement, Vec<Value>)>,
-) -> Result<(), TokioPostgresBrokerError> {
+) -> Result<Vec<u64>, TokioPostgresBrokerError> {
+    let mut written = Vec::with_capacity(statements.len());
     for (statement, binds) in statements {
-        run::on_client(client, &statement, &binds)
-            .await
-            .map_err(TokioPostgresBrokerError::Db)?;
+        written.push(
+            run::on_client(client, &statement, &binds)
+                .await
+                .map_err(TokioPostgresBrokerError::Db)?,
+        );
     }
-    Ok(())
+    Ok(written)
 }

@@ -91,6 +91,8 @@ struct TableAttrs {
     columns: Vec<(Role, LitStr)>,
     /// `message = Type`: the message the payload holds.
     message: Option<Type>,
+    /// `unique = "field, other"`: the columns that deduplicate publishes.
+    unique: Option<LitStr>,
 }
 
 const FIELD_WORDS: &str = "`id`, `attempt`, `payload`, `locked_until`, `processed_at`, `due`, `failed_at`, `error`, `generated` or `rename = \"..\"`";
@@ -299,6 +301,33 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         }
     }
 
+    // The columns that deduplicate publishes: `"field, other"`.
+    let mut unique = Vec::new();
+    if let Some(lit) = &attrs.unique {
+        for item in lit.value().split(',') {
+            let field = item.trim();
+            if field.is_empty() || !names.contains(&field) {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "unique `{}`: `{field}` names no field of the row; write fields separated by commas; the fields are: {}",
+                        lit.value(),
+                        names.join(", ")
+                    ),
+                ));
+                continue;
+            }
+            let column = column_of(field);
+            if let Some(f) = fields.iter().find(|f| f.name == field && f.role.is_none()) {
+                key_fields.push(f.ident.clone());
+                if !message_keys.iter().any(|(k, _)| k == field) {
+                    message_keys.push((field.to_owned(), column.clone()));
+                }
+            }
+            unique.push(column);
+        }
+    }
+
     // The claim order: `"field, other desc"`.
     let mut order = Vec::new();
     if let Some(lit) = &attrs.order {
@@ -372,6 +401,9 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     }
     if !order.is_empty() {
         chain.push(quote!(.order(&[#(#order),*])));
+    }
+    if !unique.is_empty() {
+        chain.push(quote!(.unique(&[#(#unique),*])));
     }
     if custom {
         features.push(quote!(::ruststream::own::Lock));
@@ -565,6 +597,9 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
             } else if path.is_ident("order") {
                 once(&out.order, "order")?;
                 out.order = Some(meta.value()?.parse()?);
+            } else if path.is_ident("unique") {
+                once(&out.unique, "unique")?;
+                out.unique = Some(meta.value()?.parse()?);
             } else if path.is_ident("message") {
                 if out.message.is_some() {
                     return Err(meta.error("`message` is given twice"));
@@ -606,7 +641,7 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
                 out.custom = Some((path.span(), lock, unlock));
             } else {
                 return Err(meta.error(format!(
-                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, `message = Type`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at` or `error` = \"..\"",
+                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, `unique = \"..\"`, `message = Type`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at` or `error` = \"..\"",
                     path.to_token_stream()
                 )));
             }

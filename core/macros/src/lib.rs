@@ -30,10 +30,14 @@ mod subscriber;
 /// - `custom(lock, unlock)`: the service's own `Lock` and `Unlock` replace the lock and
 ///   release of each key (advisory lock form only).
 /// - `order = "field, other desc"`: the claim order, instead of the due column and then the id.
+/// - `unique = "field, other"`: deduplicated publishing: the fields' columns hold a unique
+///   index, and a publish of a row whose values there are already in the table writes
+///   nothing and says so (`Published::skipped`). A publish gives each column's value, like a
+///   key's.
 /// - `message = Type`: the message the payload holds (`impl MessageTable`). A publisher of the
-///   table then takes `&Type`, encoded as JSON, and fills each column the advisory key reads
-///   from the message's field of the same name: a message without such a field does not
-///   compile.
+///   table then takes `&Type`, encoded as JSON, and fills each column the advisory key or
+///   `unique` reads from the message's field of the same name: a message without such a
+///   field does not compile.
 /// - `locked_until = "column"`, `processed_at = "column"`, `due = "column"`,
 ///   `failed_at = "column"`, `error = "column"`: a role column the struct has no field for.
 ///   The database reads and writes these columns alone, so the row type need not decode them,

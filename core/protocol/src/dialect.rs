@@ -1486,7 +1486,12 @@ impl Renderer<'_> {
             self.desc.failed_at,
             self.desc.error,
         ];
-        for column in self.desc.key_columns() {
+        for column in self
+            .desc
+            .key_columns()
+            .into_iter()
+            .chain(self.desc.unique.iter().copied())
+        {
             let in_role = described.iter().flatten().any(|c| c.name == column);
             if !in_role && !columns.iter().any(|(c, _)| *c == column) {
                 columns.push((column, Arg::Column(column)));
@@ -1505,7 +1510,13 @@ impl Renderer<'_> {
         if notifies {
             s.push("WITH rs_published AS (");
         }
-        s.push("INSERT INTO ").push(&self.table());
+        let deduplicates = !self.desc.unique.is_empty();
+        s.push(if deduplicates && self.dialect.mysql_like() {
+            "INSERT IGNORE INTO "
+        } else {
+            "INSERT INTO "
+        })
+        .push(&self.table());
         if columns.is_empty() {
             s.push(if self.dialect.mysql_like() {
                 " () VALUES ()"
@@ -1535,6 +1546,11 @@ impl Renderer<'_> {
                 }
                 s.push(")");
             }
+        }
+        if deduplicates && !self.dialect.mysql_like() {
+            // Only a uniqueness conflict is passed over: a row that breaks another
+            // constraint still fails the publish.
+            s.push(" ON CONFLICT DO NOTHING");
         }
         if notifies {
             s.push(" RETURNING 1) SELECT ")

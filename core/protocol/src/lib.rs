@@ -45,6 +45,6 @@ pub use spec::{
 };
 pub use types::{
     Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
-    Outcome, PublishId, PublisherId, Reply, Row, SettleError, Settlement, SubId,
+    Outcome, PublishId, Published, PublisherId, Reply, Row, SettleError, Settlement, SubId,
 };
 pub use value::{DbError, ErrorKind, Time, Value};

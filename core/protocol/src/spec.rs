@@ -141,6 +141,9 @@ pub struct TableDesc {
     pub own_lock: bool,
     /// The service unlocks keys with its own `Unlock`.
     pub own_unlock: bool,
+    /// The columns of a unique index that deduplicates publishes: a publish of a row whose
+    /// values there are already in the table writes nothing. Empty: every publish writes.
+    pub unique: &'static [&'static str],
 }
 
 impl TableDesc {
@@ -264,6 +267,21 @@ impl TableDesc {
                 });
             }
         }
+        for &column in self.unique {
+            if column.trim().is_empty() {
+                return Err(DescError::EmptyName {
+                    table,
+                    role: "unique column",
+                });
+            }
+            if roles
+                .iter()
+                .flat_map(|(_, c)| c)
+                .any(|c| c.name == column && (c.generated || c.name != self.id.name))
+            {
+                return Err(DescError::UniqueRoleColumn { table, column });
+            }
+        }
         Ok(())
     }
 }
@@ -319,6 +337,17 @@ pub enum DescError {
     CustomLockOutsideAdvisory {
         /// The table.
         table: &'static str,
+    },
+    /// A unique column of deduplicated publishing is one the queue or the database writes (a
+    /// role column other than an id the publish gives), so no publish names its value.
+    #[error(
+        "table `{table}`: unique column `{column}` is written by the queue or filled by the database, so no publish gives its value; name the columns a publish gives (the key's, or an id that is not generated)"
+    )]
+    UniqueRoleColumn {
+        /// The table.
+        table: &'static str,
+        /// The column.
+        column: &'static str,
     },
     /// An advisory key with no parts.
     #[error("table `{table}`: the advisory lock key has no parts")]
@@ -392,6 +421,7 @@ impl InboxSpec<()> {
                 order: &[],
                 own_lock: false,
                 own_unlock: false,
+                unique: &[],
             },
             features: PhantomData,
         }
@@ -492,6 +522,18 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.error = Some(column);
+        Self::with(desc)
+    }
+
+    /// Deduplicated publishing: `columns` hold a unique index (or the table's primary key), and
+    /// a publish of a row whose values there are already in the table writes nothing and says
+    /// so (`ON CONFLICT DO NOTHING` on PostgreSQL and SQLite, `INSERT IGNORE` on MySQL and
+    /// MariaDB). A publish names each column's value, like a key's
+    /// (`Message::column(name, value)`). A partial index (`WHERE processed_at IS NULL`) makes
+    /// it "already queued" rather than "ever published".
+    pub const fn unique(self, columns: &'static [&'static str]) -> Self {
+        let mut desc = self.desc;
+        desc.unique = columns;
         Self::with(desc)
     }
 

@@ -306,6 +306,22 @@ pub struct ClosedCounts {
     pub connections_closed: usize,
 }
 
+/// What a publish wrote: every row, but on a table that deduplicates its publishes
+/// ([`InboxSpec::unique`](crate::InboxSpec::unique)), the rows already there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    /// The rows of the publish, by their place in it (from 0), that were already in the table
+    /// and so were not written.
+    pub skipped: Vec<usize>,
+}
+
+impl Published {
+    /// Whether every row was written.
+    pub fn wrote_all(&self) -> bool {
+        self.skipped.is_empty()
+    }
+}
+
 /// What the core tells the runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event<R> {
@@ -386,8 +402,8 @@ pub enum Event<R> {
     Published {
         /// The publish.
         publish: PublishId,
-        /// Whether the row was written.
-        result: Result<(), DbError>,
+        /// What it wrote, or why it wrote nothing.
+        result: Result<Published, DbError>,
     },
     /// The shutdown is complete: nothing of the broker is held on the server.
     Closed(ClosedCounts),

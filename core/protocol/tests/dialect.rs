@@ -2084,3 +2084,65 @@ fn outbox_inserts_bind_each_row_and_refuse_unknown_columns() {
         })
     ));
 }
+
+/// A table that deduplicates its publishes: the insert writes the unique columns and passes
+/// over a row already there (`ON CONFLICT DO NOTHING` on PostgreSQL, inside the notifying
+/// statement, and on SQLite; `INSERT IGNORE` on MySQL and MariaDB), one row per statement so
+/// that each row's count of rows written tells whether it was there; a unique column the queue
+/// or the database writes is refused.
+#[test]
+fn deduplicated_publishes() {
+    use ruststream_core::{DescError, Inserts};
+    const ORDERS: InboxSpec<(Payload, Lease)> =
+        InboxSpec::new("receipts", Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .lease(Column::new("locked_until"))
+            .unique(&["order_id"]);
+    let desc = *ORDERS.desc();
+    desc.validate().expect("a valid description");
+    let publish = |dialect| Statements::render(dialect, &desc, 1).publish;
+    let pg = publish(Dialect::Postgres);
+    assert_eq!(
+        &*pg.sql,
+        "WITH rs_published AS (INSERT INTO \"receipts\" (\"payload\", \"order_id\") VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1) SELECT pg_notify('ruststream', 'receipts') FROM rs_published"
+    );
+    assert_eq!(&*pg.args, [Arg::Payload, Arg::Column("order_id")]);
+    for dialect in [Dialect::MySql, Dialect::MariaDb] {
+        assert_eq!(
+            &*publish(dialect).sql,
+            "INSERT IGNORE INTO `receipts` (`payload`, `order_id`) VALUES (?, ?)"
+        );
+    }
+    assert_eq!(
+        &*publish(Dialect::Sqlite).sql,
+        "INSERT INTO \"receipts\" (\"payload\", \"order_id\") VALUES (?1, ?2) ON CONFLICT DO NOTHING"
+    );
+    let row = |order: i64| Publish {
+        payload: b"{}".to_vec(),
+        columns: vec![("order_id", Value::Int(order))],
+        ..Publish::default()
+    };
+    let mut inserts = Inserts::new(Dialect::Postgres, desc);
+    let statements = inserts
+        .statements(&[row(1), row(2), row(1)], Time(0))
+        .expect("three rows");
+    assert_eq!(statements.len(), 3, "one statement a row");
+    assert_eq!(inserts.published(&[1, 1, 0]).skipped, [2]);
+    let plain = Inserts::new(Dialect::Postgres, *LEASE.desc());
+    assert!(
+        plain.published(&[0]).wrote_all(),
+        "a table that does not deduplicate"
+    );
+    const ON_A_ROLE: InboxSpec<(Payload, Lease)> =
+        InboxSpec::new("receipts", Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .lease(Column::new("locked_until"))
+            .unique(&["locked_until"]);
+    assert!(matches!(
+        ON_A_ROLE.desc().validate(),
+        Err(DescError::UniqueRoleColumn {
+            column: "locked_until",
+            ..
+        })
+    ));
+}

@@ -18,8 +18,8 @@ use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use ruststream_core::{
     Action, Broker, BrokerError, CheckError, ClosedCounts, CommandId, DbError, DeliveryId, Dialect,
-    ErrorKind, Event, FailedRowsOf, Outcome, Publish, PublishId, PublisherId, Reply, Settlement,
-    SubId, TableDesc, Time, notification_names,
+    ErrorKind, Event, FailedRowsOf, Outcome, Publish, PublishId, Published, PublisherId, Reply,
+    Settlement, SubId, TableDesc, Time, notification_names,
 };
 use std::panic::AssertUnwindSafe;
 
@@ -70,7 +70,7 @@ pub(crate) struct Change {
 pub(crate) type ChangeReply = oneshot::Sender<Result<u64, PublishError>>;
 
 /// Where a publish's answer goes.
-pub(crate) type PublishReply = oneshot::Sender<Result<(), PublishError>>;
+pub(crate) type PublishReply = oneshot::Sender<Result<Published, PublishError>>;
 
 /// Sends a drop for a delivery whose task ended without settling it.
 struct Guard {

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use futures::channel::oneshot;
 use ruststream_core::spec::Described;
-use ruststream_core::{ClosedCounts, FailedRowsOf, Publish, Time, Value};
+use ruststream_core::{ClosedCounts, FailedRowsOf, Publish, Published, Time, Value};
 use serde::Serialize;
 
 use crate::adapter::Adapter;
@@ -282,35 +282,40 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     }
 
     /// Publishes one row: the message's payload, the values of the key's columns, when it is
-    /// due. Answers [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
-    pub async fn publish(&self, message: impl IntoRow<T>) -> Result<(), PublishError> {
+    /// due. Answers what it wrote: on a table that deduplicates its publishes
+    /// ([`InboxSpec::unique`](crate::InboxSpec::unique)) a row already there is not written,
+    /// and [`Published::skipped`] names it. Answers [`Error::Closed`](crate::Error::Closed)
+    /// without writing while the broker is not running.
+    pub async fn publish(&self, message: impl IntoRow<T>) -> Result<Published, PublishError> {
         self.send(vec![message.into_row()?]).await
     }
 
     /// Publishes one message encoded as JSON, due now.
-    pub async fn publish_json<M: Serialize>(&self, message: &M) -> Result<(), PublishError> {
+    pub async fn publish_json<M: Serialize>(&self, message: &M) -> Result<Published, PublishError> {
         self.publish(Message::json(message)?).await
     }
 
     /// Publishes rows together: every row is written, or, when a statement fails, none is.
     /// Up to [`ruststream_core::PUBLISH_BATCH`] rows go into one insert; more run as several
-    /// inserts in one transaction. An empty batch writes nothing and answers `Ok`. Answers
+    /// inserts in one transaction; on a table that deduplicates its publishes each row takes an
+    /// insert of its own, and [`Published::skipped`] names the rows already there. An empty
+    /// batch writes nothing and answers `Ok`. Answers
     /// [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
     pub async fn publish_all(
         &self,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
-    ) -> Result<(), PublishError> {
+    ) -> Result<Published, PublishError> {
         let messages = messages
             .into_iter()
             .map(IntoRow::into_row)
             .collect::<Result<Vec<Message>, PublishError>>()?;
         if messages.is_empty() {
-            return Ok(());
+            return Ok(Published::default());
         }
         self.send(messages).await
     }
 
-    async fn send(&self, messages: Vec<Message>) -> Result<(), PublishError> {
+    async fn send(&self, messages: Vec<Message>) -> Result<Published, PublishError> {
         let tx = running_sender(&self.state)?;
         let desc = *T::TABLE.table_desc();
         let rows = messages.into_iter().map(Message::into_publish).collect();

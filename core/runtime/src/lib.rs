@@ -57,7 +57,7 @@ pub use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy, Payload,
     Processed, own,
 };
-pub use ruststream_core::{ClosedCounts, FailedRowsOf, Value};
+pub use ruststream_core::{ClosedCounts, FailedRowsOf, Published, Value};
 pub use state::{State, States};
 // The macros: `#[derive(Inbox)]`, `#[subscriber(..)]` (beside the function `subscriber`, which
 // shares its name in another namespace) and `#[ruststream::app]`.

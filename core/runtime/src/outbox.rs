@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 
 use ruststream_core::spec::Described;
-use ruststream_core::{Dialect, Inserts, Statement, Value};
+use ruststream_core::{Dialect, Inserts, Published, Statement, Value};
 
 use crate::error::PublishError;
 use crate::handle::{IntoRow, Message};
@@ -61,5 +61,14 @@ impl<T: InboxTable> Outbox<T> {
             .unwrap_or_else(|e| e.into_inner())
             .statements(&rows, now)
             .map_err(PublishError::Invalid)
+    }
+
+    /// What a publish of [`Outbox::statements`] wrote, from the rows each statement wrote, in
+    /// order: on a table that deduplicates its publishes, the rows already there.
+    pub fn published(&self, written: &[u64]) -> Published {
+        self.inserts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .published(written)
     }
 }

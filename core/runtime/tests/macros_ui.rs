@@ -17,6 +17,7 @@ fn macros_ui() {
     t.compile_fail("tests/ui/inbox_lease_and_advisory.rs");
     t.compile_fail("tests/ui/inbox_other_mistakes.rs");
     t.compile_fail("tests/ui/inbox_message_without_key_field.rs");
+    t.compile_fail("tests/ui/inbox_unique_unknown_field.rs");
     // #[subscriber]
     t.compile_fail("tests/ui/subscriber_not_async.rs");
     t.compile_fail("tests/ui/subscriber_no_message.rs");

@@ -153,7 +153,7 @@ impl Harness for MySqlAsyncHarness {
                 .publish_on(&pool, messages)
                 .await;
             pool.disconnect().await?;
-            Ok(published?)
+            Ok(published.map(drop)?)
         })
     }
 

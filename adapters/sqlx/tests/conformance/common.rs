@@ -77,5 +77,5 @@ where
         .await?;
     let published = SqlxOutbox::<T, DB>::new().publish_on(&pool, messages).await;
     pool.close().await;
-    Ok(published?)
+    Ok(published.map(drop)?)
 }

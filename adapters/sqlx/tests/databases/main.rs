@@ -8,6 +8,7 @@
 
 mod adapter;
 mod common;
+mod dedup;
 mod forms;
 mod mariadb;
 mod postgres;

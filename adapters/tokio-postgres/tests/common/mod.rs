@@ -510,7 +510,7 @@ pub async fn publish(
     form: Form,
     message: Message,
 ) -> Result<(), TokioPostgresBrokerError> {
-    match form {
+    let published = match form {
         Form::RowLock => {
             TokioPostgresPublisher::<Invoice>::new(handle)
                 .publish(message)
@@ -531,7 +531,8 @@ pub async fn publish(
                 .publish(message)
                 .await
         }
-    }
+    };
+    published.map(drop)
 }
 
 /// Waits until `done` holds, for at most `limit`; answers whether it held.

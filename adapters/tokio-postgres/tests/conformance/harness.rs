@@ -158,7 +158,7 @@ impl Harness for TokioPostgresHarness {
                 .publish_on(&pool, messages)
                 .await;
             pool.close();
-            Ok(published?)
+            Ok(published.map(drop)?)
         })
     }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::dialect::{Arg, Dialect, FailedRows, Statement, Statements};
 use crate::spec::{DescError, TableDesc};
-use crate::types::{Action, ConnId, Event, PublishId, PublisherId, Reply};
+use crate::types::{Action, ConnId, Event, PublishId, Published, PublisherId, Reply};
 use crate::value::{DbError, Time, Value};
 
 use super::options::{BrokerError, FailedRowsOf, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
@@ -38,6 +38,11 @@ pub(super) struct PublishFlow {
     /// A change of failed rows: [`Event::Changed`] with the rows affected.
     change: bool,
     affected: u64,
+    /// The rows each insert wrote, in order; where the table deduplicates its publishes, one
+    /// insert per row.
+    written: Vec<u64>,
+    /// The table deduplicates its publishes.
+    deduplicates: bool,
     result: Option<Result<(), DbError>>,
 }
 
@@ -157,7 +162,14 @@ impl Publisher {
         }
     }
 
-    /// The inserts of `binds` (one row each), up to [`PUBLISH_BATCH`] rows per statement.
+    /// Whether the table deduplicates its publishes: each row then takes a statement of its
+    /// own, whose count of rows written tells whether it was already there.
+    fn deduplicates(&self) -> bool {
+        !self.desc.unique.is_empty()
+    }
+
+    /// The inserts of `binds` (one row each), up to [`PUBLISH_BATCH`] rows per statement (one
+    /// where the table deduplicates its publishes).
     fn inserts(
         &mut self,
         dialect: Dialect,
@@ -166,8 +178,13 @@ impl Publisher {
     ) -> VecDeque<(Statement, Vec<Value>)> {
         let mut inserts = VecDeque::new();
         let mut binds = binds.into_iter().peekable();
+        let per_statement = if self.deduplicates() {
+            1
+        } else {
+            PUBLISH_BATCH
+        };
         while binds.peek().is_some() {
-            let chunk: Vec<Vec<Value>> = binds.by_ref().take(PUBLISH_BATCH).collect();
+            let chunk: Vec<Vec<Value>> = binds.by_ref().take(per_statement).collect();
             let statement = self.insert(dialect, chunk.len(), quiet);
             if statement.args.len() == chunk.iter().map(Vec::len).sum::<usize>() {
                 inserts.push_back((statement, chunk.concat()));
@@ -181,6 +198,16 @@ impl Publisher {
         }
         inserts
     }
+}
+
+/// The rows of a deduplicated publish (one insert each) whose insert wrote nothing.
+fn skipped(written: &[u64]) -> Vec<usize> {
+    written
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n == 0)
+        .map(|(row, _)| row)
+        .collect()
 }
 
 /// The inserts of rows into a table, for a caller that runs them itself: in a transaction the
@@ -210,6 +237,19 @@ impl Inserts {
     /// The table's description.
     pub fn desc(&self) -> &TableDesc {
         &self.publisher.desc
+    }
+
+    /// What a publish of [`Inserts::statements`] wrote, from the rows each of its statements
+    /// wrote, in order: on a table that deduplicates its publishes each row has a statement
+    /// of its own, and a statement that wrote none was a row already there.
+    pub fn published(&self, written: &[u64]) -> Published {
+        Published {
+            skipped: if self.publisher.deduplicates() {
+                skipped(written)
+            } else {
+                Vec::new()
+            },
+        }
     }
 
     /// The statements that write `rows`, each with its binds, in order; a row due at no time of
@@ -339,6 +379,8 @@ impl<R> Broker<R> {
                 internal,
                 change: false,
                 affected: 0,
+                written: Vec::new(),
+                deduplicates: self.publishers[publisher.0].deduplicates(),
                 result: None,
             },
         );
@@ -380,6 +422,7 @@ impl<R> Broker<R> {
         }
         if let (PublishStage::Insert, Reply::Affected(n)) = (stage, &reply) {
             flow.affected += n;
+            flow.written.push(*n);
         }
         let p = &self.publishers[flow.publisher.0];
         let next = match stage {
@@ -430,6 +473,12 @@ impl<R> Broker<R> {
             let result = result.map(|()| flow.affected);
             self.events.push_back(Event::Changed { publish, result });
         } else if !flow.internal {
+            let skipped = if flow.deduplicates {
+                skipped(&flow.written)
+            } else {
+                Vec::new()
+            };
+            let result = result.map(|()| Published { skipped });
             self.events.push_back(Event::Published { publish, result });
         }
     }

@@ -16,9 +16,9 @@ use ruststream_core::spec::own;
 use ruststream_core::{
     Action, Arg, Broker, BrokerError, CONNECTION_LINGER, CheckError, ClosedCounts, Column, Command,
     ConnId, DROP_GRACE, DbError, Delivered, DeliveryId, DescError, Dialect, ErrorKind, Event, Form,
-    InboxSpec, KeyPart, NOTIFY_EVERY, Outcome, PING_AHEAD_AFTER, Publish, PublishId, PublisherId,
-    Reply, Row, SettleError, Statement, StatementKind, SubId, SubscribeOptions, TableDesc, Time,
-    Value,
+    InboxSpec, KeyPart, NOTIFY_EVERY, Outcome, PING_AHEAD_AFTER, Publish, PublishId, Published,
+    PublisherId, Reply, Row, SettleError, Statement, StatementKind, SubId, SubscribeOptions,
+    TableDesc, Time, Value,
 };
 use sha2::{Digest, Sha256};
 
@@ -2722,7 +2722,7 @@ fn publish_after_shutdown_is_refused_and_writes_nothing() {
         );
         assert!(sim.events(0, before_publish).contains(&Event::Published {
             publish,
-            result: Ok(())
+            result: Ok(Published::default())
         }));
         sim.shutdown(0);
         sim.run();
@@ -2749,7 +2749,7 @@ fn shutdown_waits_for_a_publish_in_flight() {
             .event_index(0, |e| {
                 *e == Event::Published {
                     publish,
-                    result: Ok(()),
+                    result: Ok(Published::default()),
                 }
             })
             .expect("published");
@@ -3492,7 +3492,7 @@ impl Sim {
         self.events(p, since)
             .into_iter()
             .filter_map(|e| match e {
-                Event::Published { publish, result } => Some((publish, result)),
+                Event::Published { publish, result } => Some((publish, result.map(drop))),
                 _ => None,
             })
             .collect()
