@@ -287,6 +287,14 @@ impl Adapter for MySqlAsyncBroker {
     type Row = mysql_async::Row;
     type Lock = CustomLock;
 
+    /// Lends the connection of a row lock claim's open transaction to its handler.
+    fn lend(
+        &self,
+        conn: ruststream_core::ConnId,
+    ) -> Option<BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {
+        Some(self.inner.lend(conn))
+    }
+
     /// Builds the pool where the broker builds it, takes a connection, and answers the
     /// server's dialect: MariaDB when `SELECT VERSION()` names it, MySQL otherwise. Fails, with
     /// a message naming the URL, outside a tokio runtime, when the URL does not parse, when

@@ -51,7 +51,7 @@ pub(crate) struct Lender {
 
 /// A connection of the pool held for a `ConnId`, and what is known of it.
 pub(crate) struct MyConn {
-    conn: Conn,
+    pub(crate) conn: Conn,
     /// What a kill of a statement in flight needs: the session's id, and options to open a
     /// connection of its own.
     thread: u32,

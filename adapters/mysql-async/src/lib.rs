@@ -209,6 +209,7 @@
 #![warn(missing_docs)]
 
 mod broker;
+mod claim;
 mod conn;
 mod lock;
 mod outbox;
@@ -218,6 +219,7 @@ pub use broker::{
     ClosedMySqlAsyncBroker, MySqlAsyncBroker, MySqlAsyncBrokerError, MySqlAsyncPublisher,
     MySqlAsyncRoute, RunningMySqlAsyncBroker,
 };
+pub use claim::MySqlAsyncClaim;
 pub use lock::{CustomLock, Lock, LockFn, LockFuture, PickLock, Unlock};
 /// The mysql_async crate this adapter runs on, for row types and [`Lock`] and [`Unlock`]
 /// implementations.

@@ -243,6 +243,15 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
         listener.as_ref().map(Listener::open)
     }
 
+    /// Lends the connection of a row lock claim's open transaction to its handler
+    /// ([`SqlxClaim`](crate::SqlxClaim)).
+    fn lend(
+        &self,
+        conn: ruststream_core::ConnId,
+    ) -> Option<BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {
+        Some(self.inner.lend(conn))
+    }
+
     /// Builds the pool where the broker builds it, and answers the server's dialect:
     /// PostgreSQL; MariaDB when `SELECT VERSION()` names it, MySQL otherwise; SQLite.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {

@@ -216,6 +216,7 @@
 #![warn(missing_docs)]
 
 mod broker;
+mod claim;
 mod conn;
 mod db;
 mod listen;
@@ -226,6 +227,7 @@ pub use broker::{
     ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxBrokerError,
     SqlxPublisher, SqlxRoute,
 };
+pub use claim::SqlxClaim;
 pub use db::SqlxDatabase;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
 pub use outbox::{OnConnection, SqlxOutbox};
@@ -237,8 +239,8 @@ pub use sqlx;
 /// unqualified.
 pub mod prelude {
     pub use crate::{
-        ClosedSqlxBroker, Lock, RunningSqlxBroker, SqlxBroker, SqlxBrokerError, SqlxOutbox,
-        SqlxPublisher, SqlxRoute, Unlock,
+        ClosedSqlxBroker, Lock, RunningSqlxBroker, SqlxBroker, SqlxBrokerError, SqlxClaim,
+        SqlxOutbox, SqlxPublisher, SqlxRoute, Unlock,
     };
     pub use ruststream::{
         Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,

@@ -372,6 +372,14 @@ impl Adapter for TokioPostgresBroker {
         Some(listen::open(connect, runtime, source.sessions.clone()))
     }
 
+    /// Lends the connection of a row lock claim's open transaction to its handler.
+    fn lend(
+        &self,
+        conn: ruststream_core::ConnId,
+    ) -> Option<BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {
+        Some(self.inner.lend(conn))
+    }
+
     /// Builds the pool where the broker builds it, takes a connection to check the server
     /// (PostgreSQL 9.5 or later), and answers [`Dialect::Postgres`]. It runs in a tokio
     /// runtime, where the connections' tasks then run.

@@ -56,7 +56,7 @@ pub(crate) struct Lender {
 
 /// One pooled client held for a `ConnId`.
 pub(crate) struct PgConn {
-    object: Object,
+    pub(crate) object: Object,
     /// The session may hold an advisory lock: a lock ran on it.
     locked: bool,
 }

@@ -198,6 +198,7 @@
 #![warn(missing_docs)]
 
 mod broker;
+mod claim;
 mod conns;
 mod error;
 mod listen;
@@ -211,6 +212,7 @@ pub use broker::{
     DEFAULT_WAIT_TIMEOUT, RunningTokioPostgresBroker, TokioPostgresBroker,
     TokioPostgresBrokerError, TokioPostgresPublisher, TokioPostgresRoute,
 };
+pub use claim::TokioPostgresClaim;
 /// The deadpool-postgres crate of the broker's pool, for [`TokioPostgresBroker::new`] and
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;

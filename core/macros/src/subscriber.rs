@@ -107,13 +107,9 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 receiver,
                 "a subscriber is a free `async fn`, without `self`",
             )),
-            FnArg::Typed(arg) => match extractor(&arg.ty) {
-                Some(which) => extractors.push((arg.pat.clone(), arg.ty.clone(), which)),
-                None => errors.push(syn::Error::new_spanned(
-                    &arg.ty,
-                    "a subscriber's arguments after the message are extractors, `Ctx<key>` or `State<T>`, such as `Ctx(attempt): Ctx<keys::Attempt>` or `State(pool): State<PgPool>`",
-                )),
-            },
+            FnArg::Typed(arg) => {
+                extractors.push((arg.pat.clone(), arg.ty.clone(), extractor(&arg.ty)))
+            }
         }
     }
 
@@ -149,13 +145,10 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         .collect();
     let block = &function.block;
 
-    let context = if extractors
-        .iter()
-        .any(|(_, _, which)| matches!(which, Extractor::Ctx(_)))
-    {
-        quote!(::ruststream::InboxContext)
-    } else {
+    let context = if extractors.is_empty() {
         quote!(())
+    } else {
+        quote!(::ruststream::InboxContext)
     };
     let ctx = Ident::new("ctx", Span::mixed_site());
     let ctx_param = if extractors.is_empty() {
@@ -169,8 +162,8 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         Extractor::Ctx(key) => quote_spanned! {ty.span()=>
             let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
         },
-        Extractor::State(value) => quote_spanned! {ty.span()=>
-            let #pat: #ty = ::ruststream::State::<#value>::from_context(#ctx).await?;
+        Extractor::Other => quote_spanned! {ty.span()=>
+            let #pat: #ty = <#ty as ::ruststream::FromContext<#context>>::from_context(#ctx).await?;
         },
     });
     let into_result = quote_spanned!(output.span()=> ::ruststream::HandlerOutcome::into_result);
@@ -270,16 +263,15 @@ pub(crate) fn fallback(error: syn::Error, args: TokenStream, item: TokenStream) 
 /// An argument after the message: what it extracts.
 enum Extractor {
     /// `Ctx<K>`: the value the delivery's context provides under `K`.
-    Ctx(Type),
-    /// `State<T>`: the value of type `T` the service or the subscription was given.
-    State(Type),
+    Ctx(Box<Type>),
+    /// Any other type: extracted by its `FromContext`, such as `State<T>` or an adapter's
+    /// claim; a type that is none is a compile error at the argument.
+    Other,
 }
 
-/// The extractor an argument's type names: `Ctx<K>` or `State<T>` (or a path ending so).
-fn extractor(ty: &Type) -> Option<Extractor> {
-    ctx_key(ty)
-        .map(Extractor::Ctx)
-        .or_else(|| generic_of(ty, "State").map(Extractor::State))
+/// The extractor an argument's type names: `Ctx<K>` (or a path ending so), or another.
+fn extractor(ty: &Type) -> Extractor {
+    ctx_key(ty).map_or(Extractor::Other, |key| Extractor::Ctx(Box::new(key)))
 }
 
 /// `K` of `Ctx<K>` (or `path::Ctx<K>`).

@@ -201,6 +201,11 @@ pub enum StatementKind {
     Commit,
     /// Rolls the transaction back.
     Rollback,
+    /// Marks a savepoint in the transaction: the row lock form, before its transaction is lent
+    /// to the handler.
+    Savepoint,
+    /// Rolls the transaction back to its savepoint, undoing the handler's writes.
+    RollbackToSavepoint,
     /// Lists the table's columns: rows of `column_name` and `data_type` (the type as the
     /// database names it: PostgreSQL's `information_schema` `data_type`, MySQL's
     /// `column_type` with its precision, SQLite's declared type).
@@ -599,6 +604,12 @@ pub struct RowLockStatements {
     /// PostgreSQL with an attempt column, where the claim order is the id alone: the count
     /// looking only at ids from [`Arg::Floor`] on (see [`LeaseStatements::claim_from`]).
     pub count_row_from: Option<Statement>,
+    /// `SAVEPOINT rs_handler`: before the claim's transaction is lent to the handler, so that
+    /// a settlement other than an acknowledgement undoes what the handler wrote.
+    pub savepoint: Statement,
+    /// `ROLLBACK TO SAVEPOINT rs_handler`: undoes the handler's writes before a retry or a
+    /// failure is written and committed.
+    pub rollback_to_savepoint: Statement,
 }
 
 /// How a row lock claim takes its row.
@@ -957,6 +968,7 @@ impl Statements {
                 out.extend(f.fail.iter().chain(&f.retry));
                 out.push(&f.ping);
                 out.extend(&f.count_row_from);
+                out.extend([&f.savepoint, &f.rollback_to_savepoint]);
             }
             FormStatements::Lease(f) => {
                 match &f.claim {
@@ -1069,6 +1081,11 @@ impl Renderer<'_> {
                 }
                 _ => None,
             },
+            savepoint: self.fixed(StatementKind::Savepoint, "SAVEPOINT rs_handler"),
+            rollback_to_savepoint: self.fixed(
+                StatementKind::RollbackToSavepoint,
+                "ROLLBACK TO SAVEPOINT rs_handler",
+            ),
         }
     }
 

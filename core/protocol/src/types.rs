@@ -196,6 +196,10 @@ pub struct Delivered<R> {
     pub key: Option<Arc<str>>,
     /// The driver's row, to decode the message from.
     pub row: Option<R>,
+    /// The row lock form: the connection whose open transaction holds the row. What the
+    /// handler writes on it commits with the acknowledgement and rolls back with a retry, a
+    /// crash or the shutdown; the core runs nothing on it while the handler runs.
+    pub transaction: Option<ConnId>,
 }
 
 /// Why a subscription's table does not pass its check.
@@ -397,6 +401,15 @@ pub enum Event<R> {
         publish: PublishId,
         /// The rows changed, or why nothing changed.
         result: Result<u64, DbError>,
+    },
+    /// The answer to [`Broker::lend_transaction`](crate::Broker::lend_transaction): the
+    /// connection of the delivery's open transaction, marked with a savepoint, for the
+    /// runtime to lend to the handler; `None` where there is none to lend.
+    Lent {
+        /// The delivery.
+        delivery: DeliveryId,
+        /// Its connection, or `None`.
+        conn: Option<ConnId>,
     },
     /// A publish ended.
     Published {

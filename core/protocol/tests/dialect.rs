@@ -1136,6 +1136,8 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::CurrentDatabase
                         | StatementKind::Notify
                         | StatementKind::Ping
+                        | StatementKind::Savepoint
+                        | StatementKind::RollbackToSavepoint
                         | StatementKind::Isolation => false,
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)

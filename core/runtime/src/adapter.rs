@@ -5,7 +5,9 @@
 
 use futures::channel::oneshot;
 use futures::stream::BoxStream;
-use ruststream_core::{Command, DbError, Dialect, Reply};
+use std::any::Any;
+
+use ruststream_core::{Command, ConnId, DbError, Dialect, Reply};
 
 use crate::exec::BoxFuture;
 
@@ -13,7 +15,7 @@ mod connections;
 mod pooled;
 mod threads;
 
-pub use connections::{ConnFuture, ConnectionPool, Connections, Ending};
+pub use connections::{ConnFuture, ConnectionPool, Connections, Ending, Lent};
 pub use pooled::{PoolSource, Pooled};
 pub use threads::{Answer, BlockingDriver, ThreadConn, ThreadSettings, Threads};
 
@@ -79,6 +81,15 @@ pub trait Adapter: Send + Sync + 'static {
     /// `None`, the default: the database tells of no publish, or the adapter does not listen;
     /// rows of other processes then wait for the next poll.
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
+        None
+    }
+
+    /// Lends the driver's connection the core holds under `conn` to a handler: the row lock
+    /// form's open transaction ([`Delivered::transaction`](ruststream_core::Delivered::transaction)),
+    /// as the adapter's own type behind `Any` (its extractor downcasts it). It answers `None`
+    /// where nothing is held under `conn`. `None`, the default: the adapter lends nothing.
+    fn lend(&self, conn: ConnId) -> Option<BoxFuture<Option<Box<dyn Any + Send>>>> {
+        let _ = conn;
         None
     }
 }

@@ -47,8 +47,14 @@ pub(crate) enum Input {
     Change(Box<Change>, ChangeReply),
     Stop,
     Drained(oneshot::Sender<()>),
+    /// A handler asks for its row lock claim's transaction.
+    Lend(DeliveryId, LendReply),
     Shutdown,
 }
+
+/// Where the answer to a lend goes: the adapter's lend of the connection, or nothing.
+pub(crate) type LendReply =
+    oneshot::Sender<Option<BoxFuture<Option<Box<dyn std::any::Any + Send>>>>>;
 
 pub(crate) type Sender = mpsc::UnboundedSender<Input>;
 
@@ -104,6 +110,8 @@ pub(crate) struct Driver<A: Adapter> {
     publishers: HashMap<&'static str, PublisherId>,
     waiters: BTreeMap<PublishId, (&'static str, PublishReply)>,
     changes: BTreeMap<PublishId, ChangeReply>,
+    /// Handlers waiting for their claim's transaction.
+    lends: BTreeMap<DeliveryId, LendReply>,
     drained: Vec<oneshot::Sender<()>>,
     ready: Option<oneshot::Sender<Result<(), CheckError>>>,
     not_ready: usize,
@@ -163,6 +171,7 @@ pub(crate) async fn start<A: Adapter>(
         publishers: HashMap::new(),
         waiters: BTreeMap::new(),
         changes: BTreeMap::new(),
+        lends: BTreeMap::new(),
         drained: Vec::new(),
         ready: (not_ready > 0).then_some(ready_tx),
         not_ready,
@@ -359,6 +368,10 @@ impl<A: Adapter> Driver<A> {
                 }
             }
             Input::Drained(waiter) => self.drained.push(waiter),
+            Input::Lend(delivery, reply) => {
+                self.lends.insert(delivery, reply);
+                self.core.lend_transaction(delivery, now);
+            }
             Input::Shutdown => self.core.shutdown(now),
         }
     }
@@ -452,7 +465,26 @@ impl<A: Adapter> Driver<A> {
         };
         // A handler that panics is caught and retried, its panic recorded; one that
         // runs past its timeout is dropped and retried.
-        let work = AssertUnwindSafe(dispatch.run(delivered, states)).catch_unwind();
+        // Lent only when the handler asks: the core marks a savepoint, then the adapter lends
+        // the connection.
+        let lender = delivered.transaction.map(|_| {
+            let tx = self.tx.clone();
+            let lender: crate::outcome::Lender = Box::new(move || {
+                let (reply, answer) = oneshot::channel();
+                let asked = tx.unbounded_send(Input::Lend(delivery, reply)).is_ok();
+                Box::pin(async move {
+                    if !asked {
+                        return None;
+                    }
+                    match answer.await {
+                        Ok(Some(lending)) => lending.await,
+                        _ => None,
+                    }
+                })
+            });
+            lender
+        });
+        let work = AssertUnwindSafe(dispatch.run(delivered, states, lender)).catch_unwind();
         let limit: BoxFuture<()> = match timeout {
             Some(t) => self.exec.sleep(t),
             None => Box::pin(futures::future::pending()),
@@ -559,6 +591,11 @@ impl<A: Adapter> Driver<A> {
             }
             Event::Error { sub, error } => {
                 tracing::warn!(subscription = self.subs[sub.0].name, "{error}");
+            }
+            Event::Lent { delivery, conn } => {
+                if let Some(reply) = self.lends.remove(&delivery) {
+                    let _ = reply.send(conn.and_then(|conn| self.adapter.lend(conn)));
+                }
             }
             Event::Published { publish, result } => {
                 if let Some((table, waiter)) = self.waiters.remove(&publish) {

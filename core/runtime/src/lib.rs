@@ -47,8 +47,8 @@ pub use handle::{
 };
 pub use outbox::Outbox;
 pub use outcome::{
-    Context, ContextKind, Ctx, CtxKey, DeliveryInfo, Handle, HandlerOutcome, InboxContext,
-    Provides, keys,
+    Context, ContextKind, Ctx, CtxKey, DeliveryInfo, FromContext, Handle, HandlerOutcome,
+    InboxContext, Provides, keys,
 };
 pub use retry::{Failure, FailureHook, RetryPolicy};
 pub use route::Route;

@@ -147,12 +147,26 @@ impl ContextKind for InboxContext {
     }
 }
 
+/// Lends the row lock form's open transaction to a handler, once.
+pub(crate) type Lender =
+    Box<dyn FnOnce() -> crate::exec::BoxFuture<Option<Box<dyn std::any::Any + Send>>> + Send>;
+
 /// What a handler receives beside its message.
-#[derive(Debug)]
 pub struct Context<'a, C = ()> {
     kind: &'a mut C,
     span: &'a tracing::Span,
     states: Option<&'a States>,
+    lender: Option<Lender>,
+}
+
+impl<C: std::fmt::Debug> std::fmt::Debug for Context<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("kind", &self.kind)
+            .field("states", &self.states)
+            .field("lends_a_transaction", &self.lender.is_some())
+            .finish()
+    }
 }
 
 impl<'a, C> Context<'a, C> {
@@ -163,7 +177,24 @@ impl<'a, C> Context<'a, C> {
             kind,
             span,
             states: None,
+            lender: None,
         }
+    }
+
+    /// The same context, lending the delivery's open transaction.
+    pub(crate) fn with_lender(mut self, lender: Option<Lender>) -> Self {
+        self.lender = lender;
+        self
+    }
+
+    /// The row lock form's open transaction, the claim's, on which the handler's writes commit
+    /// with the acknowledgement: the adapter's connection behind `Any`, for the adapter's
+    /// extractor to take (`SqlxClaim`, `TokioPostgresClaim`, `MySqlAsyncClaim`). `None` in
+    /// another form, or once taken.
+    pub fn claim_transaction(
+        &mut self,
+    ) -> Option<crate::exec::BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {
+        self.lender.take().map(|lend| lend())
     }
 
     /// The same context, with the values its handler reaches by type ([`State`](crate::State)).
@@ -224,6 +255,34 @@ impl Provides<keys::Attempt> for InboxContext {
                 self.info.table
             ))
         })
+    }
+}
+
+/// What a handler's argument after the message is: an extractor, built from the delivery's
+/// context. `#[subscriber]` extracts each argument with it: [`Ctx<K>`](Ctx),
+/// [`State<T>`](crate::State), and each adapter's claim of the row lock form's transaction
+/// (`SqlxClaim<DB>`, `TokioPostgresClaim`, `MySqlAsyncClaim`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an extractor a subscriber takes after its message",
+    label = "a subscriber's arguments after the message are extractors: `Ctx<key>` (such as `Ctx(attempt): Ctx<keys::Attempt>`), `State<T>`, or an adapter's claim (`SqlxClaim<DB>`, ..)"
+)]
+pub trait FromContext<C>: Sized {
+    /// Extracts the value, or answers the outcome to settle by when there is none.
+    fn from_context(
+        ctx: &mut Context<'_, C>,
+    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send;
+}
+
+impl<K, C> FromContext<C> for Ctx<K>
+where
+    K: CtxKey,
+    K::Value: Send,
+    C: Provides<K>,
+{
+    fn from_context(
+        ctx: &mut Context<'_, C>,
+    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
+        std::future::ready(ctx.kind().provide().map(Ctx))
     }
 }
 

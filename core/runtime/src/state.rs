@@ -100,6 +100,14 @@ impl<T: Clone + Send + Sync + 'static> State<T> {
     }
 }
 
+impl<T: Clone + Send + Sync + 'static, C> crate::outcome::FromContext<C> for State<T> {
+    fn from_context(
+        ctx: &mut Context<'_, C>,
+    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
+        State::<T>::from_context(ctx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

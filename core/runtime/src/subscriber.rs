@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::adapter::{Adapter, TakesRows};
 use crate::codec::{Codec, Json};
 use crate::exec::BoxFuture;
-use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome};
+use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome, Lender};
 use crate::retry::{Failure, Failures, RetryPolicy};
 use crate::state::States;
 use crate::table::{InboxTable, PayloadRow};
@@ -275,7 +275,12 @@ where
 
 /// Runs one delivery: decodes the row and its message, calls the handler.
 pub(crate) trait Dispatch<A: Adapter>: Send + Sync {
-    fn run(&self, delivered: Delivered<A::Row>, states: States) -> BoxFuture<HandlerOutcome>;
+    fn run(
+        &self,
+        delivered: Delivered<A::Row>,
+        states: States,
+        lender: Option<Lender>,
+    ) -> BoxFuture<HandlerOutcome>;
 }
 
 struct InboxDispatch<T, H, M, X, C> {
@@ -295,7 +300,12 @@ where
     X: 'static,
     C: ContextKind,
 {
-    fn run(&self, delivered: Delivered<A::Row>, states: States) -> BoxFuture<HandlerOutcome> {
+    fn run(
+        &self,
+        delivered: Delivered<A::Row>,
+        states: States,
+        lender: Option<Lender>,
+    ) -> BoxFuture<HandlerOutcome> {
         let info = DeliveryInfo {
             table: self.table,
             subscription: self.name,
@@ -339,7 +349,9 @@ where
             };
             let mut kind = C::from_delivery(&info);
             let outcome = {
-                let mut ctx = Context::new(&mut kind, &span).with_states(&states);
+                let mut ctx = Context::new(&mut kind, &span)
+                    .with_states(&states)
+                    .with_lender(lender);
                 handler
                     .handle(&message, &(), &mut ctx)
                     .instrument(span.clone())

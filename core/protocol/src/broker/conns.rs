@@ -101,6 +101,12 @@ impl Conns {
             .min()
     }
 
+    /// The id the adapter knows a flow's connection by: the kept connection it is an alias
+    /// of, or its own.
+    pub(super) fn physical(&self, conn: ConnId) -> ConnId {
+        self.alias.get(&conn).copied().unwrap_or(conn)
+    }
+
     /// A flow's acquire failed: it holds nothing under `conn`.
     pub(super) fn forget(&mut self, conn: ConnId) {
         self.held.remove(&conn);

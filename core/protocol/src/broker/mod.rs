@@ -411,6 +411,18 @@ impl<R> Broker<R> {
         self.change_failed(publisher, which, false, now)
     }
 
+    /// The handler asks for its row lock claim's open transaction, to write in it: the core
+    /// marks a savepoint on the delivery's connection (so that a retry or a failure undoes
+    /// the handler's writes, while an acknowledgement commits them with the settlement), then
+    /// answers [`Event::Lent`] with the connection, on which it runs nothing until the
+    /// handler settles. `conn: None`: the delivery is not the row lock form's, not in work,
+    /// was lent already, or the savepoint failed.
+    pub fn lend_transaction(&mut self, delivery: DeliveryId, now: Time) {
+        self.now = now;
+        self.begin_lend(delivery);
+        self.drive();
+    }
+
     /// The runtime dropped a delivery without settling it: its row returns to the queue, and a
     /// lock it holds is released (its connection closed) within [`DROP_GRACE`].
     pub fn drop_delivery(&mut self, delivery: DeliveryId, now: Time) {

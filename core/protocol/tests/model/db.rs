@@ -767,7 +767,10 @@ impl Db {
                 }
                 Reply::Rows(settled)
             }
-            StatementKind::Notify | StatementKind::Ping => Reply::Done,
+            StatementKind::Notify
+            | StatementKind::Ping
+            | StatementKind::Savepoint
+            | StatementKind::RollbackToSavepoint => Reply::Done,
             StatementKind::Publish => {
                 // One row per run of the row's arguments: a batch repeats them.
                 let per_row = statement

@@ -148,6 +148,8 @@ enum Step {
     },
     /// A handler is dropped unsettled.
     Drop { process: usize, handler: usize },
+    /// A handler asks for its row lock claim's transaction, to write in it.
+    Lend { process: usize, handler: usize },
     /// Time passes.
     Advance { millis: u64 },
     /// A process dies (SIGKILL) and starts again.
@@ -185,6 +187,7 @@ fn step() -> impl Strategy<Value = Step> {
                 Step::Settle { process, handler, outcome, delay_ms }
             }),
         1 => (0..4usize, 0..8usize).prop_map(|(process, handler)| Step::Drop { process, handler }),
+        2 => (0..4usize, 0..8usize).prop_map(|(process, handler)| Step::Lend { process, handler }),
         6 => prop_oneof![0..2_000u64, 0..70_000u64].prop_map(|millis| Step::Advance { millis }),
         1 => (0..4usize).prop_map(|process| Step::Crash { process }),
         1 => (0..4usize).prop_map(|process| Step::Shutdown { process }),
@@ -412,6 +415,23 @@ impl World {
         self.log
             .push(format!("  p{} event {event:?}", self.ids[slot]));
         match event {
+            Event::Lent { delivery, conn } => {
+                let p = &self.processes[slot];
+                if let Some(conn) = conn {
+                    assert_eq!(self.form(), Form::RowLock, "only a row lock claim lends");
+                    let handler = p
+                        .handlers
+                        .get(&delivery)
+                        .unwrap_or_else(|| panic!("{delivery} lent but not in work"));
+                    assert_eq!(
+                        p.conns.get(&conn).copied(),
+                        handler.holder,
+                        "{delivery}: the lent connection {conn} is the session that holds its row; held: {:?}\n{}",
+                        p.conns,
+                        self.log.join("\n")
+                    );
+                }
+            }
             Event::Delivered(d) => {
                 let row = d.row.expect("the row");
                 assert_eq!(d.id, Value::Int(row));
@@ -794,6 +814,20 @@ impl World {
                     .expect("a handler");
                 p.handlers.remove(&id);
                 p.broker.drop_delivery(id, self.now);
+                self.pump(slot);
+            }
+            Step::Lend { process, handler } => {
+                let slot = process % slots;
+                let p = &mut self.processes[slot];
+                if p.handlers.is_empty() {
+                    return;
+                }
+                let id = *p
+                    .handlers
+                    .keys()
+                    .nth(handler % p.handlers.len())
+                    .expect("a handler");
+                p.broker.lend_transaction(id, self.now);
                 self.pump(slot);
             }
             Step::Advance { millis } => {

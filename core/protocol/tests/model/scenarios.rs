@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use crate::db::{Db, DbRow, SessId, lock_arg};
 
 mod failures;
+mod lend;
 
 const T0: Time = Time(1_700_000_000_000_000);
 const POLL: Duration = Duration::from_secs(1);

@@ -160,6 +160,9 @@ struct Slot<P: ConnectionPool> {
     cancel: Shared<oneshot::Receiver<()>>,
     /// A close came: set with `cancel` fired.
     closing: AtomicBool,
+    /// A release or a close took the slot out of the map: a connection lent meanwhile does
+    /// not come back to it.
+    ended: AtomicBool,
 }
 
 impl<P: ConnectionPool> Slot<P> {
@@ -175,6 +178,7 @@ impl<P: ConnectionPool> Slot<P> {
             cancel_tx: Mutex::new(Some(cancel_tx)),
             cancel: cancel.shared(),
             closing: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -258,6 +262,47 @@ impl<P: ConnectionPool> Drop for InFlight<'_, P> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             self.slot.pool.discard(conn, Ending::CutShort);
+        }
+    }
+}
+
+/// A connection lent to a handler ([`Connections::lend`]): the driver's connection, by
+/// `Deref`. Dropped, it goes back to its `ConnId`, or closes where a release or a close of the
+/// `ConnId` came meanwhile (ending its transaction).
+pub struct Lent<P: ConnectionPool> {
+    slot: Arc<Slot<P>>,
+    conn: Option<P::Connection>,
+}
+
+impl<P: ConnectionPool> std::fmt::Debug for Lent<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lent").finish_non_exhaustive()
+    }
+}
+
+impl<P: ConnectionPool> std::ops::Deref for Lent<P> {
+    type Target = P::Connection;
+
+    fn deref(&self) -> &P::Connection {
+        self.conn.as_ref().expect("lent until dropped")
+    }
+}
+
+impl<P: ConnectionPool> std::ops::DerefMut for Lent<P> {
+    fn deref_mut(&mut self) -> &mut P::Connection {
+        self.conn.as_mut().expect("lent until dropped")
+    }
+}
+
+impl<P: ConnectionPool> Drop for Lent<P> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.slot.closing() || self.slot.ended.load(Ordering::SeqCst) {
+            self.slot.pool.discard(conn, Ending::CutShort);
+        } else {
+            self.slot.put(conn);
         }
     }
 }
@@ -413,6 +458,30 @@ impl<P: ConnectionPool> Connections<P> {
         }
     }
 
+    /// Lends `id`'s connection to a handler, once the commands given before on it have run:
+    /// the row lock form's open transaction, whose writes commit with the acknowledgement.
+    /// While it is lent, a command on `id` finds no connection and fails as lost; a release or
+    /// a close meanwhile leaves it to close when the handler gives it back. `None` where `id`
+    /// holds no connection.
+    pub fn lend(&self, id: ConnId) -> BoxFuture<Option<Lent<P>>> {
+        let Some(slot) = self.get(id) else {
+            return Box::pin(future::ready(None));
+        };
+        let mut turn = slot.turn();
+        let pool = slot.pool.clone();
+        pool.enter(Box::pin(async move {
+            turn.wait().await;
+            if slot.closing() {
+                return None;
+            }
+            let (conn, _) = slot.take()?;
+            Some(Lent {
+                slot,
+                conn: Some(conn),
+            })
+        }))
+    }
+
     fn acquire(self: &Arc<Self>, pool: P, id: ConnId) -> BoxFuture<Reply<P::Row>> {
         let slot = Arc::new(Slot::new(pool.clone()));
         {
@@ -515,6 +584,7 @@ impl<P: ConnectionPool> Connections<P> {
             // Nothing is held under this id: nothing to give back.
             return ready(Reply::Done);
         };
+        slot.ended.store(true, Ordering::SeqCst);
         let mut turn = slot.turn();
         let pool = slot.pool.clone();
         pool.enter(Box::pin(async move {
@@ -538,6 +608,7 @@ impl<P: ConnectionPool> Connections<P> {
         let Some(slot) = self.remove(id) else {
             return ready(Reply::Done);
         };
+        slot.ended.store(true, Ordering::SeqCst);
         // The command running now is cut short; the ones waiting behind it fail.
         slot.fire_cancel();
         let mut turn = slot.turn();

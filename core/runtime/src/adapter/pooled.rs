@@ -195,6 +195,19 @@ impl<S: PoolSource> Pooled<S> {
         })
     }
 
+    /// Lends the connection the core holds under `conn` to a handler ([`Connections::lend`]),
+    /// behind `Any`: a [`Lent`](super::Lent) of the lender.
+    pub fn lend(
+        &self,
+        conn: ruststream_core::ConnId,
+    ) -> BoxFuture<Option<Box<dyn std::any::Any + Send>>> {
+        let lent = self.conns.lend(conn);
+        Box::pin(async move {
+            lent.await
+                .map(|l| Box::new(l) as Box<dyn std::any::Any + Send>)
+        })
+    }
+
     /// The lender, while the broker runs.
     pub fn lender(&self) -> Option<S::Lender> {
         match &*self.state() {

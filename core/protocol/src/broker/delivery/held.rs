@@ -9,11 +9,12 @@
 //! be held closes, which ends the lock.
 
 use crate::dialect::{KeyLocks, Statement};
-use crate::types::{Action, DeliveryId, Outcome};
+use crate::types::{Action, DeliveryId, Event, Outcome, SettleError};
 use crate::value::Time;
+use crate::value::{DbError, ErrorKind};
 
 use super::super::Broker;
-use super::{DeliveryStage, Ending, Held};
+use super::{DeliveryStage, DeliveryState, Ending, Held};
 
 impl<R> Broker<R> {
     /// The statement that settles a delivery of the row lock or advisory lock form as it
@@ -34,14 +35,101 @@ impl<R> Broker<R> {
         }
     }
 
-    /// A row lock delivery ends, in its claim's transaction.
-    pub(super) fn row_lock_end(&mut self, delivery: DeliveryId, ending: Ending) {
-        let Some(d) = self.deliveries.get(delivery) else {
+    /// The handler asks for the row lock delivery's transaction: a savepoint first, then
+    /// [`Event::Lent`]; anything else answers no connection.
+    pub(in crate::broker) fn begin_lend(&mut self, delivery: DeliveryId) {
+        let lendable = self
+            .deliveries
+            .get(delivery)
+            .and_then(|d| match (&d.held, d.conn) {
+                (Held::RowLock(st), Some(conn))
+                    if d.state == DeliveryState::InWork && d.ending.is_none() && !d.savepoint =>
+                {
+                    Some((st.savepoint.clone(), conn))
+                }
+                _ => None,
+            });
+        let Some((savepoint, conn)) = lendable else {
+            self.events.push_back(Event::Lent {
+                delivery,
+                conn: None,
+            });
             return;
         };
-        let (Held::RowLock(_), Some(conn)) = (&d.held, d.conn) else {
-            debug_assert!(false, "a row lock delivery holds its connection");
+        if let Some(d) = self.deliveries.get_mut(delivery) {
+            d.state = DeliveryState::Busy;
+        }
+        self.delivery_execute(
+            delivery,
+            conn,
+            &savepoint,
+            Vec::new(),
+            DeliveryStage::Savepoint,
+        );
+    }
+
+    /// The savepoint is set: the connection is the handler's until it settles.
+    pub(super) fn savepoint_set(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.savepoint = true;
+        d.state = DeliveryState::InWork;
+        let queued = d.queued.take();
+        // A handler that settled or was dropped meanwhile takes nothing.
+        let conn = d
+            .conn
+            .filter(|_| queued.is_none())
+            .map(|c| self.conns.physical(c));
+        self.events.push_back(Event::Lent { delivery, conn });
+        if let Some(ending) = queued {
+            self.end(delivery, ending);
+        }
+    }
+
+    /// The handler's writes are undone: the settlement goes on as it would have.
+    pub(super) fn unwound(&mut self, delivery: DeliveryId) {
+        if let Some(ending) = self.deliveries.get(delivery).and_then(|d| d.ending) {
+            self.row_lock_end(delivery, ending);
+        }
+    }
+
+    /// A row lock delivery ends, in its claim's transaction.
+    pub(super) fn row_lock_end(&mut self, delivery: DeliveryId, ending: Ending) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let Held::RowLock(st) = &d.held else {
             return self.finish_delivery(delivery);
+        };
+        let Some(conn) = d.conn else {
+            // Its transaction ended already (a savepoint that failed closed its connection):
+            // the row went back with it, and the settlement has nothing to commit.
+            if matches!(ending, Ending::Settle(_)) {
+                self.events.push_back(Event::SettleFailed {
+                    delivery,
+                    error: SettleError::Db(DbError::new(
+                        ErrorKind::ConnectionLost,
+                        "the claim's transaction ended before the settlement: the row went back to the queue",
+                    )),
+                });
+            }
+            return self.finish_delivery(delivery);
+        };
+        if d.savepoint && matches!(ending, Ending::Settle(Outcome::Retry | Outcome::Reject)) {
+            // What the handler wrote in the lent transaction goes with a retry or a failure.
+            d.savepoint = false;
+            let unwind = st.rollback_to_savepoint.clone();
+            return self.delivery_execute(
+                delivery,
+                conn,
+                &unwind,
+                Vec::new(),
+                DeliveryStage::Unwind,
+            );
+        }
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
         };
         let statements = &self.subs[d.sub.0].statements;
         let (statement, binds, stage) = match (ending, self.held_statement(delivery, ending)) {

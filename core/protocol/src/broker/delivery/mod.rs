@@ -99,6 +99,9 @@ pub(super) struct Delivery {
     failure: Option<bool>,
     /// Its take counted past the attempt budget: it fails without a handler.
     exhausted: bool,
+    /// The row lock form: its transaction was lent to the handler, past a savepoint that a
+    /// settlement other than an acknowledgement rolls back to.
+    savepoint: bool,
     /// A failure returned to the queue of a table with nowhere to write its delay: the
     /// delay paces the subscription's next claim instead.
     paced: bool,
@@ -224,6 +227,10 @@ pub(super) enum DeliveryStage {
     Unlock,
     /// A row claimed ahead: its session answers, so it is handed.
     Ping,
+    /// The row lock form: the savepoint before the transaction is lent to the handler.
+    Savepoint,
+    /// The row lock form: back to that savepoint, before a retry or a failure is written.
+    Unwind,
     Release,
     Close,
 }
@@ -277,6 +284,7 @@ impl<R> Broker<R> {
                 error: None,
                 failure: None,
                 exhausted: false,
+                savepoint: false,
                 paced: false,
                 held,
             },
@@ -288,6 +296,10 @@ impl<R> Broker<R> {
         if self.past_budget(sub, id, taken.attempt) {
             return;
         }
+        let transaction = match self.deliveries.get(id) {
+            Some(d) if matches!(d.held, Held::RowLock(_)) => d.conn.map(|c| self.conns.physical(c)),
+            _ => None,
+        };
         let delivered = Delivered {
             sub,
             delivery: id,
@@ -295,6 +307,7 @@ impl<R> Broker<R> {
             attempt: taken.attempt,
             key,
             row: taken.raw,
+            transaction,
         };
         let s = &mut self.subs[sub.0];
         if s.handling < s.options.workers {
@@ -567,6 +580,8 @@ impl<R> Broker<R> {
             DeliveryStage::Commit | DeliveryStage::Rollback => self.row_lock_ended(delivery, stage),
             DeliveryStage::Unlock => self.after_unlock(delivery, super::rows::answer(reply)),
             DeliveryStage::Ping => self.pinged(delivery),
+            DeliveryStage::Savepoint => self.savepoint_set(delivery),
+            DeliveryStage::Unwind => self.unwound(delivery),
             DeliveryStage::Release | DeliveryStage::Close => self.step_done(delivery),
         }
     }
@@ -601,6 +616,12 @@ impl<R> Broker<R> {
     }
 
     fn on_delivery_failed(&mut self, delivery: DeliveryId, stage: DeliveryStage, error: DbError) {
+        if matches!(stage, DeliveryStage::Savepoint) {
+            self.events.push_back(Event::Lent {
+                delivery,
+                conn: None,
+            });
+        }
         if matches!(stage, DeliveryStage::Ping) {
             // Its session no longer answers: the row is never handed, and ends as its
             // connection closes.

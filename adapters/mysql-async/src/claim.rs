@@ -1,0 +1,60 @@
+//! The row lock form's open transaction, lent to the handler: [`MySqlAsyncClaim`].
+
+use mysql_async::Conn;
+use ruststream::adapter::Lent;
+use ruststream::{Context, FromContext, HandlerOutcome};
+
+use crate::conn::Lender;
+
+/// The claim's transaction of a row in the row lock form, lent to its handler: what the
+/// handler writes on it commits with the acknowledgement, in the same transaction, and rolls
+/// back with a retry, a crash or the shutdown, so its effects happen once with the row's
+/// settlement. It derefs to the [`Conn`] inside the open transaction (`&mut *claim` for
+/// `Queryable`): run statements on it, but neither commit nor roll it back.
+///
+/// A handler of a table in another form that takes it fails its row, with an error that says
+/// so.
+pub struct MySqlAsyncClaim {
+    lent: Lent<Lender>,
+}
+
+impl std::fmt::Debug for MySqlAsyncClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlAsyncClaim").finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for MySqlAsyncClaim {
+    type Target = Conn;
+
+    fn deref(&self) -> &Conn {
+        &self.lent.conn
+    }
+}
+
+impl std::ops::DerefMut for MySqlAsyncClaim {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.lent.conn
+    }
+}
+
+impl<C: Send> FromContext<C> for MySqlAsyncClaim {
+    fn from_context(
+        ctx: &mut Context<'_, C>,
+    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
+        let lending = ctx.claim_transaction();
+        async move {
+            let lent = match lending {
+                Some(lending) => lending.await,
+                None => None,
+            };
+            lent.and_then(|lent| lent.downcast::<Lent<Lender>>().ok())
+                .map(|lent| MySqlAsyncClaim { lent: *lent })
+                .ok_or_else(|| {
+                    let error = "the handler takes the claim's transaction (`MySqlAsyncClaim`), but its row is not held by one: only a table in the row lock form lends it";
+                    tracing::error!("{error}");
+                    HandlerOutcome::reject().with_error(error)
+                })
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The row lock form's open transaction, lent to the handler: [`SqlxClaim`].
+
+use std::marker::PhantomData;
+
+use ruststream::adapter::Lent;
+use ruststream::{Context, FromContext, HandlerOutcome};
+
+use crate::conn::SqlxPool;
+use crate::db::SqlxDatabase;
+
+/// The claim's transaction of a row in the row lock form, lent to its handler: what the
+/// handler writes on it commits with the acknowledgement, in the same transaction, and rolls
+/// back with a retry, a crash or the shutdown, so its effects happen once with the row's
+/// settlement. It derefs to the database's connection (`&mut PgConnection`,
+/// `&mut MySqlConnection`), inside the open transaction: run statements on it, but neither
+/// commit nor roll it back.
+///
+/// ```no_run
+/// use ruststream_sqlx::prelude::*;
+/// use ruststream_sqlx::SqlxClaim;
+/// # #[derive(sqlx::FromRow, Inbox)]
+/// # #[inbox(table = "invoice_jobs")]
+/// # struct IssueInvoice { #[field(id, generated)] id: i64, #[field(payload)] payload: Vec<u8> }
+/// # #[derive(serde::Deserialize)]
+/// # struct Invoice { number: i64 }
+///
+/// #[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
+/// async fn issue(invoice: &Invoice, mut claim: SqlxClaim<Postgres>) -> HandlerOutcome {
+///     // Written once: it commits with the row's deletion, or neither happens.
+///     let written = sqlx::query("INSERT INTO issued (number) VALUES ($1)")
+///         .bind(invoice.number)
+///         .execute(&mut *claim)
+///         .await;
+///     match written {
+///         Ok(_) => HandlerOutcome::ack(),
+///         Err(error) => HandlerOutcome::retry().with_error(error),
+///     }
+/// }
+/// ```
+///
+/// A handler of a table in another form that takes it fails its row, with an error that says
+/// so.
+pub struct SqlxClaim<DB: SqlxDatabase> {
+    lent: Lent<SqlxPool<DB>>,
+    db: PhantomData<fn() -> DB>,
+}
+
+impl<DB: SqlxDatabase> std::fmt::Debug for SqlxClaim<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlxClaim")
+            .field("database", &DB::NAME)
+            .finish()
+    }
+}
+
+impl<DB: SqlxDatabase> std::ops::Deref for SqlxClaim<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        &self.lent
+    }
+}
+
+impl<DB: SqlxDatabase> std::ops::DerefMut for SqlxClaim<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        &mut self.lent
+    }
+}
+
+impl<DB: SqlxDatabase, C: Send> FromContext<C> for SqlxClaim<DB> {
+    fn from_context(
+        ctx: &mut Context<'_, C>,
+    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
+        let lending = ctx.claim_transaction();
+        async move {
+            let lent = match lending {
+                Some(lending) => lending.await,
+                None => None,
+            };
+            lent.and_then(|lent| lent.downcast::<Lent<SqlxPool<DB>>>().ok())
+                .map(|lent| SqlxClaim {
+                    lent: *lent,
+                    db: PhantomData,
+                })
+                .ok_or_else(|| {
+                    let error = "the handler takes the claim's transaction (`SqlxClaim`), but its row is not held by one: only a table in the row lock form on this broker lends it";
+                    tracing::error!("{error}");
+                    HandlerOutcome::reject().with_error(error)
+                })
+        }
+    }
+}

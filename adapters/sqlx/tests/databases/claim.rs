@@ -1,0 +1,222 @@
+//! The row lock form lends its claim's transaction to the handler (`SqlxClaim`): what the
+//! handler writes on it commits with the acknowledgement, rolls back with a retry, and is
+//! gone with a process killed between the write and the commit. Both or neither, never one.
+//!
+//! The kill: the test binary runs again as a child (`RS_SQLX_CLAIM_CHILD` names the broker's
+//! URL), whose handler writes its effect in the claim's transaction, marks that it did on a
+//! connection of its own, and waits; the parent kills it with SIGKILL once the mark is there.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ruststream::adapter::TakesRows;
+use ruststream::{Context, Handle, HandlerOutcome, InboxContext, IntoSubscription, Message};
+use ruststream_sqlx::prelude::*;
+use ruststream_sqlx::{SqlxClaim, SqlxDatabase, sqlx};
+use sqlx::AssertSqlSafe;
+
+use crate::common::*;
+
+mod rows {
+    crate::tables!("sqlx_claim");
+}
+use rows::RowLock;
+
+const CHILD: &str = "RS_SQLX_CLAIM_CHILD";
+
+/// Writes `effects (n)` for its job in the claim's transaction; then retries, waits to be
+/// killed, or acknowledges, by the attempt and the mode.
+struct Effect<DB: SqlxDatabase> {
+    /// The child: after the write, mark it on a connection of its own and wait.
+    mark: Option<sqlx::Pool<DB>>,
+    /// Retry the attempts below this one, after writing.
+    retry_below: i64,
+    handled: Arc<AtomicUsize>,
+}
+
+impl<DB> Handle<Job, (), (), InboxContext> for Effect<DB>
+where
+    DB: SqlxDatabase,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    async fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_, InboxContext>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.kind().info().attempt.unwrap_or(0);
+        let mut claim =
+            <SqlxClaim<DB> as ruststream::FromContext<InboxContext>>::from_context(ctx).await?;
+        // A second attempt's write would break the primary key if the first one's stayed.
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "INSERT INTO effects (n, attempt) VALUES ({}, {attempt})",
+            job.n
+        )))
+        .execute(&mut *claim)
+        .await
+        .map_err(|e| HandlerOutcome::retry().with_error(e))?;
+        if let Some(pool) = &self.mark {
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "INSERT INTO marks (n) VALUES ({})",
+                job.n
+            )))
+            .execute(pool)
+            .await
+            .expect("the mark");
+            tokio::time::sleep(Duration::from_secs(600)).await;
+        }
+        self.handled.fetch_add(1, Ordering::SeqCst);
+        if attempt < self.retry_below {
+            return Err(HandlerOutcome::retry().with_error("not yet"));
+        }
+        Ok(())
+    }
+}
+
+fn subscription<DB>(effect: Effect<DB>) -> ruststream::Subscription<SqlxBroker<DB>>
+where
+    DB: SqlxDatabase,
+    SqlxBroker<DB>: TakesRows<RowLock>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    ruststream::subscriber("claims", effect)
+        .map_source(|_| InboxQueue::<RowLock>::new("claims"))
+        .poll_interval(POLL)
+        .retry_policy(ruststream::RetryPolicy::immediate())
+        .into_subscription()
+}
+
+async fn until<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let since = Instant::now();
+    while !check().await {
+        assert!(since.elapsed() < WAIT, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The child: the service, whose handler writes, marks and waits to be killed.
+async fn child<DB>(url: &str)
+where
+    DB: SqlxDatabase,
+    SqlxBroker<DB>: TakesRows<RowLock>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let mark = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("the mark's pool");
+    let effect = Effect {
+        mark: Some(mark),
+        retry_below: 0,
+        handled: Arc::default(),
+    };
+    let broker = SqlxBroker::<DB>::from_url(url, sqlx::pool::PoolOptions::new().max_connections(4));
+    let _running = broker
+        .start([subscription(effect)])
+        .await
+        .expect("the child's broker starts");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    eprintln!("the child was not killed within a minute");
+    std::process::exit(3);
+}
+
+/// The parent: job 1 in the table; the child killed between its write and the commit leaves
+/// neither; a service whose handler writes and retries once, then writes and acknowledges,
+/// leaves the row deleted and exactly the last attempt's write.
+async fn writes_commit_with_the_acknowledgement<D>(db: &D, test: &str, url: &str)
+where
+    D: TestDb,
+    SqlxBroker<D::DB>: TakesRows<RowLock>,
+    for<'c> &'c mut <D::DB as sqlx::Database>::Connection: sqlx::Executor<'c, Database = D::DB>,
+    for<'c> &'c sqlx::Pool<D::DB>: sqlx::Executor<'c, Database = D::DB>,
+{
+    db.exec(&schema(db.dialect(), rows::PREFIX)).await;
+    db.exec("CREATE TABLE effects (n BIGINT PRIMARY KEY, attempt BIGINT NOT NULL)")
+        .await;
+    db.exec("CREATE TABLE marks (n BIGINT NOT NULL)").await;
+    let running = db.broker().start([]).await.expect("the broker starts");
+    running
+        .publisher::<RowLock>()
+        .publish(Message::json(&Job { n: 1 }).unwrap())
+        .await
+        .expect("job 1");
+    running.shutdown().await;
+
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--nocapture"])
+        .env(CHILD, url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the child starts");
+    until("the child's handler wrote and marked it", || async {
+        db.scalar("SELECT COUNT(*) FROM marks").await == 1
+    })
+    .await;
+    child.kill().expect("SIGKILL");
+    child.wait().expect("the child ends");
+    until("the child's transaction is rolled back", || async {
+        db.scalar("SELECT COUNT(*) FROM effects").await == 0
+            && db.scalar("SELECT COUNT(*) FROM sqlx_claim_rowlock").await == 1
+    })
+    .await;
+
+    let handled = Arc::new(AtomicUsize::new(0));
+    let effect = Effect::<D::DB> {
+        mark: None,
+        retry_below: 3,
+        handled: handled.clone(),
+    };
+    let running = db
+        .broker()
+        .start([subscription(effect)])
+        .await
+        .expect("the broker starts");
+    until("the row is settled", || async {
+        db.scalar("SELECT COUNT(*) FROM sqlx_claim_rowlock").await == 0
+    })
+    .await;
+    running.shutdown().await;
+    assert_eq!(handled.load(Ordering::SeqCst), 2, "attempts 2 and 3");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM effects WHERE n = 1 AND attempt = 3")
+            .await,
+        1,
+        "the acknowledged attempt's write, once"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM effects").await,
+        1,
+        "nothing of the killed attempt or the retried one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres() {
+    if let Ok(url) = std::env::var(CHILD) {
+        return child::<Postgres>(&url).await;
+    }
+    let db = Pg::new("pg_claim").await;
+    let url = db.broker_url();
+    writes_commit_with_the_acknowledgement(&db, "claim::postgres", &url).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb() {
+    if let Ok(url) = std::env::var(CHILD) {
+        return child::<MySql>(&url).await;
+    }
+    let db = My::new("my_claim").await;
+    let url = sqlx::ConnectOptions::to_url_lossy(&db.options).to_string();
+    writes_commit_with_the_acknowledgement(&db, "claim::mariadb", &url).await;
+    db.drop().await;
+}

@@ -1,0 +1,120 @@
+//! The row lock form lends its claim's open transaction to the handler: a savepoint marks
+//! where the handler's writes begin; an acknowledgement commits them with the settlement, a
+//! retry or a failure rolls back to the savepoint first.
+
+use super::*;
+use ruststream_core::Settlement;
+
+impl Sim {
+    fn lend(&mut self, p: usize, delivery: DeliveryId) {
+        self.procs[p].broker.lend_transaction(delivery, self.now);
+        self.poll(p);
+    }
+
+    fn lent(&self, p: usize, since: usize) -> Vec<(DeliveryId, Option<ConnId>)> {
+        self.events(p, since)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Lent { delivery, conn } => Some((delivery, conn)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The savepoint runs on the connection that holds the row, and that connection is lent; the
+/// acknowledgement then deletes and commits on it, with no rollback to the savepoint.
+#[test]
+fn a_lent_transaction_commits_with_the_acknowledgement() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, row_lock(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let mark = sim.mark();
+        sim.lend(0, delivery);
+        sim.run();
+        assert_eq!(sim.lent(0, mark), [(delivery, Some(conn))], "{dialect:?}");
+        assert_eq!(
+            sim.ops_on(0, conn, mark),
+            [Exec(StatementKind::Savepoint)],
+            "{dialect:?}: the savepoint, and nothing else while the handler holds it"
+        );
+        let mark = sim.mark();
+        sim.settle(0, delivery, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.ops_on(0, conn, mark),
+            [delete(false), Exec(StatementKind::Commit), Release],
+            "{dialect:?}"
+        );
+        assert!(!sim.db.rows.contains_key(&1), "{dialect:?}");
+    }
+}
+
+/// A retry or a rejection rolls back to the savepoint before it writes and commits: the
+/// handler's writes go, the row's due time, error or failure stay.
+#[test]
+fn a_lent_transaction_rolls_back_to_its_savepoint_on_a_retry_or_a_failure() {
+    for outcome in [Outcome::Retry, Outcome::Reject] {
+        let mut sim = Sim::start(Dialect::Postgres, row_lock(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        sim.lend(0, delivery);
+        sim.run();
+        let mark = sim.mark();
+        sim.procs[0].broker.settle_with(
+            delivery,
+            Settlement::new(outcome)
+                .delay(Duration::from_secs(5))
+                .error("the mail server is down"),
+            sim.now,
+        );
+        sim.poll(0);
+        sim.run();
+        let ops = sim.ops_on(0, conn, mark);
+        assert_eq!(
+            ops.first(),
+            Some(&Exec(StatementKind::RollbackToSavepoint)),
+            "{outcome:?}: {ops:?}"
+        );
+        assert!(
+            ops.contains(&Exec(StatementKind::Commit)),
+            "{outcome:?}: the retry's write commits after it: {ops:?}"
+        );
+    }
+}
+
+/// A dropped handler's transaction rolls back whole; a second lend, a lend of a delivery no
+/// longer in work, and a lend in another form answer no connection.
+#[test]
+fn only_a_row_lock_delivery_in_work_lends_its_transaction_once() {
+    let mut sim = Sim::start(Dialect::Postgres, row_lock(), 1, &[0]);
+    let delivery = sim.delivery(0, 1);
+    let conn = sim.conn_of(0, 1);
+    sim.lend(0, delivery);
+    sim.run();
+    let mark = sim.mark();
+    sim.lend(0, delivery);
+    assert_eq!(sim.lent(0, mark), [(delivery, None)], "lent once");
+    let mark = sim.mark();
+    sim.drop_delivery(0, delivery);
+    sim.run();
+    assert_eq!(
+        sim.ops_on(0, conn, mark)[..1],
+        [Exec(StatementKind::Rollback)],
+        "a drop rolls back whole"
+    );
+    let mark = sim.mark();
+    sim.lend(0, delivery);
+    assert_eq!(sim.lent(0, mark), [(delivery, None)], "no longer in work");
+
+    let mut sim = Sim::start(Dialect::Postgres, lease(), 1, &[0]);
+    let delivery = sim.delivery(0, 1);
+    let mark = sim.mark();
+    sim.lend(0, delivery);
+    assert_eq!(
+        sim.lent(0, mark),
+        [(delivery, None)],
+        "the lease form lends nothing"
+    );
+}
