@@ -1251,6 +1251,8 @@ fn identifiers_are_quoted_per_dialect() {
                         | StatementKind::TryLock
                         | StatementKind::Unlock
                         | StatementKind::Ping
+                        | StatementKind::Savepoint
+                        | StatementKind::RollbackToSavepoint
                 );
                 if touches_table {
                     assert!(st.sql.contains(&table), "quotes the table: {what}");
