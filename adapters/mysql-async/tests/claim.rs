@@ -1,0 +1,111 @@
+//! The row lock form lends its claim's transaction to the handler (`MySqlAsyncClaim`): a
+//! write on it commits with the acknowledgement and rolls back with a retry.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ruststream::{FromContext, IntoSubscription};
+use ruststream_mysql_async::MySqlAsyncClaim;
+use ruststream_mysql_async::prelude::*;
+
+/// A job of `claimed`, in the row lock form.
+#[derive(Inbox, FromRow)]
+#[inbox(table = "claimed")]
+struct Claimed {
+    #[field(id, generated)]
+    id: i64,
+    #[field(attempt, generated)]
+    attempt: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Job {
+    n: i64,
+}
+
+/// Writes its job's effect in the claim's transaction; retries its first attempt.
+#[derive(Clone, Default)]
+struct Effect {
+    handled: Arc<AtomicUsize>,
+}
+
+impl Handle<Job, (), (), InboxContext> for Effect {
+    async fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_, InboxContext>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.kind().info().attempt.unwrap_or(0);
+        let mut claim = MySqlAsyncClaim::from_context(ctx).await?;
+        claim
+            .exec_drop(
+                "INSERT INTO effects (n, attempt) VALUES (?, ?)",
+                (job.n, attempt),
+            )
+            .await
+            .map_err(|e| HandlerOutcome::retry().with_error(e))?;
+        self.handled.fetch_add(1, Ordering::SeqCst);
+        if attempt < 2 {
+            return Err(HandlerOutcome::retry().with_error("not yet"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry() {
+    let db = TestDb::new(
+        "claim",
+        &[
+            "CREATE TABLE claimed (id BIGINT AUTO_INCREMENT PRIMARY KEY,
+                 attempt BIGINT NOT NULL DEFAULT 0, payload LONGBLOB NOT NULL)",
+            "CREATE TABLE effects (n BIGINT PRIMARY KEY, attempt BIGINT NOT NULL)",
+        ],
+    )
+    .await;
+    let effect = Effect::default();
+    let subscription = ruststream::subscriber("claims", effect.clone())
+        .map_source(|_| InboxQueue::<Claimed>::new("claims"))
+        .poll_interval(POLL)
+        .retry_policy(ruststream::RetryPolicy::immediate())
+        .into_subscription();
+    let running = MySqlAsyncBroker::from_opts(db.opts())
+        .start([subscription])
+        .await
+        .expect("the broker starts");
+    running
+        .publisher::<Claimed>()
+        .publish(Message::json(&Job { n: 7 }).unwrap())
+        .await
+        .unwrap();
+    let since = Instant::now();
+    while db.count("SELECT COUNT(*) FROM claimed").await != 0
+        || effect.handled.load(Ordering::SeqCst) < 2
+    {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the row is settled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running.shutdown().await;
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM effects WHERE n = 7 AND attempt = 2")
+            .await,
+        1,
+        "the acknowledged attempt's write"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM effects").await,
+        1,
+        "nothing of the retried attempt"
+    );
+    db.cleanup().await;
+}

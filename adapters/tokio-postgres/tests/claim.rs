@@ -1,0 +1,107 @@
+//! The row lock form lends its claim's transaction to the handler (`TokioPostgresClaim`):
+//! a write on it commits with the acknowledgement and rolls back with a retry.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use ruststream::{FromContext, IntoSubscription};
+use ruststream_tokio_postgres::TokioPostgresClaim;
+use ruststream_tokio_postgres::prelude::*;
+
+/// A job of `claimed`, in the row lock form.
+#[derive(Inbox, serde::Deserialize)]
+#[inbox(table = "claimed")]
+struct Claimed {
+    #[field(id, generated)]
+    id: i64,
+    #[field(attempt, generated)]
+    attempt: i32,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Job {
+    n: i64,
+}
+
+/// Writes its job's effect in the claim's transaction; retries its first attempt.
+#[derive(Clone, Default)]
+struct Effect {
+    handled: Arc<AtomicUsize>,
+}
+
+impl Handle<Job, (), (), InboxContext> for Effect {
+    async fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_, InboxContext>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.kind().info().attempt.unwrap_or(0);
+        let claim = TokioPostgresClaim::from_context(ctx).await?;
+        claim
+            .execute(
+                "INSERT INTO effects (n, attempt) VALUES ($1, $2)",
+                &[&job.n, &attempt],
+            )
+            .await
+            .map_err(|e| HandlerOutcome::retry().with_error(e))?;
+        self.handled.fetch_add(1, Ordering::SeqCst);
+        if attempt < 2 {
+            return Err(HandlerOutcome::retry().with_error("not yet"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry() {
+    let db = Db::new("claim").await;
+    db.execute(
+        "CREATE TABLE claimed (id BIGSERIAL PRIMARY KEY, attempt INT NOT NULL DEFAULT 0,
+             payload BYTEA NOT NULL);
+         CREATE TABLE effects (n BIGINT PRIMARY KEY, attempt BIGINT NOT NULL);",
+    )
+    .await;
+    let effect = Effect::default();
+    let subscription = ruststream::subscriber("claims", effect.clone())
+        .map_source(|_| InboxQueue::<Claimed>::new("claims"))
+        .poll_interval(POLL)
+        .retry_policy(ruststream::RetryPolicy::immediate())
+        .into_subscription();
+    let broker = TokioPostgresBroker::from_url(
+        db.url(),
+        ruststream_tokio_postgres::deadpool_postgres::PoolConfig::new(4),
+    );
+    let running = broker
+        .start([subscription])
+        .await
+        .expect("the broker starts");
+    running
+        .publisher::<Claimed>()
+        .publish(Message::json(&Job { n: 7 }).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        eventually(WAIT, || effect.handled.load(Ordering::SeqCst) >= 2).await,
+        "attempts 1 and 2 handled"
+    );
+    assert_eq!(db.wait_count("SELECT COUNT(*) FROM claimed", 0).await, 0);
+    running.shutdown().await;
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM effects WHERE n = 7 AND attempt = 2")
+            .await,
+        1,
+        "the acknowledged attempt's write"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM effects").await,
+        1,
+        "nothing of the retried attempt"
+    );
+    db.finish().await;
+}
