@@ -1,4 +1,4 @@
-//! The row lock form's open transaction, lent to the handler: [`SqlxClaim`].
+//! A transaction on the delivery's connection, lent to the handler: [`SqlxClaim`].
 
 use std::marker::PhantomData;
 
@@ -8,9 +8,11 @@ use ruststream::{Context, FromContext, HandlerOutcome};
 use crate::conn::SqlxPool;
 use crate::db::SqlxDatabase;
 
-/// The claim's transaction of a row in the row lock form, lent to its handler: what the
-/// handler writes on it commits with the acknowledgement, in the same transaction, and rolls
-/// back with a retry, a crash or the shutdown, so its effects happen once with the row's
+/// A transaction on the delivery's connection, lent to its handler: in the row lock form the
+/// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
+/// connection that holds the key. What the handler writes in it commits with the
+/// acknowledgement, in the same transaction as the row's settlement, and rolls back with a
+/// retry, a failure, a crash or the shutdown, so its effects happen once with the
 /// settlement. It derefs to the database's connection (`&mut PgConnection`,
 /// `&mut MySqlConnection`), inside the open transaction: run statements on it, but neither
 /// commit nor roll it back.
@@ -38,8 +40,8 @@ use crate::db::SqlxDatabase;
 /// }
 /// ```
 ///
-/// A handler of a table in another form that takes it fails its row, with an error that says
-/// so.
+/// The lease form holds no connection while a row is in work, and lends none: a handler of
+/// such a table that takes it fails its row, with an error that says so.
 pub struct SqlxClaim<DB: SqlxDatabase> {
     lent: Lent<SqlxPool<DB>>,
     db: PhantomData<fn() -> DB>,
@@ -83,7 +85,7 @@ impl<DB: SqlxDatabase, C: Send> FromContext<C> for SqlxClaim<DB> {
                     db: PhantomData,
                 })
                 .ok_or_else(|| {
-                    let error = "the handler takes the claim's transaction (`SqlxClaim`), but its row is not held by one: only a table in the row lock form on this broker lends it";
+                    let error = "the handler takes the claim's transaction (`SqlxClaim`), but the delivery holds no connection to lend one on: the lease form lends none";
                     tracing::error!("{error}");
                     HandlerOutcome::reject().with_error(error)
                 })

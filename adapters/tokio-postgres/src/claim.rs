@@ -1,4 +1,4 @@
-//! The row lock form's open transaction, lent to the handler: [`TokioPostgresClaim`].
+//! A transaction on the delivery's connection, lent to the handler: [`TokioPostgresClaim`].
 
 use ruststream::adapter::Lent;
 use ruststream::{Context, FromContext, HandlerOutcome};
@@ -6,15 +6,17 @@ use tokio_postgres::Client;
 
 use crate::conns::Lender;
 
-/// The claim's transaction of a row in the row lock form, lent to its handler: what the
-/// handler writes on it commits with the acknowledgement, in the same transaction, and rolls
-/// back with a retry, a crash or the shutdown, so its effects happen once with the row's
+/// A transaction on the delivery's connection, lent to its handler: in the row lock form the
+/// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
+/// connection that holds the key. What the handler writes in it commits with the
+/// acknowledgement, in the same transaction as the row's settlement, and rolls back with a
+/// retry, a failure, a crash or the shutdown, so its effects happen once with the
 /// settlement. It derefs to the [`Client`] inside the open transaction: run statements on it,
 /// but neither commit nor roll it back. (Under the simple query protocol too: a statement the
 /// handler runs goes as it writes it.)
 ///
-/// A handler of a table in another form that takes it fails its row, with an error that says
-/// so.
+/// The lease form holds no connection while a row is in work, and lends none: a handler of
+/// such a table that takes it fails its row, with an error that says so.
 pub struct TokioPostgresClaim {
     lent: Lent<Lender>,
 }
@@ -46,7 +48,7 @@ impl<C: Send> FromContext<C> for TokioPostgresClaim {
             lent.and_then(|lent| lent.downcast::<Lent<Lender>>().ok())
                 .map(|lent| TokioPostgresClaim { lent: *lent })
                 .ok_or_else(|| {
-                    let error = "the handler takes the claim's transaction (`TokioPostgresClaim`), but its row is not held by one: only a table in the row lock form lends it";
+                    let error = "the handler takes the claim's transaction (`TokioPostgresClaim`), but the delivery holds no connection to lend one on: the lease form lends none";
                     tracing::error!("{error}");
                     HandlerOutcome::reject().with_error(error)
                 })

@@ -196,9 +196,12 @@ pub struct Delivered<R> {
     pub key: Option<Arc<str>>,
     /// The driver's row, to decode the message from.
     pub row: Option<R>,
-    /// The row lock form: the connection whose open transaction holds the row. What the
-    /// handler writes on it commits with the acknowledgement and rolls back with a retry, a
-    /// crash or the shutdown; the core runs nothing on it while the handler runs.
+    /// The connection that holds the delivery, where the handler may take a transaction
+    /// ([`Broker::lend_transaction`](crate::Broker::lend_transaction)): in the row lock form
+    /// the claim's open transaction, in the advisory lock form the connection that holds the
+    /// key; `None` in the lease form. What the handler writes in the lent transaction commits
+    /// with the acknowledgement and rolls back with a retry, a failure, a crash or the
+    /// shutdown.
     pub transaction: Option<ConnId>,
 }
 

@@ -147,7 +147,7 @@ impl ContextKind for InboxContext {
     }
 }
 
-/// Lends the row lock form's open transaction to a handler, once.
+/// Lends a transaction on the delivery's connection to a handler, once.
 pub(crate) type Lender =
     Box<dyn FnOnce() -> crate::exec::BoxFuture<Option<Box<dyn std::any::Any + Send>>> + Send>;
 
@@ -187,10 +187,11 @@ impl<'a, C> Context<'a, C> {
         self
     }
 
-    /// The row lock form's open transaction, the claim's, on which the handler's writes commit
-    /// with the acknowledgement: the adapter's connection behind `Any`, for the adapter's
-    /// extractor to take (`SqlxClaim`, `TokioPostgresClaim`, `MySqlAsyncClaim`). `None` in
-    /// another form, or once taken.
+    /// A transaction on the delivery's connection, on which the handler's writes commit with
+    /// the acknowledgement: in the row lock form the claim's, in the advisory lock form one
+    /// the core begins where the key is held. The adapter's connection behind `Any`, for the
+    /// adapter's extractor to take (`SqlxClaim`, `TokioPostgresClaim`, `MySqlAsyncClaim`).
+    /// `None` in the lease form, or once taken.
     pub fn claim_transaction(
         &mut self,
     ) -> Option<crate::exec::BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {

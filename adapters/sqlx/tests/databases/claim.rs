@@ -1,6 +1,7 @@
-//! The row lock form lends its claim's transaction to the handler (`SqlxClaim`): what the
-//! handler writes on it commits with the acknowledgement, rolls back with a retry, and is
-//! gone with a process killed between the write and the commit. Both or neither, never one.
+//! A handler takes a transaction on its delivery's connection (`SqlxClaim`): in the row lock
+//! form its claim's, in the advisory lock form one begun where the key is held. What the
+//! handler writes in it commits with the acknowledgement, rolls back with a retry, and is gone
+//! with a process killed between the write and the commit. Both or neither, never one.
 //!
 //! The kill: the test binary runs again as a child (`RS_SQLX_CLAIM_CHILD` names the broker's
 //! URL), whose handler writes its effect in the claim's transaction, marks that it did on a
@@ -22,7 +23,7 @@ use crate::common::*;
 mod rows {
     crate::tables!("sqlx_claim");
 }
-use rows::RowLock;
+use rows::{Keyed, RowLock};
 
 const CHILD: &str = "RS_SQLX_CLAIM_CHILD";
 
@@ -77,15 +78,16 @@ where
     }
 }
 
-fn subscription<DB>(effect: Effect<DB>) -> ruststream::Subscription<SqlxBroker<DB>>
+fn subscription<T, DB>(effect: Effect<DB>) -> ruststream::Subscription<SqlxBroker<DB>>
 where
+    T: ruststream::InboxTable + ruststream::PayloadRow,
     DB: SqlxDatabase,
-    SqlxBroker<DB>: TakesRows<RowLock>,
+    SqlxBroker<DB>: TakesRows<T>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
 {
     ruststream::subscriber("claims", effect)
-        .map_source(|_| InboxQueue::<RowLock>::new("claims"))
+        .map_source(|_| InboxQueue::<T>::new("claims"))
         .poll_interval(POLL)
         .retry_policy(ruststream::RetryPolicy::immediate())
         .into_subscription()
@@ -100,10 +102,11 @@ async fn until<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> 
 }
 
 /// The child: the service, whose handler writes, marks and waits to be killed.
-async fn child<DB>(url: &str)
+async fn child<T, DB>(url: &str)
 where
+    T: ruststream::InboxTable + ruststream::PayloadRow,
     DB: SqlxDatabase,
-    SqlxBroker<DB>: TakesRows<RowLock>,
+    SqlxBroker<DB>: TakesRows<T>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
 {
@@ -119,7 +122,7 @@ where
     };
     let broker = SqlxBroker::<DB>::from_url(url, sqlx::pool::PoolOptions::new().max_connections(4));
     let _running = broker
-        .start([subscription(effect)])
+        .start([subscription::<T, DB>(effect)])
         .await
         .expect("the child's broker starts");
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -130,10 +133,11 @@ where
 /// The parent: job 1 in the table; the child killed between its write and the commit leaves
 /// neither; a service whose handler writes and retries once, then writes and acknowledges,
 /// leaves the row deleted and exactly the last attempt's write.
-async fn writes_commit_with_the_acknowledgement<D>(db: &D, test: &str, url: &str)
+async fn writes_commit_with_the_acknowledgement<T, D>(db: &D, test: &str, url: &str, table: &str)
 where
+    T: ruststream::InboxTable + ruststream::PayloadRow,
     D: TestDb,
-    SqlxBroker<D::DB>: TakesRows<RowLock>,
+    SqlxBroker<D::DB>: TakesRows<T>,
     for<'c> &'c mut <D::DB as sqlx::Database>::Connection: sqlx::Executor<'c, Database = D::DB>,
     for<'c> &'c sqlx::Pool<D::DB>: sqlx::Executor<'c, Database = D::DB>,
 {
@@ -142,11 +146,11 @@ where
         .await;
     db.exec("CREATE TABLE marks (n BIGINT NOT NULL)").await;
     let running = db.broker().start([]).await.expect("the broker starts");
-    running
-        .publisher::<RowLock>()
-        .publish(Message::json(&Job { n: 1 }).unwrap())
-        .await
-        .expect("job 1");
+    let mut job = Message::json(&Job { n: 1 }).unwrap();
+    if table.ends_with("_keyed") {
+        job = job.column("k", "one");
+    }
+    running.publisher::<T>().publish(job).await.expect("job 1");
     running.shutdown().await;
 
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
@@ -165,7 +169,7 @@ where
     child.wait().expect("the child ends");
     until("the child's transaction is rolled back", || async {
         db.scalar("SELECT COUNT(*) FROM effects").await == 0
-            && db.scalar("SELECT COUNT(*) FROM sqlx_claim_rowlock").await == 1
+            && db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await == 1
     })
     .await;
 
@@ -177,11 +181,11 @@ where
     };
     let running = db
         .broker()
-        .start([subscription(effect)])
+        .start([subscription::<T, D::DB>(effect)])
         .await
         .expect("the broker starts");
     until("the row is settled", || async {
-        db.scalar("SELECT COUNT(*) FROM sqlx_claim_rowlock").await == 0
+        db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await == 0
     })
     .await;
     running.shutdown().await;
@@ -202,21 +206,67 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
     if let Ok(url) = std::env::var(CHILD) {
-        return child::<Postgres>(&url).await;
+        return child::<RowLock, Postgres>(&url).await;
     }
     let db = Pg::new("pg_claim").await;
     let url = db.broker_url();
-    writes_commit_with_the_acknowledgement(&db, "claim::postgres", &url).await;
+    writes_commit_with_the_acknowledgement::<RowLock, _>(
+        &db,
+        "claim::postgres",
+        &url,
+        "sqlx_claim_rowlock",
+    )
+    .await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_advisory() {
+    if let Ok(url) = std::env::var(CHILD) {
+        return child::<Keyed, Postgres>(&url).await;
+    }
+    let db = Pg::new("pg_claim_adv").await;
+    let url = db.broker_url();
+    writes_commit_with_the_acknowledgement::<Keyed, _>(
+        &db,
+        "claim::postgres_advisory",
+        &url,
+        "sqlx_claim_keyed",
+    )
+    .await;
     db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb() {
     if let Ok(url) = std::env::var(CHILD) {
-        return child::<MySql>(&url).await;
+        return child::<RowLock, MySql>(&url).await;
     }
     let db = My::new("my_claim").await;
     let url = sqlx::ConnectOptions::to_url_lossy(&db.options).to_string();
-    writes_commit_with_the_acknowledgement(&db, "claim::mariadb", &url).await;
+    writes_commit_with_the_acknowledgement::<RowLock, _>(
+        &db,
+        "claim::mariadb",
+        &url,
+        "sqlx_claim_rowlock",
+    )
+    .await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_advisory() {
+    if let Ok(url) = std::env::var(CHILD) {
+        return child::<Keyed, MySql>(&url).await;
+    }
+    let db = My::new("my_claim_adv").await;
+    let url = sqlx::ConnectOptions::to_url_lossy(&db.options).to_string();
+    writes_commit_with_the_acknowledgement::<Keyed, _>(
+        &db,
+        "claim::mariadb_advisory",
+        &url,
+        "sqlx_claim_keyed",
+    )
+    .await;
     db.drop().await;
 }

@@ -411,12 +411,14 @@ impl<R> Broker<R> {
         self.change_failed(publisher, which, false, now)
     }
 
-    /// The handler asks for its row lock claim's open transaction, to write in it: the core
-    /// marks a savepoint on the delivery's connection (so that a retry or a failure undoes
-    /// the handler's writes, while an acknowledgement commits them with the settlement), then
-    /// answers [`Event::Lent`] with the connection, on which it runs nothing until the
-    /// handler settles. `conn: None`: the delivery is not the row lock form's, not in work,
-    /// was lent already, or the savepoint failed.
+    /// The handler asks for a transaction on its delivery's connection, to write in it: in
+    /// the row lock form the claim's open transaction, past a savepoint the core marks; in the
+    /// advisory lock form a transaction the core begins on the connection that holds the key.
+    /// An acknowledgement's statement then runs in it and commits with the handler's writes;
+    /// a retry, a failure or a drop undoes them first (back to the savepoint, or a rollback).
+    /// The core answers [`Event::Lent`] with the connection, on which it runs nothing until the
+    /// handler settles. `conn: None`: the lease form, a delivery not in work, one lent already,
+    /// or a savepoint or a begin that failed.
     pub fn lend_transaction(&mut self, delivery: DeliveryId, now: Time) {
         self.now = now;
         self.begin_lend(delivery);

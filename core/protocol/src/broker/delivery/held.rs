@@ -35,20 +35,23 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The handler asks for the row lock delivery's transaction: a savepoint first, then
-    /// [`Event::Lent`]; anything else answers no connection.
+    /// The handler asks for a transaction on its delivery's connection: in the row lock form
+    /// the claim's, past a savepoint; in the advisory lock form a new one, begun on the
+    /// connection that holds the key. Then [`Event::Lent`]; anything else answers no
+    /// connection.
     pub(in crate::broker) fn begin_lend(&mut self, delivery: DeliveryId) {
-        let lendable = self
-            .deliveries
-            .get(delivery)
-            .and_then(|d| match (&d.held, d.conn) {
-                (Held::RowLock(st), Some(conn))
-                    if d.state == DeliveryState::InWork && d.ending.is_none() && !d.savepoint =>
-                {
-                    Some((st.savepoint.clone(), conn))
+        let lendable = self.deliveries.get(delivery).and_then(|d| {
+            if d.state != DeliveryState::InWork || d.ending.is_some() || d.savepoint {
+                return None;
+            }
+            match (&d.held, d.conn) {
+                (Held::RowLock(st), Some(conn)) => Some((st.savepoint.clone(), conn)),
+                (Held::Advisory { .. }, Some(conn)) => {
+                    Some((self.subs[d.sub.0].statements.begin.clone(), conn))
                 }
                 _ => None,
-            });
+            }
+        });
         let Some((savepoint, conn)) = lendable else {
             self.events.push_back(Event::Lent {
                 delivery,
@@ -89,8 +92,16 @@ impl<R> Broker<R> {
 
     /// The handler's writes are undone: the settlement goes on as it would have.
     pub(super) fn unwound(&mut self, delivery: DeliveryId) {
-        if let Some(ending) = self.deliveries.get(delivery).and_then(|d| d.ending) {
-            self.row_lock_end(delivery, ending);
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        let Some(ending) = d.ending else {
+            return;
+        };
+        match d.held {
+            Held::RowLock(_) => self.row_lock_end(delivery, ending),
+            Held::Advisory { .. } => self.advisory_end(delivery, ending),
+            Held::Lease(_) => {}
         }
     }
 
@@ -149,15 +160,38 @@ impl<R> Broker<R> {
         self.delivery_execute(delivery, conn, &statement, binds, stage);
     }
 
-    /// An advisory delivery ends: a settlement's statement, then the release of its key.
+    /// An advisory delivery ends: a settlement's statement, then the release of its key. With
+    /// a transaction lent to the handler, an acknowledgement's statement runs in it and
+    /// commits with the handler's writes; any other ending rolls it back first.
     pub(super) fn advisory_end(&mut self, delivery: DeliveryId, ending: Ending) {
-        let Some(d) = self.deliveries.get(delivery) else {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
         let (Held::Advisory { .. }, Some(conn)) = (&d.held, d.conn) else {
-            debug_assert!(false, "an advisory delivery holds its connection");
+            // Its connection closed already (a transaction that failed to begin for the
+            // handler closed it, its key with it): the row went back.
+            if matches!(ending, Ending::Settle(_)) {
+                self.events.push_back(Event::SettleFailed {
+                    delivery,
+                    error: SettleError::Db(DbError::new(
+                        ErrorKind::ConnectionLost,
+                        "the delivery's connection closed before the settlement: the row went back to the queue",
+                    )),
+                });
+            }
             return self.finish_delivery(delivery);
         };
+        if d.savepoint && ending != Ending::Settle(Outcome::Ack) {
+            d.savepoint = false;
+            let rollback = self.subs[d.sub.0].statements.rollback.clone();
+            return self.delivery_execute(
+                delivery,
+                conn,
+                &rollback,
+                Vec::new(),
+                DeliveryStage::Unwind,
+            );
+        }
         let Some(settle) = self.held_statement(delivery, ending) else {
             return self.delivery_unlock(delivery);
         };
@@ -179,23 +213,42 @@ impl<R> Broker<R> {
                 let commit = self.subs[d.sub.0].statements.commit.clone();
                 self.delivery_execute(delivery, conn, &commit, Vec::new(), DeliveryStage::Commit);
             }
-            Held::Advisory { .. } => {
-                let outcome = match d.ending {
-                    Some(Ending::Settle(o)) => o,
-                    _ => Outcome::Ack,
+            Held::Advisory { .. } if d.savepoint => {
+                // The handler's writes and the settlement commit together.
+                let Some(conn) = d.conn else {
+                    return;
                 };
-                self.settled_event(delivery, outcome);
-                self.delivery_unlock(delivery);
+                let commit = self.subs[d.sub.0].statements.commit.clone();
+                self.delivery_execute(delivery, conn, &commit, Vec::new(), DeliveryStage::Commit);
             }
+            Held::Advisory { .. } => self.advisory_settled(delivery),
             Held::Lease(_) => {}
         }
     }
 
-    /// A row lock delivery's transaction ended: committed (settled) or rolled back.
+    /// An advisory delivery's settlement took effect: it is settled, and its key is released.
+    fn advisory_settled(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.savepoint = false;
+        let outcome = match d.ending {
+            Some(Ending::Settle(o)) => o,
+            _ => Outcome::Ack,
+        };
+        self.settled_event(delivery, outcome);
+        self.delivery_unlock(delivery);
+    }
+
+    /// A row lock delivery's transaction ended: committed (settled) or rolled back. An advisory
+    /// delivery's lent transaction committed with its settlement.
     pub(super) fn row_lock_ended(&mut self, delivery: DeliveryId, stage: DeliveryStage) {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
+        if matches!(d.held, Held::Advisory { .. }) {
+            return self.advisory_settled(delivery);
+        }
         d.holds = false;
         if matches!(stage, DeliveryStage::Commit) {
             d.settled = true;

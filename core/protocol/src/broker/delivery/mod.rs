@@ -297,7 +297,9 @@ impl<R> Broker<R> {
             return;
         }
         let transaction = match self.deliveries.get(id) {
-            Some(d) if matches!(d.held, Held::RowLock(_)) => d.conn.map(|c| self.conns.physical(c)),
+            Some(d) if matches!(d.held, Held::RowLock(_) | Held::Advisory { .. }) => {
+                d.conn.map(|c| self.conns.physical(c))
+            }
             _ => None,
         };
         let delivered = Delivered {

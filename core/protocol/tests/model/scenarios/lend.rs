@@ -118,3 +118,47 @@ fn only_a_row_lock_delivery_in_work_lends_its_transaction_once() {
         "the lease form lends nothing"
     );
 }
+
+/// The advisory lock form begins a transaction on the connection that holds the key: an
+/// acknowledgement's statement runs in it and commits, then the key is released; a retry
+/// rolls it back first.
+#[test]
+fn an_advisory_delivery_lends_a_transaction_on_its_keys_connection() {
+    for (outcome, expected) in [
+        (
+            Outcome::Ack,
+            vec![
+                Exec(StatementKind::Delete { fenced: false }),
+                Exec(StatementKind::Commit),
+            ],
+        ),
+        (Outcome::Retry, vec![Exec(StatementKind::Rollback)]),
+    ] {
+        let mut sim = Sim::start(Dialect::Postgres, advisory(), 1, &[0]);
+        let delivery = sim.delivery(0, 1);
+        let conn = sim.conn_of(0, 1);
+        let mark = sim.mark();
+        sim.lend(0, delivery);
+        sim.run();
+        assert_eq!(sim.lent(0, mark), [(delivery, Some(conn))], "{outcome:?}");
+        assert_eq!(
+            sim.ops_on(0, conn, mark),
+            [Exec(StatementKind::Begin)],
+            "{outcome:?}"
+        );
+        let mark = sim.mark();
+        sim.settle(0, delivery, outcome);
+        sim.run();
+        let ops = sim.ops_on(0, conn, mark);
+        assert_eq!(ops[..expected.len()], expected[..], "{outcome:?}: {ops:?}");
+        assert!(
+            ops.contains(&Exec(StatementKind::Unlock)),
+            "{outcome:?}: the key is released after: {ops:?}"
+        );
+        assert!(
+            sim.events(0, mark)
+                .contains(&Event::Settled { delivery, outcome }),
+            "{outcome:?}"
+        );
+    }
+}
