@@ -1,10 +1,9 @@
 //! A transaction on the delivery's connection, lent to the handler: [`MySqlAsyncClaim`].
 
 use mysql_async::Conn;
-use ruststream::adapter::Lent;
-use ruststream::{Context, FromContext, HandlerOutcome};
+use ruststream::adapter::{Claim, LendsClaims};
 
-use crate::conn::Lender;
+use crate::conn::{Lender, MyConn};
 
 /// A transaction on the delivery's connection, lent to its handler: in the row lock form the
 /// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
@@ -16,47 +15,17 @@ use crate::conn::Lender;
 ///
 /// The lease form holds no connection while a row is in work, and lends none: a handler of
 /// such a table that takes it fails its row, with an error that says so.
-pub struct MySqlAsyncClaim {
-    lent: Lent<Lender>,
-}
+pub type MySqlAsyncClaim = Claim<Lender>;
 
-impl std::fmt::Debug for MySqlAsyncClaim {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlAsyncClaim").finish_non_exhaustive()
-    }
-}
-
-impl std::ops::Deref for MySqlAsyncClaim {
+impl LendsClaims for Lender {
     type Target = Conn;
+    const EXTRACTOR: &'static str = "MySqlAsyncClaim";
 
-    fn deref(&self) -> &Conn {
-        &self.lent.conn
+    fn target(conn: &MyConn) -> &Conn {
+        &conn.conn
     }
-}
 
-impl std::ops::DerefMut for MySqlAsyncClaim {
-    fn deref_mut(&mut self) -> &mut Conn {
-        &mut self.lent.conn
-    }
-}
-
-impl<C: Send> FromContext<C> for MySqlAsyncClaim {
-    fn from_context(
-        ctx: &mut Context<'_, C>,
-    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
-        let lending = ctx.claim_transaction();
-        async move {
-            let lent = match lending {
-                Some(lending) => lending.await,
-                None => None,
-            };
-            lent.and_then(|lent| lent.downcast::<Lent<Lender>>().ok())
-                .map(|lent| MySqlAsyncClaim { lent: *lent })
-                .ok_or_else(|| {
-                    let error = "the handler takes the claim's transaction (`MySqlAsyncClaim`), but the delivery holds no connection to lend one on: the lease form lends none";
-                    tracing::error!("{error}");
-                    HandlerOutcome::reject().with_error(error)
-                })
-        }
+    fn target_mut(conn: &mut MyConn) -> &mut Conn {
+        &mut conn.conn
     }
 }

@@ -18,7 +18,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Pool};
 use ruststream::adapter::{ConnFuture, ConnectionPool, Ending};
 use ruststream::exec::BoxFuture;
-use ruststream_core::{DbError, ErrorKind, Output, Reply, Row, Statement, Value};
+use ruststream_core::{ColumnType, DbError, ErrorKind, Output, Reply, Statement, Value, read_rows};
 use tokio::runtime::Handle;
 
 use crate::lock::CustomLock;
@@ -43,14 +43,14 @@ where
 /// What a pool lends with: the pool, the runtime its connections' futures run in, and how
 /// long an acquire may wait.
 #[derive(Clone)]
-pub(crate) struct Lender {
+pub struct Lender {
     pub(crate) pool: Pool,
     pub(crate) runtime: Handle,
     pub(crate) acquire_timeout: Duration,
 }
 
 /// A connection of the pool held for a `ConnId`, and what is known of it.
-pub(crate) struct MyConn {
+pub struct MyConn {
     pub(crate) conn: Conn,
     /// What a kill of a statement in flight needs: the session's id, and options to open a
     /// connection of its own.
@@ -129,9 +129,9 @@ impl ConnectionPool for Lender {
         conn.custom_ran = true;
         Box::pin(async move {
             let answer = if take {
-                lock.lock(&mut conn.conn, key).await
+                (lock.lock())(&mut conn.conn, key).await
             } else {
-                lock.unlock(&mut conn.conn, key).await
+                (lock.unlock())(&mut conn.conn, key).await
             };
             answer.map_err(|e| db_error(&e))
         })
@@ -275,72 +275,17 @@ async fn run(
                     .await
                     .map_err(failed)?
             };
-            let mut wanted: Option<Vec<usize>> = None;
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
-                let names = row.columns_ref();
-                let indexes = match &wanted {
-                    Some(indexes) => indexes,
-                    None => {
-                        let found = columns
-                            .iter()
-                            .map(|c| {
-                                column_index(names, c.name).ok_or_else(|| {
-                                    DbError::new(
-                                        ErrorKind::UndefinedColumn,
-                                        format!(
-                                            "the statement's rows have no column `{}`: {}",
-                                            c.name, statement.sql
-                                        ),
-                                    )
-                                })
-                            })
-                            .collect::<Result<Vec<usize>, DbError>>()?;
-                        wanted.insert(found)
-                    }
-                };
-                let values = indexes
-                    .iter()
-                    .zip(columns.iter())
-                    .map(|(&i, c)| {
-                        let value = match row.as_ref(i) {
-                            Some(value) => from_mysql(value, &names[i]),
-                            None => Value::Null,
-                        };
-                        c.ty.read(value).map_err(|e| {
-                            DbError::new(
-                                ErrorKind::Other,
-                                format!(
-                                    "column `{}` does not read as {}: {e}: {}",
-                                    c.name,
-                                    c.ty.name(),
-                                    statement.sql
-                                ),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<Value>, DbError>>()?;
-                out.push(Row {
-                    values,
-                    raw: raw.then_some(row),
-                });
-            }
-            Ok(Reply::Rows(out))
+            let names = |row: &mysql_async::Row| {
+                let columns = row.columns_ref();
+                columns.iter().map(|c| c.name_str().into_owned()).collect()
+            };
+            let read = |row: &mysql_async::Row, i: usize, ty: ColumnType| match row.as_ref(i) {
+                Some(value) => ty.read(from_mysql(value, &row.columns_ref()[i])),
+                None => Ok(Value::Null),
+            };
+            read_rows(rows, columns, *raw, sql, names, read).map(Reply::Rows)
         }
     }
-}
-
-/// The index of the column `name`: exact first, then ignoring ASCII case (MySQL's own rule
-/// for column names).
-fn column_index(columns: &[mysql_async::Column], name: &str) -> Option<usize> {
-    columns
-        .iter()
-        .position(|c| c.name_ref() == name.as_bytes())
-        .or_else(|| {
-            columns
-                .iter()
-                .position(|c| c.name_str().eq_ignore_ascii_case(name))
-        })
 }
 
 #[cfg(test)]

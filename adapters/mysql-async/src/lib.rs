@@ -220,7 +220,7 @@ pub use broker::{
     MySqlAsyncRoute, RunningMySqlAsyncBroker,
 };
 pub use claim::MySqlAsyncClaim;
-pub use lock::{CustomLock, Lock, LockFn, LockFuture, PickLock, Unlock};
+pub use lock::{CustomLock, Lock, LockFn, LockFuture, PickLock, Unlock, custom_lock};
 /// The mysql_async crate this adapter runs on, for row types and [`Lock`] and [`Unlock`]
 /// implementations.
 pub use mysql_async;

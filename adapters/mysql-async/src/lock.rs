@@ -1,6 +1,5 @@
 //! The service's own lock and unlock of a table's keys (lock.md), on mysql_async's connection.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -82,38 +81,11 @@ fn unlock_of<'a, T: Unlock + 'static>(conn: &'a mut Conn, key: &'a str) -> LockF
 
 /// A table's custom lock and unlock, as the broker runs them on the command's connection (the
 /// adapter's `Adapter::Lock`).
-#[derive(Clone, Copy)]
-pub struct CustomLock {
-    lock: LockFn,
-    unlock: LockFn,
-}
+pub type CustomLock = ruststream::adapter::CustomLock<LockFn>;
 
-impl CustomLock {
-    /// The lock and unlock of `T`.
-    pub fn of<T: Lock + Unlock + 'static>() -> Self {
-        Self::new(lock_of::<T>, unlock_of::<T>)
-    }
-
-    /// A lock of these two functions.
-    pub fn new(lock: LockFn, unlock: LockFn) -> Self {
-        Self { lock, unlock }
-    }
-
-    /// Runs the lock on `conn`.
-    pub fn lock<'a>(&self, conn: &'a mut Conn, key: &'a str) -> LockFuture<'a> {
-        (self.lock)(conn, key)
-    }
-
-    /// Runs the unlock on `conn`.
-    pub fn unlock<'a>(&self, conn: &'a mut Conn, key: &'a str) -> LockFuture<'a> {
-        (self.unlock)(conn, key)
-    }
-}
-
-impl fmt::Debug for CustomLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CustomLock").finish_non_exhaustive()
-    }
+/// The custom lock of `T`: its [`Lock`] and [`Unlock`].
+pub fn custom_lock<T: Lock + Unlock + 'static>() -> CustomLock {
+    CustomLock::new(lock_of::<T>, unlock_of::<T>)
 }
 
 /// Picks a row type's custom lock by its description's type: the description's `Lock` bit
@@ -129,7 +101,7 @@ pub trait PickLock<T> {
 
 impl<T: Lock + Unlock + 'static> PickLock<T> for True {
     fn pick() -> Option<CustomLock> {
-        Some(CustomLock::of::<T>())
+        Some(custom_lock::<T>())
     }
 }
 

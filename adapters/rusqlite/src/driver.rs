@@ -14,10 +14,12 @@ use ruststream::adapter::{
     AdapterError, BlockingDriver, ConnFuture, ConnectionPool, PoolSource, ThreadSettings, Threads,
 };
 use ruststream_core::server::{self, Server};
-use ruststream_core::{DbError, Dialect, ErrorKind, Output, Reply, Row, Statement, Value};
+use ruststream_core::{
+    ColumnType, DbError, Dialect, ErrorKind, Output, Reply, Statement, Value, read_rows,
+};
 
 use crate::lock::CustomLock;
-use crate::row::{RusqliteRow, column_index, db_error, from_sql, to_sql};
+use crate::row::{RusqliteRow, db_error, from_sql, to_sql};
 
 /// How long the task that sent a statement looks for its answer before it waits to be woken,
 /// unless the broker is told otherwise: most statements answer within it.
@@ -105,9 +107,9 @@ impl BlockingDriver for Sqlite {
         take: bool,
     ) -> Result<bool, DbError> {
         let answer = if take {
-            lock.lock(conn, key)
+            (lock.lock())(conn, key)
         } else {
-            lock.unlock(conn, key)
+            (lock.unlock())(conn, key)
         };
         answer.map_err(|e| db_error(&e))
     }
@@ -282,20 +284,6 @@ pub(crate) fn execute(
                 .map(String::from)
                 .collect::<Vec<_>>()
                 .into();
-            let wanted = columns
-                .iter()
-                .map(|c| {
-                    column_index(&names, c.name).ok_or_else(|| {
-                        DbError::new(
-                            ErrorKind::UndefinedColumn,
-                            format!(
-                                "the statement's rows have no column `{}`: {}",
-                                c.name, statement.sql
-                            ),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<usize>, DbError>>()?;
             let mut out = Vec::new();
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(sql_error)? {
@@ -303,29 +291,12 @@ pub(crate) fn execute(
                     .map(|i| row.get::<_, SqlValue>(i))
                     .collect::<rusqlite::Result<Vec<SqlValue>>>()
                     .map_err(sql_error)?;
-                let read = wanted
-                    .iter()
-                    .zip(columns.iter())
-                    .map(|(&i, c)| {
-                        c.ty.read(from_sql(&values[i])).map_err(|e| {
-                            DbError::new(
-                                ErrorKind::Other,
-                                format!(
-                                    "column `{}` does not read as {}: {e}: {}",
-                                    c.name,
-                                    c.ty.name(),
-                                    statement.sql
-                                ),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<Value>, DbError>>()?;
-                out.push(Row {
-                    values: read,
-                    raw: raw.then(|| RusqliteRow::from_parts(names.clone(), values)),
-                });
+                out.push(RusqliteRow::from_parts(names.clone(), values));
             }
-            Ok(Reply::Rows(out))
+            let names = |row: &RusqliteRow| row.columns().to_vec();
+            let read =
+                |row: &RusqliteRow, i: usize, ty: ColumnType| ty.read(from_sql(&row.values()[i]));
+            read_rows(out, columns, *raw, &statement.sql, names, read).map(Reply::Rows)
         }
     }
 }

@@ -186,7 +186,7 @@ use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
 
 pub use driver::Synchronous;
-pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock, custom_lock};
 pub use outbox::RusqliteOutbox;
 pub use row::RusqliteRow;
 /// The rusqlite crate this adapter runs on, for [`Lock`] and [`Unlock`] implementations.

@@ -1,7 +1,5 @@
 //! The service's own lock and unlock of a table's keys (lock.md), on rusqlite's connection.
 
-use std::fmt;
-
 use rusqlite::Connection;
 use ruststream_core::spec::bits::{False, True};
 
@@ -57,40 +55,13 @@ pub trait Unlock {
 /// A function of a custom lock: `Lock::lock` or `Unlock::unlock`.
 pub type LockFn = fn(&Connection, &str) -> rusqlite::Result<bool>;
 
-/// A table's custom lock and unlock, as the broker runs them on its connections' threads
-/// (the adapter's `Adapter::Lock`).
-#[derive(Clone, Copy)]
-pub struct CustomLock {
-    lock: LockFn,
-    unlock: LockFn,
-}
+/// A table's custom lock and unlock, as the broker runs them on the command's connection (the
+/// adapter's `Adapter::Lock`).
+pub type CustomLock = ruststream::adapter::CustomLock<LockFn>;
 
-impl CustomLock {
-    /// The lock and unlock of `T`.
-    pub fn of<T: Lock + Unlock>() -> Self {
-        Self::new(T::lock, T::unlock)
-    }
-
-    /// A lock of these two functions.
-    pub fn new(lock: LockFn, unlock: LockFn) -> Self {
-        Self { lock, unlock }
-    }
-
-    /// Runs the lock on `conn`.
-    pub fn lock(&self, conn: &Connection, key: &str) -> rusqlite::Result<bool> {
-        (self.lock)(conn, key)
-    }
-
-    /// Runs the unlock on `conn`.
-    pub fn unlock(&self, conn: &Connection, key: &str) -> rusqlite::Result<bool> {
-        (self.unlock)(conn, key)
-    }
-}
-
-impl fmt::Debug for CustomLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CustomLock").finish_non_exhaustive()
-    }
+/// The custom lock of `T`: its [`Lock`] and [`Unlock`].
+pub fn custom_lock<T: Lock + Unlock>() -> CustomLock {
+    CustomLock::new(T::lock, T::unlock)
 }
 
 /// Picks a row type's custom lock by its description's type: the description's `Lock` bit
@@ -106,7 +77,7 @@ pub trait PickLock<T> {
 
 impl<T: Lock + Unlock> PickLock<T> for True {
     fn pick() -> Option<CustomLock> {
-        Some(CustomLock::of::<T>())
+        Some(custom_lock::<T>())
     }
 }
 

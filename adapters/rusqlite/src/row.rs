@@ -49,7 +49,7 @@ impl RusqliteRow {
     /// The value of the column `name`: the first column of that exact name, else the first
     /// whose name matches ignoring ASCII case (SQLite's own rule for names).
     pub fn get(&self, name: &str) -> Option<&SqlValue> {
-        column_index(&self.columns, name).map(|i| &self.values[i])
+        ruststream_core::column_position(&self.columns, name).map(|i| &self.values[i])
     }
 
     /// Each column's name and value, in the statement's order.
@@ -99,14 +99,6 @@ impl<S: Into<String>> FromIterator<(S, SqlValue)> for RusqliteRow {
             values,
         }
     }
-}
-
-/// The index of the column `name`: exact first, then ignoring ASCII case.
-pub(crate) fn column_index(columns: &[String], name: &str) -> Option<usize> {
-    columns
-        .iter()
-        .position(|c| c == name)
-        .or_else(|| columns.iter().position(|c| c.eq_ignore_ascii_case(name)))
 }
 
 /// A core value as a SQLite bind parameter. A boolean binds as the integer 1 or 0.

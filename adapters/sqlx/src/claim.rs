@@ -1,9 +1,7 @@
 //! A transaction on the delivery's connection, lent to the handler: [`SqlxClaim`].
 
-use std::marker::PhantomData;
-
-use ruststream::adapter::Lent;
-use ruststream::{Context, FromContext, HandlerOutcome};
+use ruststream::adapter::{Claim, LendsClaims};
+use sqlx::pool::PoolConnection;
 
 use crate::conn::SqlxPool;
 use crate::db::SqlxDatabase;
@@ -42,53 +40,17 @@ use crate::db::SqlxDatabase;
 ///
 /// The lease form holds no connection while a row is in work, and lends none: a handler of
 /// such a table that takes it fails its row, with an error that says so.
-pub struct SqlxClaim<DB: SqlxDatabase> {
-    lent: Lent<SqlxPool<DB>>,
-    db: PhantomData<fn() -> DB>,
-}
+pub type SqlxClaim<DB> = Claim<SqlxPool<DB>>;
 
-impl<DB: SqlxDatabase> std::fmt::Debug for SqlxClaim<DB> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlxClaim")
-            .field("database", &DB::NAME)
-            .finish()
-    }
-}
-
-impl<DB: SqlxDatabase> std::ops::Deref for SqlxClaim<DB> {
+impl<DB: SqlxDatabase> LendsClaims for SqlxPool<DB> {
     type Target = DB::Connection;
+    const EXTRACTOR: &'static str = "SqlxClaim";
 
-    fn deref(&self) -> &DB::Connection {
-        &self.lent
+    fn target(conn: &PoolConnection<DB>) -> &DB::Connection {
+        conn
     }
-}
 
-impl<DB: SqlxDatabase> std::ops::DerefMut for SqlxClaim<DB> {
-    fn deref_mut(&mut self) -> &mut DB::Connection {
-        &mut self.lent
-    }
-}
-
-impl<DB: SqlxDatabase, C: Send> FromContext<C> for SqlxClaim<DB> {
-    fn from_context(
-        ctx: &mut Context<'_, C>,
-    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
-        let lending = ctx.claim_transaction();
-        async move {
-            let lent = match lending {
-                Some(lending) => lending.await,
-                None => None,
-            };
-            lent.and_then(|lent| lent.downcast::<Lent<SqlxPool<DB>>>().ok())
-                .map(|lent| SqlxClaim {
-                    lent: *lent,
-                    db: PhantomData,
-                })
-                .ok_or_else(|| {
-                    let error = "the handler takes the claim's transaction (`SqlxClaim`), but the delivery holds no connection to lend one on: the lease form lends none";
-                    tracing::error!("{error}");
-                    HandlerOutcome::reject().with_error(error)
-                })
-        }
+    fn target_mut(conn: &mut PoolConnection<DB>) -> &mut DB::Connection {
+        conn
     }
 }

@@ -12,8 +12,9 @@ use sqlx::{Connection, Pool};
 use crate::db::{SqlxDatabase, db_error};
 use crate::lock::CustomLock;
 
-/// The pool of a running [`SqlxBroker`](crate::SqlxBroker).
-pub(crate) struct SqlxPool<DB: SqlxDatabase>(pub(crate) Pool<DB>);
+/// The pool of a running [`SqlxBroker`](crate::SqlxBroker), as the runtime's connection map
+/// runs it ([`SqlxClaim`](crate::SqlxClaim) names it).
+pub struct SqlxPool<DB: SqlxDatabase>(pub(crate) Pool<DB>);
 
 impl<DB: SqlxDatabase> Clone for SqlxPool<DB> {
     fn clone(&self) -> Self {
@@ -54,9 +55,9 @@ impl<DB: SqlxDatabase> ConnectionPool for SqlxPool<DB> {
     ) -> BoxFuture<'c, Result<bool, DbError>> {
         Box::pin(async move {
             let answer = if take {
-                lock.lock(&mut **conn, key).await
+                (lock.lock())(&mut **conn, key).await
             } else {
-                lock.unlock(&mut **conn, key).await
+                (lock.unlock())(&mut **conn, key).await
             };
             answer.map_err(|e| db_error::<DB>(&e))
         })

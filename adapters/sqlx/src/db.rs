@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use ruststream_core::server::{self, Server};
 use ruststream_core::{
-    DbError, Dialect, ErrorKind, OutColumn, Output, Reply, Row as CoreRow, Statement, Value,
+    ColumnType, DbError, Dialect, ErrorKind, OutColumn, Output, Reply, Statement, Value,
 };
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySql, MySqlConnection, MySqlDatabaseError, MySqlRow};
@@ -89,16 +89,6 @@ fn database_error(error: &sqlx::Error) -> Option<&(dyn DatabaseError + 'static)>
     }
 }
 
-/// The index of the column `name` among `row`'s: exact first, then ignoring ASCII case.
-fn column_index<R: Row>(row: &R, name: &str) -> Option<usize> {
-    let columns = row.columns();
-    columns.iter().position(|c| c.name() == name).or_else(|| {
-        columns
-            .iter()
-            .position(|c| c.name().eq_ignore_ascii_case(name))
-    })
-}
-
 /// Reads the rows of a statement as its output names them, each column as its declared type,
 /// keeping each driver row when asked.
 fn read_rows<R: Row>(
@@ -108,48 +98,9 @@ fn read_rows<R: Row>(
     sql: &str,
     value: impl Fn(&R, usize) -> Result<Value, String>,
 ) -> Result<Reply<R>, DbError> {
-    let mut out = Vec::with_capacity(rows.len());
-    let mut indexes: Option<Vec<usize>> = None;
-    for row in rows {
-        let wanted = match &indexes {
-            Some(wanted) => wanted,
-            None => {
-                let found = columns
-                    .iter()
-                    .map(|c| {
-                        column_index(&row, c.name).ok_or_else(|| {
-                            DbError::new(
-                                ErrorKind::UndefinedColumn,
-                                format!("the statement's rows have no column `{}`: {sql}", c.name),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<usize>, DbError>>()?;
-                indexes.insert(found)
-            }
-        };
-        let values = wanted
-            .iter()
-            .zip(columns.iter())
-            .map(|(&i, c)| {
-                value(&row, i).and_then(|v| c.ty.read(v)).map_err(|e| {
-                    DbError::new(
-                        ErrorKind::Other,
-                        format!(
-                            "column `{}` does not read as {}: {e}: {sql}",
-                            c.name,
-                            c.ty.name()
-                        ),
-                    )
-                })
-            })
-            .collect::<Result<Vec<Value>, DbError>>()?;
-        out.push(CoreRow {
-            values,
-            raw: raw.then_some(row),
-        });
-    }
-    Ok(Reply::Rows(out))
+    let names = |row: &R| row.columns().iter().map(|c| c.name().to_owned()).collect();
+    let read = |row: &R, index, ty: ColumnType| value(row, index).and_then(|v| ty.read(v));
+    ruststream_core::read_rows(rows, columns, raw, sql, names, read).map(Reply::Rows)
 }
 
 /// Runs a statement: its binds through `bind`, its reply as its output says. A statement

@@ -229,7 +229,7 @@ pub use broker::{
 };
 pub use claim::SqlxClaim;
 pub use db::SqlxDatabase;
-pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock, custom_lock};
 pub use outbox::{OnConnection, SqlxOutbox};
 /// The sqlx crate this adapter runs on.
 pub use sqlx;

@@ -1,6 +1,5 @@
 //! The service's own lock and unlock of a table's keys (lock.md), on sqlx's connections.
 
-use std::fmt;
 use std::future::Future;
 
 use futures::future::BoxFuture;
@@ -101,55 +100,11 @@ where
 
 /// A table's custom lock and unlock, as the broker runs them on the command's connection (the
 /// adapter's `Adapter::Lock`).
-pub struct CustomLock<DB: Database> {
-    lock: LockFn<DB>,
-    unlock: LockFn<DB>,
-}
+pub type CustomLock<DB> = ruststream::adapter::CustomLock<LockFn<DB>>;
 
-impl<DB: Database> Clone for CustomLock<DB> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<DB: Database> Copy for CustomLock<DB> {}
-
-impl<DB: Database> CustomLock<DB> {
-    /// The lock and unlock of `T`.
-    pub fn of<T: Lock<DB> + Unlock<DB> + 'static>() -> Self {
-        Self::new(lock_of::<DB, T>, unlock_of::<DB, T>)
-    }
-
-    /// A lock of these two functions.
-    pub fn new(lock: LockFn<DB>, unlock: LockFn<DB>) -> Self {
-        Self { lock, unlock }
-    }
-
-    /// Runs the lock on `conn`.
-    pub fn lock<'a>(
-        &self,
-        conn: &'a mut <DB as Database>::Connection,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<bool, sqlx::Error>> {
-        (self.lock)(conn, key)
-    }
-
-    /// Runs the unlock on `conn`.
-    pub fn unlock<'a>(
-        &self,
-        conn: &'a mut <DB as Database>::Connection,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<bool, sqlx::Error>> {
-        (self.unlock)(conn, key)
-    }
-}
-
-impl<DB: Database> fmt::Debug for CustomLock<DB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CustomLock")
-            .field("database", &DB::NAME)
-            .finish_non_exhaustive()
-    }
+/// The custom lock of `T`: its [`Lock`] and [`Unlock`].
+pub fn custom_lock<DB: Database, T: Lock<DB> + Unlock<DB> + 'static>() -> CustomLock<DB> {
+    CustomLock::<DB>::new(lock_of::<DB, T>, unlock_of::<DB, T>)
 }
 
 /// Picks a row type's custom lock by its description's type: the description's `Lock` bit
@@ -169,7 +124,7 @@ where
     DB: SqlxDatabase,
 {
     fn pick() -> Option<CustomLock<DB>> {
-        Some(CustomLock::of::<T>())
+        Some(custom_lock::<DB, T>())
     }
 }
 

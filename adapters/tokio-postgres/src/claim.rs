@@ -1,10 +1,9 @@
 //! A transaction on the delivery's connection, lent to the handler: [`TokioPostgresClaim`].
 
-use ruststream::adapter::Lent;
-use ruststream::{Context, FromContext, HandlerOutcome};
+use ruststream::adapter::{Claim, LendsClaims};
 use tokio_postgres::Client;
 
-use crate::conns::Lender;
+use crate::conns::{Lender, PgConn};
 
 /// A transaction on the delivery's connection, lent to its handler: in the row lock form the
 /// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
@@ -17,41 +16,17 @@ use crate::conns::Lender;
 ///
 /// The lease form holds no connection while a row is in work, and lends none: a handler of
 /// such a table that takes it fails its row, with an error that says so.
-pub struct TokioPostgresClaim {
-    lent: Lent<Lender>,
-}
+pub type TokioPostgresClaim = Claim<Lender>;
 
-impl std::fmt::Debug for TokioPostgresClaim {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokioPostgresClaim").finish_non_exhaustive()
-    }
-}
-
-impl std::ops::Deref for TokioPostgresClaim {
+impl LendsClaims for Lender {
     type Target = Client;
+    const EXTRACTOR: &'static str = "TokioPostgresClaim";
 
-    fn deref(&self) -> &Client {
-        &self.lent.object
+    fn target(conn: &PgConn) -> &Client {
+        &conn.object
     }
-}
 
-impl<C: Send> FromContext<C> for TokioPostgresClaim {
-    fn from_context(
-        ctx: &mut Context<'_, C>,
-    ) -> impl Future<Output = Result<Self, HandlerOutcome>> + Send {
-        let lending = ctx.claim_transaction();
-        async move {
-            let lent = match lending {
-                Some(lending) => lending.await,
-                None => None,
-            };
-            lent.and_then(|lent| lent.downcast::<Lent<Lender>>().ok())
-                .map(|lent| TokioPostgresClaim { lent: *lent })
-                .ok_or_else(|| {
-                    let error = "the handler takes the claim's transaction (`TokioPostgresClaim`), but the delivery holds no connection to lend one on: the lease form lends none";
-                    tracing::error!("{error}");
-                    HandlerOutcome::reject().with_error(error)
-                })
-        }
+    fn target_mut(conn: &mut PgConn) -> &mut Client {
+        &mut conn.object
     }
 }

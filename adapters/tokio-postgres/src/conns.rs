@@ -48,14 +48,14 @@ pub(crate) struct Settings {
 /// What a connection needs from a running broker: its pool, the runtime its futures run in,
 /// and the settings.
 #[derive(Clone)]
-pub(crate) struct Lender {
+pub struct Lender {
     pub(crate) pool: Pool,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) settings: Arc<Settings>,
 }
 
 /// One pooled client held for a `ConnId`.
-pub(crate) struct PgConn {
+pub struct PgConn {
     pub(crate) object: Object,
     /// The session may hold an advisory lock: a lock ran on it.
     locked: bool,
@@ -117,9 +117,9 @@ impl ConnectionPool for Lender {
         }
         Box::pin(async move {
             let answer = if take {
-                lock.lock(&conn.object, key).await
+                (lock.lock())(&conn.object, key).await
             } else {
-                lock.unlock(&conn.object, key).await
+                (lock.unlock())(&conn.object, key).await
             };
             answer.map_err(|e| db_error(&e))
         })

@@ -216,7 +216,7 @@ pub use claim::TokioPostgresClaim;
 /// The deadpool-postgres crate of the broker's pool, for [`TokioPostgresBroker::new`] and
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;
-pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock};
+pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock, custom_lock};
 pub use outbox::TokioPostgresOutbox;
 pub use row::PgRow;
 pub use ruststream::de::DecodeError;

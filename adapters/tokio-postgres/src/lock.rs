@@ -1,6 +1,5 @@
 //! The service's own lock and unlock of a table's keys (lock.md), on tokio-postgres's client.
 
-use std::fmt;
 use std::future::Future;
 
 use futures::future::BoxFuture;
@@ -88,46 +87,11 @@ fn unlock_of<'a, T: Unlock + 'static>(
 
 /// A table's custom lock and unlock, as the broker runs them on the command's connection (the
 /// adapter's `Adapter::Lock`).
-#[derive(Clone, Copy)]
-pub struct CustomLock {
-    lock: LockFn,
-    unlock: LockFn,
-}
+pub type CustomLock = ruststream::adapter::CustomLock<LockFn>;
 
-impl CustomLock {
-    /// The lock and unlock of `T`.
-    pub fn of<T: Lock + Unlock + 'static>() -> Self {
-        Self::new(lock_of::<T>, unlock_of::<T>)
-    }
-
-    /// A lock of these two functions.
-    pub fn new(lock: LockFn, unlock: LockFn) -> Self {
-        Self { lock, unlock }
-    }
-
-    /// Runs the lock on `client`.
-    pub fn lock<'a>(
-        &self,
-        client: &'a Client,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>> {
-        (self.lock)(client, key)
-    }
-
-    /// Runs the unlock on `client`.
-    pub fn unlock<'a>(
-        &self,
-        client: &'a Client,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<bool, tokio_postgres::Error>> {
-        (self.unlock)(client, key)
-    }
-}
-
-impl fmt::Debug for CustomLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CustomLock").finish_non_exhaustive()
-    }
+/// The custom lock of `T`: its [`Lock`] and [`Unlock`].
+pub fn custom_lock<T: Lock + Unlock + 'static>() -> CustomLock {
+    CustomLock::new(lock_of::<T>, unlock_of::<T>)
 }
 
 /// Picks a row type's custom lock by its description's type: the description's `Lock` bit
@@ -143,7 +107,7 @@ pub trait PickLock<T> {
 
 impl<T: Lock + Unlock + 'static> PickLock<T> for True {
     fn pick() -> Option<CustomLock> {
-        Some(CustomLock::of::<T>())
+        Some(custom_lock::<T>())
     }
 }
 

@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::fmt;
 
 use ruststream::de::{self, DecodeError};
-use ruststream_core::{ColumnType, DbError, ErrorKind, OutColumn, Value};
+use ruststream_core::{ColumnType, Value};
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Row, SimpleQueryRow};
@@ -115,20 +115,20 @@ impl PgRow {
     }
 
     /// The value of the column at `index`, as the deserializer and the core read it.
-    pub(crate) fn cell(&self, index: usize) -> Cell<'_> {
+    pub(crate) fn cell(&self, index: usize) -> de::Cell<'_> {
         match &self.inner {
             Inner::Extended(row) => {
                 let ty = row.columns()[index].type_();
                 match row.try_get::<_, Raw<'_>>(index) {
-                    Ok(Raw(None)) => Cell::Null,
+                    Ok(Raw(None)) => de::Cell::Null,
                     Ok(Raw(Some(raw))) => typed_cell(ty, raw),
-                    Err(error) => Cell::Broken(error.to_string()),
+                    Err(error) => de::Cell::Invalid(error.to_string()),
                 }
             }
             Inner::Simple(row) => match row.try_get(index) {
-                Ok(Some(text)) => Cell::Text(text),
-                Ok(None) => Cell::Null,
-                Err(error) => Cell::Broken(error.to_string()),
+                Ok(Some(text)) => de::Cell::Untyped(text),
+                Ok(None) => de::Cell::Null,
+                Err(error) => de::Cell::Invalid(error.to_string()),
             },
         }
     }
@@ -141,42 +141,9 @@ impl PgRow {
         }
     }
 
-    /// The index of the column `name`: exact first, then ignoring ASCII case.
-    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
-        let names = self.columns();
-        names
-            .iter()
-            .position(|c| *c == name)
-            .or_else(|| names.iter().position(|c| c.eq_ignore_ascii_case(name)))
-    }
-
-    /// The values of `columns`, each read as the type the core declares it.
-    pub(crate) fn core_values(
-        &self,
-        columns: &[OutColumn],
-        sql: &str,
-    ) -> Result<Vec<Value>, DbError> {
-        columns
-            .iter()
-            .map(|column| {
-                let index = self.index_of(column.name).ok_or_else(|| {
-                    DbError::new(
-                        ErrorKind::UndefinedColumn,
-                        format!("the statement's rows have no column `{}`: {sql}", column.name),
-                    )
-                })?;
-                core_value(self.cell(index), column.ty).map_err(|message| {
-                    DbError::new(
-                        ErrorKind::Other,
-                        format!(
-                            "column `{}` of the statement's rows does not read as {}: {message}: {sql}",
-                            column.name,
-                            column.ty.name()
-                        ),
-                    )
-                })
-            })
-            .collect()
+    /// The cell at `index` as the core reads it, as the type it declares.
+    pub(crate) fn core_value(&self, index: usize, ty: ColumnType) -> Result<Value, String> {
+        self.cell(index).read_as(ty)
     }
 }
 
@@ -190,21 +157,7 @@ impl de::Row for PgRow {
     }
 
     fn cell(&self, index: usize) -> de::Cell<'_> {
-        match PgRow::cell(self, index) {
-            Cell::Null => de::Cell::Null,
-            Cell::Bool(b) => de::Cell::Bool(b),
-            Cell::Int(i) => de::Cell::Int(i),
-            Cell::Float(f) => de::Cell::Real(f),
-            Cell::Str(text) => de::Cell::Text(Cow::Borrowed(text)),
-            Cell::Owned(text) => de::Cell::Text(Cow::Owned(text)),
-            Cell::Bytes(bytes) => de::Cell::Bytes(bytes),
-            Cell::Text(text) => de::Cell::Untyped(text),
-            Cell::Unsupported(ty) => de::Cell::Invalid(format!(
-                "the type `{}` does not decode with serde here; cast it in SQL, or read it from `PgRow::as_row`",
-                ty.name()
-            )),
-            Cell::Broken(message) => de::Cell::Invalid(message),
-        }
+        PgRow::cell(self, index)
     }
 
     /// The simple protocol's text of a `bytea` is its hex output (`\x0a0b`).
@@ -250,67 +203,50 @@ impl<'a> FromSql<'a> for Raw<'a> {
     }
 }
 
-/// One value of a row, read as far as its type allows.
-#[derive(Debug)]
-pub(crate) enum Cell<'a> {
-    Null,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    /// Text of a text type.
-    Str(&'a str),
-    /// Text the adapter formatted (a `uuid`).
-    Owned(String),
-    Bytes(&'a [u8]),
-    /// A value of the simple protocol: text of a type the row does not tell.
-    Text(&'a str),
-    /// A type the adapter does not read.
-    Unsupported(&'a Type),
-    /// The value does not read as its type says.
-    Broken(String),
-}
-
 fn is_text_type(ty: &Type) -> bool {
     <&str as FromSql>::accepts(ty)
 }
 
-fn typed_cell<'a>(ty: &'a Type, raw: &'a [u8]) -> Cell<'a> {
+fn typed_cell<'a>(ty: &'a Type, raw: &'a [u8]) -> de::Cell<'a> {
     fn read<'a, T: FromSql<'a>>(
         ty: &Type,
         raw: &'a [u8],
-        f: impl FnOnce(T) -> Cell<'a>,
-    ) -> Cell<'a> {
+        f: impl FnOnce(T) -> de::Cell<'a>,
+    ) -> de::Cell<'a> {
         match T::from_sql(ty, raw) {
             Ok(v) => f(v),
-            Err(error) => Cell::Broken(error.to_string()),
+            Err(error) => de::Cell::Invalid(error.to_string()),
         }
     }
     match *ty {
-        Type::BOOL => read::<bool>(ty, raw, Cell::Bool),
-        Type::INT2 => read::<i16>(ty, raw, |v| Cell::Int(i64::from(v))),
-        Type::INT4 => read::<i32>(ty, raw, |v| Cell::Int(i64::from(v))),
-        Type::INT8 => read::<i64>(ty, raw, Cell::Int),
-        Type::OID => read::<u32>(ty, raw, |v| Cell::Int(i64::from(v))),
-        Type::FLOAT4 => read::<f32>(ty, raw, |v| Cell::Float(f64::from(v))),
-        Type::FLOAT8 => read::<f64>(ty, raw, Cell::Float),
-        Type::BYTEA => Cell::Bytes(raw),
+        Type::BOOL => read::<bool>(ty, raw, de::Cell::Bool),
+        Type::INT2 => read::<i16>(ty, raw, |v| de::Cell::Int(i64::from(v))),
+        Type::INT4 => read::<i32>(ty, raw, |v| de::Cell::Int(i64::from(v))),
+        Type::INT8 => read::<i64>(ty, raw, de::Cell::Int),
+        Type::OID => read::<u32>(ty, raw, |v| de::Cell::Int(i64::from(v))),
+        Type::FLOAT4 => read::<f32>(ty, raw, |v| de::Cell::Real(f64::from(v))),
+        Type::FLOAT8 => read::<f64>(ty, raw, de::Cell::Real),
+        Type::BYTEA => de::Cell::Bytes(raw),
         Type::JSON => match std::str::from_utf8(raw) {
-            Ok(text) => Cell::Str(text),
-            Err(error) => Cell::Broken(error.to_string()),
+            Ok(text) => de::Cell::Text(Cow::Borrowed(text)),
+            Err(error) => de::Cell::Invalid(error.to_string()),
         },
         Type::JSONB => match raw.split_first() {
             Some((1, json)) => match std::str::from_utf8(json) {
-                Ok(text) => Cell::Str(text),
-                Err(error) => Cell::Broken(error.to_string()),
+                Ok(text) => de::Cell::Text(Cow::Borrowed(text)),
+                Err(error) => de::Cell::Invalid(error.to_string()),
             },
-            _ => Cell::Broken("an unknown jsonb format version".to_owned()),
+            _ => de::Cell::Invalid("an unknown jsonb format version".to_owned()),
         },
         Type::UUID => match <[u8; 16]>::try_from(raw) {
-            Ok(bytes) => Cell::Owned(uuid_text(&bytes)),
-            Err(_) => Cell::Broken("a uuid of the wrong length".to_owned()),
+            Ok(bytes) => de::Cell::Text(Cow::Owned(uuid_text(&bytes))),
+            Err(_) => de::Cell::Invalid("a uuid of the wrong length".to_owned()),
         },
-        _ if is_text_type(ty) => read::<&str>(ty, raw, Cell::Str),
-        _ => Cell::Unsupported(ty),
+        _ if is_text_type(ty) => read::<&str>(ty, raw, |text| de::Cell::Text(Cow::Borrowed(text))),
+        _ => de::Cell::Invalid(format!(
+            "the type `{}` is not one ruststream reads (integers, floats, boolean, text, json, uuid, bytea): cast it in SQL, or read it from `PgRow::as_row`",
+            ty.name()
+        )),
     }
 }
 
@@ -326,64 +262,9 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
     out
 }
 
-/// A cell as the core reads it: the value its type gives, read as the type the core declares
-/// for its column. Under the simple protocol the row tells no types: the cell's text is read as
-/// the declared type.
-fn core_value(cell: Cell<'_>, ty: ColumnType) -> Result<Value, String> {
-    let natural = match cell {
-        Cell::Null => Value::Null,
-        Cell::Bool(b) => Value::Bool(b),
-        Cell::Int(i) => Value::Int(i),
-        Cell::Float(f) => Value::Text(f.to_string()),
-        Cell::Str(text) => Value::Text(text.to_owned()),
-        Cell::Owned(text) => Value::Text(text),
-        Cell::Bytes(bytes) => Value::Bytes(bytes.to_vec()),
-        Cell::Text(text) => return ty.read_text(text),
-        Cell::Unsupported(ty) => {
-            return Err(format!(
-                "the type `{}` is not one the broker reads (integers, text, uuid, boolean, bytea)",
-                ty.name()
-            ));
-        }
-        Cell::Broken(message) => return Err(message),
-    };
-    ty.read(natural)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn simple_text_reads_as_the_core_declares_it() {
-        let read = |text, ty| core_value(Cell::Text(text), ty).unwrap();
-        assert_eq!(read("t", ColumnType::Bool), Value::Bool(true));
-        assert_eq!(read("f", ColumnType::Bool), Value::Bool(false));
-        assert_eq!(read("42", ColumnType::Id), Value::Int(42));
-        assert_eq!(read("-3", ColumnType::Int), Value::Int(-3));
-        assert_eq!(read("007", ColumnType::Id), Value::Text("007".into()));
-        assert_eq!(read("7", ColumnType::Text), Value::Text("7".into()));
-        assert_eq!(read("t", ColumnType::Text), Value::Text("t".into()));
-        assert!(core_value(Cell::Text("x"), ColumnType::Bool).is_err());
-        assert!(core_value(Cell::Text("x"), ColumnType::Int).is_err());
-    }
-
-    #[test]
-    fn typed_cells_read_as_the_core_declares_them() {
-        assert_eq!(
-            core_value(Cell::Int(7), ColumnType::Text),
-            Ok(Value::Text("7".into()))
-        );
-        assert_eq!(
-            core_value(Cell::Int(1), ColumnType::Bool),
-            Ok(Value::Bool(true))
-        );
-        assert_eq!(
-            core_value(Cell::Str("5"), ColumnType::Int),
-            Ok(Value::Int(5))
-        );
-        assert_eq!(core_value(Cell::Null, ColumnType::Bool), Ok(Value::Null));
-    }
 
     #[test]
     fn bytea_text_reads_hex_and_plain_text() {

@@ -279,12 +279,6 @@ fn rows_of(
     raw: bool,
     statement: &Statement,
 ) -> Result<Vec<Row<PgRow>>, DbError> {
-    rows.map(|row| {
-        let values = row.core_values(columns, &statement.sql)?;
-        Ok(Row {
-            values,
-            raw: raw.then_some(row),
-        })
-    })
-    .collect()
+    let names = |row: &PgRow| row.columns().into_iter().map(str::to_owned).collect();
+    ruststream_core::read_rows(rows, columns, raw, &statement.sql, names, PgRow::core_value)
 }

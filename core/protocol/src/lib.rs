@@ -26,6 +26,7 @@
 mod broker;
 pub mod dialect;
 pub mod keys;
+mod read;
 pub mod server;
 pub mod spec;
 mod types;
@@ -40,6 +41,7 @@ pub use dialect::{
     Arg, ColumnType, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,
     StatementKind, Statements, error_like, notification_names,
 };
+pub use read::{column_position, read_rows};
 pub use spec::{
     Column, DescError, FieldKind, Form, InboxSpec, KeyPart, OrderBy, RowField, TableDesc,
 };

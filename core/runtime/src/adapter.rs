@@ -11,10 +11,12 @@ use ruststream_core::{Command, ConnId, DbError, Dialect, Reply};
 
 use crate::exec::BoxFuture;
 
+mod claim;
 mod connections;
 mod pooled;
 mod threads;
 
+pub use claim::{Claim, CustomLock, LendsClaims};
 pub use connections::{ConnFuture, ConnectionPool, Connections, Ending, Lent};
 pub use pooled::{PoolSource, Pooled};
 pub use threads::{Answer, BlockingDriver, ThreadConn, ThreadSettings, Threads};

@@ -23,6 +23,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use ruststream_core::{ColumnType, Value};
 use serde::de::value::{BorrowedStrDeserializer, SeqDeserializer};
 use serde::de::{
     self, Deserialize, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor,
@@ -72,6 +73,26 @@ pub enum Cell<'a> {
     /// A value the adapter does not read (of a type it does not decode, or malformed), with
     /// the reason: it decodes into an ignored field only.
     Invalid(String),
+}
+
+impl Cell<'_> {
+    /// The cell as the core reads it for one of a statement's columns (an adapter's reader
+    /// for [`read_rows`](ruststream_core::read_rows)): the value its type gives, read as the
+    /// type the core declares; the text of an [`Cell::Untyped`] is read as that type; a
+    /// float reads as its text, and an [`Cell::Invalid`] fails with its reason.
+    pub fn read_as(self, ty: ColumnType) -> Result<Value, String> {
+        let natural = match self {
+            Cell::Null => Value::Null,
+            Cell::Bool(b) => Value::Bool(b),
+            Cell::Int(i) => Value::Int(i),
+            Cell::Real(f) => Value::Text(f.to_string()),
+            Cell::Text(text) => Value::Text(text.into_owned()),
+            Cell::Bytes(bytes) => Value::Bytes(bytes.to_vec()),
+            Cell::Untyped(text) => return ty.read_text(text),
+            Cell::Invalid(message) => return Err(message),
+        };
+        ty.read(natural)
+    }
 }
 
 /// Why a row does not decode into its row type: names the column at fault where there is one.
@@ -498,6 +519,50 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
+
+    #[test]
+    fn cells_read_as_the_core_declares_their_columns() {
+        use ruststream_core::Value as CoreValue;
+        let read = |cell: Cell<'_>, ty| cell.read_as(ty);
+        assert_eq!(
+            read(Cell::Int(7), ColumnType::Text),
+            Ok(CoreValue::Text("7".into()))
+        );
+        assert_eq!(
+            read(Cell::Int(1), ColumnType::Bool),
+            Ok(CoreValue::Bool(true))
+        );
+        assert_eq!(
+            read(Cell::Text("5".into()), ColumnType::Int),
+            Ok(CoreValue::Int(5))
+        );
+        assert_eq!(
+            read(Cell::Real(1.5), ColumnType::Id),
+            Ok(CoreValue::Text("1.5".into()))
+        );
+        assert_eq!(
+            read(Cell::Bytes(b"k"), ColumnType::Text),
+            Ok(CoreValue::Text("k".into()))
+        );
+        assert_eq!(read(Cell::Null, ColumnType::Bool), Ok(CoreValue::Null));
+        assert_eq!(
+            read(Cell::Untyped("t"), ColumnType::Bool),
+            Ok(CoreValue::Bool(true))
+        );
+        assert_eq!(
+            read(Cell::Untyped("42"), ColumnType::Id),
+            Ok(CoreValue::Int(42))
+        );
+        assert_eq!(
+            read(Cell::Untyped("007"), ColumnType::Id),
+            Ok(CoreValue::Text("007".into()))
+        );
+        assert!(read(Cell::Untyped("x"), ColumnType::Int).is_err());
+        assert_eq!(
+            read(Cell::Invalid("odd".into()), ColumnType::Text),
+            Err("odd".into())
+        );
+    }
 
     /// A row of owned values, as a test builds one.
     struct TestRow {

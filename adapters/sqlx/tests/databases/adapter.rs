@@ -609,7 +609,7 @@ async fn custom_lock_runs_on_the_commands_connection() {
         CoreDialect::Sqlite,
     )
     .await;
-    let lock = Some(CustomLock::<Sqlite>::of::<HeldKeys>());
+    let lock = Some(ruststream_sqlx::custom_lock::<Sqlite, HeldKeys>());
     let key: Arc<str> = "k".into();
     let sub = ruststream::core::SubId(0);
     let take = |conn| {

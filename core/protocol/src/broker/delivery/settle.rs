@@ -1,0 +1,173 @@
+//! How a delivery ends: the handler's settlement as the table keeps it, its binds, the
+//! events it takes effect with, and the dispatch to the form that ends it.
+
+use std::sync::Arc;
+
+use crate::types::{DeliveryId, Event, Outcome, SettleError, Settlement};
+use crate::value::{Time, Value};
+
+use super::super::options::{DROP_GRACE, MAX_ERROR_LEN, MAX_RETRY_DELAY};
+use super::super::{Broker, State};
+use super::{DeliveryState, Ending, Held};
+
+/// `error`, cut to at most `max` bytes on a character boundary, ending in `…` where cut.
+fn cut_error(error: Arc<str>, max: usize) -> Arc<str> {
+    if error.len() <= max {
+        return error;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    Arc::from(format!("{}…", &error[..end]))
+}
+
+impl<R> Broker<R> {
+    /// The handler's settlement, as the table can keep it: a rejection on a table that keeps
+    /// no failed rows returns the row as a retry; a failure is reported once it takes effect.
+    pub(in crate::broker) fn note_settlement(
+        &mut self,
+        delivery: DeliveryId,
+        settlement: Settlement,
+    ) -> Outcome {
+        let Some(d) = self.deliveries.get(delivery) else {
+            return settlement.outcome;
+        };
+        let desc = self.subs[d.sub.0].desc;
+        let keeps_failed = desc.failed_at.is_some();
+        let writes_delay = desc.due.is_some() || desc.locked_until.is_some();
+        let outcome = match settlement.outcome {
+            Outcome::Reject if !keeps_failed => Outcome::Retry,
+            other => other,
+        };
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return outcome;
+        };
+        if d.ending.is_none() && d.queued.is_none() {
+            d.delay = settlement
+                .delay
+                .filter(|_| outcome == Outcome::Retry)
+                .map(|delay| delay.min(MAX_RETRY_DELAY));
+            d.error = settlement.error.map(|e| cut_error(e, MAX_ERROR_LEN));
+            d.failure = (settlement.outcome == Outcome::Reject).then_some(keeps_failed);
+            d.paced = settlement.outcome == Outcome::Reject && !keeps_failed && !writes_delay;
+        }
+        outcome
+    }
+
+    /// The binds of a settlement's statement: the row's id, its lease's `fence`, the time,
+    /// the retry's due time and the error.
+    pub(in crate::broker) fn settle_binds(
+        &self,
+        delivery: DeliveryId,
+        statement: &crate::Statement,
+        fence: Time,
+    ) -> Vec<Value> {
+        let now = self.now;
+        let Some(d) = self.deliveries.get(delivery) else {
+            return Vec::new();
+        };
+        statement.binds(|arg| match arg {
+            crate::Arg::Id => d.id.clone(),
+            crate::Arg::Fence => Value::Int(fence.micros()),
+            crate::Arg::RetryAt => Value::Int(now.plus(d.delay.unwrap_or_default()).micros()),
+            crate::Arg::Error => d
+                .error
+                .as_deref()
+                .map_or(Value::Null, |e| Value::Text(e.to_owned())),
+            _ => Value::Int(now.micros()),
+        })
+    }
+
+    /// Whether a retry writes a statement: it waits, or records an error.
+    pub(in crate::broker) fn retry_writes(&self, delivery: DeliveryId) -> bool {
+        self.deliveries
+            .get(delivery)
+            .is_some_and(|d| d.delay.is_some_and(|t| !t.is_zero()) || d.error.is_some())
+    }
+
+    /// A settlement took effect: [`Event::Settled`] where the runtime was handed the row, then
+    /// [`Event::Failed`] where the settlement is a failure.
+    pub(in crate::broker) fn settled_event(&mut self, delivery: DeliveryId, outcome: Outcome) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.settled = true;
+        if d.delivered {
+            self.events.push_back(Event::Settled { delivery, outcome });
+        }
+        if let Some(kept) = d.failure.take() {
+            self.events.push_back(Event::Failed {
+                sub: d.sub,
+                delivery,
+                id: d.id.clone(),
+                attempt: d.attempt,
+                error: d.error.clone(),
+                kept,
+            });
+        }
+    }
+
+    /// A delivery ends: settled, dropped, or by the shutdown.
+    pub(in crate::broker) fn end(&mut self, delivery: DeliveryId, ending: Ending) {
+        let now = self.now;
+        let running = self.state == State::Running;
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            if matches!(ending, Ending::Settle(_)) {
+                let error = if running {
+                    SettleError::NotInWork
+                } else {
+                    SettleError::Closed
+                };
+                self.events
+                    .push_back(Event::SettleFailed { delivery, error });
+            }
+            return;
+        };
+        if d.state == DeliveryState::Busy {
+            if d.ending.is_none() && d.queued.is_none() {
+                d.queued = Some(ending);
+            } else if matches!(ending, Ending::Settle(_)) {
+                let error = if !running || d.ending == Some(Ending::Shutdown) {
+                    SettleError::Closed
+                } else {
+                    SettleError::NotInWork
+                };
+                self.events
+                    .push_back(Event::SettleFailed { delivery, error });
+            }
+            return;
+        }
+        if matches!(ending, Ending::Settle(_)) && d.lease().is_some() {
+            let failed = if !running {
+                // The lease runs out unless settled before the shutdown; no new connection
+                // now.
+                Some((SettleError::Closed, Ending::Shutdown))
+            } else if d.lease().is_some_and(|l| l.lost) {
+                Some((SettleError::LeaseLost, ending))
+            } else {
+                None
+            };
+            if let Some((error, ending)) = failed {
+                self.events
+                    .push_back(Event::SettleFailed { delivery, error });
+                d.ending = Some(ending);
+                self.finish_delivery(delivery);
+                return;
+            }
+        }
+        d.ending = Some(ending);
+        d.state = DeliveryState::Busy;
+        if let Some(l) = d.lease_mut() {
+            l.extend_at = None;
+        }
+        if ending == Ending::Drop && d.conn.is_some() {
+            d.deadline = Some(now.plus(DROP_GRACE));
+        }
+        match &d.held {
+            Held::RowLock(_) => self.row_lock_end(delivery, ending),
+            Held::Lease(_) => self.lease_end(delivery, ending),
+            Held::Advisory { .. } => self.advisory_end(delivery, ending),
+        }
+    }
+}

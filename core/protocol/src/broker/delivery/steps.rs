@@ -1,0 +1,273 @@
+//! A delivery's statements: sent on its connection, answered, failed, and the delivery's
+//! removal once its last step is done.
+
+use crate::types::{Action, ConnId, DeliveryId, Event, Outcome, Reply, SettleError};
+use crate::value::{DbError, ErrorKind, Value};
+
+use super::super::Broker;
+use super::super::Step;
+use super::super::rows::answer;
+use super::{DeliveryStage, DeliveryState, Ending};
+
+impl<R> Broker<R> {
+    pub(super) fn delivery_step(
+        &mut self,
+        delivery: DeliveryId,
+        conn: ConnId,
+        action: Action,
+        stage: DeliveryStage,
+    ) {
+        self.send(conn, action, Step::Delivery { delivery, stage });
+    }
+
+    pub(in crate::broker) fn delivery_execute(
+        &mut self,
+        delivery: DeliveryId,
+        conn: ConnId,
+        statement: &crate::Statement,
+        binds: Vec<Value>,
+        stage: DeliveryStage,
+    ) {
+        let action = Action::Execute {
+            statement: statement.clone(),
+            binds,
+        };
+        self.delivery_step(delivery, conn, action, stage);
+    }
+
+    pub(in crate::broker) fn on_delivery(
+        &mut self,
+        delivery: DeliveryId,
+        stage: DeliveryStage,
+        reply: Reply<R>,
+    ) {
+        let Some(d) = self.deliveries.get(delivery) else {
+            return;
+        };
+        if let Reply::Failed(error) = reply {
+            self.on_delivery_failed(delivery, stage, error);
+            return;
+        }
+        let lease = d.lease().is_some();
+        match stage {
+            DeliveryStage::Acquire => self.lease_acquired(delivery),
+            DeliveryStage::Extend { until } => self.extended(delivery, until, &reply),
+            DeliveryStage::Settle if lease => self.lease_settled(delivery, &reply),
+            DeliveryStage::Settle => self.held_settled(delivery),
+            DeliveryStage::SettleBatch => self.batch_settled(delivery, reply),
+            DeliveryStage::ReleaseLease => self.lease_released(delivery, &reply),
+            DeliveryStage::Commit | DeliveryStage::Rollback => self.row_lock_ended(delivery, stage),
+            DeliveryStage::Unlock => self.after_unlock(delivery, answer(reply)),
+            DeliveryStage::Ping => self.pinged(delivery),
+            DeliveryStage::Savepoint => self.savepoint_set(delivery),
+            DeliveryStage::Unwind => self.unwound(delivery),
+            DeliveryStage::Release | DeliveryStage::Close => self.step_done(delivery),
+        }
+    }
+
+    /// The connection of a delivery's step went back or closed: an extension ended (back to
+    /// work, or to the settlement asked for meanwhile), or the delivery ended.
+    pub(super) fn step_done(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.conn = None;
+        if d.ending.is_none() {
+            d.state = DeliveryState::InWork;
+            if let Some(queued) = d.queued.take() {
+                self.end(delivery, queued);
+            }
+        } else {
+            self.finish_delivery(delivery);
+        }
+    }
+
+    /// The delivery's step gives its connection back.
+    pub(super) fn delivery_release(&mut self, delivery: DeliveryId) {
+        let Some(conn) = self
+            .deliveries
+            .get_mut(delivery)
+            .and_then(|d| d.conn.take())
+        else {
+            return;
+        };
+        self.delivery_step(delivery, conn, Action::Release, DeliveryStage::Release);
+    }
+
+    pub(super) fn on_delivery_failed(
+        &mut self,
+        delivery: DeliveryId,
+        stage: DeliveryStage,
+        error: DbError,
+    ) {
+        if matches!(stage, DeliveryStage::Savepoint) {
+            self.events.push_back(Event::Lent {
+                delivery,
+                conn: None,
+            });
+        }
+        if matches!(stage, DeliveryStage::Ping) {
+            // Its session no longer answers: the row is never handed, and ends as its
+            // connection closes.
+            self.ahead.forget_ping(delivery);
+            if let Some(d) = self.deliveries.get_mut(delivery) {
+                d.ending = Some(d.queued.take().unwrap_or(Ending::Drop));
+            }
+        }
+        if matches!(stage, DeliveryStage::Release | DeliveryStage::Close) {
+            self.step_done(delivery);
+            return;
+        }
+        if error.kind == ErrorKind::Serialization && self.rerun_lease_step(delivery, stage) {
+            return;
+        }
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let sub = d.sub;
+        let settling = matches!(d.ending, Some(Ending::Settle(_)))
+            && matches!(
+                stage,
+                DeliveryStage::Acquire
+                    | DeliveryStage::Settle
+                    | DeliveryStage::SettleBatch
+                    | DeliveryStage::ReleaseLease
+                    | DeliveryStage::Commit
+            );
+        if settling {
+            let batch = d
+                .lease_mut()
+                .map(|l| std::mem::take(&mut l.batch))
+                .unwrap_or_default();
+            self.events.push_back(Event::SettleFailed {
+                delivery,
+                error: SettleError::Db(error.clone()),
+            });
+            for each in batch {
+                self.events.push_back(Event::SettleFailed {
+                    delivery: each,
+                    error: SettleError::Db(error.clone()),
+                });
+                if let Some(d) = self.deliveries.get_mut(each) {
+                    d.holds = false;
+                }
+                self.finish_delivery(each);
+            }
+            self.settle_done(sub, delivery);
+        } else {
+            self.events.push_back(Event::Error { sub, error });
+        }
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        if let Some(key) = d.key().cloned()
+            && d.holds
+        {
+            // The connection closes, and the key's lock with it.
+            self.keys.remove(&key);
+            if d.ending == Some(Ending::Shutdown) {
+                self.counts.connections_closed += 1;
+            }
+        }
+        d.holds = false;
+        match (stage, d.conn.take()) {
+            (DeliveryStage::Acquire, Some(conn)) => {
+                self.conns.forget(conn);
+                self.after_failed_step(delivery);
+            }
+            (_, Some(conn)) => {
+                self.delivery_step(delivery, conn, Action::Close, DeliveryStage::Close);
+            }
+            (_, None) => self.after_failed_step(delivery),
+        }
+    }
+
+    pub(super) fn after_failed_step(&mut self, delivery: DeliveryId) {
+        let now = self.now;
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        if d.ending.is_some() {
+            self.finish_delivery(delivery);
+            return;
+        }
+        d.state = DeliveryState::InWork;
+        if let Some(l) = d.lease_mut() {
+            l.extend_at = Some(now.plus(std::time::Duration::from_secs(1)));
+        }
+        if let Some(queued) = d.queued.take() {
+            self.end(delivery, queued);
+        }
+    }
+
+    /// A dropped delivery's deadline passed: close its connection, whatever still runs on it.
+    pub(in crate::broker) fn force_close(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.deadline = None;
+        let conn = d.conn.take();
+        let key = d.key().cloned().filter(|_| d.holds);
+        d.holds = false;
+        for step in self.pending.values_mut() {
+            if matches!(step, Step::Delivery { delivery: d, .. } if *d == delivery) {
+                *step = Step::Orphan;
+            }
+        }
+        if let Some(key) = key {
+            self.keys.remove(&key);
+        }
+        if let Some(conn) = conn {
+            self.send(conn, Action::Close, Step::Orphan);
+        }
+        self.finish_delivery(delivery);
+    }
+
+    pub(in crate::broker) fn finish_delivery(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.remove(delivery) else {
+            return;
+        };
+        debug_assert!(d.conn.is_none(), "a delivery ended holding a connection");
+        debug_assert!(
+            d.lease().is_none_or(|l| l.batch.is_empty()),
+            "a settlement ended with its batch unsettled"
+        );
+        self.settle_done(d.sub, delivery);
+        let s = &mut self.subs[d.sub.0];
+        s.in_work -= 1;
+        if d.delivered {
+            s.handed -= 1;
+        }
+        if d.handling {
+            s.handling -= 1;
+        }
+        // A delivery that gives its row back, or releases its key, lets the next claim run at
+        // once: the row, or the next row of the key, waits for no poll.
+        let retried = d.ending == Some(Ending::Settle(Outcome::Retry));
+        let waits = d.delay.filter(|t| !t.is_zero() && retried && d.settled);
+        if let Some(delay) = waits.filter(|_| d.paced && !s.stopped) {
+            // A failure that returned at once: the next claim, which would take it again,
+            // waits its delay or the poll, whichever comes first, unless a claim comes sooner.
+            let next = self.now.plus(delay.min(s.options.poll_interval));
+            s.next_claim_at = Some(match s.next_claim_at {
+                Some(t) if t > self.now => t.min(next),
+                _ => next,
+            });
+        } else if let Some(delay) = waits.filter(|_| d.key().is_none() && !s.stopped) {
+            // The row is due again after its delay: claim then, if no claim comes sooner.
+            let due = self.now.plus(delay);
+            s.next_claim_at = Some(s.next_claim_at.map_or(due, |t| t.min(due)));
+        } else if (d.key().is_some() || !d.settled || retried || d.exhausted) && !s.stopped {
+            s.next_claim_at = Some(self.now);
+        }
+        let returned = !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown));
+        // A lease kept past the shutdown returns when it runs out, not now.
+        let kept_lease = d.lease().is_some() && d.ending == Some(Ending::Shutdown);
+        if returned && d.delivered && !kept_lease {
+            self.events.push_back(Event::Returned { delivery });
+        }
+        if d.delivered || d.handling {
+            self.hand_ahead(d.sub);
+        }
+    }
+}
