@@ -1,5 +1,6 @@
-//! The row lock form lends its claim's transaction to the handler (`MySqlAsyncClaim`): a
-//! write on it commits with the acknowledgement and rolls back with a retry.
+//! A handler takes a transaction on its delivery's connection (`MySqlAsyncClaim`): the row
+//! lock form's claim transaction, the lease form's transaction begun on a connection taken
+//! for it. A write on it commits with the acknowledgement and rolls back with a retry.
 
 mod common;
 
@@ -16,6 +17,18 @@ use ruststream_mysql_async::prelude::*;
 #[derive(Inbox, FromRow)]
 #[inbox(table = "claimed")]
 struct Claimed {
+    #[field(id, generated)]
+    id: i64,
+    #[field(attempt, generated)]
+    attempt: i64,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+/// A job of `leased`, in the lease form.
+#[derive(Inbox, FromRow)]
+#[inbox(table = "leased", locked_until = "locked_until")]
+struct Leased {
     #[field(id, generated)]
     id: i64,
     #[field(attempt, generated)]
@@ -59,20 +72,27 @@ impl Handle<Job, (), (), InboxContext> for Effect {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry() {
+async fn writes_commit_with_the_ack_and_roll_back_with_a_retry<T>(name: &str, table: &str)
+where
+    T: ruststream::InboxTable + ruststream::PayloadRow + FromRow + Send + 'static,
+    MySqlAsyncBroker: ruststream::adapter::TakesRows<T>,
+{
+    let create = format!(
+        "CREATE TABLE {table} (id BIGINT AUTO_INCREMENT PRIMARY KEY,
+             attempt BIGINT NOT NULL DEFAULT 0, payload LONGBLOB NOT NULL,
+             locked_until DATETIME(6) NULL)"
+    );
     let db = TestDb::new(
-        "claim",
+        name,
         &[
-            "CREATE TABLE claimed (id BIGINT AUTO_INCREMENT PRIMARY KEY,
-                 attempt BIGINT NOT NULL DEFAULT 0, payload LONGBLOB NOT NULL)",
+            &create,
             "CREATE TABLE effects (n BIGINT PRIMARY KEY, attempt BIGINT NOT NULL)",
         ],
     )
     .await;
     let effect = Effect::default();
     let subscription = ruststream::subscriber("claims", effect.clone())
-        .map_source(|_| InboxQueue::<Claimed>::new("claims"))
+        .map_source(|_| InboxQueue::<T>::new("claims"))
         .poll_interval(POLL)
         .retry_policy(ruststream::RetryPolicy::immediate())
         .into_subscription();
@@ -81,12 +101,12 @@ async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry
         .await
         .expect("the broker starts");
     running
-        .publisher::<Claimed>()
+        .publisher::<T>()
         .publish(Message::json(&Job { n: 7 }).unwrap())
         .await
         .unwrap();
     let since = Instant::now();
-    while db.count("SELECT COUNT(*) FROM claimed").await != 0
+    while db.count(&format!("SELECT COUNT(*) FROM {table}")).await != 0
         || effect.handled.load(Ordering::SeqCst) < 2
     {
         assert!(
@@ -108,4 +128,14 @@ async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry
         "nothing of the retried attempt"
     );
     db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry() {
+    writes_commit_with_the_ack_and_roll_back_with_a_retry::<Claimed>("claim", "claimed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_delivery_lends_a_transaction_that_commits_with_the_ack() {
+    writes_commit_with_the_ack_and_roll_back_with_a_retry::<Leased>("claim_lease", "leased").await;
 }

@@ -8,7 +8,7 @@ use crate::db::SqlxDatabase;
 
 /// A transaction on the delivery's connection, lent to its handler: in the row lock form the
 /// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
-/// connection that holds the key. What the handler writes in it commits with the
+/// connection that holds the key, in the lease form one begun on a connection taken for it. What the handler writes in it commits with the
 /// acknowledgement, in the same transaction as the row's settlement, and rolls back with a
 /// retry, a failure, a crash or the shutdown, so its effects happen once with the
 /// settlement. It derefs to the database's connection (`&mut PgConnection`,
@@ -38,8 +38,10 @@ use crate::db::SqlxDatabase;
 /// }
 /// ```
 ///
-/// The lease form holds no connection while a row is in work, and lends none: a handler of
-/// such a table that takes it fails its row, with an error that says so.
+/// In the lease form the acknowledgement's settlement in the transaction is fenced by the
+/// lease: a lease lost meanwhile rolls the handler's writes back, and the settlement fails.
+/// SQLite's lease form lends none (SQLite takes one writer at a time): a handler of such a
+/// table that takes it fails its row, with an error that says so.
 pub type SqlxClaim<DB> = Claim<SqlxPool<DB>>;
 
 impl<DB: SqlxDatabase> LendsClaims for SqlxPool<DB> {

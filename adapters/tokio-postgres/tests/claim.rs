@@ -1,5 +1,6 @@
-//! The row lock form lends its claim's transaction to the handler (`TokioPostgresClaim`):
-//! a write on it commits with the acknowledgement and rolls back with a retry.
+//! A handler takes a transaction on its delivery's connection (`TokioPostgresClaim`): the row
+//! lock form's claim transaction, the lease form's transaction begun on a connection taken
+//! for it. A write on it commits with the acknowledgement and rolls back with a retry.
 
 mod common;
 
@@ -15,6 +16,18 @@ use ruststream_tokio_postgres::prelude::*;
 #[derive(Inbox, serde::Deserialize)]
 #[inbox(table = "claimed")]
 struct Claimed {
+    #[field(id, generated)]
+    id: i64,
+    #[field(attempt, generated)]
+    attempt: i32,
+    #[field(payload)]
+    payload: Vec<u8>,
+}
+
+/// A job of `leased`, in the lease form.
+#[derive(Inbox, serde::Deserialize)]
+#[inbox(table = "leased", locked_until = "locked_until")]
+struct Leased {
     #[field(id, generated)]
     id: i64,
     #[field(attempt, generated)]
@@ -58,18 +71,21 @@ impl Handle<Job, (), (), InboxContext> for Effect {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry() {
-    let db = Db::new("claim").await;
-    db.execute(
-        "CREATE TABLE claimed (id BIGSERIAL PRIMARY KEY, attempt INT NOT NULL DEFAULT 0,
-             payload BYTEA NOT NULL);
-         CREATE TABLE effects (n BIGINT PRIMARY KEY, attempt BIGINT NOT NULL);",
-    )
+async fn writes_commit_with_the_ack_and_roll_back_with_a_retry<T>(name: &str, table: &str)
+where
+    T: ruststream::InboxTable + ruststream::PayloadRow + serde::de::DeserializeOwned + 'static,
+    TokioPostgresBroker: ruststream::adapter::TakesRows<T>,
+{
+    let db = Db::new(name).await;
+    db.execute(&format!(
+        "CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, attempt INT NOT NULL DEFAULT 0,
+             payload BYTEA NOT NULL, locked_until TIMESTAMPTZ);
+         CREATE TABLE effects (n BIGINT PRIMARY KEY, attempt BIGINT NOT NULL);"
+    ))
     .await;
     let effect = Effect::default();
     let subscription = ruststream::subscriber("claims", effect.clone())
-        .map_source(|_| InboxQueue::<Claimed>::new("claims"))
+        .map_source(|_| InboxQueue::<T>::new("claims"))
         .poll_interval(POLL)
         .retry_policy(ruststream::RetryPolicy::immediate())
         .into_subscription();
@@ -82,7 +98,7 @@ async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry
         .await
         .expect("the broker starts");
     running
-        .publisher::<Claimed>()
+        .publisher::<T>()
         .publish(Message::json(&Job { n: 7 }).unwrap())
         .await
         .unwrap();
@@ -90,7 +106,11 @@ async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry
         eventually(WAIT, || effect.handled.load(Ordering::SeqCst) >= 2).await,
         "attempts 1 and 2 handled"
     );
-    assert_eq!(db.wait_count("SELECT COUNT(*) FROM claimed", 0).await, 0);
+    assert_eq!(
+        db.wait_count(&format!("SELECT COUNT(*) FROM {table}"), 0)
+            .await,
+        0
+    );
     running.shutdown().await;
     assert_eq!(
         db.count("SELECT COUNT(*) FROM effects WHERE n = 7 AND attempt = 2")
@@ -104,4 +124,14 @@ async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry
         "nothing of the retried attempt"
     );
     db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_transaction_commits_with_the_ack_and_rolls_back_with_a_retry() {
+    writes_commit_with_the_ack_and_roll_back_with_a_retry::<Claimed>("claim", "claimed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_delivery_lends_a_transaction_that_commits_with_the_ack() {
+    writes_commit_with_the_ack_and_roll_back_with_a_retry::<Leased>("claim_lease", "leased").await;
 }

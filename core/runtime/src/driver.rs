@@ -465,26 +465,23 @@ impl<A: Adapter> Driver<A> {
         };
         // A handler that panics is caught and retried, its panic recorded; one that
         // runs past its timeout is dropped and retried.
-        // Lent only when the handler asks: the core marks a savepoint, then the adapter lends
-        // the connection.
-        let lender = delivered.transaction.map(|_| {
-            let tx = self.tx.clone();
-            let lender: crate::outcome::Lender = Box::new(move || {
-                let (reply, answer) = oneshot::channel();
-                let asked = tx.unbounded_send(Input::Lend(delivery, reply)).is_ok();
-                Box::pin(async move {
-                    if !asked {
-                        return None;
-                    }
-                    match answer.await {
-                        Ok(Some(lending)) => lending.await,
-                        _ => None,
-                    }
-                })
-            });
-            lender
+        // Lent only when the handler asks: the core marks a savepoint or begins a transaction,
+        // then the adapter lends the connection.
+        let tx = self.tx.clone();
+        let lender: crate::outcome::Lender = Box::new(move || {
+            let (reply, answer) = oneshot::channel();
+            let asked = tx.unbounded_send(Input::Lend(delivery, reply)).is_ok();
+            Box::pin(async move {
+                if !asked {
+                    return None;
+                }
+                match answer.await {
+                    Ok(Some(lending)) => lending.await,
+                    _ => None,
+                }
+            })
         });
-        let work = AssertUnwindSafe(dispatch.run(delivered, states, lender)).catch_unwind();
+        let work = AssertUnwindSafe(dispatch.run(delivered, states, Some(lender))).catch_unwind();
         let limit: BoxFuture<()> = match timeout {
             Some(t) => self.exec.sleep(t),
             None => Box::pin(futures::future::pending()),

@@ -1,5 +1,6 @@
 //! A handler takes a transaction on its delivery's connection (`SqlxClaim`): in the row lock
-//! form its claim's, in the advisory lock form one begun where the key is held. What the
+//! form its claim's, in the advisory lock form one begun where the key is held, in the lease
+//! form one begun on a connection taken for it, whose settlement is fenced by the lease. What the
 //! handler writes in it commits with the acknowledgement, rolls back with a retry, and is gone
 //! with a process killed between the write and the commit. Both or neither, never one.
 //!
@@ -23,7 +24,7 @@ use crate::common::*;
 mod rows {
     crate::tables!("sqlx_claim");
 }
-use rows::{Keyed, RowLock};
+use rows::{Keyed, Leased, RowLock};
 
 const CHILD: &str = "RS_SQLX_CLAIM_CHILD";
 
@@ -89,6 +90,8 @@ where
     ruststream::subscriber("claims", effect)
         .map_source(|_| InboxQueue::<T>::new("claims"))
         .poll_interval(POLL)
+        // The lease form: the killed child's lease runs out soon after the kill.
+        .lease(Duration::from_secs(3))
         .retry_policy(ruststream::RetryPolicy::immediate())
         .into_subscription()
 }
@@ -266,6 +269,40 @@ async fn mariadb_advisory() {
         "claim::mariadb_advisory",
         &url,
         "sqlx_claim_keyed",
+    )
+    .await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_lease() {
+    if let Ok(url) = std::env::var(CHILD) {
+        return child::<Leased, Postgres>(&url).await;
+    }
+    let db = Pg::new("pg_claim_lease").await;
+    let url = db.broker_url();
+    writes_commit_with_the_acknowledgement::<Leased, _>(
+        &db,
+        "claim::postgres_lease",
+        &url,
+        "sqlx_claim_lease",
+    )
+    .await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_lease() {
+    if let Ok(url) = std::env::var(CHILD) {
+        return child::<Leased, MySql>(&url).await;
+    }
+    let db = My::new("my_claim_lease").await;
+    let url = sqlx::ConnectOptions::to_url_lossy(&db.options).to_string();
+    writes_commit_with_the_acknowledgement::<Leased, _>(
+        &db,
+        "claim::mariadb_lease",
+        &url,
+        "sqlx_claim_lease",
     )
     .await;
     db.drop().await;

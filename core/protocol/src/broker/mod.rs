@@ -413,12 +413,15 @@ impl<R> Broker<R> {
 
     /// The handler asks for a transaction on its delivery's connection, to write in it: in
     /// the row lock form the claim's open transaction, past a savepoint the core marks; in the
-    /// advisory lock form a transaction the core begins on the connection that holds the key.
-    /// An acknowledgement's statement then runs in it and commits with the handler's writes;
-    /// a retry, a failure or a drop undoes them first (back to the savepoint, or a rollback).
-    /// The core answers [`Event::Lent`] with the connection, on which it runs nothing until the
-    /// handler settles. `conn: None`: the lease form, a delivery not in work, one lent already,
-    /// or a savepoint or a begin that failed.
+    /// advisory lock form a transaction the core begins on the connection that holds the key;
+    /// in the lease form a transaction the core begins on a connection it takes for it (not on
+    /// SQLite, which takes one writer at a time). An acknowledgement's statement then runs in
+    /// it, fenced by the lease in the lease form, and commits with the handler's writes (a
+    /// lease lost meanwhile rolls them back); a retry, a failure or a drop undoes them first
+    /// (back to the savepoint, or a rollback). The core answers [`Event::Lent`] with the
+    /// connection, on which it runs nothing until the handler settles. `conn: None`: a
+    /// delivery not in work, one lent already, a lease lost or on SQLite, or a connection, a
+    /// savepoint or a begin that failed.
     pub fn lend_transaction(&mut self, delivery: DeliveryId, now: Time) {
         self.now = now;
         self.begin_lend(delivery);

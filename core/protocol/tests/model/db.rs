@@ -30,6 +30,8 @@ pub struct Session {
     pub idle: bool,
     pub in_tx: bool,
     undo: Vec<(i64, Option<DbRow>)>,
+    /// What handlers wrote in this session's open transaction: the rows they handled.
+    effects: Vec<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +61,8 @@ pub struct Db {
     pub column_types: BTreeMap<&'static str, String>,
     /// Rows deleted by a statement whose transaction committed (or that ran alone).
     pub deleted: std::collections::BTreeSet<i64>,
+    /// How often the effect a handler wrote for a row in a lent transaction committed.
+    pub effects: BTreeMap<i64, u32>,
 }
 
 /// The type a server names a column of `desc` by, as the usual schema declares it: a time
@@ -153,6 +157,7 @@ impl Db {
                 idle: false,
                 in_tx: false,
                 undo: Vec::new(),
+                effects: Vec::new(),
             },
         );
         id
@@ -198,6 +203,7 @@ impl Db {
     fn rollback(&mut self, sess: SessId) {
         let s = self.sessions.get_mut(&sess).expect("known session");
         let undo = std::mem::take(&mut s.undo);
+        s.effects.clear();
         s.in_tx = false;
         for (id, before) in undo.into_iter().rev() {
             match before {
@@ -217,7 +223,22 @@ impl Db {
         let s = self.sessions.get_mut(&sess).expect("known session");
         s.undo.clear();
         s.in_tx = false;
+        for row in std::mem::take(&mut s.effects) {
+            *self.effects.entry(row).or_default() += 1;
+        }
         self.row_locks.retain(|_, holder| *holder != sess);
+    }
+
+    /// A handler writes its effect for `row` in the transaction lent to it on `sess`: it
+    /// commits with that transaction, and goes with a rollback or the session's end.
+    pub fn write_effect(&mut self, sess: SessId, row: i64) {
+        let s = self.sessions.get_mut(&sess).expect("known session");
+        if !s.in_tx {
+            self.violations.push(format!(
+                "the connection lent for row {row} (session {sess}) is in no transaction"
+            ));
+        }
+        s.effects.push(row);
     }
 
     fn claimable(&self, desc: &TableDesc, row: &DbRow, now: i64) -> bool {
@@ -767,10 +788,17 @@ impl Db {
                 }
                 Reply::Rows(settled)
             }
-            StatementKind::Notify
-            | StatementKind::Ping
-            | StatementKind::Savepoint
-            | StatementKind::RollbackToSavepoint => Reply::Done,
+            StatementKind::Notify | StatementKind::Ping | StatementKind::Savepoint => Reply::Done,
+            StatementKind::RollbackToSavepoint => {
+                // The savepoint is marked just before the transaction is lent: what the
+                // handler wrote goes.
+                self.sessions
+                    .get_mut(&sess)
+                    .expect("session")
+                    .effects
+                    .clear();
+                Reply::Done
+            }
             StatementKind::Publish => {
                 // One row per run of the row's arguments: a batch repeats them.
                 let per_row = statement

@@ -418,19 +418,30 @@ impl World {
             Event::Lent { delivery, conn } => {
                 let p = &self.processes[slot];
                 if let Some(conn) = conn {
-                    assert_ne!(self.form(), Form::Lease, "the lease form lends nothing");
                     let handler = p
                         .handlers
                         .get(&delivery)
                         .unwrap_or_else(|| panic!("{delivery} lent but not in work"));
                     let session = p.conns.get(&conn).copied();
-                    assert!(session.is_some(), "{delivery}: {conn} is held");
-                    if self.form() == Form::RowLock {
-                        assert_eq!(
-                            session, handler.holder,
+                    let Some(session) = session else {
+                        panic!("{delivery}: the lent connection {conn} is not held")
+                    };
+                    match self.form() {
+                        Form::RowLock => assert_eq!(
+                            Some(session),
+                            handler.holder,
                             "{delivery}: the lent connection {conn} is the session that holds its row"
-                        );
+                        ),
+                        Form::Lease => assert_ne!(
+                            self.config.dialect,
+                            Dialect::Sqlite,
+                            "SQLite's lease form lends nothing"
+                        ),
+                        Form::Advisory => {}
                     }
+                    // The handler writes its effect in the lent transaction.
+                    let row = handler.row;
+                    self.db.write_effect(session, row);
                 }
             }
             Event::Delivered(d) => {
@@ -705,6 +716,24 @@ impl World {
     /// No row left the table but by an acknowledgement, and only a rejected row, or one past
     /// its attempt budget, is marked failed.
     fn check_no_loss(&self) {
+        // A handler's effect commits with its row's acknowledgement, once: never with a
+        // retry, a failure, a lost lease or a crash.
+        for (row, times) in &self.db.effects {
+            assert_eq!(
+                *times, 1,
+                "row {row}: the effect its handler wrote in the lent transaction committed {times} times"
+            );
+            let settled = self.db.deleted.contains(row)
+                || self
+                    .db
+                    .rows
+                    .get(row)
+                    .is_some_and(|r| r.processed_at.is_some());
+            assert!(
+                settled,
+                "row {row}: its handler's effect committed, but the row is not settled"
+            );
+        }
         for id in &self.db.deleted {
             assert!(
                 self.acked.contains(id),

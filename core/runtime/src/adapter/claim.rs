@@ -31,8 +31,11 @@ pub trait LendsClaims: ConnectionPool {
 /// but neither commit nor roll it back.
 ///
 /// Each adapter names it in its driver's type (`SqlxClaim`, `TokioPostgresClaim`,
-/// `MySqlAsyncClaim`). The lease form holds no connection while a row is in work, and lends
-/// none: a handler of such a table that takes it fails its row, with an error that says so.
+/// `MySqlAsyncClaim`). In the lease form the transaction runs on a connection taken for it,
+/// and the acknowledgement's settlement in it is fenced by the lease: a lease lost meanwhile
+/// rolls the handler's writes back. SQLite's lease form lends none (SQLite takes one writer
+/// at a time): a handler of such a table that takes it fails its row, with an error that says
+/// so.
 pub struct Claim<P: LendsClaims> {
     lent: Lent<P>,
 }
@@ -71,7 +74,7 @@ impl<P: LendsClaims, C: Send> FromContext<C> for Claim<P> {
                 .map(|lent| Claim { lent: *lent })
                 .ok_or_else(|| {
                     let error = format!(
-                        "the handler takes the claim's transaction (`{}`), but the delivery holds no connection to lend one on: the lease form lends none",
+                        "the handler takes the claim's transaction (`{}`), but the broker lent none: its lease was lost, its connection or the transaction's begin failed, or the table is a SQLite table in the lease form, which lends none",
                         P::EXTRACTOR
                     );
                     tracing::error!("{error}");

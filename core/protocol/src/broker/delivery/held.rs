@@ -8,7 +8,7 @@
 //! the row. A failure marks the row failed, in either form. A connection whose key may still
 //! be held closes, which ends the lock.
 
-use crate::dialect::{KeyLocks, Statement};
+use crate::dialect::{Dialect, KeyLocks, Statement};
 use crate::types::{Action, DeliveryId, Event, Outcome, SettleError};
 use crate::value::Time;
 use crate::value::{DbError, ErrorKind};
@@ -40,6 +40,20 @@ impl<R> Broker<R> {
     /// connection that holds the key. Then [`Event::Lent`]; anything else answers no
     /// connection.
     pub(in crate::broker) fn begin_lend(&mut self, delivery: DeliveryId) {
+        let sqlite = self.dialect == Dialect::Sqlite;
+        if let Some(d) = self.deliveries.get_mut(delivery)
+            && let Held::Lease(l) = &mut d.held
+        {
+            if d.ending.is_some() || d.savepoint || l.lent.is_some() || l.lost || sqlite {
+                return self.lent_none(delivery);
+            }
+            if d.state == DeliveryState::Busy {
+                // An extension runs on its own connection: the transaction is begun after it.
+                l.lend_wanted = true;
+                return;
+            }
+            return self.lease_lend(delivery);
+        }
         let lendable = self.deliveries.get(delivery).and_then(|d| {
             if d.state != DeliveryState::InWork || d.ending.is_some() || d.savepoint {
                 return None;
@@ -53,11 +67,7 @@ impl<R> Broker<R> {
             }
         });
         let Some((savepoint, conn)) = lendable else {
-            self.events.push_back(Event::Lent {
-                delivery,
-                conn: None,
-            });
-            return;
+            return self.lent_none(delivery);
         };
         if let Some(d) = self.deliveries.get_mut(delivery) {
             d.state = DeliveryState::Busy;
@@ -71,7 +81,41 @@ impl<R> Broker<R> {
         );
     }
 
-    /// The savepoint is set: the connection is the handler's until it settles.
+    /// No transaction is lent to the handler.
+    pub(super) fn lent_none(&mut self, delivery: DeliveryId) {
+        self.events.push_back(Event::Lent {
+            delivery,
+            conn: None,
+        });
+    }
+
+    /// The lease form: a connection of its own for the transaction lent to the handler.
+    pub(super) fn lease_lend(&mut self, delivery: DeliveryId) {
+        let conn = self.new_conn();
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        d.conn = Some(conn);
+        d.state = DeliveryState::Busy;
+        self.delivery_step(delivery, conn, Action::Acquire, DeliveryStage::LendAcquire);
+    }
+
+    /// The lease form: the lent transaction's connection came; it begins.
+    pub(super) fn lend_acquired(&mut self, delivery: DeliveryId) {
+        let Some((conn, sub)) = self
+            .deliveries
+            .get(delivery)
+            .and_then(|d| Some((d.conn?, d.sub)))
+        else {
+            return;
+        };
+        let begin = self.subs[sub.0].statements.begin.clone();
+        self.delivery_execute(delivery, conn, &begin, Vec::new(), DeliveryStage::Savepoint);
+    }
+
+    /// The savepoint is set (or the transaction begun): the connection is the handler's until
+    /// it settles. In the lease form the connection moves to the lease, so that extensions
+    /// run on connections of their own meanwhile.
     pub(super) fn savepoint_set(&mut self, delivery: DeliveryId) {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
@@ -79,6 +123,19 @@ impl<R> Broker<R> {
         d.savepoint = true;
         d.state = DeliveryState::InWork;
         let queued = d.queued.take();
+        let held_conn = d.conn;
+        if let Held::Lease(l) = &mut d.held {
+            l.lent = held_conn;
+            d.conn = None;
+            let conn = held_conn
+                .filter(|_| queued.is_none())
+                .map(|c| self.conns.physical(c));
+            self.events.push_back(Event::Lent { delivery, conn });
+            if let Some(ending) = queued {
+                self.end(delivery, ending);
+            }
+            return;
+        }
         // A handler that settled or was dropped meanwhile takes nothing.
         let conn = d
             .conn
@@ -101,7 +158,12 @@ impl<R> Broker<R> {
         match d.held {
             Held::RowLock(_) => self.row_lock_end(delivery, ending),
             Held::Advisory { .. } => self.advisory_end(delivery, ending),
-            Held::Lease(_) => {}
+            // A delivery the shutdown ends keeps its lease; any other ending's statement runs
+            // on the connection the lent transaction rolled back on.
+            Held::Lease(_) if ending == Ending::Shutdown && d.delivered => {
+                self.delivery_release(delivery)
+            }
+            Held::Lease(_) => self.lease_acquired(delivery),
         }
     }
 

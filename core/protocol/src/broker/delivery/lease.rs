@@ -18,9 +18,26 @@ impl<R> Broker<R> {
     /// A lease delivery ends: a settlement or a release of the lease, each on a connection of
     /// its own; a delivery the shutdown ends keeps its lease.
     pub(super) fn lease_end(&mut self, delivery: DeliveryId, ending: Ending) {
-        let Some(d) = self.deliveries.get(delivery) else {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
+        if let Some(conn) = d.take_lent() {
+            // The transaction lent to the handler: an acknowledgement's settlement runs in it
+            // and commits with the handler's writes; any other ending rolls it back first.
+            d.conn = Some(conn);
+            if ending == Ending::Settle(Outcome::Ack) {
+                return self.settle_alone(delivery, conn);
+            }
+            d.savepoint = false;
+            let rollback = self.subs[d.sub.0].statements.rollback.clone();
+            return self.delivery_execute(
+                delivery,
+                conn,
+                &rollback,
+                Vec::new(),
+                DeliveryStage::Unwind,
+            );
+        }
         let sub = d.sub;
         if ending == Ending::Shutdown && d.delivered {
             // The delivery keeps its lease, which runs out unless it settles first.
@@ -141,11 +158,28 @@ impl<R> Broker<R> {
         self.delivery_release(delivery);
     }
 
-    /// The settlement of one lease answered.
+    /// The settlement of one lease answered. In a transaction lent to the handler it commits
+    /// with the handler's writes, or, its lease lost, rolls them back.
     pub(super) fn lease_settled(&mut self, delivery: DeliveryId, reply: &Reply<R>) {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
+        if d.savepoint
+            && let Some(conn) = d.conn
+        {
+            d.savepoint = false;
+            let statements = &self.subs[d.sub.0].statements;
+            let (end, stage) = if affected_any(reply) {
+                (statements.commit.clone(), DeliveryStage::Commit)
+            } else {
+                self.events.push_back(Event::SettleFailed {
+                    delivery,
+                    error: SettleError::LeaseLost,
+                });
+                (statements.rollback.clone(), DeliveryStage::Rollback)
+            };
+            return self.delivery_execute(delivery, conn, &end, Vec::new(), stage);
+        }
         let sub = d.sub;
         d.holds = false;
         let outcome = match d.ending {

@@ -63,6 +63,10 @@ pub(super) struct LeaseHold {
     batch: Vec<DeliveryId>,
     /// How many of its statements a deadlock rolled back and ran again.
     reruns: u8,
+    /// The connection whose transaction is lent to the handler, while it is in work.
+    lent: Option<ConnId>,
+    /// The handler asked for a transaction while an extension ran: it is begun after.
+    lend_wanted: bool,
 }
 
 #[derive(Debug)]
@@ -141,6 +145,17 @@ impl Delivery {
         self.lease().and_then(|l| l.extend_at)
     }
 
+    /// The lease form: the connection of the transaction lent to the handler, taken from the
+    /// lease.
+    fn take_lent(&mut self) -> Option<ConnId> {
+        self.lease_mut().and_then(|l| l.lent.take())
+    }
+
+    /// The lease form: whether a transaction is lent to the handler.
+    fn lends(&self) -> bool {
+        self.lease().is_some_and(|l| l.lent.is_some())
+    }
+
     /// The time by which its connection is closed, dropped.
     pub(super) fn deadline(&self) -> Option<Time> {
         self.deadline
@@ -215,6 +230,8 @@ impl Deliveries {
 #[derive(Clone, Copy, Debug)]
 pub(super) enum DeliveryStage {
     Acquire,
+    /// The lease form: the connection of a transaction lent to the handler.
+    LendAcquire,
     Extend {
         until: Time,
     },
@@ -227,9 +244,11 @@ pub(super) enum DeliveryStage {
     Unlock,
     /// A row claimed ahead: its session answers, so it is handed.
     Ping,
-    /// The row lock form: the savepoint before the transaction is lent to the handler.
+    /// The savepoint (row lock) or the begin (advisory lock, lease) before a transaction is
+    /// lent to the handler.
     Savepoint,
-    /// The row lock form: back to that savepoint, before a retry or a failure is written.
+    /// Back to that savepoint, or the lent transaction rolled back, before a retry or a
+    /// failure is written.
     Unwind,
     Release,
     Close,
@@ -366,6 +385,8 @@ impl<R> Broker<R> {
                     lost: false,
                     batch: Vec::new(),
                     reruns: 0,
+                    lent: None,
+                    lend_wanted: false,
                 })
             }
         }

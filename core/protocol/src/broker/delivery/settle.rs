@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::types::{DeliveryId, Event, Outcome, SettleError, Settlement};
+use crate::types::{Action, DeliveryId, Event, Outcome, SettleError, Settlement};
 use crate::value::{Time, Value};
 
 use super::super::options::{DROP_GRACE, MAX_ERROR_LEN, MAX_RETRY_DELAY};
-use super::super::{Broker, State};
+use super::super::{Broker, State, Step};
 use super::{DeliveryState, Ending, Held};
 
 /// `error`, cut to at most `max` bytes on a character boundary, ending in `…` where cut.
@@ -152,6 +152,10 @@ impl<R> Broker<R> {
                 self.events
                     .push_back(Event::SettleFailed { delivery, error });
                 d.ending = Some(ending);
+                if let Some(conn) = d.take_lent() {
+                    // The handler's transaction ends with its connection.
+                    self.send(conn, Action::Close, Step::Orphan);
+                }
                 self.finish_delivery(delivery);
                 return;
             }
@@ -161,7 +165,7 @@ impl<R> Broker<R> {
         if let Some(l) = d.lease_mut() {
             l.extend_at = None;
         }
-        if ending == Ending::Drop && d.conn.is_some() {
+        if ending == Ending::Drop && (d.conn.is_some() || d.lends()) {
             d.deadline = Some(now.plus(DROP_GRACE));
         }
         match &d.held {

@@ -51,6 +51,7 @@ impl<R> Broker<R> {
         let lease = d.lease().is_some();
         match stage {
             DeliveryStage::Acquire => self.lease_acquired(delivery),
+            DeliveryStage::LendAcquire => self.lend_acquired(delivery),
             DeliveryStage::Extend { until } => self.extended(delivery, until, &reply),
             DeliveryStage::Settle if lease => self.lease_settled(delivery, &reply),
             DeliveryStage::Settle => self.held_settled(delivery),
@@ -74,11 +75,30 @@ impl<R> Broker<R> {
         d.conn = None;
         if d.ending.is_none() {
             d.state = DeliveryState::InWork;
-            if let Some(queued) = d.queued.take() {
-                self.end(delivery, queued);
-            }
+            self.back_in_work(delivery);
         } else {
             self.finish_delivery(delivery);
+        }
+    }
+
+    /// A delivery's step ended with the delivery still in work: the settlement asked for
+    /// meanwhile runs, or else the transaction its handler asked for meanwhile is begun.
+    fn back_in_work(&mut self, delivery: DeliveryId) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let wanted = d
+            .lease_mut()
+            .is_some_and(|l| std::mem::take(&mut l.lend_wanted));
+        match d.queued.take() {
+            Some(queued) => {
+                if wanted {
+                    self.lent_none(delivery);
+                }
+                self.end(delivery, queued);
+            }
+            None if wanted => self.begin_lend(delivery),
+            None => {}
         }
     }
 
@@ -100,11 +120,8 @@ impl<R> Broker<R> {
         stage: DeliveryStage,
         error: DbError,
     ) {
-        if matches!(stage, DeliveryStage::Savepoint) {
-            self.events.push_back(Event::Lent {
-                delivery,
-                conn: None,
-            });
+        if matches!(stage, DeliveryStage::Savepoint | DeliveryStage::LendAcquire) {
+            self.lent_none(delivery);
         }
         if matches!(stage, DeliveryStage::Ping) {
             // Its session no longer answers: the row is never handed, and ends as its
@@ -171,7 +188,7 @@ impl<R> Broker<R> {
         }
         d.holds = false;
         match (stage, d.conn.take()) {
-            (DeliveryStage::Acquire, Some(conn)) => {
+            (DeliveryStage::Acquire | DeliveryStage::LendAcquire, Some(conn)) => {
                 self.conns.forget(conn);
                 self.after_failed_step(delivery);
             }
@@ -195,9 +212,7 @@ impl<R> Broker<R> {
         if let Some(l) = d.lease_mut() {
             l.extend_at = Some(now.plus(std::time::Duration::from_secs(1)));
         }
-        if let Some(queued) = d.queued.take() {
-            self.end(delivery, queued);
-        }
+        self.back_in_work(delivery);
     }
 
     /// A dropped delivery's deadline passed: close its connection, whatever still runs on it.
@@ -206,6 +221,7 @@ impl<R> Broker<R> {
             return;
         };
         d.deadline = None;
+        let lent = d.take_lent();
         let conn = d.conn.take();
         let key = d.key().cloned().filter(|_| d.holds);
         d.holds = false;
@@ -217,7 +233,7 @@ impl<R> Broker<R> {
         if let Some(key) = key {
             self.keys.remove(&key);
         }
-        if let Some(conn) = conn {
+        for conn in conn.into_iter().chain(lent) {
             self.send(conn, Action::Close, Step::Orphan);
         }
         self.finish_delivery(delivery);
@@ -227,7 +243,10 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.remove(delivery) else {
             return;
         };
-        debug_assert!(d.conn.is_none(), "a delivery ended holding a connection");
+        debug_assert!(
+            d.conn.is_none() && !d.lends(),
+            "a delivery ended holding a connection"
+        );
         debug_assert!(
             d.lease().is_none_or(|l| l.batch.is_empty()),
             "a settlement ended with its batch unsettled"

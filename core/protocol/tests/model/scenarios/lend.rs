@@ -1,6 +1,7 @@
-//! The row lock form lends its claim's open transaction to the handler: a savepoint marks
-//! where the handler's writes begin; an acknowledgement commits them with the settlement, a
-//! retry or a failure rolls back to the savepoint first.
+//! A handler takes a transaction on its delivery's connection: the row lock form lends its
+//! claim's open transaction past a savepoint, the advisory lock form a transaction begun where
+//! the key is held, the lease form one begun on a connection taken for it. An acknowledgement
+//! commits the handler's writes with the settlement; a retry or a failure undoes them first.
 
 use super::*;
 use ruststream_core::Settlement;
@@ -108,14 +109,140 @@ fn only_a_row_lock_delivery_in_work_lends_its_transaction_once() {
     sim.lend(0, delivery);
     assert_eq!(sim.lent(0, mark), [(delivery, None)], "no longer in work");
 
-    let mut sim = Sim::start(Dialect::Postgres, lease(), 1, &[0]);
+    let mut sim = Sim::start(Dialect::Sqlite, lease(), 1, &[0]);
     let delivery = sim.delivery(0, 1);
     let mark = sim.mark();
     sim.lend(0, delivery);
     assert_eq!(
         sim.lent(0, mark),
         [(delivery, None)],
-        "the lease form lends nothing"
+        "SQLite's lease form lends nothing"
+    );
+}
+
+/// The lease form begins a transaction on a connection taken for it: an acknowledgement's
+/// settlement runs in it, fenced by the lease, and commits with the handler's writes; a retry
+/// rolls it back, then gives the lease back on the same connection.
+#[test]
+fn a_lease_delivery_lends_a_transaction_on_a_connection_of_its_own() {
+    for dialect in SERVERS {
+        for outcome in [Outcome::Ack, Outcome::Retry] {
+            let mut sim = Sim::start(dialect, lease(), 1, &[0]);
+            let delivery = sim.delivery(0, 1);
+            let mark = sim.mark();
+            sim.lend(0, delivery);
+            sim.run();
+            let lent = sim.lent(0, mark);
+            let [(lent_delivery, Some(conn))] = lent[..] else {
+                panic!("{dialect:?}: one connection lent: {lent:?}");
+            };
+            assert_eq!(lent_delivery, delivery);
+            assert_eq!(
+                sim.ops_on(0, conn, mark),
+                [Acquire, Exec(StatementKind::Begin)],
+                "{dialect:?}: a connection of its own, in a transaction"
+            );
+            let mark = sim.mark();
+            sim.settle(0, delivery, outcome);
+            sim.run();
+            let ops = sim.ops_on(0, conn, mark);
+            let expected = match outcome {
+                Outcome::Ack => vec![delete(true), Exec(StatementKind::Commit), Release],
+                _ => vec![Exec(StatementKind::Rollback)],
+            };
+            assert_eq!(
+                ops[..expected.len()],
+                expected[..],
+                "{dialect:?} {outcome:?}: {ops:?}"
+            );
+            assert_eq!(
+                ops.last(),
+                Some(&Release),
+                "{dialect:?} {outcome:?}: {ops:?}"
+            );
+            assert!(
+                sim.events(0, mark)
+                    .contains(&Event::Settled { delivery, outcome }),
+                "{dialect:?} {outcome:?}"
+            );
+            assert_eq!(sim.db.rows.contains_key(&1), outcome != Outcome::Ack);
+        }
+    }
+}
+
+/// A lease lost while the handler wrote in the lent transaction: the fenced settlement finds
+/// no row, the transaction rolls back with the handler's writes, and the settlement fails.
+#[test]
+fn a_lent_transaction_whose_lease_was_lost_rolls_back() {
+    let mut sim = Sim::start(Dialect::Postgres, lease(), 1, &[0]);
+    let delivery = sim.delivery(0, 1);
+    let mark = sim.mark();
+    sim.lend(0, delivery);
+    sim.run();
+    let [(_, Some(conn))] = sim.lent(0, mark)[..] else {
+        panic!("one connection lent");
+    };
+    // Another process took the row after the lease ran out.
+    if let Some(row) = sim.db.rows.get_mut(&1) {
+        row.locked_until = Some(i64::MAX);
+    }
+    let mark = sim.mark();
+    sim.settle(0, delivery, Outcome::Ack);
+    sim.run();
+    assert_eq!(
+        sim.ops_on(0, conn, mark),
+        [delete(true), Exec(StatementKind::Rollback), Release]
+    );
+    assert!(sim.events(0, mark).contains(&Event::SettleFailed {
+        delivery,
+        error: ruststream_core::SettleError::LeaseLost
+    }));
+    assert!(
+        sim.db.rows.contains_key(&1),
+        "the row stays, with the other's lease"
+    );
+}
+
+/// A handler that asks while its lease is being extended gets its transaction once the
+/// extension has answered; extensions run on connections of their own while it is lent.
+#[test]
+fn a_lend_asked_for_during_an_extension_begins_after_it() {
+    let mut sim = Sim::start(Dialect::Postgres, lease(), 1, &[0]);
+    let delivery = sim.delivery(0, 1);
+    sim.hook(|_, c| match &c.action {
+        Action::Execute { statement, .. } if statement.kind == StatementKind::ExtendLease => {
+            Intercept::Hold
+        }
+        _ => Intercept::Run,
+    });
+    sim.advance(LEASE_TIME);
+    let extend = sim.take_held(0);
+    assert_eq!(extend.len(), 1, "one extension held");
+    sim.hook(|_, _| Intercept::Run);
+    let mark = sim.mark();
+    sim.lend(0, delivery);
+    sim.run();
+    assert!(sim.lent(0, mark).is_empty(), "not while the extension runs");
+    for command in extend {
+        sim.run_command(0, command);
+    }
+    sim.poll(0);
+    sim.run();
+    let lent = sim.lent(0, mark);
+    let [(_, Some(conn))] = lent[..] else {
+        panic!("lent after the extension: {lent:?}");
+    };
+    let next = sim.timeout(0).expect("the next extension");
+    let mark = sim.mark();
+    sim.advance_to(next);
+    sim.run();
+    assert!(
+        sim.ops(0, mark).contains(&Exec(StatementKind::ExtendLease)),
+        "the lease is extended while the transaction is lent"
+    );
+    assert!(
+        sim.ops_on(0, conn, mark).is_empty(),
+        "not on the lent connection"
     );
 }
 
