@@ -93,9 +93,11 @@ const ROW: &[&str] = &["id", "attempt", "payload"];
 
 /// What the tasks of one baseline run share.
 pub(crate) struct Shared {
-    /// The limit loop: the row lock form's tasks count and lock each on its own, with no
-    /// turn shared between them (see the module's docs).
+    /// The limit loop: the row lock and lease forms' claims batched ([`crate::limit`]); the
+    /// advisory form's as the same statements.
     pub(crate) limit: bool,
+    /// The limit loop's batched claims and settlements.
+    pub(crate) batch: crate::limit::Batch,
     pub(crate) statements: Statements,
     pub(crate) stats: Arc<Stats>,
     /// The table, for the candidates that pass over keys.
@@ -173,6 +175,10 @@ pub(crate) async fn worker<C: RawConn>(mut conn: C, shared: Arc<Shared>) -> Resu
     let mut idle_since = Instant::now();
     while shared.stats.settled() < shared.jobs {
         let took = match shared.statements.form() {
+            Form::RowLock if shared.limit => {
+                crate::limit::row_lock_once(&mut conn, &shared).await?
+            }
+            Form::Lease if shared.limit => crate::limit::lease_once(&mut conn, &shared).await?,
             Form::RowLock => row_lock_once(&mut conn, &shared).await?,
             Form::Lease => lease_once(&mut conn, &shared).await?,
             Form::Advisory => advisory_once(&mut conn, &shared).await?,
@@ -190,7 +196,7 @@ pub(crate) async fn worker<C: RawConn>(mut conn: C, shared: Arc<Shared>) -> Resu
 }
 
 /// The handler: records the pickup latency and works `ms`. Answers when it ended.
-async fn handle(shared: &Shared, row: &[Value], ms: u64) -> Instant {
+pub(crate) async fn handle(shared: &Shared, row: &[Value], ms: u64) -> Instant {
     if let Some(Value::Bytes(payload)) = row.get(2) {
         shared.stats.handler_start(payload);
     }
@@ -198,7 +204,7 @@ async fn handle(shared: &Shared, row: &[Value], ms: u64) -> Instant {
     Instant::now()
 }
 
-fn settled(shared: &Shared, ended: Instant) {
+pub(crate) fn settled(shared: &Shared, ended: Instant) {
     shared.stats.settle_latency(ended.elapsed());
     shared.stats.settled_one();
 }
@@ -268,11 +274,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
     let FormStatements::RowLock(f) = &st.form else {
         return Err(wrong_form("row lock"));
     };
-    let claim = if shared.limit {
-        None
-    } else {
-        Some(shared.claim.lock().await)
-    };
+    let claim = shared.claim.lock().await;
     let now = crate::stats::now_us();
     let mut b = Binds {
         now,

@@ -112,6 +112,7 @@ mod drivers;
 mod framework;
 mod graphile;
 mod growth;
+mod limit;
 mod order;
 mod peer;
 mod publish;
@@ -1373,6 +1374,7 @@ fn shared(
         claim: tokio::sync::Mutex::new(()),
         keys: Mutex::new(HashSet::new()),
         excluding: Mutex::new(HashMap::new()),
+        batch: limit::Batch::default(),
     })
 }
 
