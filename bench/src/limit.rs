@@ -81,14 +81,16 @@ impl Batch {
             }
             return Ok(Some(row));
         }
-        while counted {
-            let answered = self.locked.notified();
-            tokio::pin!(answered);
-            answered.as_mut().enable();
-            if self.locking.load(Ordering::SeqCst) == 0 {
-                break;
+        if counted {
+            loop {
+                let answered = self.locked.notified();
+                tokio::pin!(answered);
+                answered.as_mut().enable();
+                if self.locking.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                answered.await;
             }
-            answered.await;
         }
         let n = workers
             .saturating_sub(self.holding.load(Ordering::SeqCst))
