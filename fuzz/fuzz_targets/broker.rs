@@ -173,6 +173,11 @@ fn plausible(u: &mut Unstructured<'_>, desc: &TableDesc, command: &Command) -> R
     })
 }
 
+/// Whether to print every command, reply and event (`FUZZ_TRACE=1`), to read a crash's run.
+fn tracing() -> bool {
+    std::env::var_os("FUZZ_TRACE").is_some()
+}
+
 struct Run {
     broker: Broker<()>,
     pending: Vec<Command>,
@@ -192,11 +197,17 @@ impl Run {
                     "command id {} handed out twice",
                     command.id
                 );
+                if tracing() {
+                    eprintln!("command {command:?}");
+                }
                 self.pending.push(command);
                 any = true;
             }
             while let Some(event) = self.broker.poll_event() {
                 any = true;
+                if tracing() {
+                    eprintln!("event {event:?}");
+                }
                 match event {
                     Event::Delivered(d) => self.deliveries.push(d.delivery),
                     Event::Closed(_) => {
@@ -235,7 +246,16 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
         lease: Duration::from_secs(u.int_in_range(1..=60)?),
         extend_every: Duration::from_secs(u.int_in_range(1..=30)?),
         prefetch: u.int_in_range(0..=3)?,
+        max_attempts: if u.arbitrary()? {
+            Some(u.int_in_range(1..=3)?)
+        } else {
+            None
+        },
+        row_fields: &[],
     };
+    if tracing() {
+        eprintln!("{dialect:?} {:?} {desc:?} {options:?}", desc.form());
+    }
     r.broker = Broker::new(dialect);
     let sub = r.broker.subscribe(desc, options, r.now).ok();
     let publisher = r.broker.publisher(desc).ok();
@@ -255,6 +275,9 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
                         plausible(u, &desc, &command)?
                     };
                     r.tick(u)?;
+                    if tracing() {
+                        eprintln!("reply {} {reply:?}", command.id);
+                    }
                     r.broker.handle_reply(command.id, reply, r.now);
                 }
             }
@@ -262,17 +285,26 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
                 if !r.deliveries.is_empty() {
                     let d = r.deliveries[u.choose_index(r.deliveries.len())?];
                     let outcome = *u.choose(&[Outcome::Ack, Outcome::Retry, Outcome::Reject])?;
+                    if tracing() {
+                        eprintln!("settle {d:?} {outcome:?}");
+                    }
                     r.broker.settle(d, outcome, r.now);
                 }
             }
             7 => {
                 if !r.deliveries.is_empty() {
                     let d = r.deliveries[u.choose_index(r.deliveries.len())?];
+                    if tracing() {
+                        eprintln!("drop {d:?}");
+                    }
                     r.broker.drop_delivery(d, r.now);
                 }
             }
             8 | 9 => {
                 r.tick(u)?;
+                if tracing() {
+                    eprintln!("timeout {:?}", r.now);
+                }
                 r.broker.handle_timeout(r.now);
             }
             10 => {
@@ -291,7 +323,12 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
                     r.broker.wake(sub, r.now);
                 }
             }
-            _ => r.broker.shutdown(r.now),
+            _ => {
+                if tracing() {
+                    eprintln!("shutdown");
+                }
+                r.broker.shutdown(r.now)
+            }
         }
         r.drain();
     }
@@ -325,6 +362,9 @@ fn finish(u: &mut Unstructured<'_>, mut r: Run) {
         let command = r.pending.swap_remove(i);
         let reply = reply(u).unwrap_or(Reply::Done);
         let _ = r.tick(u);
+        if tracing() {
+            eprintln!("reply {} {reply:?}", command.id);
+        }
         r.broker.handle_reply(command.id, reply, r.now);
         r.drain();
     }

@@ -274,6 +274,17 @@ pub enum CheckError {
         /// The level found.
         level: String,
     },
+    /// Two connections reached one server session: a pooler in transaction pooling
+    /// (PgBouncer's `pool_mode = transaction`) stands between the service and PostgreSQL, and
+    /// the advisory lock form's session locks would outlive their deliveries on sessions other
+    /// clients use.
+    #[error(
+        "table `{table}`: the advisory lock form holds each key with a session lock on the delivery's own connection, but two of the broker's connections reached one server session (a lock the first took, the second could take too): they go through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection; connect to PostgreSQL directly, or through a pooler in session pooling (`pool_mode = session`)"
+    )]
+    TransactionPooling {
+        /// The table.
+        table: &'static str,
+    },
     /// The check's statement failed.
     #[error("table `{table}`: the check failed: {error}")]
     Db {

@@ -1,6 +1,7 @@
 //! The check of a subscription's table before it claims: the table and every described column
-//! exist, the database's name for lock names (MySQL, MariaDB), and PostgreSQL's isolation
-//! level for the row lock form.
+//! exist, the database's name for lock names (MySQL, MariaDB), PostgreSQL's isolation level
+//! for the row lock form, and, for the advisory lock form on PostgreSQL, that each connection
+//! is a server session of its own ([`super::session`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +21,28 @@ pub(super) enum CheckStage {
     Columns,
     Database,
     Isolation,
+    /// The session check ([`super::session`]): the probe key's lock on the check's
+    /// connection.
+    SessionLock,
+    /// The session check's second connection, `b`.
+    SessionAcquire {
+        b: ConnId,
+    },
+    /// The probe key's lock tried on `b`.
+    SessionTry {
+        b: ConnId,
+    },
+    /// The probe key's unlock on the check's connection.
+    SessionUnlock {
+        b: ConnId,
+    },
+    /// The probe key's unlock on `b`, where `b` took it; `left` more tries.
+    SessionCleanup {
+        b: ConnId,
+        left: u8,
+    },
+    /// `b` goes back.
+    SessionRelease,
     Release,
     Close,
 }
@@ -33,11 +56,17 @@ impl<R> Broker<R> {
         self.check_step(sub, conn, Action::Acquire, CheckStage::Acquire);
     }
 
-    fn check_step(&mut self, sub: SubId, conn: ConnId, action: Action, stage: CheckStage) {
+    pub(super) fn check_step(
+        &mut self,
+        sub: SubId,
+        conn: ConnId,
+        action: Action,
+        stage: CheckStage,
+    ) {
         self.send(conn, action, Step::Check { sub, stage });
     }
 
-    fn check_execute(
+    pub(super) fn check_execute(
         &mut self,
         sub: SubId,
         conn: ConnId,
@@ -121,6 +150,12 @@ impl<R> Broker<R> {
                 }
                 self.check_next(sub, conn, CheckStage::Isolation);
             }
+            CheckStage::SessionLock
+            | CheckStage::SessionAcquire { .. }
+            | CheckStage::SessionTry { .. }
+            | CheckStage::SessionUnlock { .. }
+            | CheckStage::SessionCleanup { .. }
+            | CheckStage::SessionRelease => self.on_session_check(sub, conn, stage, reply),
             CheckStage::Release | CheckStage::Close => self.on_check_done(sub),
         }
     }
@@ -136,6 +171,7 @@ impl<R> Broker<R> {
             self.on_check_done(sub);
             return;
         }
+        self.session_check_failed(stage);
         let table = self.subs[sub.0].desc.table;
         if error.kind == ErrorKind::UndefinedTable {
             self.check_failed(sub, CheckError::MissingTable { table });
@@ -153,7 +189,7 @@ impl<R> Broker<R> {
         }
     }
 
-    fn check_failed(&mut self, sub: SubId, error: CheckError) {
+    pub(super) fn check_failed(&mut self, sub: SubId, error: CheckError) {
         self.subs[sub.0].state = SubState::Failed;
         self.events.push_back(Event::CheckFailed { sub, error });
     }
@@ -176,7 +212,7 @@ impl<R> Broker<R> {
         };
         match next {
             Some((statement, stage)) => self.check_execute(sub, conn, statement, Vec::new(), stage),
-            None => self.check_step(sub, conn, Action::Release, CheckStage::Release),
+            None => self.start_session_check(sub, conn),
         }
     }
 

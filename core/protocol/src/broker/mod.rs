@@ -18,6 +18,7 @@ mod gate;
 mod options;
 mod publish;
 mod rows;
+mod session;
 mod sub;
 mod timers;
 

@@ -27,6 +27,10 @@ pub(super) struct CheckState {
     pub(super) again_at: Option<Time>,
     /// MySQL and MariaDB: the database's name, for lock names.
     pub(super) database: Option<String>,
+    /// The session check: the probe key's lock argument, and whether a second connection
+    /// reached the first one's session.
+    pub(super) probe: Option<crate::value::Value>,
+    pub(super) pooled: bool,
 }
 
 /// The row lock form with an attempt column: a claim counts and commits the attempt, then

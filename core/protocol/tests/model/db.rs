@@ -44,7 +44,11 @@ pub struct Db {
     pub advisory: BTreeMap<Value, (SessId, u32)>,
     /// The service's own locks, by key text, held by a session.
     pub custom: BTreeMap<String, SessId>,
-    /// Attempts counted and committed, per row, as the model saw them.
+    /// Row lock form: counts another claim counted again before their lock, so that their
+    /// lock found the row at another attempt. Claims of several processes count a row each
+    /// on its own, and a row counted by one is not locked until that one's lock: a second
+    /// process's count between them spends an attempt on the row that no delivery runs.
+    pub superseded: u64,
     pub next_id: i64,
     next_session: SessId,
     /// Violations the database saw: a statement that would have waited for a lock.
@@ -450,6 +454,9 @@ impl Db {
                     .is_some_and(|r| self.claimable(desc, r, now) && r.attempt == attempt)
                     && !self.locked_by_other(id, sess);
                 if !lockable {
+                    if self.rows.get(&id).is_some_and(|r| r.attempt != attempt) {
+                        self.superseded += 1;
+                    }
                     return Reply::Rows(Vec::new());
                 }
                 self.row_locks.insert(id, sess);

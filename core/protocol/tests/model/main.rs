@@ -743,13 +743,16 @@ impl World {
         if let Some(max) = self.config.max_attempts {
             // A take past the budget marks the row failed; only an interruption lets another
             // take count past it.
-            let bound = i64::from(max) + 1 + i64::try_from(self.interruptions).unwrap_or(i64::MAX);
+            // A count another process's count superseded before its lock spent an attempt too.
+            let spent = self.interruptions + self.db.superseded;
+            let bound = i64::from(max) + 1 + i64::try_from(spent).unwrap_or(i64::MAX);
             for (id, row) in &self.db.rows {
                 assert!(
                     row.attempt <= bound,
-                    "row {id}: attempt {} past max_attempts {max} + 1 + {} interruptions",
+                    "row {id}: attempt {} past max_attempts {max} + 1 + {} interruptions + {} superseded counts",
                     row.attempt,
-                    self.interruptions
+                    self.interruptions,
+                    self.db.superseded
                 );
             }
         }

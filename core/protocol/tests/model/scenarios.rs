@@ -26,6 +26,7 @@ use crate::db::{Db, DbRow, SessId, lock_arg};
 
 mod failures;
 mod lend;
+mod session;
 
 const T0: Time = Time(1_700_000_000_000_000);
 const POLL: Duration = Duration::from_secs(1);
@@ -621,6 +622,13 @@ impl Sim {
     }
 
     /// The index in the journal of the first event of `p` that matches.
+    /// The index in the journal of `p`'s subscription's `Ready`: what ran after its check.
+    fn ready_at(&self, p: usize) -> usize {
+        let sub = self.procs[p].sub;
+        self.event_index(p, |e| *e == Event::Ready { sub })
+            .expect("the subscription is ready")
+    }
+
     fn event_index(&self, p: usize, matches: impl Fn(&Event<i64>) -> bool) -> Option<usize> {
         self.journal.iter().position(
             |e| matches!(e, Entry::Event { proc, event, .. } if *proc == p && matches(event)),
@@ -1431,7 +1439,7 @@ fn advisory_claim_selects_candidates_in_claim_order_with_their_keys() {
             "{dialect:?}: in claim order, as many as the workers may take"
         );
         let locked: Vec<Value> = sim
-            .runs_of(0, 0, StatementKind::TryLock)
+            .runs_of(0, sim.ready_at(0), StatementKind::TryLock)
             .iter()
             .map(|r| r.bind(Arg::Key))
             .collect();
@@ -1448,7 +1456,7 @@ fn advisory_claim_selects_candidates_in_claim_order_with_their_keys() {
 fn advisory_locks_each_key_on_a_connection_of_its_own_without_waiting() {
     for dialect in SERVERS {
         let sim = Sim::start(dialect, advisory(), 3, &[0, 1, 2]);
-        let locks = sim.runs_of(0, 0, StatementKind::TryLock);
+        let locks = sim.runs_of(0, sim.ready_at(0), StatementKind::TryLock);
         assert_eq!(locks.len(), 3, "{dialect:?}");
         let conns: BTreeSet<ConnId> = locks.iter().map(|r| r.conn).collect();
         assert_eq!(conns.len(), 3, "{dialect:?}: a connection of its own each");
@@ -1488,7 +1496,7 @@ fn advisory_passes_over_a_key_held_elsewhere_and_takes_the_next_candidate() {
         sim.spawn();
         sim.run();
         let tries: Vec<(Value, Reply<i64>)> = sim
-            .runs_of(0, 0, StatementKind::TryLock)
+            .runs_of(0, sim.ready_at(0), StatementKind::TryLock)
             .iter()
             .map(|r| (r.bind(Arg::Key), r.reply.clone()))
             .collect();
@@ -1980,7 +1988,7 @@ fn advisory_batch_holds_one_row_per_key() {
 fn advisory_mysql_lock_names_are_the_database_dot_the_key() {
     for dialect in [Dialect::MySql, Dialect::MariaDb] {
         let mut sim = Sim::start(dialect, advisory(), 1, &[0]);
-        let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+        let lock = only(sim.runs_of(0, sim.ready_at(0), StatementKind::TryLock));
         assert_eq!(lock.bind(Arg::Key), Value::Text("test.jobs-0".into()));
         let delivery = sim.delivery(0, 1);
         let mark = sim.mark();
@@ -2000,7 +2008,7 @@ fn advisory_mysql_lock_names_past_64_characters_are_their_sha256() {
         let key = only(sim.delivered(0, 0)).key.expect("a key").to_string();
         let name = format!("test.{key}");
         assert_eq!(name.chars().count(), 64);
-        let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+        let lock = only(sim.runs_of(0, sim.ready_at(0), StatementKind::TryLock));
         assert_eq!(lock.bind(Arg::Key), Value::Text(name), "{dialect:?}");
         // 65 characters: its SHA-256, in lowercase hex.
         let mut sim = Sim::start(dialect, advisory_keyed(KEY_65), 1, &[7]);
@@ -2009,7 +2017,7 @@ fn advisory_mysql_lock_names_past_64_characters_are_their_sha256() {
         assert_eq!(name.chars().count(), 65);
         let hashed = sha256_hex(&name);
         assert_eq!(hashed.len(), 64);
-        let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+        let lock = only(sim.runs_of(0, sim.ready_at(0), StatementKind::TryLock));
         assert_eq!(
             lock.bind(Arg::Key),
             Value::Text(hashed.clone()),
@@ -2033,7 +2041,7 @@ fn advisory_postgres_locks_a_64_bit_hash_of_the_key_in_the_session() {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     let hash = Value::Int(i64::from_be_bytes(first));
-    let lock = only(sim.runs_of(0, 0, StatementKind::TryLock));
+    let lock = only(sim.runs_of(0, sim.ready_at(0), StatementKind::TryLock));
     assert_eq!(lock.bind(Arg::Key), hash);
     let sess = sim.sess_of(0, sim.conn_of(0, 1));
     assert_eq!(sim.db.advisory.get(&hash).map(|(s, _)| *s), Some(sess));
@@ -4757,4 +4765,42 @@ fn a_row_claimed_ahead_whose_session_ended_is_never_handed() {
             assert_eq!(sim.row(2).attempt, 2, "{dialect:?} {form:?}");
         }
     }
+}
+
+/// A MySQL count's select that answers more rows than it asked for, or one row twice (a
+/// server or driver that breaks its `LIMIT`): the claim counts the rows it may, once each,
+/// and goes on to lock and deliver them, rather than leaving its connection in a
+/// transaction with nothing after it.
+#[test]
+fn a_count_select_answering_more_rows_than_asked_counts_those_it_may() {
+    let mut sim = Sim::new(Dialect::MySql, row_lock(), 1);
+    let first = sim.insert(0);
+    let second = sim.insert(1);
+    let mut answered = false;
+    sim.hook(move |_, c| match kind_of(c) {
+        Some(StatementKind::SelectRowId) if !answered => {
+            answered = true;
+            let row = |id: i64| Row::values(vec![Value::Int(id), Value::Int(0)]);
+            Intercept::Answer(Reply::Rows(vec![row(first), row(first), row(second)]))
+        }
+        _ => Intercept::Run,
+    });
+    let p = sim.spawn();
+    sim.run();
+    let delivered = sim.delivered(p, 0);
+    assert_eq!(
+        delivered.iter().map(|d| d.row).collect::<Vec<_>>(),
+        [Some(first)],
+        "one worker: the first row, counted once"
+    );
+    assert_eq!(sim.db.rows[&first].attempt, 1);
+    assert_eq!(
+        sim.db.rows[&second].attempt, 0,
+        "the row past the limit is not counted"
+    );
+    assert_eq!(
+        sim.procs[p].broker.held_connections(),
+        1,
+        "the delivery's connection only"
+    );
 }

@@ -219,8 +219,17 @@ impl<R> Broker<R> {
         r.batch = counted;
         match (&st.claim, select) {
             (RowLockClaim::SelectCount { count_attempts, .. }, true) if !r.batch.is_empty() => {
+                // A reply of more rows than the count asked for (or the same row twice) counts
+                // the rows it may, once each.
+                let mut seen = Vec::new();
+                r.batch.retain(|c| {
+                    let new = !seen.contains(&c.id);
+                    seen.push(c.id.clone());
+                    new
+                });
+                r.batch.truncate(count_attempts.len().max(1));
                 let Some(count) = count_attempts.get(r.batch.len() - 1) else {
-                    return;
+                    return self.row_lock_fixed(claim, conn, Fixed::Rollback, Stage::Rollback);
                 };
                 let ids: Vec<Value> = r.batch.iter().map(|c| c.id.clone()).collect();
                 let binds = count.binds(|arg| match arg {

@@ -1,0 +1,209 @@
+//! Through a real PgBouncer (Debian's `pgbouncer`, which `scripts/test` installs where it is
+//! missing), started by the test on a port of its own in front of the test server: in
+//! transaction pooling the advisory lock form refuses to start, naming transaction pooling and
+//! leaving no lock on the server; in session pooling it starts and serves every row. Both on the
+//! simple query protocol, the one PgBouncer's transaction pooling serves.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+use ruststream_tokio_postgres::prelude::*;
+use ruststream_tokio_postgres::tokio_postgres;
+
+/// A PgBouncer process of the test's own, killed when dropped.
+struct Bouncer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn pgbouncer() -> PathBuf {
+    ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect(
+            "pgbouncer is not installed: install Debian's pgbouncer package (scripts/test does)",
+        )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Starts PgBouncer in `mode` (`transaction` or `session`) in front of the test server, every
+/// server session on the test's schema.
+fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
+    let target: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
+    let host = match target.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => "127.0.0.1".to_owned(),
+    };
+    let port = target.get_ports().first().copied().unwrap_or(5432);
+    let dbname = target.get_dbname().unwrap_or("test");
+    let user = target.get_user().unwrap_or("postgres");
+    let listen = free_port();
+    let dir = std::env::temp_dir().join(format!("rs-pgbouncer-{mode}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the pgbouncer directory");
+    let ini = format!(
+        "[databases]\n\
+         bounced = host={host} port={port} dbname={dbname} user={user} connect_query='SET search_path = {schema}'\n\
+         [pgbouncer]\n\
+         listen_addr = 127.0.0.1\n\
+         listen_port = {listen}\n\
+         unix_socket_dir =\n\
+         auth_type = trust\n\
+         auth_file = {auth}\n\
+         pool_mode = {mode}\n\
+         default_pool_size = 8\n\
+         ignore_startup_parameters = extra_float_digits,application_name\n\
+         logfile = {log}\n",
+        auth = dir.join("users.txt").display(),
+        log = dir.join("pgbouncer.log").display(),
+    );
+    std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
+    std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"\"\n")).expect("users.txt");
+    // PgBouncer does not run as root: as root, it switches to the `postgres` user itself, so
+    // the child is PgBouncer's own process and its kill ends it.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut command = Command::new(pgbouncer());
+    if root {
+        let _ = Command::new("chmod")
+            .args(["-R", "a+rwX"])
+            .arg(&dir)
+            .status();
+        command.args(["-u", "postgres"]);
+    }
+    let child = command
+        .arg(dir.join("pgbouncer.ini"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("pgbouncer starts");
+    let since = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "pgbouncer did not listen on {listen} within 10 s (log in {})",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Bouncer {
+        child,
+        port: listen,
+        dir,
+    }
+}
+
+impl Bouncer {
+    fn url(&self) -> String {
+        let user = base_url()
+            .parse::<tokio_postgres::Config>()
+            .ok()
+            .and_then(|c| c.get_user().map(str::to_owned))
+            .unwrap_or_else(|| "postgres".to_owned());
+        format!("postgres://{user}@127.0.0.1:{}/bounced", self.port)
+    }
+}
+
+/// Advisory locks held on the test server's database.
+async fn advisory_locks_held(db: &Db) -> i64 {
+    db.count(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory'
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooling() {
+    let db = Db::new("pooler").await;
+    let before = advisory_locks_held(&db).await;
+
+    // Transaction pooling: the start fails, naming it, and leaves no lock behind.
+    let bouncer = start_bouncer("transaction", &db.name);
+    let broker =
+        TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
+    let started = broker
+        .start(vec![subscription(
+            Form::Advisory,
+            Record::new(&Seen::default()),
+            2,
+        )])
+        .await;
+    let error = match started {
+        Ok(running) => {
+            running.shutdown().await;
+            panic!("the advisory form started through PgBouncer in transaction pooling");
+        }
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("transaction pooling") && error.contains("pool_mode = transaction"),
+        "the error names transaction pooling: {error}"
+    );
+    assert!(
+        error.contains("videos"),
+        "the error names the table: {error}"
+    );
+    assert_eq!(
+        advisory_locks_held(&db).await,
+        before,
+        "the session check left no lock on the server"
+    );
+    drop(bouncer);
+
+    // Session pooling: the form starts and serves every row.
+    let bouncer = start_bouncer("session", &db.name);
+    let seen = Seen::default();
+    let broker =
+        TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
+    let running = broker
+        .start(vec![subscription(Form::Advisory, Record::new(&seen), 2)])
+        .await
+        .expect("the advisory form starts through PgBouncer in session pooling");
+    let publisher = running.publisher::<Video>();
+    for n in 0..12 {
+        publisher
+            .publish(message(Form::Advisory, n))
+            .await
+            .expect("a publish");
+    }
+    let since = Instant::now();
+    while seen.len() < 12 {
+        assert!(
+            since.elapsed() < WAIT,
+            "12 rows served, {} seen",
+            seen.len()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    running.shutdown().await;
+    assert_eq!(db.wait_count("SELECT COUNT(*) FROM videos", 0).await, 0);
+    assert_eq!(advisory_locks_held(&db).await, before, "no lock left");
+    drop(bouncer);
+    db.finish().await;
+}
