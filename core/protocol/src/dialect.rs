@@ -1291,8 +1291,9 @@ impl Renderer<'_> {
         s.finish(StatementKind::ReleaseLease, Output::Affected)
     }
 
-    /// The key as text, rendered by the database.
-    fn key_expr(&self) -> String {
+    /// The key as text, rendered by the database; `NULL` where a key column is `NULL` unless
+    /// `coalesce`, which renders such a column as empty text (to compare keys with).
+    fn key_expr(&self, coalesce: bool) -> String {
         let parts = self.desc.advisory.unwrap_or(&[]);
         let texts: Vec<String> = parts
             .iter()
@@ -1303,7 +1304,12 @@ impl Renderer<'_> {
                         Dialect::MySql | Dialect::MariaDb => "CHAR",
                         Dialect::Postgres | Dialect::Sqlite => "TEXT",
                     };
-                    format!("COALESCE(CAST({} AS {cast}), '')", self.q(column))
+                    let text = format!("CAST({} AS {cast})", self.q(column));
+                    if coalesce {
+                        format!("COALESCE({text}, '')")
+                    } else {
+                        text
+                    }
                 }
             })
             .collect();
@@ -1318,11 +1324,11 @@ impl Renderer<'_> {
     /// `from`: from [`Arg::Floor`] on.
     fn candidates(&self, excluded: usize, from: bool) -> Statement {
         let mut s = Sql::new(self.dialect);
-        let key = self.key_expr();
+        // A key column's `NULL` reads as no key, which the claim fails naming the column.
         s.push("SELECT ")
             .push(&self.id())
             .push(" AS rs_id, ")
-            .push(&key)
+            .push(&self.key_expr(false))
             .push(" AS rs_key FROM ")
             .push(&self.table());
         let mut conditions = self.claimable(&mut s, true);
@@ -1332,7 +1338,7 @@ impl Renderer<'_> {
         }
         if excluded > 0 {
             s.push(if conditions { " AND " } else { " WHERE " })
-                .push(&key)
+                .push(&self.key_expr(true))
                 .push(" NOT IN (");
             for i in 0..excluded {
                 if i > 0 {

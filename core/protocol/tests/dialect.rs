@@ -710,7 +710,7 @@ fn postgres_advisory_statements() {
     let s = render(Dialect::Postgres, &ADVISORY);
     assert_eq!(
         sql(&s.candidates),
-        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" ORDER BY "id" ASC LIMIT $1"#
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" ORDER BY "id" ASC LIMIT $1"#
     );
     assert_eq!(
         s.candidates.as_ref().unwrap().output,
@@ -747,7 +747,7 @@ fn postgres_advisory_statements() {
     assert_eq!(
         sql(&plain.candidates),
         format!(
-            r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} ORDER BY "due_at" ASC, "id" ASC LIMIT $2"#,
+            r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} ORDER BY "due_at" ASC, "id" ASC LIMIT $2"#,
             t(1)
         )
     );
@@ -767,7 +767,7 @@ fn mysql_advisory_statements() {
         let s = render(dialect, &ADVISORY);
         assert_eq!(
             sql(&s.candidates),
-            "SELECT `id` AS rs_id, CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) AS rs_key FROM `video_jobs` ORDER BY `id` ASC LIMIT ?"
+            "SELECT `id` AS rs_id, CONCAT('video_jobs-', CAST(`channel` AS CHAR)) AS rs_key FROM `video_jobs` ORDER BY `id` ASC LIMIT ?"
         );
         assert_eq!(sql(&s.try_lock), "SELECT GET_LOCK(?, 0) AS locked");
         assert_eq!(sql(&s.unlock), "SELECT RELEASE_LOCK(?) AS unlocked");
@@ -794,7 +794,7 @@ fn sqlite_advisory_statements() {
     let s = render(Dialect::Sqlite, &ADVISORY);
     assert_eq!(
         sql(&s.candidates),
-        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" ORDER BY "id" ASC LIMIT ?1"#
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" ORDER BY "id" ASC LIMIT ?1"#
     );
     assert!(s.try_lock.is_none(), "SQLite has no session locks");
     assert!(s.unlock.is_none(), "SQLite has no session locks");
@@ -810,13 +810,13 @@ fn custom_lock_keeps_the_dialect_claim() {
     assert_eq!(s.form, Form::Advisory);
     assert_eq!(
         sql(&s.candidates),
-        r#"SELECT "id" AS rs_id, ('accounts-' || COALESCE(CAST("account_id" AS TEXT), '')) AS rs_key FROM "payouts" ORDER BY "id" ASC LIMIT ?1"#
+        r#"SELECT "id" AS rs_id, ('accounts-' || CAST("account_id" AS TEXT)) AS rs_key FROM "payouts" ORDER BY "id" ASC LIMIT ?1"#
     );
     assert_eq!(sql(&s.take), r#"SELECT * FROM "payouts" WHERE "id" = ?1"#);
     let s = render(Dialect::MariaDb, &CUSTOM);
     assert_eq!(
         sql(&s.candidates),
-        "SELECT `id` AS rs_id, CONCAT('accounts-', COALESCE(CAST(`account_id` AS CHAR), '')) AS rs_key FROM `payouts` ORDER BY `id` ASC LIMIT ?"
+        "SELECT `id` AS rs_id, CONCAT('accounts-', CAST(`account_id` AS CHAR)) AS rs_key FROM `payouts` ORDER BY `id` ASC LIMIT ?"
     );
 }
 
@@ -976,13 +976,13 @@ fn names_with_quote_characters_are_escaped() {
     let my = render(Dialect::MariaDb, &QUOTED_ADVISORY);
     assert_eq!(
         sql(&my.candidates),
-        "SELECT `i\"d` AS rs_id, CONCAT('it''s-\\\\', COALESCE(CAST(`ch``an\"nel` AS CHAR), '')) AS rs_key FROM `odd\"na``me` ORDER BY `i\"d` ASC LIMIT ?",
+        "SELECT `i\"d` AS rs_id, CONCAT('it''s-\\\\', CAST(`ch``an\"nel` AS CHAR)) AS rs_key FROM `odd\"na``me` ORDER BY `i\"d` ASC LIMIT ?",
         "MySQL escapes a quote and a backslash in a key literal"
     );
     let lite = render(Dialect::Sqlite, &QUOTED_ADVISORY);
     assert_eq!(
         sql(&lite.candidates),
-        r#"SELECT "i""d" AS rs_id, ('it''s-\' || COALESCE(CAST("ch`an""nel" AS TEXT), '')) AS rs_key FROM "odd""na`me" ORDER BY "i""d" ASC LIMIT ?1"#
+        r#"SELECT "i""d" AS rs_id, ('it''s-\' || CAST("ch`an""nel" AS TEXT)) AS rs_key FROM "odd""na`me" ORDER BY "i""d" ASC LIMIT ?1"#
     );
     assert_eq!(Dialect::Postgres.quote("a.b\"c"), r#""a"."b""c""#);
     assert_eq!(Dialect::MySql.quote("a.b`c"), "`a`.`b``c`");
@@ -997,7 +997,7 @@ fn a_dotted_column_is_one_identifier() {
     let pg = render(Dialect::Postgres, &DOTTED);
     assert_eq!(
         sql(&pg.candidates),
-        r#"SELECT "id" AS rs_id, COALESCE(CAST("meta.channel" AS TEXT), '') AS rs_key FROM "app"."jobs" ORDER BY "id" ASC LIMIT $1"#
+        r#"SELECT "id" AS rs_id, CAST("meta.channel" AS TEXT) AS rs_key FROM "app"."jobs" ORDER BY "id" ASC LIMIT $1"#
     );
     assert_eq!(
         &*pg.publish.sql,
@@ -1922,7 +1922,7 @@ fn candidates_pass_over_excluded_keys() {
         .expect("the advisory form");
     assert_eq!(
         &*pg.sql,
-        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" WHERE ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($1, $2) ORDER BY "id" ASC LIMIT $3"#
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" WHERE ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($1, $2) ORDER BY "id" ASC LIMIT $3"#
     );
     assert_eq!(
         &*pg.args,
@@ -1933,14 +1933,14 @@ fn candidates_pass_over_excluded_keys() {
         .expect("the advisory form");
     assert_eq!(
         &*my.sql,
-        "SELECT `id` AS rs_id, CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) AS rs_key FROM `video_jobs` WHERE CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) NOT IN (?) ORDER BY `id` ASC LIMIT ?"
+        "SELECT `id` AS rs_id, CONCAT('video_jobs-', CAST(`channel` AS CHAR)) AS rs_key FROM `video_jobs` WHERE CONCAT('video_jobs-', COALESCE(CAST(`channel` AS CHAR), '')) NOT IN (?) ORDER BY `id` ASC LIMIT ?"
     );
     // From an id on, on PostgreSQL, in a table claimed in id order without a due column.
     let from = Statements::candidates_from(Dialect::Postgres, ADVISORY.desc(), 1)
         .expect("claimed in id order");
     assert_eq!(
         &*from.sql,
-        r#"SELECT "id" AS rs_id, ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) AS rs_key FROM "video_jobs" WHERE "id" >= $1 AND ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($2) ORDER BY "id" ASC LIMIT $3"#
+        r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" WHERE "id" >= $1 AND ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($2) ORDER BY "id" ASC LIMIT $3"#
     );
     assert_eq!(&*from.args, &[Arg::Floor, Arg::ExcludedKey(0), Arg::Limit]);
     let plain = Statements::render(Dialect::Postgres, ADVISORY.desc(), 1);

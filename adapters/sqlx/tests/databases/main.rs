@@ -7,6 +7,7 @@
 //! that does not answer fails the test with a message naming its URL.
 
 mod adapter;
+mod bad_rows;
 mod claim;
 mod common;
 mod dedup;

@@ -100,19 +100,37 @@ pub fn key_text(channel: i64) -> String {
     format!("jobs-{channel}")
 }
 
-/// The key a row renders from the description's parts, as the database computes it: the
-/// literals, the row's id and its `channel`.
+/// The `channel` of a row whose key column is `NULL`.
+pub const NULL_CHANNEL: i64 = i64::MIN;
+
+/// The key a row renders from the description's parts, as the database computes it to
+/// compare keys: the literals, the row's id and its `channel` (a `NULL` one as empty text).
 pub fn render_key(desc: &TableDesc, id: i64, row: &DbRow) -> String {
     let mut key = String::new();
     for part in desc.advisory.unwrap_or(&[]) {
         match part {
             KeyPart::Literal(text) => key.push_str(text),
             KeyPart::Column(column) if *column == desc.id.name => key.push_str(&id.to_string()),
+            KeyPart::Column("channel") if row.channel == NULL_CHANNEL => {}
             KeyPart::Column("channel") => key.push_str(&row.channel.to_string()),
             KeyPart::Column(column) => panic!("the model has no key column `{column}`"),
         }
     }
     key
+}
+
+/// The key a candidate's row answers: `NULL` where a key column is.
+fn candidate_key(desc: &TableDesc, id: i64, row: &DbRow) -> Value {
+    let null = row.channel == NULL_CHANNEL
+        && desc
+            .advisory
+            .unwrap_or(&[])
+            .contains(&KeyPart::Column("channel"));
+    if null {
+        Value::Null
+    } else {
+        Value::Text(render_key(desc, id, row))
+    }
 }
 
 pub fn lock_arg(dialect: Dialect, key: &str) -> Value {
@@ -579,7 +597,7 @@ impl Db {
                         .map(|id| {
                             Row::values(vec![
                                 Value::Int(id),
-                                Value::Text(render_key(desc, id, &self.rows[&id])),
+                                candidate_key(desc, id, &self.rows[&id]),
                             ])
                         })
                         .collect(),

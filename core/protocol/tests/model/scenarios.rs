@@ -22,7 +22,7 @@ use ruststream_core::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::db::{Db, DbRow, SessId, lock_arg};
+use crate::db::{Db, DbRow, NULL_CHANNEL, SessId, lock_arg};
 
 mod failures;
 mod lend;

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::dialect::{AdvisoryStatements, FormStatements, LeaseStatements, RowLockStatements};
-use crate::types::{ConnId, Delivered, DeliveryId, Event, Outcome, SubId};
+use crate::types::{ConnId, Delivered, DeliveryId, Event, Outcome, Settlement, SubId};
 use crate::value::{Time, Value};
 
 use super::rows::Taken;
@@ -300,7 +300,7 @@ impl<R> Broker<R> {
             self.end(id, Ending::Shutdown);
             return;
         }
-        if self.past_budget(sub, id, taken.attempt) {
+        if self.past_budget(sub, id, taken.attempt) || self.keyless(sub, id, key.as_deref()) {
             return;
         }
         let transaction = match self.deliveries.get(id) {
@@ -361,6 +361,39 @@ impl<R> Broker<R> {
             )));
         }
         self.end(id, Ending::Settle(Outcome::Reject));
+        true
+    }
+
+    /// Whether an advisory row's key rendered empty (a key column `NULL`, or empty text where
+    /// the key is nothing but columns): then the row fails without running the handler, with
+    /// an error naming the table, the row and the key's columns, since no key orders it.
+    fn keyless(&mut self, sub: SubId, id: DeliveryId, key: Option<&str>) -> bool {
+        if key != Some("") {
+            return false;
+        }
+        let s = &self.subs[sub.0];
+        let (table, columns) = (s.desc.table, s.desc.key_columns());
+        let poll = s.options.poll_interval;
+        let Some(row) = self.deliveries.get_mut(id).map(|d| {
+            d.delivered = false;
+            d.id.clone()
+        }) else {
+            return true;
+        };
+        let columns: Vec<String> = columns.iter().map(|c| format!("`{c}`")).collect();
+        let error = format!(
+            "table `{table}`: row {row}: its advisory key renders empty (a key column of {} is NULL or empty), so no key holds it in order: failed without running the handler",
+            columns.join(", ")
+        );
+        // As a rejection: marked failed where the table keeps failed rows, else returned,
+        // due again after a poll interval where the table can wait, paced where it cannot.
+        let settlement = Settlement {
+            outcome: Outcome::Reject,
+            delay: Some(poll),
+            error: Some(Arc::from(error)),
+        };
+        let outcome = self.note_settlement(id, settlement);
+        self.end(id, Ending::Settle(outcome));
         true
     }
 

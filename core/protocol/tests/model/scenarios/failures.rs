@@ -646,3 +646,51 @@ fn a_returned_failure_with_nowhere_to_wait_paces_the_next_claim() {
         );
     }
 }
+
+/// A row whose key column is `NULL` has no key to hold it in order: the advisory claim takes
+/// it (counting the attempt) and fails it without running the handler, with an error naming
+/// the table, the row and the key's column; the rows beside it are served. Where the table
+/// keeps no failed rows, the row stays, due again after a poll interval, and is never handed.
+#[test]
+fn a_row_whose_key_column_is_null_fails_naming_the_column_and_the_others_go_on() {
+    for dialect in ALL {
+        for keeps_failed in [true, false] {
+            let mut desc = failing(Form::Advisory, true);
+            if !keeps_failed {
+                desc.failed_at = None;
+            }
+            let mut sim = Sim::new(dialect, desc, 2);
+            let broken = sim.insert(NULL_CHANNEL);
+            let fine = sim.insert(1);
+            let p = sim.spawn();
+            sim.run();
+            let cx = format!("{dialect:?}, keeps failed rows: {keeps_failed}");
+            let handed: Vec<Option<i64>> = sim.delivered(p, 0).iter().map(|d| d.row).collect();
+            assert_eq!(
+                handed,
+                [Some(fine)],
+                "{cx}: only the row with a key is handed"
+            );
+            let failed = sim.failed_events(p, 0);
+            let (id, error, kept) = failed.first().cloned().unwrap_or_else(|| panic!("{cx}"));
+            assert_eq!((id, kept), (broken, keeps_failed), "{cx}");
+            let error = error.unwrap_or_default();
+            assert!(
+                error.contains("table `jobs`")
+                    && error.contains(&format!("row {broken}"))
+                    && error.contains("`channel`")
+                    && error.contains("NULL"),
+                "{cx}: {error}"
+            );
+            let row = &sim.db.rows[&broken];
+            assert_eq!(row.attempt, 1, "{cx}: its take counted the attempt");
+            assert_eq!(row.failed_at.is_some(), keeps_failed, "{cx}");
+            if !keeps_failed {
+                assert!(row.due > sim.now.micros(), "{cx}: due again after a poll");
+            }
+            if dialect != Dialect::Sqlite {
+                assert_eq!(sim.db.advisory.len(), 1, "{cx}: the handed row's lock only");
+            }
+        }
+    }
+}
