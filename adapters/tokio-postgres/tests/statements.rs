@@ -576,20 +576,20 @@ async fn advisory_form() {
         ),
     )
     .await;
-    let found: Vec<(i64, String)> = rows
+    let found: Vec<(i64, Option<String>)> = rows
         .iter()
         .map(|r| (r.get("rs_id"), r.get("rs_key")))
         .collect();
-    let keys: Vec<&str> = found.iter().map(|(_, k)| k.as_str()).collect();
+    let keys: Vec<Option<&str>> = found.iter().map(|(_, k)| k.as_deref()).collect();
     assert_eq!(
         keys,
         [
-            "video_jobs-7",
-            "video_jobs-8",
-            "video_jobs-7",
-            "video_jobs-"
+            Some("video_jobs-7"),
+            Some("video_jobs-8"),
+            Some("video_jobs-7"),
+            None
         ],
-        "keys rendered by the server, in claim order"
+        "keys rendered by the server, in claim order; a NULL key column makes the key NULL"
     );
     assert!(
         found.windows(2).all(|w| w[0].0 < w[1].0),
