@@ -60,7 +60,9 @@ fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
     let dbname = target.get_dbname().unwrap_or("test");
     let user = target.get_user().unwrap_or("postgres");
     let listen = free_port();
-    let dir = std::env::temp_dir().join(format!("rs-pgbouncer-{mode}-{}", std::process::id()));
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("rs-pgbouncer-{mode}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("the pgbouncer directory");
     let ini = format!(
@@ -143,10 +145,13 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
     let db = Db::new("pooler").await;
     let before = advisory_locks_held(&db).await;
 
-    // Transaction pooling: the start fails, naming it, and leaves no lock behind.
+    // Transaction pooling: the start fails, naming it, and leaves no lock behind. The
+    // listening session connects directly, so the session check is what refuses.
     let bouncer = start_bouncer("transaction", &db.name);
-    let broker =
-        TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
+    let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
+    let broker = TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4))
+        .simple_query(true)
+        .listen_on(direct, tokio_postgres::NoTls);
     let started = broker
         .start(vec![subscription(
             Form::Advisory,
@@ -204,6 +209,67 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
     running.shutdown().await;
     assert_eq!(db.wait_count("SELECT COUNT(*) FROM videos", 0).await, 0);
     assert_eq!(advisory_locks_held(&db).await, before, "no lock left");
+    drop(bouncer);
+    db.finish().await;
+}
+
+/// A listening session through transaction pooling hears nothing: its `LISTEN` stays on a
+/// server session other clients then use. The start sends a notification of its own through
+/// the pool and, not hearing it, refuses, naming transaction pooling; the lease form, which
+/// needs no session of its own, shows it apart from the advisory form's session check. In
+/// session pooling the same start hears it and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_start() {
+    let db = Db::new("pooler_listen").await;
+    let bouncer = start_bouncer("transaction", &db.name);
+    let broker =
+        TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
+    let since = Instant::now();
+    let started = broker
+        .start(vec![subscription(
+            Form::Lease,
+            Record::new(&Seen::default()),
+            2,
+        )])
+        .await;
+    let error = match started {
+        Ok(running) => {
+            running.shutdown().await;
+            panic!("the lease form started with a listener that hears nothing");
+        }
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("did not hear") && error.contains("pool_mode = transaction"),
+        "the error names the deaf listener and transaction pooling: {error}"
+    );
+    assert!(
+        since.elapsed() < Duration::from_secs(30),
+        "refused within the probe's wait"
+    );
+    drop(bouncer);
+
+    let bouncer = start_bouncer("session", &db.name);
+    let seen = Seen::default();
+    let broker =
+        TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
+    let running = broker
+        .start(vec![subscription(Form::Lease, Record::new(&seen), 2)])
+        .await
+        .expect("the lease form starts through session pooling: its listener hears");
+    let publisher = running.publisher::<Export>();
+    for n in 0..4 {
+        publisher
+            .publish(message(Form::Lease, n))
+            .await
+            .expect("a publish");
+    }
+    let since = Instant::now();
+    while seen.len() < 4 {
+        assert!(since.elapsed() < WAIT, "4 rows served, {} seen", seen.len());
+        tokio::time::sleep(POLL).await;
+    }
+    running.shutdown().await;
     drop(bouncer);
     db.finish().await;
 }

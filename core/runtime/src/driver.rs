@@ -159,7 +159,18 @@ pub(crate) async fn start<A: Adapter>(
     let notices = if subs.is_empty() {
         None
     } else {
-        listen::notices(adapter.clone(), exec.clone())
+        let probed = match listen::probe(&*adapter, dialect, &exec).await {
+            listen::Probe::NotListening => None,
+            listen::Probe::Later => Some(None),
+            listen::Probe::Heard(session) => Some(Some(session)),
+            listen::Probe::Deaf => {
+                adapter.close().await;
+                return Err(StartError::ListenerHearsNothing {
+                    waited: listen::PROBE_WAIT,
+                });
+            }
+        };
+        probed.and_then(|first| listen::notices(adapter.clone(), exec.clone(), first))
     };
     let driver = Driver {
         core,

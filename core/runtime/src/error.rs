@@ -47,6 +47,17 @@ pub enum StartError {
     /// A subscription's table failed its check.
     #[error(transparent)]
     Check(ruststream_core::CheckError),
+    /// The session that listens for other processes' publishes did not hear a notification
+    /// the start sent through the pool: a pooler in transaction pooling stands between the
+    /// service and PostgreSQL, and keeps the session's `LISTEN` on a server session other
+    /// clients use.
+    #[error(
+        "the session listening for publishes (`LISTEN ruststream`) did not hear a notification sent through the broker's pool within {waited:?}: a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server connection, so the listening session hears nothing; connect to PostgreSQL directly, through a pooler in session pooling (`pool_mode = session`), or give the listening session a direct connection where the adapter offers one"
+    )]
+    ListenerHearsNothing {
+        /// How long the start waited.
+        waited: std::time::Duration,
+    },
     /// The broker was started twice.
     #[error("the broker is already started or closed")]
     AlreadyStarted,

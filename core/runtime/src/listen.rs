@@ -3,11 +3,13 @@
 //! driver.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use ruststream_core::DbError;
+use ruststream_core::{
+    Action, Command, CommandId, ConnId, DbError, Dialect, Output, Reply, Statement, StatementKind,
+};
 
 use crate::adapter::{Adapter, Notifications};
 use crate::exec::{BoxFuture, Executor};
@@ -40,6 +42,9 @@ struct Listener<A: Adapter> {
     exec: Arc<dyn Executor>,
     /// The first session's opening, asked for when the stream was built.
     first: Option<BoxFuture<Result<Notifications, DbError>>>,
+    /// The first session, opened and heard at the start ([`probe`]): the stream begins with
+    /// its [`Notice::Listening`].
+    probed: Option<Notifications>,
     /// The open session, and when it opened.
     session: Option<(Notifications, Instant)>,
     /// Failures in a row: openings that failed, sessions lost soon after they opened.
@@ -67,6 +72,10 @@ impl<A: Adapter> Listener<A> {
                 }
                 self.session = None;
                 continue;
+            }
+            if let Some(session) = self.probed.take() {
+                self.session = Some((session, Instant::now()));
+                return Some(Notice::Listening);
             }
             if self.failures > 0 {
                 self.exec.sleep(pause(self.failures)).await;
@@ -96,17 +105,126 @@ impl<A: Adapter> Listener<A> {
     }
 }
 
+/// How long the start waits to hear its own probe notification.
+pub(crate) const PROBE_WAIT: Duration = Duration::from_secs(10);
+
+/// What the start's probe of the listening session found.
+pub(crate) enum Probe {
+    /// The adapter does not listen.
+    NotListening,
+    /// The session could not open, or the probe could not be sent: the listener opens it
+    /// again as after any failure.
+    Later,
+    /// The session heard the probe: the listener's first session.
+    Heard(Notifications),
+    /// The session opened but did not hear a notification sent through the pool.
+    Deaf,
+}
+
+/// At the start, where the adapter listens: opens the listening session and sends a
+/// notification of a payload of its own through the pool (on a connection the core never
+/// names), then waits up to [`PROBE_WAIT`] to hear it. Through a pooler in transaction
+/// pooling the session's `LISTEN` stays on a server session other clients then use, and the
+/// session hears nothing.
+pub(crate) async fn probe<A: Adapter>(
+    adapter: &A,
+    dialect: Dialect,
+    exec: &Arc<dyn Executor>,
+) -> Probe {
+    let Some(open) = adapter.listen() else {
+        return Probe::NotListening;
+    };
+    let mut session = match open.await {
+        Ok(session) => session,
+        Err(error) => {
+            tracing::debug!("the listening session did not open at the start: {error}");
+            return Probe::Later;
+        }
+    };
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let payload = format!("ruststream-listen-check {nanos}.{}", std::process::id());
+    let Some(sql) = dialect.notify_statement(&payload) else {
+        return Probe::NotListening;
+    };
+    let conn = ConnId(u64::MAX);
+    let statement = Statement {
+        kind: StatementKind::Notify,
+        sql: sql.into(),
+        args: Arc::from([]),
+        output: Output::Nothing,
+    };
+    let mut sent = true;
+    for (i, action) in [
+        Action::Acquire,
+        Action::Execute {
+            statement,
+            binds: Vec::new(),
+        },
+        Action::Release,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let acquire = matches!(action, Action::Acquire);
+        let command = Command {
+            id: CommandId(u64::MAX - i as u64),
+            conn,
+            action,
+        };
+        if let Reply::Failed(error) = adapter.execute(command, None).await {
+            tracing::debug!("the start's probe notification failed: {error}");
+            sent = false;
+            if acquire {
+                return Probe::Later;
+            }
+        }
+    }
+    if !sent {
+        let close = Command {
+            id: CommandId(u64::MAX - 3),
+            conn,
+            action: Action::Close,
+        };
+        let _ = adapter.execute(close, None).await;
+        return Probe::Later;
+    }
+    let heard = async {
+        while let Some(notice) = session.next().await {
+            if matches!(&notice, Ok(p) if *p == payload) {
+                return true;
+            }
+        }
+        false
+    };
+    let timeout = exec.sleep(PROBE_WAIT);
+    futures::pin_mut!(heard);
+    match futures::future::select(heard, timeout).await {
+        futures::future::Either::Left((true, _)) => Probe::Heard(session),
+        // The session ended before the probe came: it opens again as after a loss.
+        futures::future::Either::Left((false, _)) => Probe::Later,
+        futures::future::Either::Right(((), _)) => Probe::Deaf,
+    }
+}
+
 /// The notices of the adapter's listening sessions, or `None` where the adapter does not
-/// listen. Dropping the stream ends the session it holds.
+/// listen. Dropping the stream ends the session it holds. `probed`: the first session, opened
+/// at the start.
 pub(crate) fn notices<A: Adapter>(
     adapter: Arc<A>,
     exec: Arc<dyn Executor>,
+    probed: Option<Notifications>,
 ) -> Option<BoxStream<'static, Notice>> {
-    let first = adapter.listen()?;
+    let first = match probed {
+        Some(_) => None,
+        None => Some(adapter.listen()?),
+    };
     let listener = Listener {
         adapter,
         exec,
-        first: Some(first),
+        first,
+        probed,
         session: None,
         failures: 0,
         warned: false,
