@@ -197,15 +197,11 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
             .await
             .expect("a publish");
     }
-    let since = Instant::now();
-    while seen.len() < 12 {
-        assert!(
-            since.elapsed() < WAIT,
-            "12 rows served, {} seen",
-            seen.len()
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    assert!(
+        eventually(WAIT, || seen.len() >= 12).await,
+        "12 rows served, {} seen",
+        seen.len()
+    );
     running.shutdown().await;
     assert_eq!(db.wait_count("SELECT COUNT(*) FROM videos", 0).await, 0);
     assert_eq!(advisory_locks_held(&db).await, before, "no lock left");
@@ -264,11 +260,11 @@ async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_s
             .await
             .expect("a publish");
     }
-    let since = Instant::now();
-    while seen.len() < 4 {
-        assert!(since.elapsed() < WAIT, "4 rows served, {} seen", seen.len());
-        tokio::time::sleep(POLL).await;
-    }
+    assert!(
+        eventually(WAIT, || seen.len() >= 4).await,
+        "4 rows served, {} seen",
+        seen.len()
+    );
     running.shutdown().await;
     drop(bouncer);
     db.finish().await;

@@ -95,34 +95,11 @@ impl<R> Broker<R> {
             CheckStage::SessionUnlock { b } => {
                 let s = &mut self.subs[sub.0];
                 s.check.pooled |= !yes;
-                if s.check.pooled {
-                    let binds = unlock.binds(|_| probe.clone());
-                    let left = CLEANUPS - 1;
-                    self.check_execute(
-                        sub,
-                        b,
-                        unlock,
-                        binds,
-                        CheckStage::SessionCleanup { b, left },
-                    );
-                } else {
-                    self.check_step(sub, b, Action::Release, CheckStage::SessionRelease);
-                }
+                let pooled = s.check.pooled;
+                self.session_cleanup(sub, b, unlock, probe, pooled, CLEANUPS);
             }
             CheckStage::SessionCleanup { b, left } => {
-                if yes && left > 0 {
-                    let binds = unlock.binds(|_| probe.clone());
-                    let left = left - 1;
-                    self.check_execute(
-                        sub,
-                        b,
-                        unlock,
-                        binds,
-                        CheckStage::SessionCleanup { b, left },
-                    );
-                } else {
-                    self.check_step(sub, b, Action::Release, CheckStage::SessionRelease);
-                }
+                self.session_cleanup(sub, b, unlock, probe, yes, left);
             }
             CheckStage::SessionRelease => {
                 let s = &mut self.subs[sub.0];
@@ -134,6 +111,26 @@ impl<R> Broker<R> {
                 self.check_step(sub, a, Action::Release, CheckStage::Release);
             }
             _ => {}
+        }
+    }
+
+    /// Where `b` may hold the probe key (`again`) and tries are `left`: `b` releases it once
+    /// more; else `b` goes back.
+    fn session_cleanup(
+        &mut self,
+        sub: SubId,
+        b: ConnId,
+        unlock: Statement,
+        probe: Value,
+        again: bool,
+        left: u8,
+    ) {
+        if again && left > 0 {
+            let binds = unlock.binds(|_| probe.clone());
+            let stage = CheckStage::SessionCleanup { b, left: left - 1 };
+            self.check_execute(sub, b, unlock, binds, stage);
+        } else {
+            self.check_step(sub, b, Action::Release, CheckStage::SessionRelease);
         }
     }
 
