@@ -143,6 +143,8 @@ struct Binds {
     key: Option<Value>,
     /// The keys a look passes over, as text.
     excluded: Vec<String>,
+    /// The row lock count's marks.
+    marks: Vec<Value>,
 }
 
 fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
@@ -150,7 +152,8 @@ fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
         Arg::Id | Arg::IdAt(_) => b.id.clone().unwrap_or(Value::Null),
         Arg::Attempt => Value::Int(b.attempt),
         Arg::Until | Arg::Fence => Value::Int(b.until),
-        Arg::Limit => Value::Int(b.limit),
+        Arg::Limit | Arg::Take => Value::Int(b.limit),
+        Arg::MarkAt(i) => b.marks.get(i).cloned().unwrap_or(Value::Null),
         Arg::Key => b.key.clone().unwrap_or(Value::Null),
         Arg::Now | Arg::Due => Value::Int(b.now),
         // Padded with the last key: the statement is rendered for a power of two.
@@ -281,31 +284,61 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
         limit: 1,
         ..Binds::default()
     };
-    let (id, attempt, lock) = match &f.claim {
+    let (id, attempt, lock, unmark) = match &f.claim {
         RowLockClaim::Count {
             count_row,
             lock_row_by_id,
+            unmark_rows,
         } => {
-            let found = rows(conn, shared, count_row, &b, &["id", "attempt"]).await?;
-            let Some(row) = found.into_iter().next() else {
+            let found = rows(conn, shared, count_row, &b, &["id", "attempt", "rs_mark"]).await?;
+            let Some(row) = found.into_iter().find(|r| !matches!(r[1], Value::Null)) else {
                 return Ok(false);
             };
-            (row[0].clone(), row[1].as_int().unwrap_or(0), lock_row_by_id)
+            b.marks = vec![row[2].clone()];
+            let unmark = unmark_rows.first().ok_or("the core rendered no unmark")?;
+            (
+                row[0].clone(),
+                row[1].as_int().unwrap_or(0),
+                lock_row_by_id,
+                unmark,
+            )
         }
         RowLockClaim::SelectCount {
             select_row_id,
+            mark_rows,
             count_attempts,
             lock_row_by_id,
+            unmark_rows,
         } => {
-            let Some(count_attempt) = count_attempts.first() else {
+            let (Some(count_attempt), Some(mark), Some(unmark)) = (
+                count_attempts.first(),
+                mark_rows.first(),
+                unmark_rows.first(),
+            ) else {
                 return Err(wrong_form("row lock with an attempt column"));
             };
             run(conn, shared, &st.begin, &b).await?;
-            let found = rows(conn, shared, select_row_id, &b, &["id", "attempt"]).await?;
+            let found = rows(
+                conn,
+                shared,
+                select_row_id,
+                &b,
+                &["id", "attempt", "rs_mark"],
+            )
+            .await?;
             let Some(row) = found.into_iter().next() else {
                 run(conn, shared, &st.rollback, &b).await?;
                 return Ok(false);
             };
+            b.marks = vec![row[2].clone()];
+            let marked = rows(conn, shared, mark, &b, &["rs_at", "rs_marked"]).await?;
+            if !marked
+                .first()
+                .is_some_and(|m| m[1].as_bool().unwrap_or(false))
+            {
+                run(conn, shared, &st.rollback, &b).await?;
+                return Ok(true);
+            }
             b.id = Some(row[0].clone());
             run(conn, shared, count_attempt, &b).await?;
             run(conn, shared, &st.commit, &b).await?;
@@ -313,6 +346,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
                 row[0].clone(),
                 row[1].as_int().unwrap_or(0) + 1,
                 lock_row_by_id,
+                unmark,
             )
         }
         RowLockClaim::Lock { .. } => {
@@ -323,6 +357,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
     b.attempt = attempt;
     run(conn, shared, &st.begin, &b).await?;
     let locked = rows(conn, shared, lock, &b, ROW).await?;
+    run(conn, shared, unmark, &b).await?;
     drop(claim);
     let Some(row) = locked.into_iter().next() else {
         run(conn, shared, &st.rollback, &b).await?;

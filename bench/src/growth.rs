@@ -499,7 +499,7 @@ fn claim_statement(
             RowLockClaim::Count { count_row: s, .. }
             | RowLockClaim::SelectCount {
                 select_row_id: s, ..
-            } => (s, true, &["id", "attempt"][..]),
+            } => (s, true, &["id", "attempt", "rs_mark"][..]),
             RowLockClaim::Lock { lock_row } => (lock_row, true, &["id"][..]),
         },
         FormStatements::Lease(f) => match &f.claim {
@@ -518,7 +518,7 @@ fn binds(statement: &Statement, config: &Config) -> Vec<Value> {
         Arg::Limit if statement.kind == ruststream::core::StatementKind::Candidates => {
             Value::Int(2 * config.workers as i64)
         }
-        Arg::Limit => Value::Int(1),
+        Arg::Limit | Arg::Take => Value::Int(1),
         _ => Value::Null,
     })
 }

@@ -3,11 +3,15 @@
 //! batched into one statement, as nothing in either form keeps them apart.
 //!
 //! - row lock, PostgreSQL: one task at a time counts the attempts of as many rows as there are
-//!   tasks without one (`count_row` with that limit: one statement, committed); each task then
-//!   takes a counted row and, on its own connection, `BEGIN`, `lock_row_by_id` (the row while
-//!   its attempt is the one counted), the handler, `settle`, `COMMIT`. MySQL/MariaDB: the count
-//!   is `START TRANSACTION`, `select_row_id` with that limit, one `count_attempts` of all the
-//!   rows, `COMMIT`. Per job: 4 statements and 1 commit, plus a share of the count.
+//!   tasks without one (`count_row` with that limit: one statement, committed, which marks each
+//!   row it counts on its session so that no count of another process counts it again before
+//!   its lock); each task then takes a counted row and, on its own connection, `BEGIN`,
+//!   `lock_row_by_id` (the row while its attempt is the one counted), the handler, `settle`,
+//!   `COMMIT`. The counting task releases the marks (`unmark_rows`, one statement) once every
+//!   row of its count is locked. MySQL/MariaDB: the count is `START TRANSACTION`,
+//!   `select_row_id` with that limit, `mark_rows` of those rows, one `count_attempts` of the rows
+//!   marked, `COMMIT`. Per job: 4 statements and 1 commit, plus a share of the count and of the
+//!   release of its marks.
 //! - lease, PostgreSQL and SQLite: one task at a time claims as many rows as there are tasks
 //!   without one (`claim_lease` with that limit); each task takes a claimed row, runs the
 //!   handler, and puts its settlement on a list; the first task to reach the list's turn settles
@@ -39,7 +43,7 @@ pub(crate) struct Batch {
     /// Tasks holding a row.
     holding: AtomicUsize,
     /// Row lock: tasks between taking a counted row and the answer of its lock. The next count
-    /// waits for them: a count between another's count and its lock would count the row again.
+    /// waits for them, and the count's marks are released once none is left.
     locking: AtomicUsize,
     /// Row lock: a lock answered.
     locked: tokio::sync::Notify,
@@ -63,13 +67,14 @@ impl Batch {
     /// A row for this task: one waiting, or the first of a claim this task runs for `n` rows,
     /// one per task that holds none (`claim` answers the rows). `None`: the claim found
     /// nothing. `counted`: the rows are counted, not locked (row lock), so the claim waits
-    /// for the locks of the rows taken before.
+    /// for the locks of the rows taken before. The second answer is every row of the claim
+    /// where this task ran it, else none.
     async fn row<F, Fut>(
         &self,
         workers: usize,
         counted: bool,
         claim: F,
-    ) -> Result<Option<Vec<Value>>, BoxError>
+    ) -> Result<(Option<Vec<Value>>, Vec<Vec<Value>>), BoxError>
     where
         F: FnOnce(usize) -> Fut,
         Fut: Future<Output = Result<Vec<Vec<Value>>, BoxError>>,
@@ -79,29 +84,40 @@ impl Batch {
             if counted {
                 self.locking.fetch_add(1, Ordering::SeqCst);
             }
-            return Ok(Some(row));
+            return Ok((Some(row), Vec::new()));
         }
         if counted {
-            loop {
-                let answered = self.locked.notified();
-                tokio::pin!(answered);
-                answered.as_mut().enable();
-                if self.locking.load(Ordering::SeqCst) == 0 {
-                    break;
-                }
-                answered.await;
-            }
+            self.wait_locks(None).await;
         }
         let n = workers
             .saturating_sub(self.holding.load(Ordering::SeqCst))
             .max(1);
-        let mut rows = claim(n).await?.into_iter();
+        let claimed = claim(n).await?;
+        let mut rows = claimed.clone().into_iter();
         let first = rows.next();
         if counted && first.is_some() {
             self.locking.fetch_add(1, Ordering::SeqCst);
         }
         ready.extend(rows);
-        Ok(first)
+        Ok((first, claimed))
+    }
+
+    /// Waits until no counted row waits for its lock: none is between its take and its lock's
+    /// answer, and (with `ready`, the claim's queue, given) none is left to take.
+    async fn wait_locks(&self, ready: Option<&tokio::sync::Mutex<VecDeque<Vec<Value>>>>) {
+        loop {
+            let answered = self.locked.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            let taken = match ready {
+                Some(ready) => ready.lock().await.is_empty(),
+                None => true,
+            };
+            if taken && self.locking.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            answered.await;
+        }
     }
 
     /// A counted row's lock answered.
@@ -115,6 +131,7 @@ impl Batch {
 #[derive(Default)]
 struct B<'a> {
     ids: &'a [Value],
+    marks: &'a [Value],
     fences: &'a [i64],
     attempt: i64,
     until: i64,
@@ -129,7 +146,8 @@ fn binds(statement: &Statement, b: B<'_>) -> Vec<Value> {
         Arg::FenceAt(i) => Value::Int(b.fences.get(i).copied().unwrap_or_default()),
         Arg::Fence | Arg::Until => Value::Int(b.until),
         Arg::Attempt => Value::Int(b.attempt),
-        Arg::Limit => Value::Int(b.limit as i64),
+        Arg::Limit | Arg::Take => Value::Int(b.limit as i64),
+        Arg::MarkAt(i) => b.marks.get(i).cloned().unwrap_or(Value::Null),
         _ => Value::Int(now),
     })
 }
@@ -248,7 +266,7 @@ pub(crate) async fn row_lock_once<C: RawConn>(
         }
     };
     let claim_conn = &mut *conn;
-    let counted = batch
+    let (counted, claimed) = batch
         .row(shared.workers, true, |n| async move {
             let conn = claim_conn;
             match &f.claim {
@@ -260,10 +278,18 @@ pub(crate) async fn row_lock_once<C: RawConn>(
                             ..B::default()
                         },
                     );
-                    rows_alone(conn, shared, count_row, b, &["id", "attempt"]).await
+                    let looked =
+                        rows_alone(conn, shared, count_row, b, &["id", "attempt", "rs_mark"])
+                            .await?;
+                    // A row marked by another process's count is not counted here.
+                    Ok(looked
+                        .into_iter()
+                        .filter(|r| !matches!(r[1], Value::Null))
+                        .collect())
                 }
                 RowLockClaim::SelectCount {
                     select_row_id,
+                    mark_rows,
                     count_attempts,
                     ..
                 } => {
@@ -276,14 +302,44 @@ pub(crate) async fn row_lock_once<C: RawConn>(
                                 ..B::default()
                             },
                         );
-                        let found =
-                            rows(conn, shared, select_row_id, b, &["id", "attempt"]).await?;
-                        if let Some(count) = found
+                        let found = rows(
+                            conn,
+                            shared,
+                            select_row_id,
+                            b,
+                            &["id", "attempt", "rs_mark"],
+                        )
+                        .await?;
+                        let mut counted = Vec::new();
+                        if let Some(mark) =
+                            found.len().checked_sub(1).and_then(|i| mark_rows.get(i))
+                        {
+                            let marks: Vec<Value> = found.iter().map(|r| r[2].clone()).collect();
+                            let b = binds(
+                                mark,
+                                B {
+                                    marks: &marks,
+                                    ..B::default()
+                                },
+                            );
+                            let taken =
+                                rows(conn, shared, mark, b, &["rs_at", "rs_marked"]).await?;
+                            for t in taken {
+                                if t[1].as_bool() == Some(true)
+                                    && let Some(row) = t[0]
+                                        .as_int()
+                                        .and_then(|at| found.get(usize::try_from(at).ok()?))
+                                {
+                                    counted.push(row.clone());
+                                }
+                            }
+                        }
+                        if let Some(count) = counted
                             .len()
                             .checked_sub(1)
                             .and_then(|i| count_attempts.get(i))
                         {
-                            let ids: Vec<Value> = found.iter().map(|r| r[0].clone()).collect();
+                            let ids: Vec<Value> = counted.iter().map(|r| r[0].clone()).collect();
                             run(
                                 conn,
                                 shared,
@@ -299,9 +355,15 @@ pub(crate) async fn row_lock_once<C: RawConn>(
                             .await?;
                         }
                         run(conn, shared, &st.commit, Vec::new()).await?;
-                        Ok(found
+                        Ok(counted
                             .into_iter()
-                            .map(|r| vec![r[0].clone(), Value::Int(r[1].as_int().unwrap_or(0) + 1)])
+                            .map(|r| {
+                                vec![
+                                    r[0].clone(),
+                                    Value::Int(r[1].as_int().unwrap_or(0) + 1),
+                                    r[2].clone(),
+                                ]
+                            })
                             .collect())
                     }
                     .await;
@@ -338,6 +400,25 @@ pub(crate) async fn row_lock_once<C: RawConn>(
     .await;
     batch.lock_answered();
     let locked = locked?;
+    if !claimed.is_empty() {
+        // The counting task releases its count's marks once every row of it is locked.
+        batch.wait_locks(Some(&batch.ready)).await;
+        let marks: Vec<Value> = claimed.iter().map(|r| r[2].clone()).collect();
+        let unmark = match &f.claim {
+            RowLockClaim::Count { unmark_rows, .. }
+            | RowLockClaim::SelectCount { unmark_rows, .. } => unmark_rows.get(marks.len() - 1),
+            RowLockClaim::Lock { .. } => None,
+        }
+        .ok_or("the core rendered no release of that many marks")?;
+        let b = binds(
+            unmark,
+            B {
+                marks: &marks,
+                ..B::default()
+            },
+        );
+        run(conn, shared, unmark, b).await?;
+    }
     let Some(row) = locked.into_iter().next() else {
         run(conn, shared, &st.rollback, Vec::new()).await?;
         batch.holding.fetch_sub(1, Ordering::SeqCst);
@@ -378,7 +459,7 @@ pub(crate) async fn lease_once<C: RawConn>(
     let batch = &shared.batch;
     let until = crate::stats::now_us() + LEASE_US;
     let claim_conn = &mut *conn;
-    let row = batch
+    let (row, _) = batch
         .row(shared.workers, false, |n| async move {
             let conn = claim_conn;
             // Each row carries the lease its claim wrote, its fence.

@@ -269,6 +269,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms [$harness] two_brokers_share_keys: advisory Advisory);
         $crate::conformance_tests!(@forms [$harness] free_keys_flow_past_a_held_key: advisory Advisory);
         $crate::conformance_tests!(@forms [$harness] hot_key_long_handler: advisory Advisory);
+        $crate::conformance_tests!(@forms [$harness] brokers_count_each_take_once: lease Lease, advisory Advisory, row_lock RowLock);
         $crate::conformance_tests!(@one [$harness] custom_lock_answers);
         $crate::conformance_tests!(@one [$harness] lease_extended_while_in_work);
         $crate::conformance_tests!(@one [$harness] lease_acks_together);

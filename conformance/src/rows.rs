@@ -127,6 +127,7 @@ macro_rules! __suite_tables {
             two_brokers_share_keys TwoBrokersShareKeys delete;
             free_keys_flow_past_a_held_key FreeKeysFlowPastAHeldKey delete;
             hot_key_long_handler HotKeyLongHandler delete;
+            brokers_count_each_take_once BrokersCountEachTakeOnce failing;
         ] }
     };
 }

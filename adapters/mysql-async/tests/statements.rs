@@ -96,6 +96,11 @@ fn ids(rows: &[Row]) -> Vec<i64> {
         .collect()
 }
 
+fn text(row: &Row, column: &str) -> String {
+    row.get::<String, _>(column)
+        .unwrap_or_else(|| panic!("text in {column}"))
+}
+
 fn int(row: &Row, column: &str) -> i64 {
     row.get::<i64, _>(column)
         .unwrap_or_else(|| panic!("an integer in {column}"))
@@ -280,41 +285,80 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     let select_id = get(s.of_kind(StatementKind::SelectRowId));
     let count = get(s.of_kind(StatementKind::CountAttempt));
     let lock_by_id = get(s.of_kind(StatementKind::LockRowById));
-
-    // A counts the first row's attempt in a transaction of its own, then locks the row.
-    execute(&mut a, &s.begin, &[]).await;
-    let first = query(
-        &mut a,
-        select_id,
-        &binds(
+    let select = |limit: i64| {
+        binds(
             select_id,
             &[
                 (Arg::Now, Value::Int(now_micros())),
-                (Arg::Limit, Value::Int(1)),
+                (Arg::Limit, Value::Int(limit)),
             ],
-        ),
-    )
-    .await;
-    let (first, before) = (int(&first[0], "id"), int(&first[0], "attempt"));
+        )
+    };
+    let mark_names = |rows: &[Row]| -> Vec<Value> {
+        rows.iter()
+            .map(|r| Value::Text(text(r, "rs_mark")))
+            .collect()
+    };
+    // Takes the marks of `names` on `conn`: whether each was taken, in order.
+    async fn mark(conn: &mut Conn, s: &Statements, names: &[Value]) -> Vec<bool> {
+        let statement = get(s.of_kind(StatementKind::MarkRows(names.len())));
+        let values: Vec<(Arg, Value)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (Arg::MarkAt(i), n.clone()))
+            .collect();
+        let mut rows = query(conn, statement, &binds(statement, &values)).await;
+        rows.sort_by_key(|r| int(r, "rs_at"));
+        rows.iter().map(|r| int(r, "rs_marked") == 1).collect()
+    }
+    async fn unmark(conn: &mut Conn, s: &Statements, names: &[Value]) {
+        let statement = get(s.of_kind(StatementKind::UnmarkRows(names.len())));
+        let values: Vec<(Arg, Value)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (Arg::MarkAt(i), n.clone()))
+            .collect();
+        execute(conn, statement, &binds(statement, &values)).await;
+    }
+
+    // A locks the first row to count it, reading its attempt and its mark's name.
+    execute(&mut a, &s.begin, &[]).await;
+    let first = query(&mut a, select_id, &select(1)).await;
+    let (first_id, before) = (int(&first[0], "id"), int(&first[0], "attempt"));
     assert_eq!(before, 0, "the select reads the attempt before the count");
+    let first_mark = mark_names(&first);
+    assert_eq!(
+        text(&first[0], "rs_mark").len(),
+        64,
+        "a mark's name is a SHA-256 in hex, the longest GET_LOCK takes"
+    );
     // B, meanwhile, passes over the row A's count holds.
     execute(&mut b, &s.begin, &[]).await;
-    let other = query(
-        &mut b,
-        select_id,
-        &binds(
-            select_id,
-            &[
-                (Arg::Now, Value::Int(now_micros())),
-                (Arg::Limit, Value::Int(1)),
-            ],
-        ),
-    )
-    .await;
-    assert_ne!(int(&other[0], "id"), first, "B skips the row A holds");
+    let other = query(&mut b, select_id, &select(1)).await;
+    assert_ne!(int(&other[0], "id"), first_id, "B skips the row A holds");
     execute(&mut b, &s.rollback, &[]).await;
-    assert_eq!(execute(&mut a, count, &[Value::Int(first)]).await, 1);
+    // A marks the row, counts it and commits.
+    assert_eq!(mark(&mut a, &s, &first_mark).await, [true]);
+    assert_eq!(execute(&mut a, count, &[Value::Int(first_id)]).await, 1);
     execute(&mut a, &s.commit, &[]).await;
+
+    // Before A locks it, B's count finds the row free of row locks but marked: B takes the
+    // mark of the other row only, and counts that one alone.
+    execute(&mut b, &s.begin, &[]).await;
+    let both = query(&mut b, select_id, &select(2)).await;
+    assert_eq!(both.len(), 2, "no row lock holds either row");
+    let names = mark_names(&both);
+    let taken = mark(&mut b, &s, &names).await;
+    let at_first = ids(&both)
+        .iter()
+        .position(|id| *id == first_id)
+        .expect("B looked at A's row");
+    assert!(!taken[at_first], "A holds the mark of its row");
+    assert!(taken[1 - at_first], "the other row is B's to count");
+    execute(&mut b, &s.rollback, &[]).await;
+    unmark(&mut b, &s, &[names[1 - at_first].clone()]).await;
+
+    // A locks its row at its count (not at another), then releases the mark.
     let lock = |id: i64, attempt: i64| {
         binds(
             lock_by_id,
@@ -327,24 +371,33 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     };
     execute(&mut a, &s.begin, &[]).await;
     assert!(
-        query(&mut a, lock_by_id, &lock(first, before))
+        query(&mut a, lock_by_id, &lock(first_id, before))
             .await
             .is_empty(),
         "a lock on the count before this take's takes nothing"
     );
-    let locked = query(&mut a, lock_by_id, &lock(first, before + 1)).await;
-    assert_eq!(ids(&locked), vec![first]);
+    let locked = query(&mut a, lock_by_id, &lock(first_id, before + 1)).await;
+    assert_eq!(ids(&locked), vec![first_id]);
     assert_eq!(int(&locked[0], "attempt"), 1);
+    unmark(&mut a, &s, &first_mark).await;
+    let free: Option<i64> = a
+        .exec_first("SELECT IS_FREE_LOCK(?)", (text(&first[0], "rs_mark"),))
+        .await
+        .expect("IS_FREE_LOCK");
+    assert_eq!(free, Some(1), "the mark is released");
 
+    // The locked row is passed over by the next count.
     execute(&mut b, &s.begin, &[]).await;
+    let next = query(&mut b, select_id, &select(2)).await;
     assert!(
-        query(&mut b, lock_by_id, &lock(first, before + 1))
-            .await
-            .is_empty(),
-        "a held row is skipped, not waited for"
+        ids(&next).iter().all(|id| *id != first_id),
+        "a locked row is skipped"
     );
     execute(&mut b, &s.rollback, &[]).await;
-    assert_eq!(execute(&mut a, s.settle(), &[Value::Int(first)]).await, 1);
+    assert_eq!(
+        execute(&mut a, s.settle(), &[Value::Int(first_id)]).await,
+        1
+    );
     execute(&mut a, &s.commit, &[]).await;
     drop_table(&mut a, table).await;
 }

@@ -109,6 +109,15 @@ async fn execute(client: &Client, statement: &Statement, binds: &[Value]) -> u64
         .unwrap_or_else(|e| panic!("{:?} failed: {e:?}\n{}", statement.kind, statement.sql))
 }
 
+/// The one `bigint` a query of the test's own answers.
+async fn query_scalar(client: &Client, sql: &str) -> i64 {
+    client
+        .query_one(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql} failed: {e:?}"))
+        .get::<_, i64>(0)
+}
+
 fn get(statement: Option<&Statement>) -> &Statement {
     statement.expect("the statement is rendered")
 }
@@ -280,6 +289,7 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     let table = unique("pg_row_lock_count");
     let a = connect().await;
     let b = connect().await;
+    let c = connect().await;
     create(&a, table).await;
     let desc: TableDesc = *InboxSpec::new(table, Column::new("id").generated())
         .payload(Column::new("payload"))
@@ -287,22 +297,35 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         .processed_at(Column::new("processed_at"))
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 2);
-    for payload in [b"a", b"b"] {
+    for payload in [b"a", b"b", b"c"] {
         publish(&a, &s, payload, now_micros(), "x").await;
     }
     let now = now_micros();
     let count_row = get(s.of_kind(StatementKind::CountRow));
     let lock_by_id = get(s.of_kind(StatementKind::LockRowById));
-    // The count commits on its own and reads back the row's id and the attempt it wrote.
-    let count = |client| async move {
-        let values = [(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(1))];
+    let unmark_row = get(s.of_kind(StatementKind::UnmarkRows(1)));
+    // The count commits on its own and reads back a row for each row it looked at: its id,
+    // the attempt it wrote (none where it did not count it) and its mark, which the count's
+    // session holds until the row's lock.
+    let count = |client, look: i64, take: i64| async move {
+        let values = [
+            (Arg::Now, Value::Int(now)),
+            (Arg::Limit, Value::Int(look)),
+            (Arg::Take, Value::Int(take)),
+        ];
         let rows = query(client, count_row, &binds(count_row, &values)).await;
         rows.iter()
-            .map(|r| (r.get::<_, i64>("id"), i64::from(r.get::<_, i32>("attempt"))))
+            .map(|r| {
+                (
+                    r.get::<_, i64>("id"),
+                    r.get::<_, Option<i32>>("attempt").map(i64::from),
+                    i64::from(r.get::<_, i32>("rs_mark")),
+                )
+            })
             .collect::<Vec<_>>()
     };
     // The lock takes the row only while it still holds that count.
-    let lock = |client, (id, attempt): (i64, i64)| async move {
+    let lock = |client, id: i64, attempt: i64| async move {
         let values = [
             (Arg::Id, Value::Int(id)),
             (Arg::Attempt, Value::Int(attempt)),
@@ -310,54 +333,90 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         ];
         query(client, lock_by_id, &binds(lock_by_id, &values)).await
     };
+    let unmark = |client, mark: i64| async move {
+        execute(
+            client,
+            unmark_row,
+            &binds(unmark_row, &[(Arg::MarkAt(0), Value::Int(mark))]),
+        )
+        .await
+    };
+    let marks = |client| async move {
+        query_scalar(
+            client,
+            "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+        )
+        .await
+    };
+    let attempt_of = |client, id: i64| {
+        let sql = format!("SELECT attempt::bigint FROM {table} WHERE id = {id}");
+        async move { query_scalar(client, &sql).await }
+    };
 
-    // A counts the first row's attempt, then locks that row.
-    let first = count(&a).await;
+    // A counts the first row's attempt, and holds its mark.
+    let first = count(&a, 1, 1).await;
     assert_eq!(first.len(), 1, "the count reads back one row");
-    let first = first[0];
-    assert_eq!(first.1, 1, "the first take counts attempt 1");
-    execute(&a, &s.begin, &[]).await;
-    let locked = lock(&a, first).await;
-    assert_eq!(ids(&locked), vec![first.0]);
-    assert_eq!(locked[0].get::<_, i32>("attempt"), 1);
+    let (first_id, first_attempt, first_mark) = first[0];
+    assert_eq!(first_attempt, Some(1), "the first take counts attempt 1");
+    assert_eq!(marks(&a).await, 1, "A's session holds the row's mark");
 
-    // B's count passes over A's locked row; B's lock of A's row finds nothing.
-    let second = count(&b).await;
-    assert_eq!(second.len(), 1);
-    let second = second[0];
-    assert_ne!(second.0, first.0, "B skips the row A holds");
-    execute(&b, &s.begin, &[]).await;
+    // Before A locks it, B's count looks at the first two rows: it passes over A's row (no
+    // second count) and counts the next.
+    let seen = count(&b, 2, 1).await;
+    assert_eq!(seen.len(), 2, "B looked at two rows: {seen:?}");
     assert!(
-        lock(&b, first).await.is_empty(),
-        "a held row is skipped, not waited for"
+        seen.contains(&(first_id, None, first_mark)),
+        "B does not count the row A counted: {seen:?}"
     );
-    execute(&b, &s.rollback, &[]).await;
+    let &(second_id, second_attempt, second_mark) = seen
+        .iter()
+        .find(|r| r.0 != first_id)
+        .expect("B counted another row");
+    assert_eq!(second_attempt, Some(1));
+    assert_eq!(attempt_of(&c, first_id).await, 1, "A's row counted once");
+
+    // A locks its row at its count (not at another), then releases the mark.
+    execute(&a, &s.begin, &[]).await;
+    assert!(
+        lock(&a, first_id, 0).await.is_empty(),
+        "a lock at another count takes nothing"
+    );
+    let locked = lock(&a, first_id, 1).await;
+    assert_eq!(ids(&locked), vec![first_id]);
+    assert_eq!(locked[0].get::<_, i32>("attempt"), 1);
+    unmark(&a, first_mark).await;
+    assert_eq!(marks(&a).await, 0, "A released the mark");
+
+    // A third count passes over A's locked row and B's marked one, and counts the last.
+    let third = count(&c, 3, 1).await;
+    assert!(
+        third.iter().all(|r| r.0 != first_id),
+        "a locked row is skipped: {third:?}"
+    );
+    assert!(
+        third.contains(&(second_id, None, second_mark)),
+        "B's marked row is not counted again: {third:?}"
+    );
+    assert_eq!(
+        third.iter().filter(|r| r.1 == Some(1)).count(),
+        1,
+        "{third:?}"
+    );
+    assert_eq!(attempt_of(&c, second_id).await, 1, "B's row counted once");
 
     // A settles by marking the row; a marked row is no longer claimable.
     let settle = s.settle();
-    let values = [(Arg::Id, Value::Int(first.0)), (Arg::Now, Value::Int(now))];
+    let values = [(Arg::Id, Value::Int(first_id)), (Arg::Now, Value::Int(now))];
     assert_eq!(execute(&a, settle, &binds(settle, &values)).await, 1);
     execute(&a, &s.commit, &[]).await;
     execute(&a, &s.begin, &[]).await;
     assert!(
-        lock(&a, first).await.is_empty(),
+        lock(&a, first_id, 1).await.is_empty(),
         "a processed row is not locked again"
     );
     execute(&a, &s.rollback, &[]).await;
-
-    // Another claim counts B's row again before B locks it: B's count is stale, and B's lock
-    // takes nothing; the newer count locks the row.
-    let recount = count(&a).await;
-    assert_eq!(recount, vec![(second.0, 2)], "each count spends an attempt");
-    execute(&b, &s.begin, &[]).await;
-    assert!(
-        lock(&b, second).await.is_empty(),
-        "a lock on a stale count takes nothing"
-    );
-    execute(&b, &s.rollback, &[]).await;
-    execute(&a, &s.begin, &[]).await;
-    assert_eq!(ids(&lock(&a, recount[0]).await), vec![second.0]);
-    execute(&a, &s.rollback, &[]).await;
+    unmark(&b, second_mark).await;
+    assert_eq!(marks(&b).await, 0, "B released its mark");
     drop_table(&a, table).await;
 }
 
@@ -1004,7 +1063,11 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
         count_row,
         &binds(
             count_row,
-            &[(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(3))],
+            &[
+                (Arg::Now, Value::Int(now)),
+                (Arg::Limit, Value::Int(3)),
+                (Arg::Take, Value::Int(3)),
+            ],
         ),
     )
     .await;
@@ -1012,7 +1075,8 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
     counted.sort_unstable();
     assert_eq!(counted.len(), 3, "one count, three rows");
     assert!(
-        rows.iter().all(|r| r.get::<_, i32>("attempt") == 1),
+        rows.iter()
+            .all(|r| r.get::<_, Option<i32>>("attempt") == Some(1)),
         "each counted once"
     );
     let from = f.count_row_from.as_ref().expect("claimed in id order");
@@ -1025,6 +1089,7 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
             &[
                 (Arg::Now, Value::Int(now)),
                 (Arg::Limit, Value::Int(5)),
+                (Arg::Take, Value::Int(5)),
                 (Arg::Floor, Value::Int(floor)),
             ],
         ),
@@ -1033,5 +1098,15 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
     let rest = ids(&rest);
     assert_eq!(rest.len(), 2, "the two rows from the floor on: {rest:?}");
     assert!(rest.iter().all(|id| *id >= floor), "{rest:?} below {floor}");
+    // The count's session holds a mark for each row it counted until the rows' locks.
+    let marks = a
+        .query_one(
+            "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_locks")
+        .get::<_, i64>(0);
+    assert_eq!(marks, 5, "a mark for each counted row");
     drop_table(&a, table).await;
 }

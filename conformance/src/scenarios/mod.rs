@@ -22,8 +22,8 @@
 //! - Crashes (`crash.rs`): [`panicking_handler_returns_the_row`], [`sigkill_worker`],
 //!   [`killed_connection`], [`killed_while_claimed_ahead`].
 //! - The outbox (`outbox.rs`): [`outbox_commits_with_the_transaction`].
-//! - Scaling out (`scale.rs`): [`two_brokers_share_keys`], [`free_keys_flow_past_a_held_key`],
-//!   [`hot_key_long_handler`].
+//! - Scaling out (`scale.rs`): [`brokers_count_each_take_once`], [`two_brokers_share_keys`],
+//!   [`free_keys_flow_past_a_held_key`], [`hot_key_long_handler`].
 
 mod ahead;
 mod crash;
@@ -48,7 +48,10 @@ pub use failures::{
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
 pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
 pub use outbox::outbox_commits_with_the_transaction;
-pub use scale::{free_keys_flow_past_a_held_key, hot_key_long_handler, two_brokers_share_keys};
+pub use scale::{
+    brokers_count_each_take_once, free_keys_flow_past_a_held_key, hot_key_long_handler,
+    two_brokers_share_keys,
+};
 pub use settle::{ack_deletes, ack_marks_processed, claim_order, retry_counts_the_attempt};
 pub use shutdown::{
     lease_kept_past_shutdown, publish_all_writes_every_row, publisher_closed_after_shutdown,

@@ -1,14 +1,17 @@
-//! The advisory lock form scaled out: several processes on one table and its keys, a key held
-//! by another system while the others flow, and a hot key whose rows take long. Each runs with
+//! Scaling out: several processes on one table, each take counting one attempt in every form;
+//! in the advisory lock form several processes on one table and its keys, a key held by
+//! another system while the others flow, and a hot key whose rows take long. Each runs with
 //! a poll interval long enough that a claim waiting for it would show, and asserts that no
 //! row waited for one where nothing held it: the rate, not only the end state.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ruststream::adapter::TakesRows;
+use ruststream::{HandlerOutcome, InboxQueue, RetryPolicy, subscriber};
 
 use super::{body, needs, run};
 use crate::harness::{Harness, Runs};
@@ -330,4 +333,97 @@ where
         );
     }
     assert_eq!(recorder.max_by_key(), 1, "{cx}: a key is in work once");
+}
+
+/// Three brokers (three processes) on one table, each with several workers: every take counts
+/// one attempt, across the processes. A count of one process never counts a row another has
+/// counted and not yet locked, so with `max_attempts(2)` and every fourth job retried once,
+/// each job is handled at attempt 1 (and its retry at 2), none fails past its budget, and the
+/// table drains without a claim waiting for the poll.
+pub async fn brokers_count_each_take_once<R: Rows, H: Runs<R::BrokersCountEachTakeOnce>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
+    applies(harness, form)?;
+    body!(BrokersCountEachTakeOnce => brokers_count_each_take_once_in);
+    run::<H, R::BrokersCountEachTakeOnce, _>(harness, form, test, BrokersCountEachTakeOnce).await
+}
+
+async fn brokers_count_each_take_once_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    const JOBS: i64 = 90;
+    const BROKERS: usize = 3;
+    let retried = |n: i64| n % 4 == 0;
+    // Keys 1 to 30: three jobs a key, so the advisory form has keys to spread over.
+    let jobs: Vec<(i64, i64)> = (1..=JOBS).map(|n| (n, (n - 1) % 30 + 1)).collect();
+    insert_jobs(cx, &jobs).await;
+    let act = move |seen: Seen| async move {
+        sleep(Duration::from_millis(3)).await;
+        if retried(seen.n) && seen.attempt == 1 {
+            return Err(HandlerOutcome::retry());
+        }
+        Ok(())
+    };
+    let first = Recorder::new(act);
+    let recorders: Vec<Recorder> = (1..BROKERS).map(|_| first.sharing(act)).collect();
+    let opts = Opts::default().workers(3).poll(LONG_POLL);
+    let brokers: Vec<_> = (0..BROKERS).map(|_| cx.broker()).collect();
+    let expected = jobs.len() + jobs.iter().filter(|(n, _)| retried(*n)).count();
+    let drained = || async {
+        cx.until_within("the brokers drain the table", NO_STALL * 2, || async {
+            first.count() >= expected && cx.count("1=1").await == 0
+        })
+        .await;
+    };
+    let started = Instant::now();
+    let runs = brokers
+        .iter()
+        .zip(std::iter::once(&first).chain(&recorders))
+        .map(|(broker, recorder)| {
+            let subscription = subscriber(T::NAME, recorder.clone())
+                .map_source(|_| InboxQueue::<T>::new(T::NAME))
+                .workers(NonZeroUsize::new(opts.workers).unwrap_or(NonZeroUsize::MIN))
+                .poll_interval(opts.poll)
+                .lease(opts.lease)
+                .max_attempts(2)
+                .retry_policy(RetryPolicy::immediate())
+                .build();
+            cx.service(broker, subscription, SHUTDOWN)
+                .run_until(drained())
+        });
+    for ran in futures::future::join_all(runs).await {
+        ran.expect("each service runs");
+    }
+    let took = started.elapsed();
+    let mut pairs = first.pairs();
+    pairs.sort_unstable();
+    let want: Vec<(i64, i64)> = jobs
+        .iter()
+        .flat_map(|&(n, _)| {
+            if retried(n) {
+                vec![(n, 1), (n, 2)]
+            } else {
+                vec![(n, 1)]
+            }
+        })
+        .collect();
+    assert_eq!(
+        pairs, want,
+        "{cx}: each job handled once at attempt 1, a retried one again at 2"
+    );
+    assert_eq!(
+        cx.count("1=1").await,
+        0,
+        "{cx}: every row acknowledged, none failed past its budget"
+    );
+    assert!(
+        took < NO_STALL * 2,
+        "{cx}: {JOBS} jobs over {BROKERS} brokers took {took:?}: a claim waited for the poll ({LONG_POLL:?})"
+    );
+    if matches!(T::FORM, Form::Advisory) {
+        assert_eq!(first.max_by_key(), 1, "{cx}: a key in work once at a time");
+    }
 }

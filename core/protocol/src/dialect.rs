@@ -166,6 +166,9 @@ pub enum Arg {
     FenceAt(usize),
     /// How many rows to select.
     Limit,
+    /// How many of the rows selected a statement takes: a row lock count looks at
+    /// [`Arg::Limit`] rows to count this many that no other count has marked.
+    Take,
     /// An advisory lock's key: its PostgreSQL hash or its MySQL name.
     Key,
     /// The table's name, unquoted and without schema.
@@ -190,6 +193,8 @@ pub enum Arg {
     ErrorLike,
     /// The lowest id a claim past the rows already settled looks at (`id >= floor`).
     Floor,
+    /// The `n`th mark of a row lock count: the key or name its count read for a row.
+    MarkAt(usize),
 }
 
 /// What a statement does.
@@ -225,9 +230,15 @@ pub enum StatementKind {
     /// `FOR UPDATE SKIP LOCKED`, to count its attempt: a row of its id.
     SelectRowId,
     /// Row lock form with an attempt column: locks this row while it is still claimable and
-    /// its attempt is still the one this claim counted, `FOR UPDATE SKIP LOCKED`, and reads
-    /// it.
+    /// its attempt is still the one this claim counted, `FOR UPDATE`, and reads it. The
+    /// count's mark keeps other counts off the row; the lock waits only for a count of another
+    /// process that holds the row while it looks at it.
     LockRowById,
+    /// Row lock form with an attempt column, MySQL and MariaDB: takes the marks of this many
+    /// rows the count locked, without waiting: rows of `rs_at` and `rs_marked`.
+    MarkRows(usize),
+    /// Row lock form with an attempt column: releases the marks of this many counted rows.
+    UnmarkRows(usize),
     /// Lease form, in one statement: writes a lease into the first claimable rows and counts
     /// their attempts, and reads them.
     ClaimLease,
@@ -623,25 +634,43 @@ pub enum RowLockClaim {
     /// PostgreSQL with an attempt column: count the first claimable rows' attempts in one
     /// statement that commits on its own, then `BEGIN` and lock each counted row on a
     /// connection of its own.
+    ///
+    /// Between the count's commit and the lock no transaction holds the row, so the count
+    /// marks each row it counts with a session advisory lock of the count's session, and
+    /// passes over a row another session marked: a count of another process in that window
+    /// counts the row no second time. The count's session releases its marks once every
+    /// counted row's lock has answered; a session that ends releases them with it.
     Count {
-        /// Counts the attempts of the first `Arg::Limit` claimable rows: a row of each one's
-        /// id and count.
+        /// Looks at the first `Arg::Limit` claimable rows and counts the attempts of the first
+        /// `Arg::Take` of them whose marks it takes: a row of each row it looked at, with its
+        /// id, its count (`NULL` where it did not count it) and its mark.
         count_row: Statement,
         /// Locks the counted row while its attempt is still the one counted, and reads it.
         lock_row_by_id: Statement,
+        /// Releases `n` marks (`Arg::MarkAt(0..n)`), at index `n - 1`, for `n` up to the
+        /// claim's batch.
+        unmark_rows: Vec<Statement>,
     },
     /// MySQL and MariaDB with an attempt column: `BEGIN`, lock the first claimable rows' ids,
-    /// count their attempts, `COMMIT`; then `BEGIN` and lock each counted row on a connection
-    /// of its own.
+    /// take their marks, count the attempts of the rows marked, `COMMIT`; then `BEGIN` and
+    /// lock each counted row on a connection of its own. The marks (`GET_LOCK`) keep other
+    /// processes' counts off the rows between the commit and the locks, as in
+    /// [`RowLockClaim::Count`].
     SelectCount {
         /// Locks the first `Arg::Limit` claimable rows, `FOR UPDATE SKIP LOCKED`: a row of each
-        /// one's id and its attempt before the count.
+        /// one's id, its attempt before the count, and its mark's name.
         select_row_id: Statement,
+        /// Takes `n` marks (`Arg::MarkAt(0..n)`), at index `n - 1`, for `n` up to twice the
+        /// claim's batch (a count looks past rows marked elsewhere).
+        mark_rows: Vec<Statement>,
         /// Adds one to the attempts of `n` rows (`Arg::IdAt(0..n)`), at index `n - 1`, for
         /// `n` up to the claim's batch.
         count_attempts: Vec<Statement>,
         /// Locks the counted row while its attempt is still the one counted, and reads it.
         lock_row_by_id: Statement,
+        /// Releases `n` marks (`Arg::MarkAt(0..n)`), at index `n - 1`, for `n` up to twice
+        /// the claim's batch.
+        unmark_rows: Vec<Statement>,
     },
 }
 
@@ -953,15 +982,23 @@ impl Statements {
                     RowLockClaim::Count {
                         count_row,
                         lock_row_by_id,
-                    } => out.extend([count_row, lock_row_by_id]),
+                        unmark_rows,
+                    } => {
+                        out.extend([count_row, lock_row_by_id]);
+                        out.extend(unmark_rows);
+                    }
                     RowLockClaim::SelectCount {
                         select_row_id,
+                        mark_rows,
                         count_attempts,
                         lock_row_by_id,
+                        unmark_rows,
                     } => {
                         out.push(select_row_id);
+                        out.extend(mark_rows);
                         out.extend(count_attempts);
                         out.push(lock_row_by_id);
+                        out.extend(unmark_rows);
                     }
                 }
                 out.push(&f.settle);
@@ -1052,13 +1089,18 @@ impl Renderer<'_> {
             (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => RowLockClaim::Count {
                 count_row: self.count_row(attempt.name, false),
                 lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
+                unmark_rows: (1..=batch.max(1)).map(|n| self.unmark_rows(n)).collect(),
             },
             (Some(attempt), Dialect::MySql | Dialect::MariaDb) => RowLockClaim::SelectCount {
                 select_row_id: self.select_row_id(attempt.name),
+                mark_rows: (1..=2 * batch.max(1)).map(|n| self.mark_rows(n)).collect(),
                 count_attempts: (1..=batch.max(1))
                     .map(|n| self.count_attempts(attempt.name, n))
                     .collect(),
                 lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
+                unmark_rows: (1..=2 * batch.max(1))
+                    .map(|n| self.unmark_rows(n))
+                    .collect(),
             },
         };
         RowLockStatements {

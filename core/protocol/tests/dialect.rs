@@ -300,6 +300,8 @@ struct Flat {
     select_row_id: Option<Statement>,
     count_attempt: Option<Statement>,
     lock_row_by_id: Option<Statement>,
+    mark_rows: Option<Statement>,
+    unmark_rows: Option<Statement>,
     claim_lease: Option<Statement>,
     select_lease: Option<Statement>,
     mark_lease: Vec<Statement>,
@@ -333,6 +335,8 @@ impl Flat {
             select_row_id: none(),
             count_attempt: none(),
             lock_row_by_id: none(),
+            mark_rows: none(),
+            unmark_rows: none(),
             claim_lease: none(),
             select_lease: none(),
             mark_lease: Vec::new(),
@@ -356,18 +360,24 @@ impl Flat {
                     RowLockClaim::Count {
                         count_row,
                         lock_row_by_id,
+                        unmark_rows,
                     } => {
                         flat.count_row = Some(count_row.clone());
                         flat.lock_row_by_id = Some(lock_row_by_id.clone());
+                        flat.unmark_rows = unmark_rows.get(1).cloned();
                     }
                     RowLockClaim::SelectCount {
                         select_row_id,
+                        mark_rows,
                         count_attempts,
                         lock_row_by_id,
+                        unmark_rows,
                     } => {
                         flat.select_row_id = Some(select_row_id.clone());
+                        flat.mark_rows = mark_rows.get(1).cloned();
                         flat.count_attempt = count_attempts.first().cloned();
                         flat.lock_row_by_id = Some(lock_row_by_id.clone());
+                        flat.unmark_rows = unmark_rows.get(1).cloned();
                     }
                 }
                 flat.settle = f.settle.clone();
@@ -443,11 +453,21 @@ fn postgres_row_lock_statements() {
     );
     assert_eq!(
         sql(&s.count_row),
-        r#"WITH rs_claim AS (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs"."id", "jobs"."attempt""#
+        r#"WITH rs_claim AS (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $2), rs_counted AS (UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
+    );
+    // The marks the count took are released, by their second keys, once the counted rows'
+    // locks have answered.
+    assert_eq!(
+        sql(&s.unmark_rows),
+        "SELECT pg_advisory_unlock(hashtext('jobs'), CAST($1 AS INTEGER)), pg_advisory_unlock(hashtext('jobs'), CAST($2 AS INTEGER))"
+    );
+    assert_eq!(
+        s.unmark_rows.as_ref().map(|u| u.args.to_vec()),
+        Some(vec![Arg::MarkAt(0), Arg::MarkAt(1)])
     );
     assert_eq!(
         sql(&s.lock_row_by_id),
-        r#"SELECT * FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE SKIP LOCKED"#
+        r#"SELECT * FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE"#
     );
     assert!(
         s.select_row_id.is_none(),
@@ -497,7 +517,17 @@ fn mysql_row_lock_statements() {
         );
         assert_eq!(
             sql(&s.select_row_id),
-            "SELECT `id`, `attempt` FROM `jobs` ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+            "SELECT `id`, `attempt`, SHA2(CONCAT('ruststream mark ', DATABASE(), '.', 'jobs', ' ', `id`), 256) AS rs_mark FROM `jobs` ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+        );
+        // Each mark is taken once, without waiting, before the count; released after the
+        // locks.
+        assert_eq!(
+            sql(&s.mark_rows),
+            "SELECT 0 AS rs_at, GET_LOCK(?, 0) AS rs_marked UNION ALL SELECT 1 AS rs_at, GET_LOCK(?, 0) AS rs_marked"
+        );
+        assert_eq!(
+            sql(&s.unmark_rows),
+            "SELECT RELEASE_LOCK(?), RELEASE_LOCK(?)"
         );
         // One count statement per number of rows a count takes, up to the batch.
         let FormStatements::RowLock(f) = &Statements::render(dialect, ROW_LOCK.desc(), 3).form
@@ -517,7 +547,7 @@ fn mysql_row_lock_statements() {
         );
         assert_eq!(
             sql(&s.lock_row_by_id),
-            "SELECT * FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE SKIP LOCKED"
+            "SELECT * FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE"
         );
         assert!(
             s.count_row.is_none(),
@@ -1163,9 +1193,12 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::ReadRow => *arg == Arg::Id,
                         StatementKind::CountAttempt => matches!(arg, Arg::IdAt(_)),
                         StatementKind::CountRow => {
-                            matches!(arg, Arg::Now | Arg::Limit | Arg::Floor)
+                            matches!(arg, Arg::Now | Arg::Limit | Arg::Take | Arg::Floor)
                         }
                         StatementKind::SelectRowId => matches!(arg, Arg::Now | Arg::Limit),
+                        StatementKind::MarkRows(n) | StatementKind::UnmarkRows(n) => {
+                            matches!(arg, Arg::MarkAt(i) if *i < n)
+                        }
                         StatementKind::LockRowById => {
                             matches!(arg, Arg::Id | Arg::Attempt | Arg::Now)
                         }
@@ -1250,6 +1283,8 @@ fn identifiers_are_quoted_per_dialect() {
                         | StatementKind::Isolation
                         | StatementKind::TryLock
                         | StatementKind::Unlock
+                        | StatementKind::MarkRows(_)
+                        | StatementKind::UnmarkRows(_)
                         | StatementKind::Ping
                         | StatementKind::Savepoint
                         | StatementKind::RollbackToSavepoint
@@ -1298,7 +1333,6 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
                     (_, Dialect::Sqlite) => false,
                     (
                         StatementKind::LockRow
-                        | StatementKind::LockRowById
                         | StatementKind::CountRow
                         | StatementKind::SelectRowId,
                         _,
@@ -1315,9 +1349,13 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
                     st.kind,
                     st.sql
                 );
+                // The one lock that waits: a counted row's, which only a count of another
+                // process holds, for the length of its statement or transaction, while its
+                // mark keeps every claim off it.
+                let waits = usize::from(st.kind == StatementKind::LockRowById);
                 assert_eq!(
                     st.sql.matches("FOR UPDATE").count(),
-                    n,
+                    n + waits,
                     "FOR UPDATE without SKIP LOCKED would wait: {}",
                     st.sql
                 );
@@ -1449,19 +1487,27 @@ fn statements_match_the_form() {
                 }
             }
             // The count reads back the row's id and the attempt it wrote, which the lock then
-            // checks: a row counted again by another claim is not locked on a stale count.
-            let counted: Vec<OutColumn> =
+            // checks, and the row's mark, which keeps other counts off it until the lock.
+            let counted = |mark: ColumnType| -> Vec<OutColumn> {
                 std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
                     .chain(
                         desc.attempt
                             .map(|a| OutColumn::new(a.name, ColumnType::Int)),
                     )
-                    .collect();
-            for statement in [&s.count_row, &s.select_row_id].into_iter().flatten() {
+                    .chain([OutColumn::new("rs_mark", mark)])
+                    .collect()
+            };
+            for (statement, mark) in [
+                (&s.count_row, ColumnType::Int),
+                (&s.select_row_id, ColumnType::Text),
+            ] {
+                let Some(statement) = statement else {
+                    continue;
+                };
                 assert_eq!(
                     statement.output,
                     Output::Rows {
-                        columns: counted.clone().into(),
+                        columns: counted(mark).into(),
                         raw: false
                     },
                     "{what}"
@@ -2007,7 +2053,7 @@ fn claims_in_id_order_can_start_at_an_id() {
     assert_eq!(
         row_lock_of(Dialect::Postgres, ROW_LOCK.desc()).as_deref(),
         Some(
-            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs"."id", "jobs"."attempt""#
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $3), rs_counted AS (UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
         )
     );
     assert_eq!(row_lock_of(Dialect::MySql, ROW_LOCK.desc()), None);

@@ -39,24 +39,29 @@ impl<R> Taken<R> {
     }
 }
 
-/// The row lock form: the row whose attempt a claim counted, with the count.
+/// The row lock form: the row whose attempt a claim counted, with the count and the mark
+/// that keeps other counts off it until its lock.
 #[derive(Clone, Debug)]
 pub(super) struct Counted {
     pub(super) id: Value,
     pub(super) attempt: i64,
+    pub(super) mark: Value,
 }
 
 impl Counted {
-    /// Reads a counted row; `add` is what the count adds to the attempt the row shows (MySQL
-    /// reads it before it counts).
-    pub(super) fn read<R>(row: Row<R>, add: i64) -> Self {
+    /// Reads a counted row: its id, its attempt and its mark; `add` is what the count adds to
+    /// the attempt the row shows (MySQL reads it before it counts). A row whose attempt is
+    /// `NULL` is one the count looked at and did not count.
+    pub(super) fn read_counted<R>(row: Row<R>, add: i64) -> Option<Self> {
         let mut values = row.values.into_iter();
         let id = values.next().unwrap_or(Value::Null);
-        let attempt = values.next().and_then(|v| v.as_int()).unwrap_or(0);
-        Self {
+        let attempt = values.next().and_then(|v| v.as_int())?;
+        let mark = values.next().unwrap_or(Value::Null);
+        Some(Self {
             id,
             attempt: attempt + add,
-        }
+            mark,
+        })
     }
 }
 

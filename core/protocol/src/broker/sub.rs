@@ -34,16 +34,22 @@ pub(super) struct CheckState {
 }
 
 /// The row lock form with an attempt column: a claim counts and commits the attempt, then
-/// locks the counted row, and a second count of the process in between would count the same
-/// row again. Claims acquire their connections side by side; the claims waiting when a count
-/// starts are counted together, in one statement on the first one's connection, and the next
-/// count starts when each of them has locked its row or ended.
+/// locks the counted row. Claims acquire their connections side by side; the claims waiting
+/// when a count starts are counted together, in one statement on the first one's connection
+/// (the leader). The count marks the rows it counts on the leader's session until their locks
+/// have answered, and passes over rows marked elsewhere (by another count of this process or
+/// of another), so the next count starts as soon as one has handed its rows out, and looks
+/// past the rows still marked.
 #[derive(Debug, Default)]
 pub(super) struct CountQueue {
-    /// The count between its statement and its rows' locks.
+    /// The count whose statements run, until it hands its rows out.
     pub(super) counting: Option<Count>,
+    /// Counts that handed their rows out, until each row's lock has answered.
+    pub(super) locking: Vec<Count>,
     /// Claims that hold a connection and wait for a count, in order.
     pub(super) waiting: VecDeque<u64>,
+    /// The rows the last count passed over, marked by a count of another process.
+    pub(super) passed: usize,
 }
 
 /// One count of several claims' rows.
@@ -53,8 +59,12 @@ pub(super) struct Count {
     pub(super) leader: u64,
     /// The claims it counts for (the leader first) that have not locked their row or ended.
     pub(super) members: Vec<u64>,
-    /// The counted rows went to the members.
-    pub(super) handed: bool,
+    /// The rows it counts at most: one for each member it started with.
+    pub(super) take: usize,
+    /// The rows its statement looks at, past the rows marked elsewhere.
+    pub(super) look: usize,
+    /// The marks its leader holds, once it handed its rows out.
+    pub(super) marks: usize,
 }
 
 /// The lease form, where the database returns the rows a statement settled: the delivery

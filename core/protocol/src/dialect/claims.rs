@@ -3,6 +3,9 @@
 
 use super::{Arg, ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind, named};
 
+/// The column a row lock count reads each row's mark from.
+const MARK: &str = "rs_mark";
+
 impl Renderer<'_> {
     /// Whether the claim order is the id alone, ascending: a claim may start at an id.
     pub(super) fn ordered_by_id(&self) -> bool {
@@ -77,36 +80,86 @@ impl Renderer<'_> {
             .push(&self.id());
     }
 
+    /// The mark of a row a count took, in SQL: on PostgreSQL the two keys of a session's
+    /// advisory lock (the table's name and the row's id, each hashed), which live apart from
+    /// the single keys of the advisory form; on MySQL and MariaDB the name of a `GET_LOCK`
+    /// (the SHA-256 of the database, the table and the id).
+    fn mark_of(&self, id: &str) -> String {
+        let table = self.dialect.text_literal(self.desc.table);
+        if self.dialect == Dialect::Postgres {
+            format!("hashtext({table}), hashtext({id}::text)")
+        } else {
+            format!(
+                "SHA2(CONCAT({}, DATABASE(), {}, {table}, {}, {id}), 256)",
+                self.dialect.text_literal("ruststream mark "),
+                self.dialect.text_literal("."),
+                self.dialect.text_literal(" "),
+            )
+        }
+    }
+
+    /// The count of the first claimable rows' attempts, committed on its own.
+    ///
+    /// PostgreSQL: the first `Arg::Limit` rows are locked once, in a CTE, and the first
+    /// `Arg::Take` of them whose mark the count's session takes (a session advisory lock on
+    /// the row, see [`RowLockClaim::Count`](super::RowLockClaim::Count)) are counted: a row
+    /// another process counted and has not locked yet is passed over. The reply has a row for
+    /// each row looked at: its id, its count (`NULL` where it was not counted) and its mark's
+    /// second key, which [`Renderer::unmark_rows`] releases.
     pub(super) fn count_row(&self, attempt_column: &'static str, floor: bool) -> Statement {
         let attempt = self.q(attempt_column);
         let mut s = Sql::new(self.dialect);
+        let columns = [
+            (self.desc.id.name, ColumnType::Id),
+            (attempt_column, ColumnType::Int),
+            (MARK, ColumnType::Int),
+        ];
         if self.dialect == Dialect::Postgres {
-            self.locked_ids(&mut s, floor);
-            s.push("UPDATE ")
-                .push(&self.table())
+            let id = self.id();
+            let table = self.table();
+            s.push("WITH rs_claim AS (");
+            self.first_row_id(&mut s, floor);
+            s.push("), rs_marked AS (SELECT ")
+                .push(&id)
+                .push(" FROM rs_claim WHERE pg_try_advisory_lock(")
+                .push(&self.mark_of(&id))
+                .push(") LIMIT ")
+                .arg(Arg::Take)
+                .push("), rs_counted AS (UPDATE ")
+                .push(&table)
                 .push(" SET ")
                 .push(&attempt)
                 .push(" = ")
-                .push(&self.table())
+                .push(&table)
                 .push(".")
                 .push(&attempt)
-                .push(" + 1");
-            self.join_locked_ids(&mut s);
-            s.push(" RETURNING ")
-                .push(&self.table())
+                .push(" + 1 FROM rs_marked WHERE ")
+                .push(&table)
                 .push(".")
-                .push(&self.id())
+                .push(&id)
+                .push(" = rs_marked.")
+                .push(&id)
+                .push(" RETURNING ")
+                .push(&table)
+                .push(".")
+                .push(&id)
                 .push(", ")
-                .push(&self.table())
+                .push(&table)
                 .push(".")
-                .push(&attempt);
-            return s.finish(
-                StatementKind::CountRow,
-                named(&[
-                    (self.desc.id.name, ColumnType::Id),
-                    (attempt_column, ColumnType::Int),
-                ]),
-            );
+                .push(&attempt)
+                .push(") SELECT rs_claim.")
+                .push(&id)
+                .push(", rs_counted.")
+                .push(&attempt)
+                .push(", hashtext(rs_claim.")
+                .push(&id)
+                .push("::text) AS ")
+                .push(MARK)
+                .push(" FROM rs_claim LEFT JOIN rs_counted ON rs_counted.")
+                .push(&id)
+                .push(" = rs_claim.")
+                .push(&id);
+            return s.finish(StatementKind::CountRow, named(&columns));
         }
         s.push("UPDATE ")
             .push(&self.table())
@@ -121,22 +174,25 @@ impl Renderer<'_> {
         s.push(") RETURNING ")
             .push(&self.id())
             .push(", ")
-            .push(&attempt);
-        s.finish(
-            StatementKind::CountRow,
-            named(&[
-                (self.desc.id.name, ColumnType::Id),
-                (attempt_column, ColumnType::Int),
-            ]),
-        )
+            .push(&attempt)
+            .push(", 0 AS ")
+            .push(MARK);
+        s.finish(StatementKind::CountRow, named(&columns))
     }
 
+    /// MySQL and MariaDB: locks the first claimable rows to count them, and reads each one's
+    /// id, attempt and mark's name.
     pub(super) fn select_row_id(&self, attempt: &'static str) -> Statement {
         let mut s = Sql::new(self.dialect);
+        let id = self.id();
         s.push("SELECT ")
-            .push(&self.id())
+            .push(&id)
             .push(", ")
             .push(&self.q(attempt))
+            .push(", ")
+            .push(&self.mark_of(&id))
+            .push(" AS ")
+            .push(MARK)
             .push(" FROM ")
             .push(&self.table());
         let _ = self.claimable(&mut s, true);
@@ -149,10 +205,56 @@ impl Renderer<'_> {
             named(&[
                 (self.desc.id.name, ColumnType::Id),
                 (attempt, ColumnType::Int),
+                (MARK, ColumnType::Text),
             ]),
         )
     }
 
+    /// MySQL and MariaDB: takes the marks of `n` rows the count locked (`Arg::MarkAt(0..n)`),
+    /// each without waiting and each exactly once: a row of `rs_at` (the mark's place) and
+    /// `rs_marked` (`1` where the session took it) for each.
+    pub(super) fn mark_rows(&self, n: usize) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        for i in 0..n {
+            if i > 0 {
+                s.push(" UNION ALL ");
+            }
+            s.push("SELECT ")
+                .push(&i.to_string())
+                .push(" AS rs_at, GET_LOCK(")
+                .arg(Arg::MarkAt(i))
+                .push(", 0) AS rs_marked");
+        }
+        s.finish(
+            StatementKind::MarkRows(n),
+            named(&[("rs_at", ColumnType::Int), ("rs_marked", ColumnType::Bool)]),
+        )
+    }
+
+    /// Releases the marks of `n` counted rows (`Arg::MarkAt(0..n)`) once their claims have
+    /// locked them.
+    pub(super) fn unmark_rows(&self, n: usize) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        s.push("SELECT ");
+        for i in 0..n {
+            if i > 0 {
+                s.push(", ");
+            }
+            if self.dialect == Dialect::Postgres {
+                s.push("pg_advisory_unlock(hashtext(")
+                    .push(&self.dialect.text_literal(self.desc.table))
+                    .push("), CAST(")
+                    .arg(Arg::MarkAt(i))
+                    .push(" AS INTEGER))");
+            } else {
+                s.push("RELEASE_LOCK(").arg(Arg::MarkAt(i)).push(")");
+            }
+        }
+        s.finish(StatementKind::UnmarkRows(n), Output::Nothing)
+    }
+
+    /// Locks the counted row while it is claimable and its attempt is still the one counted,
+    /// and reads it.
     pub(super) fn lock_row_by_id(&self, rows: Output, attempt: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT * FROM ")
@@ -166,7 +268,10 @@ impl Renderer<'_> {
             .push(" = ")
             .arg(Arg::Attempt);
         let _ = self.claimable(&mut s, false);
-        s.push(" FOR UPDATE SKIP LOCKED");
+        // The count's mark keeps every other count off the row, so no claim takes it; a
+        // count of another process may still hold it for the length of its own statement
+        // (PostgreSQL) or transaction (MySQL), having looked at it: the lock waits for that.
+        s.push(" FOR UPDATE");
         s.finish(StatementKind::LockRowById, rows)
     }
 

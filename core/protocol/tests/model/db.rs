@@ -44,11 +44,15 @@ pub struct Db {
     pub advisory: BTreeMap<Value, (SessId, u32)>,
     /// The service's own locks, by key text, held by a session.
     pub custom: BTreeMap<String, SessId>,
-    /// Row lock form: counts another claim counted again before their lock, so that their
-    /// lock found the row at another attempt. Claims of several processes count a row each
-    /// on its own, and a row counted by one is not locked until that one's lock: a second
-    /// process's count between them spends an attempt on the row that no delivery runs.
+    /// Row lock form: locks by id that found their row at another attempt than their count
+    /// wrote (another count counted it between the count and the lock).
     pub superseded: u64,
+    /// Row lock form: the marks of counted rows, by row, and the session that holds each
+    /// (PostgreSQL's session advisory locks, MySQL's `GET_LOCK`).
+    pub marks: BTreeMap<i64, SessId>,
+    /// Row locks a MySQL count's transaction took to count rows (until it ends).
+    pub counting_locks: std::collections::BTreeSet<i64>,
+
     pub next_id: i64,
     next_session: SessId,
     /// Violations the database saw: a statement that would have waited for a lock.
@@ -186,6 +190,11 @@ impl Db {
     }
 
     pub fn release(&mut self, sess: SessId) {
+        if let Some((row, _)) = self.marks.iter().find(|(_, holder)| **holder == sess) {
+            self.violations.push(format!(
+                "session {sess} went back to the pool holding the mark of row {row}"
+            ));
+        }
         let s = self.sessions.get_mut(&sess).expect("known session");
         if s.in_tx {
             self.violations.push(format!(
@@ -208,6 +217,62 @@ impl Db {
         s.alive = false;
         self.advisory.retain(|_, (holder, _)| *holder != sess);
         self.custom.retain(|_, holder| *holder != sess);
+        self.marks.retain(|_, holder| *holder != sess);
+    }
+
+    /// Whether `statement` on `sess` would wait for a lock: the lock of a counted row that a
+    /// count's transaction of another session holds while it looks at it. The statement runs
+    /// once that transaction has ended.
+    pub fn would_wait(&self, sess: SessId, statement: &Statement, binds: &[Value]) -> bool {
+        if statement.kind != StatementKind::LockRowById {
+            return false;
+        }
+        let Some(id) = statement
+            .args
+            .iter()
+            .position(|a| *a == Arg::Id)
+            .and_then(|i| binds[i].as_int())
+        else {
+            return false;
+        };
+        self.locked_by_other(id, sess) && self.counting_locks.contains(&id)
+    }
+
+    /// The mark of row `id` as the dialect's count reads it: PostgreSQL's second key (the
+    /// model's hash of an id is the id), MySQL's lock name.
+    pub fn mark_value(dialect: Dialect, id: i64) -> Value {
+        if matches!(dialect, Dialect::MySql | Dialect::MariaDb) {
+            Value::Text(format!("mark-{id}"))
+        } else {
+            Value::Int(id)
+        }
+    }
+
+    fn mark_row(value: &Value) -> i64 {
+        match value {
+            Value::Int(id) => *id,
+            Value::Text(name) => name
+                .strip_prefix("mark-")
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("not a mark: {name}")),
+            other => panic!("not a mark: {other:?}"),
+        }
+    }
+
+    /// Takes the mark of row `id` for `sess` without waiting; answers whether it did.
+    fn try_mark(&mut self, sess: SessId, id: i64) -> bool {
+        match self.marks.get(&id) {
+            Some(holder) if *holder == sess => {
+                self.violations
+                    .push(format!("session {sess} marks row {id} a second time"));
+                false
+            }
+            Some(_) => false,
+            None => {
+                self.marks.insert(id, sess);
+                true
+            }
+        }
     }
 
     pub fn kill_process(&mut self, process: usize) {
@@ -238,7 +303,14 @@ impl Db {
                 }
             }
         }
-        self.row_locks.retain(|_, holder| *holder != sess);
+        let counting = &mut self.counting_locks;
+        self.row_locks.retain(|id, holder| {
+            let keep = *holder != sess;
+            if !keep {
+                counting.remove(id);
+            }
+            keep
+        });
     }
 
     fn commit(&mut self, sess: SessId) {
@@ -248,7 +320,14 @@ impl Db {
         for row in std::mem::take(&mut s.effects) {
             *self.effects.entry(row).or_default() += 1;
         }
-        self.row_locks.retain(|_, holder| *holder != sess);
+        let counting = &mut self.counting_locks;
+        self.row_locks.retain(|id, holder| {
+            let keep = *holder != sess;
+            if !keep {
+                counting.remove(id);
+            }
+            keep
+        });
     }
 
     /// A handler writes its effect for `row` in the transaction lent to it on `sess`: it
@@ -448,16 +527,31 @@ impl Db {
                     .take(limit)
                     .collect();
                 let mut rows = Vec::new();
+                let mut counted = 0;
                 for id in ids {
+                    let mut attempt = Value::Int(self.rows[&id].attempt);
                     if statement.kind == StatementKind::CountRow {
                         assert!(!in_tx, "the count commits on its own");
-                        self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                        // The count's CTE locks the rows, then counts the first `take` of
+                        // them whose marks it takes; the others come back uncounted.
+                        let take = usize::try_from(int(Arg::Take)).expect("a take");
+                        if counted < take && self.try_mark(sess, id) {
+                            counted += 1;
+                            self.write(sess, id, |r| r.as_mut().expect("row").attempt += 1);
+                            attempt = Value::Int(self.rows[&id].attempt);
+                        } else {
+                            attempt = Value::Null;
+                        }
                     } else {
                         assert!(in_tx, "FOR UPDATE outside a transaction");
                         self.row_locks.insert(id, sess);
+                        self.counting_locks.insert(id);
                     }
-                    let attempt = self.rows[&id].attempt;
-                    rows.push(Row::values(vec![Value::Int(id), Value::Int(attempt)]));
+                    rows.push(Row::values(vec![
+                        Value::Int(id),
+                        attempt,
+                        Self::mark_value(dialect, id),
+                    ]));
                 }
                 Reply::Rows(rows)
             }
@@ -466,11 +560,21 @@ impl Db {
                 let id = int(Arg::Id);
                 let now = now_or_none();
                 let attempt = int(Arg::Attempt);
+                // The lock waits (it does not skip): for a count's transaction of another
+                // process that looked at the row, the harness holds the statement back until
+                // that transaction ends ([`Db::would_wait`]). Any other holder would keep the
+                // claim waiting for a handler.
+                if self.locked_by_other(id, sess) {
+                    self.violations.push(format!(
+                        "session {sess}'s lock of counted row {id} would wait for session {}",
+                        self.row_locks[&id]
+                    ));
+                    return Reply::Rows(Vec::new());
+                }
                 let lockable = self
                     .rows
                     .get(&id)
-                    .is_some_and(|r| self.claimable(desc, r, now) && r.attempt == attempt)
-                    && !self.locked_by_other(id, sess);
+                    .is_some_and(|r| self.claimable(desc, r, now) && r.attempt == attempt);
                 if !lockable {
                     if self.rows.get(&id).is_some_and(|r| r.attempt != attempt) {
                         self.superseded += 1;
@@ -479,6 +583,29 @@ impl Db {
                 }
                 self.row_locks.insert(id, sess);
                 Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
+            }
+            StatementKind::MarkRows(n) => {
+                let rows = (0..n)
+                    .map(|i| {
+                        let id = Self::mark_row(&arg(Arg::MarkAt(i)));
+                        let taken = self.try_mark(sess, id);
+                        Row::values(vec![Value::Int(i as i64), Value::Bool(taken)])
+                    })
+                    .collect();
+                Reply::Rows(rows)
+            }
+            StatementKind::UnmarkRows(n) => {
+                for i in 0..n {
+                    let id = Self::mark_row(&arg(Arg::MarkAt(i)));
+                    if self.marks.get(&id) == Some(&sess) {
+                        self.marks.remove(&id);
+                    } else {
+                        self.violations.push(format!(
+                            "session {sess} releases the mark of row {id} it does not hold"
+                        ));
+                    }
+                }
+                Reply::Done
             }
             StatementKind::CountAttempt => {
                 let mut affected = 0;

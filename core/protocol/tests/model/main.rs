@@ -616,6 +616,20 @@ impl World {
         {
             self.tried[slot].insert(arg.clone(), self.tick);
         }
+        if fail.is_none()
+            && let Action::Execute { statement, binds } = &command.action
+            && let Some(&sess) = p.conns.get(&command.conn)
+            && self.db.would_wait(sess, statement, binds)
+        {
+            // The statement waits for a lock: it runs once the holder's transaction ends.
+            self.log.push(format!(
+                "  p{process} waits with {:?} on {}",
+                short(&command.action),
+                command.conn
+            ));
+            p.waiting.push(command);
+            return;
+        }
         let locks = self.db.advisory.clone();
         let rows = self.db.next_id;
         self.log.push(format!(
@@ -742,17 +756,16 @@ impl World {
         }
         if let Some(max) = self.config.max_attempts {
             // A take past the budget marks the row failed; only an interruption lets another
-            // take count past it.
-            // A count another process's count superseded before its lock spent an attempt too.
-            let spent = self.interruptions + self.db.superseded;
+            // take count past it. A count of another process never counts a row again between
+            // a count and its lock: the count's marks keep it off.
+            let spent = self.interruptions;
             let bound = i64::from(max) + 1 + i64::try_from(spent).unwrap_or(i64::MAX);
             for (id, row) in &self.db.rows {
                 assert!(
                     row.attempt <= bound,
-                    "row {id}: attempt {} past max_attempts {max} + 1 + {} interruptions + {} superseded counts",
+                    "row {id}: attempt {} past max_attempts {max} + 1 + {} interruptions",
                     row.attempt,
                     self.interruptions,
-                    self.db.superseded
                 );
             }
         }
@@ -1253,13 +1266,296 @@ fn run(config: Config, steps: &[Step]) {
         if std::env::var_os("RUSTSTREAM_MODEL_LOG").is_none() {
             std::panic::resume_unwind(panic);
         }
-        let tail: Vec<&String> = world.log.iter().rev().take(60).collect();
+        let tail: Vec<&String> = world.log.iter().rev().take(400).collect();
         eprintln!("config: {config:?}\nlast steps, newest first:");
         for line in tail {
             eprintln!("{line}");
         }
         std::panic::resume_unwind(panic);
     }
+}
+
+#[test]
+fn regression_row_lock_count_beside_a_failed_leader_keeps_no_mark() {
+    let config = Config {
+        dialect: Dialect::Postgres,
+        table: Table::RowLock,
+        workers: 3,
+        processes: 1,
+        linger: Duration::from_millis(5),
+        prefetch: 0,
+        max_attempts: None,
+    };
+    run(
+        config,
+        &[
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Fail {
+                process: 0,
+                command: 0,
+                lost: false,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Advance { millis: 1000 },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Publish {
+                process: 0,
+                channel: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 1,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 2,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 1,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Fail {
+                process: 0,
+                command: 3,
+                lost: false,
+            },
+            Step::Run {
+                process: 0,
+                command: 5,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+        ],
+    );
+}
+
+#[test]
+fn regression_row_lock_lock_waiting_for_a_count_keeps_its_mark() {
+    let config = Config {
+        dialect: Dialect::MySql,
+        table: Table::RowLock,
+        workers: 2,
+        processes: 3,
+        linger: Duration::from_millis(5),
+        prefetch: 1,
+        max_attempts: None,
+    };
+    run(
+        config,
+        &[
+            Step::Run {
+                process: 3,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 3,
+                command: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Reply {
+                process: 3,
+                reply: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Shutdown { process: 1 },
+            Step::Fail {
+                process: 3,
+                command: 0,
+                lost: false,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 3,
+                reply: 0,
+            },
+            Step::Advance { millis: 1000 },
+            Step::Run {
+                process: 3,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 3,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Reply {
+                process: 3,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Reply {
+                process: 3,
+                reply: 0,
+            },
+            Step::Run {
+                process: 3,
+                command: 0,
+            },
+            Step::Reply {
+                process: 3,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::PublishAll {
+                process: 2,
+                channel: 0,
+                rows: 2,
+            },
+            Step::Run {
+                process: 3,
+                command: 0,
+            },
+            Step::Reply {
+                process: 2,
+                reply: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Run {
+                process: 2,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+        ],
+    );
 }
 
 #[test]

@@ -358,7 +358,19 @@ impl Sim {
 
     /// Runs the next command of a process, through the hook.
     fn step(&mut self, p: usize) -> bool {
-        let Some(command) = self.procs[p].queue.pop_front() else {
+        // A statement that would wait for a lock stays queued until the holder lets go; the
+        // process's other commands go on.
+        let proc = &self.procs[p];
+        let Some(at) = proc.queue.iter().position(|c| match &c.action {
+            Action::Execute { statement, binds } => !proc
+                .conns
+                .get(&c.conn)
+                .is_some_and(|&sess| self.db.would_wait(sess, statement, binds)),
+            _ => true,
+        }) else {
+            return false;
+        };
+        let Some(command) = self.procs[p].queue.remove(at) else {
             return false;
         };
         let decision = match self.hook.as_mut() {
@@ -859,24 +871,28 @@ fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
         let row = d.row.expect("a row");
         assert_eq!(d.attempt, Some(1), "{dialect:?}");
         let conn = sim.conn_of(0, row);
-        // The attempt is counted and committed first, so a crash spends it; then the row is
-        // locked for the handler in a transaction of its own.
+        // The attempt is counted and committed first, so a crash spends it, under the row's
+        // mark; then the row is locked for the handler in a transaction of its own, and the
+        // mark released.
         let expected: Vec<_> = if dialect == Dialect::Postgres {
             vec![
                 Acquire,
                 Exec(StatementKind::CountRow),
                 Exec(StatementKind::Begin),
                 Exec(StatementKind::LockRowById),
+                Exec(StatementKind::UnmarkRows(1)),
             ]
         } else {
             vec![
                 Acquire,
                 Exec(StatementKind::Begin),
                 Exec(StatementKind::SelectRowId),
+                Exec(StatementKind::MarkRows(1)),
                 Exec(StatementKind::CountAttempt),
                 Exec(StatementKind::Commit),
                 Exec(StatementKind::Begin),
                 Exec(StatementKind::LockRowById),
+                Exec(StatementKind::UnmarkRows(1)),
             ]
         };
         assert_eq!(sim.ops_on(0, conn, 0), expected, "{dialect:?}");
@@ -888,8 +904,10 @@ fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
             },
             other => panic!("the row lock form's statements, not {other:?}"),
         };
+        // The counted row is this claim's (its mark keeps other counts off it): its lock waits
+        // for a count that may hold it for a moment instead of passing it over.
         assert!(
-            lock_row.sql.contains("FOR UPDATE SKIP LOCKED"),
+            lock_row.sql.ends_with("FOR UPDATE"),
             "{dialect:?}: {}",
             lock_row.sql
         );
@@ -3205,11 +3223,11 @@ fn lease_and_advisory_claims_of_one_subscription_run_side_by_side() {
     }
 }
 
-/// A row lock claim that counts an attempt counts alone: it commits the count before it locks
-/// the row, and a second claim in that window would count the same row again. The next claim
-/// acquires its connection beside it and counts once the first has locked its row.
+/// A row lock claim that counts an attempt commits the count before it locks the row, under
+/// the row's mark. The next claim counts beside it, without waiting for that lock: its count
+/// looks past the marked row and counts another, so no row is counted twice.
 #[test]
-fn row_lock_claims_that_count_attempts_count_one_at_a_time() {
+fn row_lock_claims_that_count_attempts_count_beside_a_lock_in_flight() {
     for dialect in SERVERS {
         let mut sim = Sim::start(dialect, row_lock(), 2, &[0, 1, 2, 3]);
         assert_eq!(sim.in_work(0), 2, "{dialect:?}");
@@ -3225,28 +3243,37 @@ fn row_lock_claims_that_count_attempts_count_one_at_a_time() {
         sim.settle(0, first, Outcome::Ack);
         sim.run();
         assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim locks");
+        let marked: Vec<i64> = sim.db.marks.keys().copied().collect();
+        assert_eq!(
+            marked,
+            [3],
+            "{dialect:?}: its row stays marked until its lock"
+        );
         let second = sim.delivery(0, 2);
         let mark = sim.mark();
         sim.settle(0, second, Outcome::Ack);
         sim.run();
-        let ops = sim.ops(0, mark);
-        assert!(
-            ops.contains(&Acquire),
-            "{dialect:?}: the second claim acquires beside the first: {ops:?}"
-        );
         let counting = [StatementKind::CountRow, StatementKind::SelectRowId];
         assert!(
-            counting.iter().all(|k| sim.runs_of(0, mark, *k).is_empty()),
-            "{dialect:?}: but does not count while the first has not locked its row: {ops:?}"
+            counting
+                .iter()
+                .any(|k| !sim.runs_of(0, mark, *k).is_empty()),
+            "{dialect:?}: the second claim counts while the first has not locked its row: {:?}",
+            sim.ops(0, mark)
         );
-        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}");
+        assert_eq!(
+            sim.procs[0].held.len(),
+            2,
+            "{dialect:?}: and locks the next row"
+        );
         sim.hook = None;
         for command in sim.take_held(0) {
             sim.run_command(0, command);
         }
         sim.run();
         assert_eq!(sim.in_work(0), 2, "{dialect:?}");
-        let rows = sim.delivered_rows(0, mark);
+        let mut rows = sim.delivered_rows(0, mark);
+        rows.sort_unstable();
         assert_eq!(
             rows,
             [3, 4],
@@ -3259,6 +3286,7 @@ fn row_lock_claims_that_count_attempts_count_one_at_a_time() {
                 "{dialect:?}: row {row} counted once"
             );
         }
+        assert!(sim.db.marks.is_empty(), "{dialect:?}: {:?}", sim.db.marks);
     }
 }
 
@@ -4780,7 +4808,13 @@ fn a_count_select_answering_more_rows_than_asked_counts_those_it_may() {
     sim.hook(move |_, c| match kind_of(c) {
         Some(StatementKind::SelectRowId) if !answered => {
             answered = true;
-            let row = |id: i64| Row::values(vec![Value::Int(id), Value::Int(0)]);
+            let row = |id: i64| {
+                Row::values(vec![
+                    Value::Int(id),
+                    Value::Int(0),
+                    Db::mark_value(Dialect::MySql, id),
+                ])
+            };
             Intercept::Answer(Reply::Rows(vec![row(first), row(first), row(second)]))
         }
         _ => Intercept::Run,
@@ -4803,4 +4837,191 @@ fn a_count_select_answering_more_rows_than_asked_counts_those_it_may() {
         1,
         "the delivery's connection only"
     );
+}
+
+/// Two processes claim from one table in the row lock form with an attempt column. Between the
+/// first one's count and its locks no transaction holds the counted rows; the second one's
+/// count passes over them (the first holds their marks) and counts the others, so every row
+/// is counted once and taken at attempt 1. The marks go once the locks have answered.
+#[test]
+fn a_count_passes_over_rows_another_process_counted_and_has_not_locked_yet() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, row_lock(), 2);
+        for _ in 0..4 {
+            sim.insert(0);
+        }
+        // The first process's locks of its counted rows wait.
+        sim.hook(|p, c| {
+            if p == 0 && kind_of(c) == Some(StatementKind::LockRowById) {
+                Intercept::Hold
+            } else {
+                Intercept::Run
+            }
+        });
+        let first = sim.spawn();
+        sim.run();
+        let counted: Vec<i64> = sim
+            .db
+            .rows
+            .iter()
+            .filter(|(_, r)| r.attempt == 1)
+            .map(|(id, _)| *id)
+            .collect();
+        assert!(
+            !counted.is_empty(),
+            "{dialect:?}: the first process counted"
+        );
+        assert_eq!(
+            sim.db.marks.keys().copied().collect::<Vec<_>>(),
+            counted,
+            "{dialect:?}: and holds their marks until its locks answer"
+        );
+        let second = sim.spawn();
+        sim.run();
+        let taken = sim.delivered_rows(second, 0);
+        assert!(
+            !taken.is_empty() && taken.iter().all(|row| !counted.contains(row)),
+            "{dialect:?}: the second process takes rows the first did not count: {taken:?}, counted {counted:?}"
+        );
+        sim.hook(|_, _| Intercept::Run);
+        for command in sim.take_held(first) {
+            sim.run_command(first, command);
+        }
+        sim.run();
+        let mut all = sim.delivered_rows(first, 0);
+        assert!(
+            counted.iter().all(|row| all.contains(row)),
+            "{dialect:?}: the first process takes the rows it counted: {all:?}"
+        );
+        all.extend(sim.delivered_rows(second, 0));
+        all.sort_unstable();
+        assert_eq!(all, [1, 2, 3, 4], "{dialect:?}: each row taken once");
+        for p in [first, second] {
+            for d in sim.delivered(p, 0) {
+                assert_eq!(d.attempt, Some(1), "{dialect:?}: {:?} counted once", d.id);
+            }
+        }
+        for row in sim.db.rows.values() {
+            assert_eq!(row.attempt, 1, "{dialect:?}: every row counted once");
+        }
+        assert_eq!(
+            sim.db.superseded, 0,
+            "{dialect:?}: no lock found its row recounted"
+        );
+        assert!(
+            sim.db.marks.is_empty(),
+            "{dialect:?}: no mark is left: {:?}",
+            sim.db.marks
+        );
+    }
+}
+
+/// A count's leader that stops before its rows are locked (the broker shuts down between the
+/// count and the locks) closes its connection instead of giving it back to the pool with the
+/// marks held: the marks end with the session, and the counted rows are free.
+#[test]
+fn a_leader_that_ends_holding_marks_closes_its_connection() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, row_lock(), 2);
+        for _ in 0..2 {
+            sim.insert(0);
+        }
+        sim.hook(|_, c| {
+            if kind_of(c) == Some(StatementKind::Begin) {
+                Intercept::Hold
+            } else {
+                Intercept::Run
+            }
+        });
+        let p = sim.spawn();
+        sim.run();
+        // The MySQL count's own BEGIN waits too: let it and its count through.
+        loop {
+            let held = sim.take_held(p);
+            if !sim.db.marks.is_empty() || held.is_empty() {
+                sim.procs[p].held = held;
+                break;
+            }
+            for command in held {
+                sim.run_command(p, command);
+            }
+            sim.run();
+        }
+        assert!(
+            !sim.db.marks.is_empty(),
+            "{dialect:?}: the count marked its rows"
+        );
+        sim.shutdown(p);
+        sim.hook(|_, _| Intercept::Run);
+        for command in sim.take_held(p) {
+            sim.run_command(p, command);
+        }
+        sim.run();
+        assert!(
+            sim.db.marks.is_empty(),
+            "{dialect:?}: the marks ended with the leader's session: {:?}",
+            sim.db.marks
+        );
+        assert!(
+            sim.events(p, 0)
+                .iter()
+                .any(|e| matches!(e, Event::Closed(_))),
+            "{dialect:?}: the broker closed"
+        );
+    }
+}
+
+/// A count answered after the shutdown began takes no row: its leader closes its connection
+/// instead of giving it back to the pool, and the marks end with the session.
+#[test]
+fn a_count_answered_after_the_shutdown_leaves_no_mark() {
+    for dialect in SERVERS {
+        let mut sim = Sim::new(dialect, row_lock(), 1);
+        for _ in 0..4 {
+            sim.insert(0);
+        }
+        let counting = if dialect == Dialect::Postgres {
+            StatementKind::CountRow
+        } else {
+            StatementKind::MarkRows(1)
+        };
+        sim.hook(move |_, c| {
+            if kind_of(c) == Some(counting) {
+                Intercept::Hold
+            } else {
+                Intercept::Run
+            }
+        });
+        let p = sim.spawn();
+        sim.run();
+        let held = sim.take_held(p);
+        assert_eq!(held.len(), 1, "{dialect:?}: the count waits");
+        let reply = sim.exec(p, &held[0]);
+        assert!(
+            !sim.db.marks.is_empty(),
+            "{dialect:?}: the count marked its row"
+        );
+        sim.shutdown(p);
+        sim.run();
+        sim.hook(|_, _| Intercept::Run);
+        sim.answer(p, held[0].clone(), reply);
+        sim.run();
+        assert!(
+            sim.db.violations.is_empty(),
+            "{dialect:?}: {:?}",
+            sim.db.violations
+        );
+        assert!(sim.db.marks.is_empty(), "{dialect:?}: {:?}", sim.db.marks);
+        assert!(
+            sim.ops(p, 0).contains(&Close),
+            "{dialect:?}: the leader's connection closed: {:?}",
+            sim.ops(p, 0)
+        );
+        assert!(
+            sim.events(p, 0)
+                .iter()
+                .any(|e| matches!(e, Event::Closed(_))),
+            "{dialect:?}: the broker closed"
+        );
+    }
 }

@@ -32,7 +32,7 @@ pub(super) struct Claim<R> {
 /// The state of a claim's own form.
 #[derive(Debug)]
 enum ClaimForm<R> {
-    RowLock(row_lock::Claiming),
+    RowLock(row_lock::Claiming<R>),
     Lease(lease::Claiming<R>),
     Advisory(advisory::Claiming),
 }
@@ -171,7 +171,9 @@ impl<R> Broker<R> {
         let conn = c.conn.take();
         let (current, database_locks) = match &mut c.form {
             ClaimForm::RowLock(r) => {
+                // The connection closes below, and the marks end with its session.
                 r.counted = None;
+                r.forget_marks();
                 (None, false)
             }
             ClaimForm::Lease(l) => {
@@ -224,12 +226,19 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The claim's connection goes back to the pool, or, without one, the claim ends.
+    /// The claim's connection goes back to the pool, or, without one, the claim ends. A
+    /// connection whose session holds a row lock count's marks closes instead, and the marks
+    /// end with the session.
     fn claim_release(&mut self, claim: u64) {
         let Some(c) = self.claims.get_mut(&claim) else {
             return;
         };
+        let marked = match &mut c.form {
+            ClaimForm::RowLock(r) => r.forget_marks(),
+            ClaimForm::Lease(_) | ClaimForm::Advisory(_) => false,
+        };
         match c.conn.take() {
+            Some(conn) if marked => self.claim_step(claim, conn, Action::Close, ClaimStage::Close),
             Some(conn) => self.claim_step(claim, conn, Action::Release, ClaimStage::Release),
             None => self.finish_claim(claim),
         }

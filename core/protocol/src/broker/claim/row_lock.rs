@@ -4,9 +4,16 @@
 //! With an attempt column the attempt is counted and committed first, so a crash spends it,
 //! and then the counted row is locked in a new transaction while its attempt is still the one
 //! counted. The claims of a subscription waiting for a count are counted together, one row
-//! each, in one statement on the first one's connection; each then locks its row on its own
-//! connection, side by side ([`CountQueue`]). The next count waits for those locks: a count
-//! between another claim's count and its lock would count the same row twice.
+//! each, in one statement on the first one's connection (the count's leader); each then locks
+//! its row on its own connection, side by side ([`CountQueue`]).
+//!
+//! Between a count's commit and a row's lock no transaction holds the row, so a count of
+//! another process could count it again. The count therefore marks each row it counts on the
+//! leader's session (a session advisory lock, or `GET_LOCK`) and passes over rows marked
+//! elsewhere; the leader keeps its own row's delivery back until every member's lock has
+//! answered, releases the marks, and only then hands its row on. A leader that ends holding
+//! marks closes its connection, which ends them. The next count of the subscription waits for
+//! the locks too.
 //!
 //! [`CountQueue`]: crate::broker::sub::CountQueue
 
@@ -14,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::dialect::{Arg, FormStatements, RowLockClaim, RowLockStatements};
-use crate::types::{ConnId, Reply, SubId};
+use crate::types::{Action, ConnId, Reply, Row, SubId};
 use crate::value::Value;
 
 use super::super::rows::{Counted, Taken, rows_of};
@@ -33,31 +40,59 @@ pub(in crate::broker) enum Stage {
     /// MySQL and MariaDB: `BEGIN` before the lock of the row to count.
     BeginCount,
     SelectRowId,
+    /// MySQL and MariaDB: the marks of the rows to count.
+    MarkRows,
     CountAttempt,
     CountCommit,
     /// `BEGIN` before the lock of the counted row.
     BeginLock,
     LockRowById,
+    /// The leader releases its count's marks.
+    Unmark,
     Rollback,
 }
 
 #[derive(Debug)]
-pub(in crate::broker) struct Claiming {
+pub(in crate::broker) struct Claiming<R> {
     st: Arc<RowLockStatements>,
     /// The row whose attempt was counted, and the count, to lock next.
     pub(super) counted: Option<Counted>,
-    /// The leader of a count on MySQL and MariaDB: the rows it locked to count, until their
-    /// count commits and they go to the count's claims.
+    /// The leader of a count: the rows it counts, until their count commits and they go to
+    /// the count's claims.
     batch: Vec<Counted>,
+    /// The leader of a count: the marks its session holds, until every counted row's lock
+    /// has answered.
+    marks: Vec<crate::value::Value>,
+    /// The leader's own lock answered while its count's marks were held: the row it locked
+    /// (or none), handed on once the marks are released.
+    parked: Option<Option<Row<R>>>,
+    /// The claim waited for a second count, after a count that passed over rows marked
+    /// elsewhere gave it none.
+    requeued: bool,
 }
 
-impl Claiming {
+impl<R> Claiming<R> {
     pub(super) fn new(st: &Arc<RowLockStatements>) -> Self {
         Self {
             st: st.clone(),
             counted: None,
             batch: Vec::new(),
+            marks: Vec::new(),
+            parked: None,
+            requeued: false,
         }
+    }
+
+    /// Whether the claim's session holds marks of a count: its connection must not go back
+    /// to the pool before they are released.
+    pub(super) fn holds_marks(&self) -> bool {
+        !self.marks.is_empty()
+    }
+
+    /// Forgets the count's marks, whose session is about to end; answers whether it held any.
+    pub(super) fn forget_marks(&mut self) -> bool {
+        self.parked = None;
+        !std::mem::take(&mut self.marks).is_empty()
     }
 }
 
@@ -65,7 +100,7 @@ impl<R> Broker<R> {
     fn row_lock(
         claims: &mut BTreeMap<u64, Claim<R>>,
         claim: u64,
-    ) -> Option<(SubId, &mut Claiming)> {
+    ) -> Option<(SubId, &mut Claiming<R>)> {
         let c = claims.get_mut(&claim)?;
         match &mut c.form {
             ClaimForm::RowLock(r) => Some((c.sub, r)),
@@ -133,14 +168,23 @@ impl<R> Broker<R> {
             }
             Stage::LockRow | Stage::LockRowById => self.row_locked(claim, conn, stage, reply),
             Stage::CountRow | Stage::SelectRowId => self.row_counted(claim, conn, stage, reply),
+            Stage::MarkRows => self.rows_marked(claim, conn, reply),
+            Stage::Unmark => {
+                let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
+                    return;
+                };
+                r.marks.clear();
+                let row = r.parked.take().flatten();
+                self.row_lock_take(claim, conn, Stage::LockRowById, row);
+            }
             Stage::CountAttempt => {
                 self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit)
             }
             Stage::CountCommit => self.hand_counted(claim),
             Stage::BeginCount => {
                 if let RowLockClaim::SelectCount { select_row_id, .. } = &st.claim {
-                    let n = self.count_size(claim);
-                    self.row_lock_execute(claim, conn, select_row_id, Stage::SelectRowId, n);
+                    let (look, _) = self.count_sizes(claim);
+                    self.row_lock_execute(claim, conn, select_row_id, Stage::SelectRowId, look);
                 }
             }
             Stage::BeginLock => {
@@ -149,7 +193,7 @@ impl<R> Broker<R> {
                     | RowLockClaim::SelectCount { lock_row_by_id, .. } => lock_row_by_id,
                     RowLockClaim::Lock { .. } => return,
                 };
-                let Some(Counted { id, attempt }) = r_counted(self, claim) else {
+                let Some(Counted { id, attempt, .. }) = r_counted(self, claim) else {
                     return;
                 };
                 let now = self.now;
@@ -165,14 +209,30 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The lock of the first row, or of the counted one, answered.
+    /// The lock of the first row, or of the counted one, answered. A leader whose session
+    /// holds its count's marks keeps the answer until the marks are released.
     fn row_locked(&mut self, claim: u64, conn: ConnId, stage: Stage, reply: Reply<R>) {
+        let row = rows_of(reply).pop();
+        let Some((sub, r)) = Self::row_lock(&mut self.claims, claim) else {
+            return;
+        };
+        if r.holds_marks() {
+            r.parked = Some(row);
+            self.unmark_when_locked(sub, claim);
+            return;
+        }
+        self.row_lock_take(claim, conn, stage, row);
+    }
+
+    /// The claim's lock answered and no mark is held: the row goes to a delivery, or, with no
+    /// row, the transaction rolls back.
+    fn row_lock_take(&mut self, claim: u64, conn: ConnId, stage: Stage, row: Option<Row<R>>) {
         self.end_count(claim);
         let Some((sub, _)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
         let attempts = self.subs[sub.0].desc.attempt.is_some();
-        match rows_of(reply).pop() {
+        match row {
             Some(row) => {
                 let Some(c) = self.claims.get_mut(&claim) else {
                     return;
@@ -194,85 +254,250 @@ impl<R> Broker<R> {
         }
     }
 
+    /// Once every other claim of `leader`'s count has locked its row (or ended) and the
+    /// leader's own lock has answered, the leader releases the count's marks.
+    fn unmark_when_locked(&mut self, sub: SubId, leader: u64) {
+        let counts = &self.subs[sub.0].counts;
+        let Some(count) = counts.locking.iter().find(|c| c.leader == leader) else {
+            return;
+        };
+        if count.members.iter().any(|m| *m != leader) {
+            return;
+        }
+        let Some(c) = self.claims.get_mut(&leader) else {
+            return;
+        };
+        let Some(conn) = c.conn else {
+            return;
+        };
+        let ClaimForm::RowLock(r) = &c.form else {
+            return;
+        };
+        if r.parked.is_none() || r.marks.is_empty() {
+            return;
+        }
+        let unmark = match &r.st.claim {
+            RowLockClaim::Count { unmark_rows, .. }
+            | RowLockClaim::SelectCount { unmark_rows, .. } => {
+                unmark_rows.get(r.marks.len() - 1).cloned()
+            }
+            RowLockClaim::Lock { .. } => None,
+        };
+        let Some(unmark) = unmark else {
+            // More marks than the statements hold: the session ends, and its marks with it.
+            if let ClaimForm::RowLock(r) = &mut c.form {
+                r.parked = None;
+            }
+            c.failed = true;
+            c.conn = None;
+            self.end_count(leader);
+            self.claim_step(leader, conn, Action::Close, ClaimStage::Close);
+            return;
+        };
+        let marks = r.marks.clone();
+        let binds = unmark.binds(|arg| match arg {
+            Arg::MarkAt(i) => marks.get(i).cloned().unwrap_or(Value::Null),
+            _ => Value::Null,
+        });
+        let stage = ClaimStage::RowLock(Stage::Unmark);
+        self.claim_execute(leader, conn, unmark, binds, stage);
+    }
+
     /// The count of the first rows' attempts (PostgreSQL), or the lock of the rows to count
     /// (MySQL, MariaDB), answered on the count's leader.
     fn row_counted(&mut self, claim: u64, conn: ConnId, stage: Stage, reply: Reply<R>) {
         let select = matches!(stage, Stage::SelectRowId);
-        // MySQL reads the attempt before it counts it.
-        let counted: Vec<Counted> = rows_of(reply)
+        let (look, take) = self.count_sizes(claim);
+        // A reply of more rows than the count asked for (or the same row twice) counts the
+        // rows it may, once each.
+        let mut seen = Vec::new();
+        let mut rows: Vec<_> = rows_of(reply)
             .into_iter()
-            .map(|row| Counted::read(row, i64::from(select)))
+            .filter(|row| {
+                let id = row.values.first().cloned().unwrap_or(Value::Null);
+                let new = !seen.contains(&id);
+                seen.push(id);
+                new
+            })
             .collect();
+        rows.truncate(look);
         let Some((sub, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
         let st = r.st.clone();
-        if !select && st.count_row_from.is_some() {
-            let asked = self.count_size(claim);
-            self.subs[sub.0]
-                .floor
-                .found(counted.iter().map(|c| &c.id), asked);
+        if !select {
+            // PostgreSQL: a row of each row looked at; those the count counted carry their
+            // count, and their marks are the leader's. A row whose mark another process's
+            // count holds was passed over.
+            let looked = rows.len();
+            let counted: Vec<Counted> = rows
+                .into_iter()
+                .filter_map(|row| Counted::read_counted(row, 0))
+                .take(take)
+                .collect();
+            r.marks = counted.iter().map(|c| c.mark.clone()).collect();
+            if st.count_row_from.is_some() {
+                self.subs[sub.0]
+                    .floor
+                    .found(counted.iter().map(|c| &c.id), take);
+            }
+            let passed = if counted.len() < take {
+                looked - counted.len()
+            } else {
+                0
+            };
+            self.subs[sub.0].counts.passed = passed;
+            if let Some((_, r)) = Self::row_lock(&mut self.claims, claim) {
+                r.batch = counted;
+            }
+            return self.hand_counted(claim);
         }
+        // MySQL reads the attempt before it counts it.
+        r.batch = rows
+            .into_iter()
+            .filter_map(|row| Counted::read_counted(row, 1))
+            .collect();
+        let RowLockClaim::SelectCount { mark_rows, .. } = &st.claim else {
+            return;
+        };
+        let Some(mark) = r.batch.len().checked_sub(1).and_then(|n| mark_rows.get(n)) else {
+            self.subs[sub.0].counts.passed = 0;
+            return self.row_lock_fixed(claim, conn, Fixed::Rollback, Stage::Rollback);
+        };
+        let marks: Vec<Value> = r.batch.iter().map(|c| c.mark.clone()).collect();
+        let binds = mark.binds(|arg| match arg {
+            Arg::MarkAt(i) => marks.get(i).cloned().unwrap_or(Value::Null),
+            _ => Value::Null,
+        });
+        let stage = ClaimStage::RowLock(Stage::MarkRows);
+        self.claim_execute(claim, conn, mark.clone(), binds, stage);
+    }
+
+    /// MySQL and MariaDB: the marks of the rows the leader locked to count answered. The
+    /// first rows it marked, one for each claim of the count, are counted; a row marked
+    /// elsewhere (counted by another process and not locked there yet) is passed over, and a
+    /// row marked here past those is not counted, its mark released with the others.
+    fn rows_marked(&mut self, claim: u64, conn: ConnId, reply: Reply<R>) {
+        let (_, take) = self.count_sizes(claim);
+        let marked: Vec<usize> = rows_of(reply)
+            .into_iter()
+            .filter_map(|row| {
+                let mut values = row.values.into_iter();
+                let at = values.next().and_then(|v| v.as_int())?;
+                let taken = values.next().and_then(|v| v.as_bool()).unwrap_or(false);
+                taken.then(|| usize::try_from(at).ok()).flatten()
+            })
+            .collect();
+        let Some((sub, r)) = Self::row_lock(&mut self.claims, claim) else {
+            return;
+        };
+        let batch = std::mem::take(&mut r.batch);
+        let looked = batch.len();
+        let mut kept = Vec::new();
+        for (at, counted) in batch.into_iter().enumerate() {
+            if marked.contains(&at) {
+                kept.push(counted);
+            }
+        }
+        r.marks = kept.iter().map(|c| c.mark.clone()).collect();
+        kept.truncate(take);
+        let passed = if kept.len() < take {
+            looked - kept.len()
+        } else {
+            0
+        };
+        r.batch = kept;
+        let st = r.st.clone();
+        self.subs[sub.0].counts.passed = passed;
         let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
-        r.batch = counted;
-        match (&st.claim, select) {
-            (RowLockClaim::SelectCount { count_attempts, .. }, true) if !r.batch.is_empty() => {
-                // A reply of more rows than the count asked for (or the same row twice) counts
-                // the rows it may, once each.
-                let mut seen = Vec::new();
-                r.batch.retain(|c| {
-                    let new = !seen.contains(&c.id);
-                    seen.push(c.id.clone());
-                    new
-                });
-                r.batch.truncate(count_attempts.len().max(1));
-                let Some(count) = count_attempts.get(r.batch.len() - 1) else {
-                    return self.row_lock_fixed(claim, conn, Fixed::Rollback, Stage::Rollback);
-                };
-                let ids: Vec<Value> = r.batch.iter().map(|c| c.id.clone()).collect();
-                let binds = count.binds(|arg| match arg {
-                    Arg::IdAt(i) => ids.get(i).cloned().unwrap_or(Value::Null),
-                    _ => Value::Null,
-                });
-                let stage = ClaimStage::RowLock(Stage::CountAttempt);
-                self.claim_execute(claim, conn, count.clone(), binds, stage);
-            }
-            (_, true) => self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit),
-            (_, false) => self.hand_counted(claim),
-        }
+        let RowLockClaim::SelectCount { count_attempts, .. } = &st.claim else {
+            return;
+        };
+        let Some(count) = r
+            .batch
+            .len()
+            .checked_sub(1)
+            .and_then(|n| count_attempts.get(n))
+        else {
+            // Every row is another process's to lock: nothing to count.
+            return self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit);
+        };
+        let ids: Vec<Value> = r.batch.iter().map(|c| c.id.clone()).collect();
+        let binds = count.binds(|arg| match arg {
+            Arg::IdAt(i) => ids.get(i).cloned().unwrap_or(Value::Null),
+            _ => Value::Null,
+        });
+        let stage = ClaimStage::RowLock(Stage::CountAttempt);
+        self.claim_execute(claim, conn, count.clone(), binds, stage);
     }
 
-    /// How many claims the count `leader` runs counts for.
-    fn count_size(&self, leader: u64) -> usize {
+    /// How many rows the count `leader` runs looks at, and how many it counts, as the count
+    /// started with them.
+    fn count_sizes(&self, leader: u64) -> (usize, usize) {
         let Some(sub) = self.claims.get(&leader).map(|c| c.sub) else {
-            return 1;
+            return (1, 1);
         };
         self.subs[sub.0]
             .counts
             .counting
             .as_ref()
-            .map_or(1, |count| count.members.len().max(1))
+            .map_or((1, 1), |count| (count.look, count.take))
+    }
+
+    /// How many rows a count of `take` claims looks at: one for each claim, past the rows the
+    /// subscription's other counts still mark and as many more as the last count passed over
+    /// (up to as many again), within what the statements take.
+    fn count_look(&self, sub: SubId, take: usize) -> usize {
+        let s = &self.subs[sub.0];
+        let counts = &s.counts;
+        let marked: usize = counts.locking.iter().map(|c| c.marks).sum();
+        let most = match &s.statements.form {
+            FormStatements::RowLock(f) => match &f.claim {
+                RowLockClaim::SelectCount { mark_rows, .. } => mark_rows.len(),
+                RowLockClaim::Count { unmark_rows, .. } => 2 * unmark_rows.len(),
+                RowLockClaim::Lock { .. } => 1,
+            },
+            FormStatements::Lease(_) | FormStatements::Advisory(_) => 1,
+        };
+        let look = take + marked + counts.passed.min(take);
+        look.min(most.max(take))
     }
 
     /// The leader's count committed: each counted row goes to one of the count's claims,
-    /// which locks it on its own connection; a claim left without a row ends.
+    /// which locks it on its own connection, and the next count may start. The leader takes
+    /// the last row: its delivery waits for the others' locks (it releases the marks first),
+    /// so the rows still go to their handlers in claim order. A claim left without a row ends;
+    /// where the count passed over rows another count had marked, it waits for the next
+    /// count instead, once.
     fn hand_counted(&mut self, leader: u64) {
         let Some((sub, r)) = Self::row_lock(&mut self.claims, leader) else {
             return;
         };
-        let mut rows = std::mem::take(&mut r.batch).into_iter();
-        let Some(count) = self.subs[sub.0].counts.counting.as_mut() else {
-            return;
-        };
-        if count.leader != leader {
+        let mut rows = std::mem::take(&mut r.batch);
+        let marks = r.marks.len();
+        let counts = &mut self.subs[sub.0].counts;
+        let passed = counts.passed > 0;
+        if counts.counting.as_ref().is_none_or(|c| c.leader != leader) {
             return;
         }
-        count.handed = true;
-        let members = count.members.clone();
-        for member in members {
-            match rows.next() {
+        let Some(mut count) = counts.counting.take() else {
+            return;
+        };
+        count.marks = marks;
+        let last = rows.pop();
+        let mut rows = rows.into_iter();
+        let mut members: Vec<(u64, Option<Counted>)> = count
+            .members
+            .iter()
+            .filter(|m| **m != leader)
+            .map(|&m| (m, rows.next()))
+            .collect();
+        members.insert(0, (leader, last));
+        counts.locking.push(count);
+        for (member, counted) in members {
+            match counted {
                 Some(counted) => {
                     let conn = match self.claims.get_mut(&member) {
                         Some(c) => {
@@ -288,6 +513,7 @@ impl<R> Broker<R> {
                         None => self.end_count(member),
                     }
                 }
+                None if passed && self.requeue(member) => {}
                 None => {
                     // Fewer rows than claims: this one takes nothing.
                     self.end_count(member);
@@ -295,6 +521,22 @@ impl<R> Broker<R> {
                 }
             }
         }
+        self.next_count(sub);
+    }
+
+    /// A claim the count gave no row while it passed over rows marked elsewhere waits for the
+    /// next count, which looks past them, once; answers whether it does.
+    fn requeue(&mut self, member: u64) -> bool {
+        let Some((sub, r)) = Self::row_lock(&mut self.claims, member) else {
+            return false;
+        };
+        if r.requeued || self.state != State::Running {
+            return false;
+        }
+        r.requeued = true;
+        self.leave_count(sub, member);
+        self.subs[sub.0].counts.waiting.push_front(member);
+        true
     }
 
     /// The counted row is locked for the handler in a new transaction, unless the broker is
@@ -308,30 +550,51 @@ impl<R> Broker<R> {
         self.row_lock_fixed(claim, conn, Fixed::Begin, Stage::BeginLock);
     }
 
-    /// `claim`'s count and lock are done, or it ended. The count's last claim starts the next
-    /// count; a count whose leader ended before its rows were handed out counts nothing, and
-    /// its other claims wait for the next.
+    /// `claim`'s count and lock are done, or it ended. A count whose leader ended before its
+    /// rows were handed out counts nothing, its other claims wait for the next, and the next
+    /// starts.
     pub(super) fn end_count(&mut self, claim: u64) {
         let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
             return;
         };
         let counts = &mut self.subs[sub.0].counts;
         counts.waiting.retain(|c| *c != claim);
-        let Some(count) = counts.counting.as_mut() else {
+        if let Some(count) = counts.counting.as_mut()
+            && count.members.contains(&claim)
+        {
+            count.members.retain(|c| *c != claim);
+            if count.leader == claim {
+                for member in count.members.drain(..).rev() {
+                    counts.waiting.push_front(member);
+                }
+            }
+            if count.members.is_empty() {
+                counts.counting = None;
+                self.next_count(sub);
+            }
+            return;
+        }
+        self.leave_count(sub, claim);
+    }
+
+    /// `claim` leaves the count that handed it a row (or none): the count ends with its last
+    /// claim, and its leader releases the marks once the others have left.
+    fn leave_count(&mut self, sub: SubId, claim: u64) {
+        let counts = &mut self.subs[sub.0].counts;
+        let Some(at) = counts
+            .locking
+            .iter()
+            .position(|c| c.members.contains(&claim))
+        else {
             return;
         };
-        if !count.members.contains(&claim) {
-            return;
-        }
+        let count = &mut counts.locking[at];
         count.members.retain(|c| *c != claim);
-        if count.leader == claim && !count.handed {
-            for member in count.members.drain(..).rev() {
-                counts.waiting.push_front(member);
-            }
-        }
+        let leader = count.leader;
         if count.members.is_empty() {
-            counts.counting = None;
-            self.next_count(sub);
+            counts.locking.remove(at);
+        } else {
+            self.unmark_when_locked(sub, leader);
         }
     }
 
@@ -373,11 +636,14 @@ impl<R> Broker<R> {
             return;
         };
         let st = r.st.clone();
-        let n = members.len();
+        let take = members.len();
+        let look = self.count_look(sub, take);
         self.subs[sub.0].counts.counting = Some(Count {
             leader,
             members,
-            handed: false,
+            take,
+            look,
+            marks: 0,
         });
         match &st.claim {
             RowLockClaim::Count { count_row, .. } => {
@@ -391,7 +657,8 @@ impl<R> Broker<R> {
                     None => (count_row, i64::MIN),
                 };
                 let binds = statement.binds(|arg| match arg {
-                    Arg::Limit => Value::Int(n as i64),
+                    Arg::Limit => Value::Int(look as i64),
+                    Arg::Take => Value::Int(take as i64),
                     Arg::Floor => Value::Int(floor),
                     _ => Value::Int(now.micros()),
                 });
