@@ -76,6 +76,8 @@ pub(crate) enum ColumnKind {
     Text,
     /// A boolean (PostgreSQL) or an integer 0/1 (MySQL).
     Truth,
+    /// A row lock count's mark: an `integer` (PostgreSQL) or a lock's name (MySQL).
+    Mark,
 }
 
 /// The kind of a column the baseline reads, by its name.
@@ -85,6 +87,7 @@ pub(crate) fn column_kind(name: &str) -> ColumnKind {
         // `QUERY PLAN`, `ANALYZE` and `detail`: the plans of PostgreSQL, MariaDB and SQLite.
         "rs_key" | "db" | "QUERY PLAN" | "ANALYZE" | "EXPLAIN" | "detail" => ColumnKind::Text,
         "locked" | "unlocked" => ColumnKind::Truth,
+        "rs_mark" => ColumnKind::Mark,
         _ => ColumnKind::Int,
     }
 }

@@ -26,7 +26,10 @@ fn pg_bind<'q>(
 
 fn pg_value(row: &sqlx::postgres::PgRow, name: &str) -> Result<Value, sqlx::Error> {
     Ok(match column_kind(name) {
-        ColumnKind::Int => Value::Int(row.try_get::<i64, _>(name)?),
+        ColumnKind::Int => row
+            .try_get::<Option<i64>, _>(name)?
+            .map_or(Value::Null, Value::Int),
+        ColumnKind::Mark => Value::Int(row.try_get::<i32, _>(name)?.into()),
         ColumnKind::Bytes => Value::Bytes(row.try_get::<Vec<u8>, _>(name)?),
         ColumnKind::Text => Value::Text(row.try_get::<String, _>(name)?),
         ColumnKind::Truth => Value::Bool(row.try_get::<Option<bool>, _>(name)?.unwrap_or(false)),
@@ -87,9 +90,11 @@ fn my_bind<'q>(
 
 fn my_value(row: &sqlx::mysql::MySqlRow, name: &str) -> Result<Value, sqlx::Error> {
     Ok(match column_kind(name) {
-        ColumnKind::Int => Value::Int(row.try_get_unchecked::<i64, _>(name)?),
+        ColumnKind::Int => row
+            .try_get_unchecked::<Option<i64>, _>(name)?
+            .map_or(Value::Null, Value::Int),
         ColumnKind::Bytes => Value::Bytes(row.try_get_unchecked::<Vec<u8>, _>(name)?),
-        ColumnKind::Text => Value::Text(
+        ColumnKind::Text | ColumnKind::Mark => Value::Text(
             String::from_utf8_lossy(&row.try_get_unchecked::<Vec<u8>, _>(name)?).into_owned(),
         ),
         ColumnKind::Truth => Value::Bool(
@@ -154,7 +159,9 @@ fn lite_bind<'q>(
 
 fn lite_value(row: &sqlx::sqlite::SqliteRow, name: &str) -> Result<Value, sqlx::Error> {
     Ok(match column_kind(name) {
-        ColumnKind::Int | ColumnKind::Truth => Value::Int(row.try_get_unchecked::<i64, _>(name)?),
+        ColumnKind::Int | ColumnKind::Truth | ColumnKind::Mark => {
+            Value::Int(row.try_get_unchecked::<i64, _>(name)?)
+        }
         ColumnKind::Bytes => Value::Bytes(row.try_get_unchecked::<Vec<u8>, _>(name)?),
         ColumnKind::Text => Value::Text(row.try_get_unchecked::<String, _>(name)?),
     })
@@ -361,7 +368,10 @@ impl RawConn for TokioPg {
             let mut values = Vec::with_capacity(columns.len());
             for name in columns {
                 values.push(match column_kind(name) {
-                    ColumnKind::Int => Value::Int(row.try_get::<_, i64>(*name)?),
+                    ColumnKind::Int => row
+                        .try_get::<_, Option<i64>>(*name)?
+                        .map_or(Value::Null, Value::Int),
+                    ColumnKind::Mark => Value::Int(row.try_get::<_, i32>(*name)?.into()),
                     ColumnKind::Bytes => Value::Bytes(row.try_get::<_, Vec<u8>>(*name)?),
                     ColumnKind::Text => Value::Text(row.try_get::<_, String>(*name)?),
                     ColumnKind::Truth => {
@@ -428,7 +438,7 @@ impl RawConn for MyAsync {
                         Value::Int(String::from_utf8_lossy(&b).parse()?)
                     }
                     (ColumnKind::Bytes, mysql_async::Value::Bytes(b)) => Value::Bytes(b),
-                    (ColumnKind::Text, mysql_async::Value::Bytes(b)) => {
+                    (ColumnKind::Text | ColumnKind::Mark, mysql_async::Value::Bytes(b)) => {
                         Value::Text(String::from_utf8_lossy(&b).into_owned())
                     }
                     (_, other) => return Err(format!("column {name}: {other:?}").into()),

@@ -234,9 +234,10 @@ impl Sub {
     ///
     /// Row lock claims, lease claims and advisory claims on the database's locks run side by
     /// side: `SKIP LOCKED`, the lease's fence and the key's lock keep two claims from taking
-    /// one row. A row lock claim that counts an attempt counts one at a time
-    /// ([`CountQueue`]). A claim that reads the first due rows only (SQLite's registry, a
-    /// custom lock) runs alone, so the first row is read once.
+    /// one row. Row lock claims that count an attempt are counted together, one statement at
+    /// a time, and the counts' marks keep two counts from counting one row ([`CountQueue`]).
+    /// A claim that reads the first due rows only (SQLite's registry, a custom lock) runs
+    /// alone, so the first row is read once.
     pub(super) fn side_by_side(&self) -> bool {
         match self.keys() {
             None => true,
