@@ -220,8 +220,9 @@ impl TokioPostgresBroker {
     /// when it holds a backslash), bytes as `'\x..'::bytea`, integers as digits. Rows come
     /// back as text, which [`PgRow::decode`] parses as the row type's fields ask. The payload
     /// column must then be `bytea`, and an id column of a text type must not hold values that
-    /// read as plain integers. The advisory lock form still needs a session of its own per
-    /// connection (a direct connection, or PgBouncer in session pooling).
+    /// read as plain integers. The advisory lock form, and the row lock form with an attempt
+    /// column, still need a session of their own per connection (a direct connection, or
+    /// PgBouncer in session pooling).
     pub fn simple_query(mut self, simple: bool) -> Self {
         self.settings_mut().simple = simple;
         self

@@ -142,8 +142,10 @@
 //!
 //! On PostgreSQL the row lock form needs the isolation level read committed: a subscription
 //! whose sessions run at a stricter `default_transaction_isolation` fails its check at the
-//! start, with a message that names the setting. The advisory lock form needs a session per
-//! connection: a direct connection, or PgBouncer in session pooling.
+//! start, with a message that names the setting. The advisory lock form, and the row lock
+//! form with an attempt column (its counts mark rows with session locks), need a session per
+//! connection: a direct connection, or PgBouncer in session pooling; the start refuses
+//! transaction pooling, naming it.
 //!
 //! Driver errors map to the core's kinds: a server's error by its SQLSTATE
 //! ([`sqlstate_kind`]); a closed connection and I/O errors are [`ErrorKind::ConnectionLost`]; a

@@ -209,6 +209,75 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
     db.finish().await;
 }
 
+/// The row lock form with an attempt column marks the rows its counts count with session
+/// locks until their locks: through transaction pooling a mark would stay on a server session
+/// other clients use, and its row would be passed over for good. The start refuses, naming the
+/// form and transaction pooling, and leaves no lock; through session pooling the form serves,
+/// each row at attempt 1, and no mark is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
+    let db = Db::new("pooler_rowlock").await;
+    let before = advisory_locks_held(&db).await;
+    let bouncer = start_bouncer("transaction", &db.name);
+    let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
+    let broker = TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4))
+        .simple_query(true)
+        .listen_on(direct, tokio_postgres::NoTls);
+    let started = broker
+        .start(vec![subscription(
+            Form::RowLock,
+            Record::new(&Seen::default()),
+            2,
+        )])
+        .await;
+    let error = match started {
+        Ok(running) => {
+            running.shutdown().await;
+            panic!("the row lock form started through PgBouncer in transaction pooling");
+        }
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("row lock form marks each row it counts")
+            && error.contains("pool_mode = transaction")
+            && error.contains("invoices"),
+        "the error names the form, transaction pooling and the table: {error}"
+    );
+    assert_eq!(advisory_locks_held(&db).await, before, "no lock left");
+    drop(bouncer);
+
+    let bouncer = start_bouncer("session", &db.name);
+    let seen = Seen::default();
+    let broker =
+        TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
+    let running = broker
+        .start(vec![subscription(Form::RowLock, Record::new(&seen), 2)])
+        .await
+        .expect("the row lock form starts through PgBouncer in session pooling");
+    let publisher = running.publisher::<Invoice>();
+    for n in 0..12 {
+        publisher
+            .publish(message(Form::RowLock, n))
+            .await
+            .expect("a publish");
+    }
+    assert!(
+        eventually(WAIT, || seen.len() >= 12).await,
+        "12 rows served, {} seen",
+        seen.len()
+    );
+    running.shutdown().await;
+    assert!(
+        seen.all().iter().all(|&(_, attempt)| attempt == 1),
+        "each row at attempt 1: {:?}",
+        seen.all()
+    );
+    assert_eq!(db.wait_count("SELECT COUNT(*) FROM invoices", 0).await, 0);
+    assert_eq!(advisory_locks_held(&db).await, before, "no mark left");
+    drop(bouncer);
+    db.finish().await;
+}
+
 /// A listening session through transaction pooling hears nothing: its `LISTEN` stays on a
 /// server session other clients then use. The start sends a notification of its own through
 /// the pool and, not hearing it, refuses, naming transaction pooling; the lease form, which

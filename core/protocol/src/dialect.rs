@@ -230,9 +230,9 @@ pub enum StatementKind {
     /// `FOR UPDATE SKIP LOCKED`, to count its attempt: a row of its id.
     SelectRowId,
     /// Row lock form with an attempt column: locks this row while it is still claimable and
-    /// its attempt is still the one this claim counted, `FOR UPDATE`, and reads it. The
-    /// count's mark keeps other counts off the row; the lock waits only for a count of another
-    /// process that holds the row while it looks at it.
+    /// its attempt is still the one this claim counted, `FOR UPDATE SKIP LOCKED`, and reads
+    /// it. The count's mark keeps other counts from counting the row; one that holds it while
+    /// it looks at it makes the lock pass it over, and the claim tries again shortly.
     LockRowById,
     /// Row lock form with an attempt column, MySQL and MariaDB: takes the marks of this many
     /// rows the count locked, without waiting: rows of `rs_at` and `rs_marked`.
@@ -621,6 +621,10 @@ pub struct RowLockStatements {
     /// `ROLLBACK TO SAVEPOINT rs_handler`: undoes the handler's writes before a retry or a
     /// failure is written and committed.
     pub rollback_to_savepoint: Statement,
+    /// PostgreSQL with an attempt column: a session lock's try and release of a probe key
+    /// (`Arg::Key`), with which the check tells that each connection is a server session of
+    /// its own, as the counts' marks need.
+    pub session_probe: Option<(Statement, Statement)>,
 }
 
 /// How a row lock claim takes its row.
@@ -1006,6 +1010,9 @@ impl Statements {
                 out.push(&f.ping);
                 out.extend(&f.count_row_from);
                 out.extend([&f.savepoint, &f.rollback_to_savepoint]);
+                if let Some((lock, unlock)) = &f.session_probe {
+                    out.extend([lock, unlock]);
+                }
             }
             FormStatements::Lease(f) => {
                 match &f.claim {
@@ -1128,6 +1135,8 @@ impl Renderer<'_> {
                 StatementKind::RollbackToSavepoint,
                 "ROLLBACK TO SAVEPOINT rs_handler",
             ),
+            session_probe: (self.dialect == Dialect::Postgres && self.desc.attempt.is_some())
+                .then(|| (self.lock_fn(true), self.lock_fn(false))),
         }
     }
 

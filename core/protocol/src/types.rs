@@ -276,14 +276,17 @@ pub enum CheckError {
     },
     /// Two connections reached one server session: a pooler in transaction pooling
     /// (PgBouncer's `pool_mode = transaction`) stands between the service and PostgreSQL, and
-    /// the advisory lock form's session locks would outlive their deliveries on sessions other
-    /// clients use.
+    /// the form's session locks (the advisory lock form's keys, the row lock form's counts'
+    /// marks) would outlive their use on sessions other clients use.
     #[error(
-        "table `{table}`: the advisory lock form holds each key with a session lock on the delivery's own connection, but two of the broker's connections reached one server session (a lock the first took, the second could take too): they go through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection; connect to PostgreSQL directly, or through a pooler in session pooling (`pool_mode = session`)"
+        "table `{table}`: {}, but two of the broker's connections reached one server session (a lock the first took, the second could take too): they go through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection; connect to PostgreSQL directly, or through a pooler in session pooling (`pool_mode = session`)",
+        session_locks_of(*.form)
     )]
     TransactionPooling {
         /// The table.
         table: &'static str,
+        /// The table's form, which holds session locks.
+        form: crate::spec::Form,
     },
     /// The check's statement failed.
     #[error("table `{table}`: the check failed: {error}")]
@@ -434,4 +437,16 @@ pub enum Event<R> {
     },
     /// The shutdown is complete: nothing of the broker is held on the server.
     Closed(ClosedCounts),
+}
+
+/// What a form holds with session locks, for [`CheckError::TransactionPooling`].
+fn session_locks_of(form: crate::spec::Form) -> &'static str {
+    match form {
+        crate::spec::Form::RowLock => {
+            "the row lock form marks each row it counts with a session lock on the count's connection until the row is locked"
+        }
+        crate::spec::Form::Advisory | crate::spec::Form::Lease => {
+            "the advisory lock form holds each key with a session lock on the delivery's own connection"
+        }
+    }
 }

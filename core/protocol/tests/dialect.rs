@@ -453,7 +453,7 @@ fn postgres_row_lock_statements() {
     );
     assert_eq!(
         sql(&s.count_row),
-        r#"WITH rs_claim AS (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $2), rs_counted AS (UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
+        r#"WITH rs_claim AS (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $2), rs_counted AS (UPDATE "jobs" SET "attempt" = COALESCE("jobs"."attempt", 0) + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
     );
     // The marks the count took are released, by their second keys, once the counted rows'
     // locks have answered.
@@ -467,7 +467,7 @@ fn postgres_row_lock_statements() {
     );
     assert_eq!(
         sql(&s.lock_row_by_id),
-        r#"SELECT * FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE"#
+        r#"SELECT * FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE SKIP LOCKED"#
     );
     assert!(
         s.select_row_id.is_none(),
@@ -513,11 +513,11 @@ fn mysql_row_lock_statements() {
         );
         assert_eq!(
             sql(&s.count_attempt),
-            "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?)"
+            "UPDATE `jobs` SET `attempt` = COALESCE(`attempt`, 0) + 1 WHERE `id` IN (?)"
         );
         assert_eq!(
             sql(&s.select_row_id),
-            "SELECT `id`, `attempt`, SHA2(CONCAT('ruststream mark ', DATABASE(), '.', 'jobs', ' ', `id`), 256) AS rs_mark FROM `jobs` ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+            "SELECT `id`, COALESCE(`attempt`, 0) AS `attempt`, SHA2(CONCAT('ruststream mark ', COALESCE(DATABASE(), ''), '.', 'jobs', ' ', `id`), 256) AS rs_mark FROM `jobs` ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
         );
         // Each mark is taken once, without waiting, before the count; released after the
         // locks.
@@ -540,14 +540,14 @@ fn mysql_row_lock_statements() {
         assert_eq!(
             count_attempts.iter().map(|s| &*s.sql).collect::<Vec<_>>(),
             [
-                "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?)",
-                "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)",
-                "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` IN (?, ?, ?)",
+                "UPDATE `jobs` SET `attempt` = COALESCE(`attempt`, 0) + 1 WHERE `id` IN (?)",
+                "UPDATE `jobs` SET `attempt` = COALESCE(`attempt`, 0) + 1 WHERE `id` IN (?, ?)",
+                "UPDATE `jobs` SET `attempt` = COALESCE(`attempt`, 0) + 1 WHERE `id` IN (?, ?, ?)",
             ]
         );
         assert_eq!(
             sql(&s.lock_row_by_id),
-            "SELECT * FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE"
+            "SELECT * FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE SKIP LOCKED"
         );
         assert!(
             s.count_row.is_none(),
@@ -1333,6 +1333,7 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
                     (_, Dialect::Sqlite) => false,
                     (
                         StatementKind::LockRow
+                        | StatementKind::LockRowById
                         | StatementKind::CountRow
                         | StatementKind::SelectRowId,
                         _,
@@ -1349,13 +1350,9 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
                     st.kind,
                     st.sql
                 );
-                // The one lock that waits: a counted row's, which only a count of another
-                // process holds, for the length of its statement or transaction, while its
-                // mark keeps every claim off it.
-                let waits = usize::from(st.kind == StatementKind::LockRowById);
                 assert_eq!(
                     st.sql.matches("FOR UPDATE").count(),
-                    n + waits,
+                    n,
                     "FOR UPDATE without SKIP LOCKED would wait: {}",
                     st.sql
                 );
@@ -2053,7 +2050,7 @@ fn claims_in_id_order_can_start_at_an_id() {
     assert_eq!(
         row_lock_of(Dialect::Postgres, ROW_LOCK.desc()).as_deref(),
         Some(
-            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $3), rs_counted AS (UPDATE "jobs" SET "attempt" = "jobs"."attempt" + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $3), rs_counted AS (UPDATE "jobs" SET "attempt" = COALESCE("jobs"."attempt", 0) + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
         )
     );
     assert_eq!(row_lock_of(Dialect::MySql, ROW_LOCK.desc()), None);

@@ -352,6 +352,9 @@ impl<R> Broker<R> {
                 self.force_close(*delivery);
             }
         }
+        if due.iter().any(|t| matches!(t, Timer::Relock(_))) {
+            self.relock_due();
+        }
         if self.state == State::Running {
             for timer in &due {
                 let Timer::Extend(delivery) = *timer else {
@@ -477,6 +480,7 @@ impl<R> Broker<R> {
         {
             self.end(id, Ending::Shutdown);
         }
+        self.relock_give_up();
         self.drive();
     }
 
@@ -595,6 +599,9 @@ impl<R> Broker<R> {
             self.timers.set(Timer::Check(SubId(i)), check);
             let claim = s.next_claim_at.filter(|_| running && s.may_claim());
             self.timers.set(Timer::Claim(SubId(i)), claim);
+        }
+        for (claim, at) in self.relock_times() {
+            self.timers.set(Timer::Relock(claim), at);
         }
         for id in self.deliveries.take_dirty() {
             let (deadline, extend) = match self.deliveries.get(id) {

@@ -1,8 +1,11 @@
-//! The session check of the advisory lock form on PostgreSQL: each of the broker's connections
-//! must be a server session of its own, since a key's lock lives in the session that took it.
-//! A pooler in transaction pooling (PgBouncer's `pool_mode = transaction`) hands each
-//! transaction to whichever server connection is free, so a lock taken through one client
-//! connection stays on a server session that other clients then use, and the form stalls.
+//! The session check on PostgreSQL of the forms that hold session locks: each of the broker's
+//! connections must be a server session of its own, since a session lock lives in the session
+//! that took it. The advisory lock form holds a key's lock on the delivery's connection; the
+//! row lock form with an attempt column holds its counts' marks on the count's connection
+//! until the rows are locked. A pooler in transaction pooling (PgBouncer's `pool_mode =
+//! transaction`) hands each transaction to whichever server connection is free, so a lock taken
+//! through one client connection stays on a server session that other clients then use: the
+//! advisory form stalls, and the marked rows are passed over for good.
 //!
 //! The check takes a probe key's session lock on its connection `a`, then tries the same key on
 //! a second connection `b`: directly, or through a pooler in session pooling, `b` is another
@@ -27,7 +30,8 @@ const CLEANUPS: u8 = 2;
 
 impl<R> Broker<R> {
     /// The lock and unlock of the database's locks, where the subscription's form needs a
-    /// server session of its own per connection: the advisory lock form on PostgreSQL.
+    /// server session of its own per connection: on PostgreSQL, the advisory lock form on the
+    /// database's locks and the row lock form with an attempt column.
     fn session_locks(&self, sub: SubId) -> Option<(Statement, Statement)> {
         if self.dialect != Dialect::Postgres {
             return None;
@@ -37,7 +41,8 @@ impl<R> Broker<R> {
                 KeyLocks::Database { try_lock, unlock } => Some((try_lock.clone(), unlock.clone())),
                 KeyLocks::Registry | KeyLocks::Custom => None,
             },
-            FormStatements::RowLock(_) | FormStatements::Lease(_) => None,
+            FormStatements::RowLock(st) => st.session_probe.clone(),
+            FormStatements::Lease(_) => None,
         }
     }
 
@@ -106,7 +111,8 @@ impl<R> Broker<R> {
                 s.check.probe = None;
                 if std::mem::take(&mut s.check.pooled) {
                     let table = s.desc.table;
-                    self.check_failed(sub, CheckError::TransactionPooling { table });
+                    let form = s.desc.form();
+                    self.check_failed(sub, CheckError::TransactionPooling { table, form });
                 }
                 self.check_step(sub, a, Action::Release, CheckStage::Release);
             }

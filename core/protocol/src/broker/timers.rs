@@ -21,6 +21,8 @@ pub(super) enum Timer {
     Check(SubId),
     /// A subscription claims.
     Claim(SubId),
+    /// A row lock claim's lock of its counted row tries again.
+    Relock(u64),
 }
 
 /// The armed timers, each at most once, ordered by time.

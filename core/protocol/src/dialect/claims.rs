@@ -90,7 +90,7 @@ impl Renderer<'_> {
             format!("hashtext({table}), hashtext({id}::text)")
         } else {
             format!(
-                "SHA2(CONCAT({}, DATABASE(), {}, {table}, {}, {id}), 256)",
+                "SHA2(CONCAT({}, COALESCE(DATABASE(), ''), {}, {table}, {}, {id}), 256)",
                 self.dialect.text_literal("ruststream mark "),
                 self.dialect.text_literal("."),
                 self.dialect.text_literal(" "),
@@ -129,11 +129,11 @@ impl Renderer<'_> {
                 .push(&table)
                 .push(" SET ")
                 .push(&attempt)
-                .push(" = ")
+                .push(" = COALESCE(")
                 .push(&table)
                 .push(".")
                 .push(&attempt)
-                .push(" + 1 FROM rs_marked WHERE ")
+                .push(", 0) + 1 FROM rs_marked WHERE ")
                 .push(&table)
                 .push(".")
                 .push(&id)
@@ -187,7 +187,9 @@ impl Renderer<'_> {
         let id = self.id();
         s.push("SELECT ")
             .push(&id)
-            .push(", ")
+            .push(", COALESCE(")
+            .push(&self.q(attempt))
+            .push(", 0) AS ")
             .push(&self.q(attempt))
             .push(", ")
             .push(&self.mark_of(&id))
@@ -268,10 +270,10 @@ impl Renderer<'_> {
             .push(" = ")
             .arg(Arg::Attempt);
         let _ = self.claimable(&mut s, false);
-        // The count's mark keeps every other count off the row, so no claim takes it; a
-        // count of another process may still hold it for the length of its own statement
-        // (PostgreSQL) or transaction (MySQL), having looked at it: the lock waits for that.
-        s.push(" FOR UPDATE");
+        // The count's mark keeps every other count from counting the row, but a count that
+        // looks at it holds it for the length of its statement (PostgreSQL) or transaction
+        // (MySQL): the lock passes it over then, and the claim tries again shortly.
+        s.push(" FOR UPDATE SKIP LOCKED");
         s.finish(StatementKind::LockRowById, rows)
     }
 
@@ -283,9 +285,9 @@ impl Renderer<'_> {
             .push(&self.table())
             .push(" SET ")
             .push(&attempt)
-            .push(" = ")
+            .push(" = COALESCE(")
             .push(&attempt)
-            .push(" + 1 WHERE ")
+            .push(", 0) + 1 WHERE ")
             .push(&self.id())
             .push(" IN (");
         for i in 0..n {

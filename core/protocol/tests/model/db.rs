@@ -50,8 +50,8 @@ pub struct Db {
     /// Row lock form: the marks of counted rows, by row, and the session that holds each
     /// (PostgreSQL's session advisory locks, MySQL's `GET_LOCK`).
     pub marks: BTreeMap<i64, SessId>,
-    /// Row locks a MySQL count's transaction took to count rows (until it ends).
-    pub counting_locks: std::collections::BTreeSet<i64>,
+    /// Locks of a counted row that found it held by another transaction.
+    pub skipped_counted: u64,
 
     pub next_id: i64,
     next_session: SessId,
@@ -220,24 +220,6 @@ impl Db {
         self.marks.retain(|_, holder| *holder != sess);
     }
 
-    /// Whether `statement` on `sess` would wait for a lock: the lock of a counted row that a
-    /// count's transaction of another session holds while it looks at it. The statement runs
-    /// once that transaction has ended.
-    pub fn would_wait(&self, sess: SessId, statement: &Statement, binds: &[Value]) -> bool {
-        if statement.kind != StatementKind::LockRowById {
-            return false;
-        }
-        let Some(id) = statement
-            .args
-            .iter()
-            .position(|a| *a == Arg::Id)
-            .and_then(|i| binds[i].as_int())
-        else {
-            return false;
-        };
-        self.locked_by_other(id, sess) && self.counting_locks.contains(&id)
-    }
-
     /// The mark of row `id` as the dialect's count reads it: PostgreSQL's second key (the
     /// model's hash of an id is the id), MySQL's lock name.
     pub fn mark_value(dialect: Dialect, id: i64) -> Value {
@@ -303,14 +285,7 @@ impl Db {
                 }
             }
         }
-        let counting = &mut self.counting_locks;
-        self.row_locks.retain(|id, holder| {
-            let keep = *holder != sess;
-            if !keep {
-                counting.remove(id);
-            }
-            keep
-        });
+        self.row_locks.retain(|_, holder| *holder != sess);
     }
 
     fn commit(&mut self, sess: SessId) {
@@ -320,14 +295,7 @@ impl Db {
         for row in std::mem::take(&mut s.effects) {
             *self.effects.entry(row).or_default() += 1;
         }
-        let counting = &mut self.counting_locks;
-        self.row_locks.retain(|id, holder| {
-            let keep = *holder != sess;
-            if !keep {
-                counting.remove(id);
-            }
-            keep
-        });
+        self.row_locks.retain(|_, holder| *holder != sess);
     }
 
     /// A handler writes its effect for `row` in the transaction lent to it on `sess`: it
@@ -545,7 +513,6 @@ impl Db {
                     } else {
                         assert!(in_tx, "FOR UPDATE outside a transaction");
                         self.row_locks.insert(id, sess);
-                        self.counting_locks.insert(id);
                     }
                     rows.push(Row::values(vec![
                         Value::Int(id),
@@ -560,15 +527,10 @@ impl Db {
                 let id = int(Arg::Id);
                 let now = now_or_none();
                 let attempt = int(Arg::Attempt);
-                // The lock waits (it does not skip): for a count's transaction of another
-                // process that looked at the row, the harness holds the statement back until
-                // that transaction ends ([`Db::would_wait`]). Any other holder would keep the
-                // claim waiting for a handler.
+                // `SKIP LOCKED`: a row another transaction holds (a count that looks at it) is
+                // passed over, and the claim tries again.
                 if self.locked_by_other(id, sess) {
-                    self.violations.push(format!(
-                        "session {sess}'s lock of counted row {id} would wait for session {}",
-                        self.row_locks[&id]
-                    ));
+                    self.skipped_counted += 1;
                     return Reply::Rows(Vec::new());
                 }
                 let lockable = self

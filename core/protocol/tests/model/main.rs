@@ -616,20 +616,6 @@ impl World {
         {
             self.tried[slot].insert(arg.clone(), self.tick);
         }
-        if fail.is_none()
-            && let Action::Execute { statement, binds } = &command.action
-            && let Some(&sess) = p.conns.get(&command.conn)
-            && self.db.would_wait(sess, statement, binds)
-        {
-            // The statement waits for a lock: it runs once the holder's transaction ends.
-            self.log.push(format!(
-                "  p{process} waits with {:?} on {}",
-                short(&command.action),
-                command.conn
-            ));
-            p.waiting.push(command);
-            return;
-        }
         let locks = self.db.advisory.clone();
         let rows = self.db.next_id;
         self.log.push(format!(

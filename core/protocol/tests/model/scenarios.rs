@@ -66,6 +66,14 @@ fn row_lock() -> TableDesc {
         .desc()
 }
 
+/// The row lock form without an attempt column: its claims count nothing, and take no mark.
+fn row_lock_plain() -> TableDesc {
+    *InboxSpec::new("jobs", Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .due(Column::new("due_at"))
+        .desc()
+}
+
 fn row_lock_marked() -> TableDesc {
     *InboxSpec::new("jobs", Column::new("id").generated())
         .payload(Column::new("payload"))
@@ -358,19 +366,7 @@ impl Sim {
 
     /// Runs the next command of a process, through the hook.
     fn step(&mut self, p: usize) -> bool {
-        // A statement that would wait for a lock stays queued until the holder lets go; the
-        // process's other commands go on.
-        let proc = &self.procs[p];
-        let Some(at) = proc.queue.iter().position(|c| match &c.action {
-            Action::Execute { statement, binds } => !proc
-                .conns
-                .get(&c.conn)
-                .is_some_and(|&sess| self.db.would_wait(sess, statement, binds)),
-            _ => true,
-        }) else {
-            return false;
-        };
-        let Some(command) = self.procs[p].queue.remove(at) else {
+        let Some(command) = self.procs[p].queue.pop_front() else {
             return false;
         };
         let decision = match self.hook.as_mut() {
@@ -904,10 +900,8 @@ fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
             },
             other => panic!("the row lock form's statements, not {other:?}"),
         };
-        // The counted row is this claim's (its mark keeps other counts off it): its lock waits
-        // for a count that may hold it for a moment instead of passing it over.
         assert!(
-            lock_row.sql.ends_with("FOR UPDATE"),
+            lock_row.sql.ends_with("FOR UPDATE SKIP LOCKED"),
             "{dialect:?}: {}",
             lock_row.sql
         );
@@ -5023,5 +5017,83 @@ fn a_count_answered_after_the_shutdown_leaves_no_mark() {
                 .any(|e| matches!(e, Event::Closed(_))),
             "{dialect:?}: the broker closed"
         );
+    }
+}
+
+/// A counted row's lock that finds the row held (a count of another process that looks at it,
+/// or any other transaction) passes it over and tries again shortly, holding the row's mark
+/// meanwhile: once the row is free the claim takes it at its count. Held past the tries
+/// (six, over 126 ms), the claim gives the row up: its attempt spent, its mark released, and
+/// the next claim counts it again.
+#[test]
+fn a_counted_row_found_held_is_locked_again_shortly() {
+    for dialect in SERVERS {
+        for released in [true, false] {
+            let mut sim = Sim::new(dialect, row_lock(), 1);
+            let row = sim.insert(0);
+            sim.hook(|_, c| {
+                if kind_of(c) == Some(StatementKind::LockRowById) {
+                    Intercept::Hold
+                } else {
+                    Intercept::Run
+                }
+            });
+            let p = sim.spawn();
+            sim.run();
+            let held = sim.take_held(p);
+            assert_eq!(held.len(), 1, "{dialect:?}: the counted row's lock waits");
+            // Another transaction takes the row before the lock runs.
+            const FOREIGN: SessId = 9_999;
+            sim.db.row_locks.insert(row, FOREIGN);
+            sim.hook(|_, _| Intercept::Run);
+            for command in held {
+                sim.run_command(p, command);
+            }
+            sim.run();
+            sim.advance(Duration::from_millis(6));
+            assert!(
+                sim.delivered_rows(p, 0).is_empty(),
+                "{dialect:?}: the held row is not taken"
+            );
+            assert_eq!(
+                sim.runs_of(p, 0, StatementKind::LockRowById).len(),
+                3,
+                "{dialect:?}: the lock tried again at 2 and 6 ms"
+            );
+            assert_eq!(
+                sim.db.marks.keys().copied().collect::<Vec<_>>(),
+                [row],
+                "{dialect:?}: the mark is kept while the lock tries again"
+            );
+            if released {
+                sim.db.row_locks.remove(&row);
+                sim.advance(Duration::from_millis(8));
+                let delivered = sim.delivered(p, 0);
+                assert_eq!(delivered.len(), 1, "{dialect:?}: taken once free");
+                assert_eq!(delivered[0].attempt, Some(1), "{dialect:?}: at its count");
+            } else {
+                sim.advance(Duration::from_millis(200));
+                assert!(sim.delivered_rows(p, 0).is_empty(), "{dialect:?}");
+                assert_eq!(
+                    sim.runs_of(p, 0, StatementKind::LockRowById).len(),
+                    7,
+                    "{dialect:?}: six tries again, then the row is given up"
+                );
+                assert_eq!(sim.row(row).attempt, 1, "{dialect:?}: its attempt spent");
+            }
+            assert!(
+                sim.db.marks.is_empty(),
+                "{dialect:?}: the mark is released: {:?}",
+                sim.db.marks
+            );
+            if !released {
+                // Free again, the row is counted and taken by the next claim.
+                sim.db.row_locks.remove(&row);
+                sim.advance(POLL * 2);
+                let delivered = sim.delivered(p, 0);
+                assert_eq!(delivered.len(), 1, "{dialect:?}: taken by a later claim");
+                assert_eq!(delivered[0].attempt, Some(2), "{dialect:?}");
+            }
+        }
     }
 }

@@ -244,7 +244,19 @@ impl<R> Broker<R> {
         }
     }
 
+    /// When each row lock claim's lock of its counted row tries again (`None`: it does not).
+    pub(super) fn relock_times(&self) -> Vec<(u64, Option<crate::value::Time>)> {
+        self.claims
+            .iter()
+            .filter_map(|(&id, c)| match &c.form {
+                ClaimForm::RowLock(r) => Some((id, r.relock_at)),
+                ClaimForm::Lease(_) | ClaimForm::Advisory(_) => None,
+            })
+            .collect()
+    }
+
     fn finish_claim(&mut self, claim: u64) {
+        self.timers.set(super::timers::Timer::Relock(claim), None);
         self.end_count(claim);
         let Some(c) = self.claims.remove(&claim) else {
             return;

@@ -12,22 +12,31 @@
 //! leader's session (a session advisory lock, or `GET_LOCK`) and passes over rows marked
 //! elsewhere; the leader keeps its own row's delivery back until every member's lock has
 //! answered, releases the marks, and only then hands its row on. A leader that ends holding
-//! marks closes its connection, which ends them. The next count of the subscription waits for
-//! the locks too.
+//! marks closes its connection, which ends them (a leader that fails before its count's locks
+//! have answered so ends them early). A count that looks at a marked row holds it for the
+//! length of its statement: a lock that finds its counted row held so tries again, six times
+//! over 126 ms at most, before it gives the row up (its attempt spent). The next count of the
+//! subscription starts as soon as a count has handed its rows out.
 //!
 //! [`CountQueue`]: crate::broker::sub::CountQueue
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::dialect::{Arg, FormStatements, RowLockClaim, RowLockStatements};
 use crate::types::{Action, ConnId, Reply, Row, SubId};
-use crate::value::Value;
+use crate::value::{Time, Value};
 
 use super::super::rows::{Counted, Taken, rows_of};
 use super::super::sub::Count;
 use super::super::{Broker, State};
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
+
+/// How often a counted row's lock tries again after it found the row held (by a count that
+/// looks at it), and the first pause: each pause doubles, so the tries span 126 ms.
+const RELOCKS: u32 = 6;
+const RELOCK_FIRST: Duration = Duration::from_millis(2);
 
 /// Where a row lock claim is.
 #[derive(Clone, Copy, Debug)]
@@ -69,6 +78,10 @@ pub(in crate::broker) struct Claiming<R> {
     /// The claim waited for a second count, after a count that passed over rows marked
     /// elsewhere gave it none.
     requeued: bool,
+    /// The tries again of the counted row's lock so far.
+    relocks: u32,
+    /// When the counted row's lock tries again.
+    pub(super) relock_at: Option<Time>,
 }
 
 impl<R> Claiming<R> {
@@ -80,6 +93,8 @@ impl<R> Claiming<R> {
             marks: Vec::new(),
             parked: None,
             requeued: false,
+            relocks: 0,
+            relock_at: None,
         }
     }
 
@@ -187,32 +202,104 @@ impl<R> Broker<R> {
                     self.row_lock_execute(claim, conn, select_row_id, Stage::SelectRowId, look);
                 }
             }
-            Stage::BeginLock => {
-                let lock = match &st.claim {
-                    RowLockClaim::Count { lock_row_by_id, .. }
-                    | RowLockClaim::SelectCount { lock_row_by_id, .. } => lock_row_by_id,
-                    RowLockClaim::Lock { .. } => return,
-                };
-                let Some(Counted { id, attempt, .. }) = r_counted(self, claim) else {
-                    return;
-                };
-                let now = self.now;
-                let binds = lock.binds(|arg| match arg {
-                    Arg::Id => id.clone(),
-                    Arg::Attempt => Value::Int(attempt),
-                    _ => Value::Int(now.micros()),
-                });
-                let stage = ClaimStage::RowLock(Stage::LockRowById);
-                self.claim_execute(claim, conn, lock.clone(), binds, stage);
-            }
+            Stage::BeginLock => self.lock_by_id(claim, conn),
             Stage::Rollback => self.claim_release(claim),
         }
     }
 
-    /// The lock of the first row, or of the counted one, answered. A leader whose session
-    /// holds its count's marks keeps the answer until the marks are released.
+    /// Locks the counted row, in the claim's transaction.
+    fn lock_by_id(&mut self, claim: u64, conn: ConnId) {
+        let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
+            return;
+        };
+        let st = r.st.clone();
+        let lock = match &st.claim {
+            RowLockClaim::Count { lock_row_by_id, .. }
+            | RowLockClaim::SelectCount { lock_row_by_id, .. } => lock_row_by_id,
+            RowLockClaim::Lock { .. } => return,
+        };
+        let Some(Counted { id, attempt, .. }) = r.counted.clone() else {
+            return;
+        };
+        let now = self.now;
+        let binds = lock.binds(|arg| match arg {
+            Arg::Id => id.clone(),
+            Arg::Attempt => Value::Int(attempt),
+            _ => Value::Int(now.micros()),
+        });
+        let stage = ClaimStage::RowLock(Stage::LockRowById);
+        self.claim_execute(claim, conn, lock.clone(), binds, stage);
+    }
+
+    /// The claims whose counted row's lock tries again now.
+    pub(in crate::broker) fn relock_due(&mut self) {
+        let now = self.now;
+        let due: Vec<(u64, ConnId)> = self
+            .claims
+            .iter()
+            .filter_map(|(&id, c)| match &c.form {
+                ClaimForm::RowLock(r) if r.relock_at.is_some_and(|t| t <= now) => {
+                    Some((id, c.conn?))
+                }
+                _ => None,
+            })
+            .collect();
+        for (claim, conn) in due {
+            if let Some((_, r)) = Self::row_lock(&mut self.claims, claim) {
+                r.relock_at = None;
+            }
+            if self.state == State::Running {
+                self.lock_by_id(claim, conn);
+            } else {
+                self.row_locked_finally(claim, conn, None);
+            }
+        }
+    }
+
+    /// From the shutdown on, a counted row's lock tries no more: the claim gives the row up.
+    pub(in crate::broker) fn relock_give_up(&mut self) {
+        let waiting: Vec<(u64, ConnId)> = self
+            .claims
+            .iter()
+            .filter_map(|(&id, c)| match &c.form {
+                ClaimForm::RowLock(r) if r.relock_at.is_some() => Some((id, c.conn?)),
+                _ => None,
+            })
+            .collect();
+        for (claim, conn) in waiting {
+            if let Some((_, r)) = Self::row_lock(&mut self.claims, claim) {
+                r.relock_at = None;
+            }
+            self.row_locked_finally(claim, conn, None);
+        }
+    }
+
+    /// The lock of the first row, or of the counted one, answered. A counted row found held
+    /// is tried again shortly, a few times. A leader whose session holds its count's marks
+    /// keeps the answer until the marks are released.
     fn row_locked(&mut self, claim: u64, conn: ConnId, stage: Stage, reply: Reply<R>) {
         let row = rows_of(reply).pop();
+        if row.is_none()
+            && matches!(stage, Stage::LockRowById)
+            && self.state == State::Running
+            && let Some((_, r)) = Self::row_lock(&mut self.claims, claim)
+            && r.relocks < RELOCKS
+        {
+            // Held for a moment by a count that looks at it (or gone: then the tries find
+            // nothing either).
+            let pause = RELOCK_FIRST * 2u32.pow(r.relocks);
+            r.relocks += 1;
+            r.relock_at = Some(self.now.plus(pause));
+            return;
+        }
+        if matches!(stage, Stage::LockRowById) {
+            return self.row_locked_finally(claim, conn, row);
+        }
+        self.row_lock_take(claim, conn, stage, row);
+    }
+
+    /// The counted row's lock answered for good.
+    fn row_locked_finally(&mut self, claim: u64, conn: ConnId, row: Option<Row<R>>) {
         let Some((sub, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
@@ -221,7 +308,7 @@ impl<R> Broker<R> {
             self.unmark_when_locked(sub, claim);
             return;
         }
-        self.row_lock_take(claim, conn, stage, row);
+        self.row_lock_take(claim, conn, Stage::LockRowById, row);
     }
 
     /// The claim's lock answered and no mark is held: the row goes to a delivery, or, with no
@@ -361,8 +448,9 @@ impl<R> Broker<R> {
             return;
         };
         let Some(mark) = r.batch.len().checked_sub(1).and_then(|n| mark_rows.get(n)) else {
+            // Nothing to count: the count's claims all end at once.
             self.subs[sub.0].counts.passed = 0;
-            return self.row_lock_fixed(claim, conn, Fixed::Rollback, Stage::Rollback);
+            return self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit);
         };
         let marks: Vec<Value> = r.batch.iter().map(|c| c.mark.clone()).collect();
         let binds = mark.binds(|arg| match arg {
@@ -670,9 +758,4 @@ impl<R> Broker<R> {
             }
         }
     }
-}
-
-/// The counted row of a row lock claim.
-fn r_counted<R>(broker: &mut Broker<R>, claim: u64) -> Option<Counted> {
-    Broker::row_lock(&mut broker.claims, claim).and_then(|(_, r)| r.counted.clone())
 }
