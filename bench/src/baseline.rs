@@ -307,6 +307,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             )
         }
         RowLockClaim::SelectCount {
+            read_committed,
             select_row_id,
             mark_rows,
             count_attempts,
@@ -320,6 +321,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             ) else {
                 return Err(wrong_form("row lock with an attempt column"));
             };
+            run(conn, shared, read_committed, &b).await?;
             run(conn, shared, &st.begin, &b).await?;
             let found = rows(
                 conn,

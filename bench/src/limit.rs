@@ -8,9 +8,9 @@
 //!   its lock); each task then takes a counted row and, on its own connection, `BEGIN`,
 //!   `lock_row_by_id` (the row while its attempt is the one counted), the handler, `settle`,
 //!   `COMMIT`. The counting task releases the marks (`unmark_rows`, one statement) once every
-//!   row of its count is locked. MySQL/MariaDB: the count is `START TRANSACTION`,
-//!   `select_row_id` with that limit, `mark_rows` of those rows, one `count_attempts` of the rows
-//!   marked, `COMMIT`. Per job: 4 statements and 1 commit, plus a share of the count and of the
+//!   row of its count is locked. MySQL/MariaDB: the count is `SET TRANSACTION ISOLATION LEVEL
+//!   READ COMMITTED`, `START TRANSACTION`, `select_row_id` with that limit (rows no other count
+//!   marked), `mark_rows` of those rows, one `count_attempts` of the rows marked, `COMMIT`. Per job: 4 statements and 1 commit, plus a share of the count and of the
 //!   release of its marks.
 //! - lease, PostgreSQL and SQLite: one task at a time claims as many rows as there are tasks
 //!   without one (`claim_lease` with that limit); each task takes a claimed row, runs the
@@ -288,12 +288,14 @@ pub(crate) async fn row_lock_once<C: RawConn>(
                         .collect())
                 }
                 RowLockClaim::SelectCount {
+                    read_committed,
                     select_row_id,
                     mark_rows,
                     count_attempts,
                     ..
                 } => {
                     let claimed = async {
+                        run(conn, shared, read_committed, Vec::new()).await?;
                         run(conn, shared, &st.begin, Vec::new()).await?;
                         let b = binds(
                             select_row_id,

@@ -342,21 +342,36 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     assert_eq!(execute(&mut a, count, &[Value::Int(first_id)]).await, 1);
     execute(&mut a, &s.commit, &[]).await;
 
-    // Before A locks it, B's count finds the row free of row locks but marked: B takes the
-    // mark of the other row only, and counts that one alone.
+    // Before A locks it, B's count (at read committed) leaves A's marked row out, though no
+    // row lock holds it, and finds the other row, whose mark B takes.
+    let read_committed = get(s.of_kind(StatementKind::ReadCommitted));
+    execute(&mut b, read_committed, &[]).await;
     execute(&mut b, &s.begin, &[]).await;
-    let both = query(&mut b, select_id, &select(2)).await;
-    assert_eq!(both.len(), 2, "no row lock holds either row");
-    let names = mark_names(&both);
-    let taken = mark(&mut b, &s, &names).await;
-    let at_first = ids(&both)
-        .iter()
-        .position(|id| *id == first_id)
-        .expect("B looked at A's row");
-    assert!(!taken[at_first], "A holds the mark of its row");
-    assert!(taken[1 - at_first], "the other row is B's to count");
+    let found = query(&mut b, select_id, &select(2)).await;
+    assert_eq!(
+        ids(&found).len(),
+        1,
+        "B's count leaves the marked row out: {:?}",
+        ids(&found)
+    );
+    assert_ne!(ids(&found)[0], first_id, "B skips the row A marked");
+    // A mark A holds is not B's to take, row lock or not.
+    assert_eq!(
+        mark(
+            &mut b,
+            &s,
+            &[first_mark[0].clone(), mark_names(&found)[0].clone()]
+        )
+        .await,
+        [false, true]
+    );
     execute(&mut b, &s.rollback, &[]).await;
-    unmark(&mut b, &s, &[names[1 - at_first].clone()]).await;
+    unmark(&mut b, &s, &mark_names(&found)).await;
+    // And B's count holds no lock on A's row: A's lock by id takes it while B's count is open.
+    execute(&mut b, read_committed, &[]).await;
+    execute(&mut b, &s.begin, &[]).await;
+    let again = query(&mut b, select_id, &select(2)).await;
+    assert_eq!(ids(&again).len(), 1);
 
     // A locks its row at its count (not at another), then releases the mark.
     let lock = |id: i64, attempt: i64| {
@@ -377,8 +392,13 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         "a lock on the count before this take's takes nothing"
     );
     let locked = query(&mut a, lock_by_id, &lock(first_id, before + 1)).await;
-    assert_eq!(ids(&locked), vec![first_id]);
+    assert_eq!(
+        ids(&locked),
+        vec![first_id],
+        "B's open count does not hold A's row"
+    );
     assert_eq!(int(&locked[0], "attempt"), 1);
+    execute(&mut b, &s.rollback, &[]).await;
     unmark(&mut a, &s, &first_mark).await;
     let free: Option<i64> = a
         .exec_first("SELECT IS_FREE_LOCK(?)", (text(&first[0], "rs_mark"),))

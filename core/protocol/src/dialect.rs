@@ -234,6 +234,9 @@ pub enum StatementKind {
     /// it. The count's mark keeps other counts from counting the row; one that holds it while
     /// it looks at it makes the lock pass it over, and the claim tries again shortly.
     LockRowById,
+    /// Row lock form with an attempt column, MySQL and MariaDB: the next transaction, the
+    /// count's, runs at read committed.
+    ReadCommitted,
     /// Row lock form with an attempt column, MySQL and MariaDB: takes the marks of this many
     /// rows the count locked, without waiting: rows of `rs_at` and `rs_marked`.
     MarkRows(usize),
@@ -661,8 +664,12 @@ pub enum RowLockClaim {
     /// processes' counts off the rows between the commit and the locks, as in
     /// [`RowLockClaim::Count`].
     SelectCount {
-        /// Locks the first `Arg::Limit` claimable rows, `FOR UPDATE SKIP LOCKED`: a row of each
-        /// one's id, its attempt before the count, and its mark's name.
+        /// `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`, before the count's transaction:
+        /// a row its select leaves out (marked by another count) is let go at once.
+        read_committed: Statement,
+        /// Locks the first `Arg::Limit` claimable rows no other count has marked, `FOR UPDATE
+        /// SKIP LOCKED`: a row of each one's id, its attempt before the count, and its mark's
+        /// name.
         select_row_id: Statement,
         /// Takes `n` marks (`Arg::MarkAt(0..n)`), at index `n - 1`, for `n` up to twice the
         /// claim's batch (a count looks past rows marked elsewhere).
@@ -992,13 +999,14 @@ impl Statements {
                         out.extend(unmark_rows);
                     }
                     RowLockClaim::SelectCount {
+                        read_committed,
                         select_row_id,
                         mark_rows,
                         count_attempts,
                         lock_row_by_id,
                         unmark_rows,
                     } => {
-                        out.push(select_row_id);
+                        out.extend([read_committed, select_row_id]);
                         out.extend(mark_rows);
                         out.extend(count_attempts);
                         out.push(lock_row_by_id);
@@ -1099,6 +1107,10 @@ impl Renderer<'_> {
                 unmark_rows: (1..=batch.max(1)).map(|n| self.unmark_rows(n)).collect(),
             },
             (Some(attempt), Dialect::MySql | Dialect::MariaDb) => RowLockClaim::SelectCount {
+                read_committed: self.fixed(
+                    StatementKind::ReadCommitted,
+                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                ),
                 select_row_id: self.select_row_id(attempt.name),
                 mark_rows: (1..=2 * batch.max(1)).map(|n| self.mark_rows(n)).collect(),
                 count_attempts: (1..=batch.max(1))

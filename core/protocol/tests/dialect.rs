@@ -372,6 +372,7 @@ impl Flat {
                         count_attempts,
                         lock_row_by_id,
                         unmark_rows,
+                        ..
                     } => {
                         flat.select_row_id = Some(select_row_id.clone());
                         flat.mark_rows = mark_rows.get(1).cloned();
@@ -517,7 +518,7 @@ fn mysql_row_lock_statements() {
         );
         assert_eq!(
             sql(&s.select_row_id),
-            "SELECT `id`, COALESCE(`attempt`, 0) AS `attempt`, SHA2(CONCAT('ruststream mark ', COALESCE(DATABASE(), ''), '.', 'jobs', ' ', `id`), 256) AS rs_mark FROM `jobs` ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+            "SELECT `id`, COALESCE(`attempt`, 0) AS `attempt`, SHA2(CONCAT('ruststream mark ', COALESCE(DATABASE(), ''), '.', 'jobs', ' ', `id`), 256) AS rs_mark FROM `jobs` WHERE IS_FREE_LOCK(SHA2(CONCAT('ruststream mark ', COALESCE(DATABASE(), ''), '.', 'jobs', ' ', `id`), 256)) = 1 ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
         );
         // Each mark is taken once, without waiting, before the count; released after the
         // locks.
@@ -1168,6 +1169,7 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::Ping
                         | StatementKind::Savepoint
                         | StatementKind::RollbackToSavepoint
+                        | StatementKind::ReadCommitted
                         | StatementKind::Isolation => false,
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)
@@ -1285,6 +1287,7 @@ fn identifiers_are_quoted_per_dialect() {
                         | StatementKind::Unlock
                         | StatementKind::MarkRows(_)
                         | StatementKind::UnmarkRows(_)
+                        | StatementKind::ReadCommitted
                         | StatementKind::Ping
                         | StatementKind::Savepoint
                         | StatementKind::RollbackToSavepoint

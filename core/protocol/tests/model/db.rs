@@ -488,10 +488,14 @@ impl Db {
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 assert!(limit >= 1, "a count of no rows");
                 let floor = floor();
+                // MySQL's select leaves out the rows another count marked (`IS_FREE_LOCK`)
+                // before its LIMIT; PostgreSQL's CTE locks them and passes them over after.
+                let select = statement.kind == StatementKind::SelectRowId;
                 let ids: Vec<i64> = self
                     .ordered(desc, now)
                     .into_iter()
                     .filter(|id| *id >= floor && !self.locked_by_other(*id, sess))
+                    .filter(|id| !select || !self.marks.contains_key(id))
                     .take(limit)
                     .collect();
                 let mut rows = Vec::new();
@@ -902,7 +906,10 @@ impl Db {
                 }
                 Reply::Rows(settled)
             }
-            StatementKind::Notify | StatementKind::Ping | StatementKind::Savepoint => Reply::Done,
+            StatementKind::Notify
+            | StatementKind::Ping
+            | StatementKind::Savepoint
+            | StatementKind::ReadCommitted => Reply::Done,
             StatementKind::RollbackToSavepoint => {
                 // The savepoint is marked just before the transaction is lent: what the
                 // handler wrote goes.

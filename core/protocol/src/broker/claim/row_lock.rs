@@ -14,8 +14,9 @@
 //! answered, releases the marks, and only then hands its row on. A leader that ends holding
 //! marks closes its connection, which ends them (a leader that fails before its count's locks
 //! have answered so ends them early). A count that looks at a marked row holds it for the
-//! length of its statement: a lock that finds its counted row held so tries again, six times
-//! over 126 ms at most, before it gives the row up (its attempt spent). The next count of the
+//! length of its statement (MySQL's counts leave marked rows out and let them go at once): a
+//! lock that finds its counted row held so tries again, ten times over about a second at most,
+//! before it gives the row up (its attempt spent). The next count of the
 //! subscription starts as soon as a count has handed its rows out.
 //!
 //! [`CountQueue`]: crate::broker::sub::CountQueue
@@ -34,9 +35,9 @@ use super::super::{Broker, State};
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
 
 /// How often a counted row's lock tries again after it found the row held (by a count that
-/// looks at it), and the first pause: each pause doubles, so the tries span 126 ms.
-const RELOCKS: u32 = 6;
-const RELOCK_FIRST: Duration = Duration::from_millis(2);
+/// looks at it), and the first pause: each pause doubles, so the tries span 1,023 ms.
+const RELOCKS: u32 = 10;
+const RELOCK_FIRST: Duration = Duration::from_millis(1);
 
 /// Where a row lock claim is.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +47,8 @@ pub(in crate::broker) enum Stage {
     LockRow,
     /// PostgreSQL: the count of the first rows' attempts, in one statement.
     CountRow,
+    /// MySQL and MariaDB: the count's transaction at read committed.
+    ReadCommitted,
     /// MySQL and MariaDB: `BEGIN` before the lock of the row to count.
     BeginCount,
     SelectRowId,
@@ -196,6 +199,9 @@ impl<R> Broker<R> {
                 self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit)
             }
             Stage::CountCommit => self.hand_counted(claim),
+            Stage::ReadCommitted => {
+                self.row_lock_fixed(claim, conn, Fixed::Begin, Stage::BeginCount)
+            }
             Stage::BeginCount => {
                 if let RowLockClaim::SelectCount { select_row_id, .. } = &st.claim {
                     let (look, _) = self.count_sizes(claim);
@@ -753,9 +759,11 @@ impl<R> Broker<R> {
                 let stage = ClaimStage::RowLock(Stage::CountRow);
                 self.claim_execute(leader, conn, statement.clone(), binds, stage);
             }
-            RowLockClaim::SelectCount { .. } | RowLockClaim::Lock { .. } => {
-                self.row_lock_fixed(leader, conn, Fixed::Begin, Stage::BeginCount);
+            RowLockClaim::SelectCount { read_committed, .. } => {
+                let stage = ClaimStage::RowLock(Stage::ReadCommitted);
+                self.claim_execute(leader, conn, read_committed.clone(), Vec::new(), stage);
             }
+            RowLockClaim::Lock { .. } => {}
         }
     }
 }
