@@ -4,12 +4,13 @@
 //!
 //! Each task claims one row at a time. What it runs, per form and dialect:
 //!
-//! - row lock, PostgreSQL: `count_row` (counts and commits the attempt), `BEGIN`,
-//!   `lock_row_by_id`, the handler, `settle`, `COMMIT`. MySQL/MariaDB: `START TRANSACTION`,
-//!   `select_row_id`, `count_attempt`, `COMMIT`, `START TRANSACTION`, `lock_row_by_id`, the
-//!   handler, `settle`, `COMMIT`. The count and the lock run under a mutex shared by the
-//!   tasks, as the core runs one such claim at a time: two counts side by side would count one
-//!   row twice.
+//! - row lock, PostgreSQL: `count_row` (counts and commits the attempt under the row's mark),
+//!   `BEGIN`, `lock_row_by_id_unmarking` (the lock, which releases the mark), the handler,
+//!   `settle`, `COMMIT`. MySQL/MariaDB: `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`,
+//!   `START TRANSACTION`, `select_row_id`, `mark_rows`, `count_attempt`, `COMMIT`, `START
+//!   TRANSACTION`, `lock_row_by_id_unmarking`, the handler, `settle`, `COMMIT`. A lock that took
+//!   no row releases the mark with `unmark_rows`. The count and the lock run under a mutex
+//!   shared by the tasks: one claim of one row at a time.
 //! - lease, PostgreSQL and SQLite: `claim_lease` (limit 1), the handler, `settle` (fenced by
 //!   the lease this task wrote). MySQL/MariaDB: `START TRANSACTION`, `select_lease`,
 //!   `mark_lease`, `COMMIT`, the handler, `settle`.
@@ -290,8 +291,9 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
     let (id, attempt, lock, unmark) = match &f.claim {
         RowLockClaim::Count {
             count_row,
-            lock_row_by_id,
+            lock_row_by_id_unmarking,
             unmark_rows,
+            ..
         } => {
             let found = rows(conn, shared, count_row, &b, &["id", "attempt", "rs_mark"]).await?;
             let Some(row) = found.into_iter().find(|r| !matches!(r[1], Value::Null)) else {
@@ -302,7 +304,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             (
                 row[0].clone(),
                 row[1].as_int().unwrap_or(0),
-                lock_row_by_id,
+                lock_row_by_id_unmarking,
                 unmark,
             )
         }
@@ -311,8 +313,9 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             select_row_id,
             mark_rows,
             count_attempts,
-            lock_row_by_id,
+            lock_row_by_id_unmarking,
             unmark_rows,
+            ..
         } => {
             let (Some(count_attempt), Some(mark), Some(unmark)) = (
                 count_attempts.first(),
@@ -350,7 +353,7 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
             (
                 row[0].clone(),
                 row[1].as_int().unwrap_or(0) + 1,
-                lock_row_by_id,
+                lock_row_by_id_unmarking,
                 unmark,
             )
         }
@@ -362,7 +365,10 @@ async fn row_lock_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool
     b.attempt = attempt;
     run(conn, shared, &st.begin, &b).await?;
     let locked = rows(conn, shared, lock, &b, ROW).await?;
-    run(conn, shared, unmark, &b).await?;
+    if locked.is_empty() {
+        // The lock took no row, so it released no mark.
+        run(conn, shared, unmark, &b).await?;
+    }
     drop(claim);
     let Some(row) = locked.into_iter().next() else {
         run(conn, shared, &st.rollback, &b).await?;

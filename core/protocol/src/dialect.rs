@@ -234,6 +234,9 @@ pub enum StatementKind {
     /// it. The count's mark keeps other counts from counting the row; one that holds it while
     /// it looks at it makes the lock pass it over, and the claim tries again shortly.
     LockRowById,
+    /// Row lock form with an attempt column: [`StatementKind::LockRowById`] that also releases
+    /// the count's one mark where it took the row.
+    LockRowByIdUnmarking,
     /// Row lock form with an attempt column, MySQL and MariaDB: the next transaction, the
     /// count's, runs at read committed.
     ReadCommitted,
@@ -654,6 +657,8 @@ pub enum RowLockClaim {
         count_row: Statement,
         /// Locks the counted row while its attempt is still the one counted, and reads it.
         lock_row_by_id: Statement,
+        /// The same lock, which also releases the count's one mark: a count of one row.
+        lock_row_by_id_unmarking: Statement,
         /// Releases `n` marks (`Arg::MarkAt(0..n)`), at index `n - 1`, for `n` up to the
         /// claim's batch.
         unmark_rows: Vec<Statement>,
@@ -679,6 +684,8 @@ pub enum RowLockClaim {
         count_attempts: Vec<Statement>,
         /// Locks the counted row while its attempt is still the one counted, and reads it.
         lock_row_by_id: Statement,
+        /// The same lock, which also releases the count's one mark: a count of one row.
+        lock_row_by_id_unmarking: Statement,
         /// Releases `n` marks (`Arg::MarkAt(0..n)`), at index `n - 1`, for `n` up to twice
         /// the claim's batch.
         unmark_rows: Vec<Statement>,
@@ -993,9 +1000,10 @@ impl Statements {
                     RowLockClaim::Count {
                         count_row,
                         lock_row_by_id,
+                        lock_row_by_id_unmarking,
                         unmark_rows,
                     } => {
-                        out.extend([count_row, lock_row_by_id]);
+                        out.extend([count_row, lock_row_by_id, lock_row_by_id_unmarking]);
                         out.extend(unmark_rows);
                     }
                     RowLockClaim::SelectCount {
@@ -1004,12 +1012,13 @@ impl Statements {
                         mark_rows,
                         count_attempts,
                         lock_row_by_id,
+                        lock_row_by_id_unmarking,
                         unmark_rows,
                     } => {
                         out.extend([read_committed, select_row_id]);
                         out.extend(mark_rows);
                         out.extend(count_attempts);
-                        out.push(lock_row_by_id);
+                        out.extend([lock_row_by_id, lock_row_by_id_unmarking]);
                         out.extend(unmark_rows);
                     }
                 }
@@ -1103,7 +1112,8 @@ impl Renderer<'_> {
             },
             (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => RowLockClaim::Count {
                 count_row: self.count_row(attempt.name, false),
-                lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
+                lock_row_by_id: self.lock_row_by_id(rows.clone(), attempt.name),
+                lock_row_by_id_unmarking: self.lock_row_by_id_unmarking(rows, attempt.name),
                 unmark_rows: (1..=batch.max(1)).map(|n| self.unmark_rows(n)).collect(),
             },
             (Some(attempt), Dialect::MySql | Dialect::MariaDb) => RowLockClaim::SelectCount {
@@ -1116,7 +1126,8 @@ impl Renderer<'_> {
                 count_attempts: (1..=batch.max(1))
                     .map(|n| self.count_attempts(attempt.name, n))
                     .collect(),
-                lock_row_by_id: self.lock_row_by_id(rows, attempt.name),
+                lock_row_by_id: self.lock_row_by_id(rows.clone(), attempt.name),
+                lock_row_by_id_unmarking: self.lock_row_by_id_unmarking(rows, attempt.name),
                 unmark_rows: (1..=2 * batch.max(1))
                     .map(|n| self.unmark_rows(n))
                     .collect(),

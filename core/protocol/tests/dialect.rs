@@ -361,6 +361,7 @@ impl Flat {
                         count_row,
                         lock_row_by_id,
                         unmark_rows,
+                        ..
                     } => {
                         flat.count_row = Some(count_row.clone());
                         flat.lock_row_by_id = Some(lock_row_by_id.clone());
@@ -456,6 +457,24 @@ fn postgres_row_lock_statements() {
         sql(&s.count_row),
         r#"WITH rs_claim AS (SELECT "id" FROM "jobs" ORDER BY "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED), rs_marked AS (SELECT "id" FROM rs_claim WHERE pg_try_advisory_lock(hashtext('jobs'), hashtext("id"::text)) LIMIT $2), rs_counted AS (UPDATE "jobs" SET "attempt" = COALESCE("jobs"."attempt", 0) + 1 FROM rs_marked WHERE "jobs"."id" = rs_marked."id" RETURNING "jobs"."id", "jobs"."attempt") SELECT rs_claim."id", rs_counted."attempt", hashtext(rs_claim."id"::text) AS rs_mark FROM rs_claim LEFT JOIN rs_counted ON rs_counted."id" = rs_claim."id""#
     );
+    // A count of one row: the lock releases its mark once it took the row, in the CTE's outer
+    // select, which runs only on a row the CTE locked.
+    let FormStatements::RowLock(f) =
+        &Statements::render(Dialect::Postgres, ROW_LOCK.desc(), 2).form
+    else {
+        panic!("the row lock form");
+    };
+    let RowLockClaim::Count {
+        lock_row_by_id_unmarking,
+        ..
+    } = &f.claim
+    else {
+        panic!("PostgreSQL counts in one statement");
+    };
+    assert_eq!(
+        &*lock_row_by_id_unmarking.sql,
+        r#"WITH rs_locked AS (SELECT * FROM "jobs" WHERE "id" = $1 AND "attempt" = $2 FOR UPDATE SKIP LOCKED) SELECT rs_locked.*, pg_advisory_unlock(hashtext('jobs'), CAST($3 AS INTEGER)) AS rs_unmarked FROM rs_locked"#
+    );
     // The marks the count took are released, by their second keys, once the counted rows'
     // locks have answered.
     assert_eq!(
@@ -519,6 +538,21 @@ fn mysql_row_lock_statements() {
         assert_eq!(
             sql(&s.select_row_id),
             "SELECT `id`, COALESCE(`attempt`, 0) AS `attempt`, SHA2(CONCAT('ruststream mark ', COALESCE(DATABASE(), ''), '.', 'jobs', ' ', `id`), 256) AS rs_mark FROM `jobs` WHERE IS_FREE_LOCK(SHA2(CONCAT('ruststream mark ', COALESCE(DATABASE(), ''), '.', 'jobs', ' ', `id`), 256)) = 1 ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+        );
+        let FormStatements::RowLock(f) = &Statements::render(dialect, ROW_LOCK.desc(), 2).form
+        else {
+            panic!("the row lock form");
+        };
+        let RowLockClaim::SelectCount {
+            lock_row_by_id_unmarking,
+            ..
+        } = &f.claim
+        else {
+            panic!("{dialect:?} counts after a select");
+        };
+        assert_eq!(
+            &*lock_row_by_id_unmarking.sql,
+            "SELECT `jobs`.*, RELEASE_LOCK(?) AS rs_unmarked FROM `jobs` WHERE `id` = ? AND `attempt` = ? FOR UPDATE SKIP LOCKED"
         );
         // Each mark is taken once, without waiting, before the count; released after the
         // locks.
@@ -1204,6 +1238,9 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::LockRowById => {
                             matches!(arg, Arg::Id | Arg::Attempt | Arg::Now)
                         }
+                        StatementKind::LockRowByIdUnmarking => {
+                            matches!(arg, Arg::Id | Arg::Attempt | Arg::Now | Arg::MarkAt(0))
+                        }
                         StatementKind::Take | StatementKind::TakeCount => {
                             matches!(arg, Arg::Id | Arg::Now)
                         }
@@ -1337,6 +1374,7 @@ fn skip_locked_only_where_the_form_and_dialect_call_for_it() {
                     (
                         StatementKind::LockRow
                         | StatementKind::LockRowById
+                        | StatementKind::LockRowByIdUnmarking
                         | StatementKind::CountRow
                         | StatementKind::SelectRowId,
                         _,

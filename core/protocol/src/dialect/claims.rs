@@ -284,6 +284,44 @@ impl Renderer<'_> {
         s.finish(StatementKind::LockRowById, rows)
     }
 
+    /// [`Renderer::lock_row_by_id`] that also releases the count's one mark
+    /// ([`Arg::MarkAt`]`(0)`) once it has locked the row: the lock of a count's only row, whose
+    /// mark then needs no statement of its own. The release runs only where the lock took the
+    /// row (PostgreSQL: the outer select of a CTE that locks; MySQL: the select list of the
+    /// locking read).
+    pub(super) fn lock_row_by_id_unmarking(&self, rows: Output, attempt: &str) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        let postgres = self.dialect == Dialect::Postgres;
+        if postgres {
+            s.push("WITH rs_locked AS (SELECT * FROM ");
+        } else {
+            s.push("SELECT ")
+                .push(&self.table())
+                .push(".*, RELEASE_LOCK(")
+                .arg(Arg::MarkAt(0))
+                .push(") AS rs_unmarked FROM ");
+        }
+        s.push(&self.table())
+            .push(" WHERE ")
+            .push(&self.id())
+            .push(" = ")
+            .arg(Arg::Id)
+            .push(" AND ")
+            .push(&self.q(attempt))
+            .push(" = ")
+            .arg(Arg::Attempt);
+        let _ = self.claimable(&mut s, false);
+        s.push(" FOR UPDATE SKIP LOCKED");
+        if postgres {
+            s.push(") SELECT rs_locked.*, pg_advisory_unlock(hashtext(")
+                .push(&self.dialect.text_literal(self.desc.table))
+                .push("), CAST(")
+                .arg(Arg::MarkAt(0))
+                .push(" AS INTEGER)) AS rs_unmarked FROM rs_locked");
+        }
+        s.finish(StatementKind::LockRowByIdUnmarking, rows)
+    }
+
     /// Counts the attempts of `n` rows by their ids (the row lock claim on MySQL and MariaDB).
     pub(super) fn count_attempts(&self, attempt: &str, n: usize) -> Statement {
         let attempt = self.q(attempt);

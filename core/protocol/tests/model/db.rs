@@ -526,7 +526,7 @@ impl Db {
                 }
                 Reply::Rows(rows)
             }
-            StatementKind::LockRowById => {
+            StatementKind::LockRowById | StatementKind::LockRowByIdUnmarking => {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
                 let id = int(Arg::Id);
                 let now = now_or_none();
@@ -548,6 +548,17 @@ impl Db {
                     return Reply::Rows(Vec::new());
                 }
                 self.row_locks.insert(id, sess);
+                if statement.kind == StatementKind::LockRowByIdUnmarking {
+                    // The lock took the row: the select list releases the count's mark.
+                    let marked = Self::mark_row(&arg(Arg::MarkAt(0)));
+                    if self.marks.get(&marked) == Some(&sess) {
+                        self.marks.remove(&marked);
+                    } else {
+                        self.violations.push(format!(
+                            "session {sess} releases the mark of row {marked} it does not hold"
+                        ));
+                    }
+                }
                 Reply::Rows(vec![self.row_reply(desc, id, &statement.output)])
             }
             StatementKind::MarkRows(n) => {

@@ -150,6 +150,14 @@ fn op_of(action: &Action) -> (Op, Option<Statement>, Vec<Value>) {
     }
 }
 
+/// Whether `command` locks a counted row: with or without the release of its count's mark.
+fn locks_by_id(command: &Command) -> bool {
+    matches!(
+        kind_of(command),
+        Some(StatementKind::LockRowById | StatementKind::LockRowByIdUnmarking)
+    )
+}
+
 fn kind_of(command: &Command) -> Option<StatementKind> {
     match &command.action {
         Action::Execute { statement, .. } => Some(statement.kind),
@@ -730,6 +738,7 @@ impl Sim {
                     Exec(
                         StatementKind::LockRow
                             | StatementKind::LockRowById
+                            | StatementKind::LockRowByIdUnmarking
                             | StatementKind::Take
                             | StatementKind::ReadRow
                     )
@@ -868,15 +877,14 @@ fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
         assert_eq!(d.attempt, Some(1), "{dialect:?}");
         let conn = sim.conn_of(0, row);
         // The attempt is counted and committed first, so a crash spends it, under the row's
-        // mark; then the row is locked for the handler in a transaction of its own, and the
-        // mark released.
+        // mark; then the row is locked for the handler in a transaction of its own, the lock
+        // releasing the count's one mark.
         let expected: Vec<_> = if dialect == Dialect::Postgres {
             vec![
                 Acquire,
                 Exec(StatementKind::CountRow),
                 Exec(StatementKind::Begin),
-                Exec(StatementKind::LockRowById),
-                Exec(StatementKind::UnmarkRows(1)),
+                Exec(StatementKind::LockRowByIdUnmarking),
             ]
         } else {
             vec![
@@ -888,8 +896,7 @@ fn row_lock_claim_locks_the_row_inside_a_transaction_held_while_in_work() {
                 Exec(StatementKind::CountAttempt),
                 Exec(StatementKind::Commit),
                 Exec(StatementKind::Begin),
-                Exec(StatementKind::LockRowById),
-                Exec(StatementKind::UnmarkRows(1)),
+                Exec(StatementKind::LockRowByIdUnmarking),
             ]
         };
         assert_eq!(sim.ops_on(0, conn, 0), expected, "{dialect:?}");
@@ -2427,7 +2434,7 @@ fn shutdown_lets_a_row_lock_claim_in_flight_finish_and_rolls_it_back() {
         let mut sim = Sim::new(dialect, row_lock(), 1);
         sim.insert(0);
         sim.spawn();
-        let lock = sim.run_until(0, |c| kind_of(c) == Some(StatementKind::LockRowById));
+        let lock = sim.run_until(0, locks_by_id);
         sim.shutdown(0);
         assert!(
             sim.closed(0).is_empty(),
@@ -3226,9 +3233,8 @@ fn row_lock_claims_that_count_attempts_count_beside_a_lock_in_flight() {
     for dialect in SERVERS {
         let mut sim = Sim::start(dialect, row_lock(), 2, &[0, 1, 2, 3]);
         assert_eq!(sim.in_work(0), 2, "{dialect:?}");
-        let lock = StatementKind::LockRowById;
         sim.hook(move |_, c| {
-            if kind_of(c) == Some(lock) {
+            if locks_by_id(c) {
                 Intercept::Hold
             } else {
                 Intercept::Run
@@ -4847,7 +4853,7 @@ fn a_count_passes_over_rows_another_process_counted_and_has_not_locked_yet() {
         }
         // The first process's locks of its counted rows wait.
         sim.hook(|p, c| {
-            if p == 0 && kind_of(c) == Some(StatementKind::LockRowById) {
+            if p == 0 && locks_by_id(c) {
                 Intercept::Hold
             } else {
                 Intercept::Run
@@ -5033,7 +5039,7 @@ fn a_counted_row_found_held_is_locked_again_shortly() {
             let mut sim = Sim::new(dialect, row_lock(), 1);
             let row = sim.insert(0);
             sim.hook(|_, c| {
-                if kind_of(c) == Some(StatementKind::LockRowById) {
+                if locks_by_id(c) {
                     Intercept::Hold
                 } else {
                     Intercept::Run
@@ -5057,7 +5063,7 @@ fn a_counted_row_found_held_is_locked_again_shortly() {
                 "{dialect:?}: the held row is not taken"
             );
             assert_eq!(
-                sim.runs_of(p, 0, StatementKind::LockRowById).len(),
+                sim.runs_of(p, 0, StatementKind::LockRowByIdUnmarking).len(),
                 3,
                 "{dialect:?}: the lock tried again at 1 and 3 ms"
             );
@@ -5076,7 +5082,7 @@ fn a_counted_row_found_held_is_locked_again_shortly() {
                 sim.advance(Duration::from_millis(1_100));
                 assert!(sim.delivered_rows(p, 0).is_empty(), "{dialect:?}");
                 assert_eq!(
-                    sim.runs_of(p, 0, StatementKind::LockRowById).len(),
+                    sim.runs_of(p, 0, StatementKind::LockRowByIdUnmarking).len(),
                     11,
                     "{dialect:?}: ten tries again, then the row is given up"
                 );

@@ -83,6 +83,8 @@ pub(in crate::broker) struct Claiming<R> {
     requeued: bool,
     /// The tries again of the counted row's lock so far.
     relocks: u32,
+    /// The leader of a count of its own row alone: its lock also releases the row's mark.
+    unmark_in_lock: bool,
     /// When the counted row's lock tries again.
     pub(super) relock_at: Option<Time>,
 }
@@ -98,6 +100,7 @@ impl<R> Claiming<R> {
             requeued: false,
             relocks: 0,
             relock_at: None,
+            unmark_in_lock: false,
         }
     }
 
@@ -219,18 +222,35 @@ impl<R> Broker<R> {
             return;
         };
         let st = r.st.clone();
+        let unmarking = r.unmark_in_lock;
         let lock = match &st.claim {
-            RowLockClaim::Count { lock_row_by_id, .. }
-            | RowLockClaim::SelectCount { lock_row_by_id, .. } => lock_row_by_id,
+            RowLockClaim::Count {
+                lock_row_by_id,
+                lock_row_by_id_unmarking,
+                ..
+            }
+            | RowLockClaim::SelectCount {
+                lock_row_by_id,
+                lock_row_by_id_unmarking,
+                ..
+            } => {
+                if unmarking {
+                    lock_row_by_id_unmarking
+                } else {
+                    lock_row_by_id
+                }
+            }
             RowLockClaim::Lock { .. } => return,
         };
         let Some(Counted { id, attempt, .. }) = r.counted.clone() else {
             return;
         };
+        let mark = r.marks.first().cloned().unwrap_or(Value::Null);
         let now = self.now;
         let binds = lock.binds(|arg| match arg {
             Arg::Id => id.clone(),
             Arg::Attempt => Value::Int(attempt),
+            Arg::MarkAt(_) => mark.clone(),
             _ => Value::Int(now.micros()),
         });
         let stage = ClaimStage::RowLock(Stage::LockRowById);
@@ -299,6 +319,13 @@ impl<R> Broker<R> {
             return;
         }
         if matches!(stage, Stage::LockRowById) {
+            if row.is_some()
+                && let Some((_, r)) = Self::row_lock(&mut self.claims, claim)
+                && r.unmark_in_lock
+            {
+                // The lock released the count's one mark as it took the row.
+                r.marks.clear();
+            }
             return self.row_locked_finally(claim, conn, row);
         }
         self.row_lock_take(claim, conn, stage, row);
@@ -581,6 +608,7 @@ impl<R> Broker<R> {
         };
         count.marks = marks;
         let last = rows.pop();
+        let alone = rows.is_empty();
         let mut rows = rows.into_iter();
         let mut members: Vec<(u64, Option<Counted>)> = count
             .members
@@ -589,6 +617,14 @@ impl<R> Broker<R> {
             .map(|&m| (m, rows.next()))
             .collect();
         members.insert(0, (leader, last));
+        if alone
+            && marks == 1
+            && let Some((_, r)) = Self::row_lock(&mut self.claims, leader)
+        {
+            // The count's only row is the leader's: its lock releases the mark too.
+            r.unmark_in_lock = true;
+        }
+        let counts = &mut self.subs[sub.0].counts;
         counts.locking.push(count);
         for (member, counted) in members {
             match counted {
