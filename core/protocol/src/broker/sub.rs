@@ -37,9 +37,8 @@ pub(super) struct CheckState {
 /// locks the counted row. Claims acquire their connections side by side; the claims waiting
 /// when a count starts are counted together, in one statement on the first one's connection
 /// (the leader). The count marks the rows it counts on the leader's session until their locks
-/// have answered, and passes over rows marked elsewhere (by another count of this process or
-/// of another), so the next count starts as soon as one has handed its rows out, and looks
-/// past the rows still marked.
+/// have answered, and passes over rows marked by another process's count, looking past them.
+/// The next count starts once the last count's rows have answered their locks.
 #[derive(Debug, Default)]
 pub(super) struct CountQueue {
     /// The count whose statements run, until it hands its rows out.

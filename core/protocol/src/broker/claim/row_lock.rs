@@ -16,8 +16,9 @@
 //! have answered so ends them early). A count that looks at a marked row holds it for the
 //! length of its statement (MySQL's counts leave marked rows out and let them go at once): a
 //! lock that finds its counted row held so tries again, ten times over about a second at most,
-//! before it gives the row up (its attempt spent). The next count of the
-//! subscription starts as soon as a count has handed its rows out.
+//! before it gives the row up (its attempt spent). The next count of the subscription starts
+//! once the rows of the counts before it have answered their locks (it would otherwise hold
+//! them for a moment itself), while the leaders may still be releasing their marks.
 //!
 //! [`CountQueue`]: crate::broker::sub::CountQueue
 
@@ -339,6 +340,7 @@ impl<R> Broker<R> {
         if r.holds_marks() {
             r.parked = Some(row);
             self.unmark_when_locked(sub, claim);
+            self.next_count(sub);
             return;
         }
         self.row_lock_take(claim, conn, Stage::LockRowById, row);
@@ -567,13 +569,13 @@ impl<R> Broker<R> {
             .map_or((1, 1), |count| (count.look, count.take))
     }
 
-    /// How many rows a count of `take` claims looks at: one for each claim, past the rows the
-    /// subscription's other counts still mark and as many more as the last count passed over
-    /// (up to as many again), within what the statements take.
+    /// How many rows a count of `take` claims looks at: one for each claim, and as many more as
+    /// the last count passed over (marked by another process; up to as many again), within
+    /// what the statements take. The rows of this process's counts before it are locked by
+    /// then, and `SKIP LOCKED` passes them over before the limit.
     fn count_look(&self, sub: SubId, take: usize) -> usize {
         let s = &self.subs[sub.0];
         let counts = &s.counts;
-        let marked: usize = counts.locking.iter().map(|c| c.marks).sum();
         let most = match &s.statements.form {
             FormStatements::RowLock(f) => match &f.claim {
                 RowLockClaim::SelectCount { mark_rows, .. } => mark_rows.len(),
@@ -582,12 +584,12 @@ impl<R> Broker<R> {
             },
             FormStatements::Lease(_) | FormStatements::Advisory(_) => 1,
         };
-        let look = take + marked + counts.passed.min(take);
+        let look = take + counts.passed.min(take);
         look.min(most.max(take))
     }
 
     /// The leader's count committed: each counted row goes to one of the count's claims,
-    /// which locks it on its own connection, and the next count may start. The leader takes
+    /// which locks it on its own connection. The leader takes
     /// the last row: its delivery waits for the others' locks (it releases the marks first),
     /// so the rows still go to their handlers in claim order. A claim left without a row ends;
     /// where the count passed over rows another count had marked, it waits for the next
@@ -726,12 +728,30 @@ impl<R> Broker<R> {
         } else {
             self.unmark_when_locked(sub, leader);
         }
+        self.next_count(sub);
     }
 
-    /// Starts a count for the claims waiting for one, on the first one's connection. From the
-    /// shutdown on, a waiting claim counts nothing and lets its connection go.
+    /// Whether a count of the subscription has rows whose locks have not answered yet. The
+    /// next count waits for them: its statement would hold those rows for a moment (a count
+    /// looks at the first claimable rows, and a counted row is one of them until its lock), and
+    /// their locks would find them held.
+    fn locks_pending(&self, sub: SubId) -> bool {
+        self.subs[sub.0].counts.locking.iter().any(|count| {
+            count.members.iter().any(|&member| {
+                member != count.leader
+                    || self.claims.get(&member).is_some_and(|c| match &c.form {
+                        ClaimForm::RowLock(r) => r.parked.is_none(),
+                        ClaimForm::Lease(_) | ClaimForm::Advisory(_) => false,
+                    })
+            })
+        })
+    }
+
+    /// Starts a count for the claims waiting for one, on the first one's connection, once the
+    /// rows of the counts before it are locked. From the shutdown on, a waiting claim counts
+    /// nothing and lets its connection go.
     fn next_count(&mut self, sub: SubId) {
-        if self.subs[sub.0].counts.counting.is_some() {
+        if self.subs[sub.0].counts.counting.is_some() || self.locks_pending(sub) {
             return;
         }
         // MySQL and MariaDB count at most as many rows as they have statements for.
