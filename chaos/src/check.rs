@@ -1,0 +1,543 @@
+//! The invariants, checked from outside: from what the handlers recorded (the log), what the
+//! table holds after the run, and the faults the parent injected. Pure: no IO.
+//!
+//! - **Settled as the outcomes say.** A row deleted had its last delivery acknowledged; a
+//!   row failed with the handler's rejection error had its last delivery rejected, at the
+//!   attempt the row counts; a row failed otherwise went past the attempt budget (its
+//!   attempt above `max_attempts`); no row is left queued.
+//! - **In work once.** The handler intervals of one row do not overlap; in the advisory form
+//!   neither do those of one key. A delivery whose process was SIGKILLed (or died) without
+//!   recording its end ends when the parent saw the process gone. An overlap is excused, and
+//!   counted apart, where the fault explains it: in the row lock and advisory forms a session
+//!   killed on the server (or the server restarted) between the two starts, since the row's
+//!   transaction or the key's lock ended with that session while its handler went on; in the
+//!   lease form the second start a whole lease after the first (the lease ran out while the
+//!   handler worked).
+//! - **Attempts exact.** A row's attempts rise at each start; they are consecutive, and the
+//!   first is 1, unless a fault (a kill, a killed session, a restart) fell between the two
+//!   starts (before the first): a take that a fault cut short spends its attempt. No handler
+//!   runs past the budget.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::Form;
+use crate::plan::{Outcome, REJECT_PREFIX};
+use crate::rows::KEY_PREFIX;
+
+/// One delivery as its handler recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The process (each start has its own number).
+    pub spawn: i64,
+    /// The delivery's number in its process.
+    pub seq: i64,
+    /// The row's id.
+    pub job: i64,
+    /// The attempt the take counted.
+    pub attempt: i64,
+    /// The advisory key, in that form.
+    pub key: Option<String>,
+    /// The process id.
+    pub pid: i64,
+    /// When the handler started (µs since the epoch).
+    pub start_us: i64,
+    /// When it ended, if it recorded that.
+    pub end_us: Option<i64>,
+    /// Its outcome, if it recorded that.
+    pub outcome: Option<String>,
+}
+
+/// A row left in the table after the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowState {
+    /// The row's id.
+    pub id: i64,
+    /// Its attempt column.
+    pub attempt: i64,
+    /// Whether it is marked failed.
+    pub failed: bool,
+    /// Its error column.
+    pub error: Option<String>,
+}
+
+/// A fault the parent injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// A process SIGKILLed.
+    Kill,
+    /// A session killed on the server.
+    SessionKill,
+    /// The server restarted (from the stop to the start).
+    Restart,
+}
+
+/// A fault and when it happened: from the parent's call to its answer (µs since the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// When the parent set out to inject it.
+    pub from_us: i64,
+    /// When the parent saw it done.
+    pub to_us: i64,
+    /// What.
+    pub kind: FaultKind,
+}
+
+/// What the check needs of a run.
+pub struct Input<'a> {
+    /// Every job published: id and `k`.
+    pub jobs: &'a [(i64, i64)],
+    /// The rows left in the table.
+    pub remaining: &'a [RowState],
+    /// The log.
+    pub log: &'a [Delivery],
+    /// Processes that ended without a graceful shutdown (killed, or died): when the parent
+    /// saw them gone.
+    pub ended: &'a HashMap<i64, i64>,
+    /// The faults, in the order of their `from_us`.
+    pub faults: &'a [Fault],
+    /// The form.
+    pub form: Form,
+    /// The subscriptions' `max_attempts`.
+    pub max_attempts: i64,
+    /// The lease, in µs.
+    pub lease_us: i64,
+    /// When the first service started.
+    pub start_us: i64,
+}
+
+/// What the check found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Breaks of the invariants.
+    pub violations: Vec<String>,
+    /// Overlaps a fault explains.
+    pub excused: Vec<String>,
+    /// Deliveries recorded.
+    pub deliveries: usize,
+    /// Rows deleted.
+    pub acked: usize,
+    /// Rows failed by a rejection.
+    pub rejected: usize,
+    /// Rows failed past the attempt budget.
+    pub exhausted: usize,
+    /// Attempts spent without a recorded delivery (a fault in between).
+    pub spent: i64,
+}
+
+/// How far apart two starts must be, beyond the lease, for the lease form to excuse their
+/// overlap: the lease is written at the claim, a moment before the handler starts.
+const LEASE_SLACK_US: i64 = 500_000;
+
+/// Whether a fault of one of `kinds` (sorted by `from_us`) overlaps `[from, to]`.
+fn fault_in(faults: &[Fault], from: i64, to: i64, kinds: &[FaultKind]) -> bool {
+    // No fault lasts longer than a minute (a restart takes seconds): the ones that may reach
+    // `from` start at most that much before it.
+    const LONGEST_US: i64 = 60_000_000;
+    let first = faults.partition_point(|f| f.from_us < from.saturating_sub(LONGEST_US));
+    faults[first..]
+        .iter()
+        .take_while(|f| f.from_us <= to)
+        .any(|f| f.to_us >= from && kinds.contains(&f.kind))
+}
+
+/// The interval of a delivery: its recorded end, or when its process was seen gone.
+fn end_of(d: &Delivery, ended: &HashMap<i64, i64>) -> Option<i64> {
+    d.end_us.or_else(|| ended.get(&d.spawn).copied())
+}
+
+fn describe(d: &Delivery) -> String {
+    format!(
+        "spawn {} attempt {} [{}..{}]",
+        d.spawn,
+        d.attempt,
+        d.start_us,
+        d.end_us
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "open".to_owned())
+    )
+}
+
+/// Checks a set of intervals (one row's, or one key's) for overlaps; `what` names the set.
+fn overlaps(what: &str, list: &[&Delivery], input: &Input<'_>, report: &mut Report) {
+    // Sorted by start: each start is compared with the latest end so far.
+    let mut latest: Option<(&Delivery, i64)> = None;
+    for &d in list {
+        if let Some((before, end)) = latest {
+            if d.start_us < end {
+                let excuse = match input.form {
+                    Form::Lease => (d.start_us - before.start_us
+                        >= input.lease_us - LEASE_SLACK_US)
+                        .then_some("the lease ran out while the handler worked"),
+                    Form::RowLock | Form::Advisory => fault_in(
+                        input.faults,
+                        before.start_us,
+                        d.start_us,
+                        &[FaultKind::SessionKill, FaultKind::Restart],
+                    )
+                    .then_some("a session was killed (or the server restarted) in between"),
+                };
+                let text = format!(
+                    "{what}: in work twice at once: {} and {}",
+                    describe(before),
+                    describe(d)
+                );
+                match excuse {
+                    Some(why) => report.excused.push(format!("{text} ({why})")),
+                    None => report.violations.push(text),
+                }
+            }
+        }
+        let end = end_of(d, input.ended).unwrap_or(i64::MAX);
+        if latest.is_none_or(|(_, e)| end > e) {
+            latest = Some((d, end));
+        }
+    }
+}
+
+/// Checks a run.
+pub fn check(input: &Input<'_>) -> Report {
+    let mut report = Report {
+        deliveries: input.log.len(),
+        ..Report::default()
+    };
+    let all_faults = [FaultKind::Kill, FaultKind::SessionKill, FaultKind::Restart];
+    let keys: HashMap<i64, i64> = input.jobs.iter().copied().collect();
+    let remaining: HashMap<i64, &RowState> = input.remaining.iter().map(|r| (r.id, r)).collect();
+
+    let mut by_job: BTreeMap<i64, Vec<&Delivery>> = BTreeMap::new();
+    let mut by_key: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    for d in input.log {
+        if !keys.contains_key(&d.job) {
+            report
+                .violations
+                .push(format!("job {}: delivered but never published", d.job));
+            continue;
+        }
+        if d.end_us.is_none() && !input.ended.contains_key(&d.spawn) {
+            report.violations.push(format!(
+                "job {}: the handler of {} never recorded its end, and its process shut down \
+                 gracefully",
+                d.job,
+                describe(d)
+            ));
+        }
+        by_job.entry(d.job).or_default().push(d);
+        if input.form == Form::Advisory {
+            let expected = format!("{KEY_PREFIX}{}", keys[&d.job]);
+            match d.key.as_deref() {
+                Some(key) if key == expected => by_key.entry(key).or_default().push(d),
+                other => report.violations.push(format!(
+                    "job {}: delivered with key {other:?}, expected {expected}",
+                    d.job
+                )),
+            }
+        }
+    }
+    for list in by_job.values_mut() {
+        list.sort_by_key(|d| (d.start_us, d.attempt));
+    }
+    for list in by_key.values_mut() {
+        list.sort_by_key(|d| (d.start_us, d.attempt));
+    }
+
+    for &(job, _) in input.jobs {
+        let list = by_job.get(&job).map(Vec::as_slice).unwrap_or(&[]);
+        let what = format!("job {job}");
+        overlaps(&what, list, input, &mut report);
+
+        // Attempts.
+        let mut before_start = input.start_us;
+        let mut before_attempt = 0;
+        for d in list {
+            if d.attempt <= before_attempt {
+                report.violations.push(format!(
+                    "{what}: attempt {} started after attempt {before_attempt}",
+                    d.attempt
+                ));
+            } else if d.attempt > before_attempt + 1 {
+                if fault_in(input.faults, before_start, d.start_us, &all_faults) {
+                    report.spent += d.attempt - before_attempt - 1;
+                } else {
+                    report.violations.push(format!(
+                        "{what}: attempt {} followed attempt {before_attempt} with no fault in \
+                         between (attempts spent without a delivery)",
+                        d.attempt
+                    ));
+                }
+            }
+            if d.attempt > input.max_attempts {
+                report.violations.push(format!(
+                    "{what}: handed at attempt {}, past max_attempts {}",
+                    d.attempt, input.max_attempts
+                ));
+            }
+            before_start = d.start_us;
+            before_attempt = before_attempt.max(d.attempt);
+        }
+
+        // The row's end.
+        let last = list.last();
+        let last_outcome = last.and_then(|d| d.outcome.as_deref().and_then(Outcome::parse));
+        let fault_since_last = fault_in(
+            input.faults,
+            last.map_or(input.start_us, |d| d.start_us),
+            i64::MAX,
+            &all_faults,
+        );
+        match remaining.get(&job) {
+            None => {
+                if last_outcome == Some(Outcome::Ack) {
+                    report.acked += 1;
+                } else {
+                    report.violations.push(format!(
+                        "{what}: deleted, but its last delivery was not acknowledged ({})",
+                        last.map_or("no delivery".to_owned(), |d| format!(
+                            "{}, outcome {}",
+                            describe(d),
+                            d.outcome.as_deref().unwrap_or("none")
+                        ))
+                    ));
+                }
+            }
+            Some(row) if !row.failed => report.violations.push(format!(
+                "{what}: still queued at attempt {} after the run (last delivery: {})",
+                row.attempt,
+                last.map_or("none".to_owned(), |d| describe(d))
+            )),
+            Some(row) => {
+                let error = row.error.as_deref().unwrap_or("");
+                if error.starts_with(REJECT_PREFIX) {
+                    report.rejected += 1;
+                    match last {
+                        Some(d) if last_outcome == Some(Outcome::Reject) => {
+                            if row.attempt != d.attempt {
+                                report.violations.push(format!(
+                                    "{what}: rejected at attempt {}, but the row counts {}",
+                                    d.attempt, row.attempt
+                                ));
+                            }
+                        }
+                        _ => report.violations.push(format!(
+                            "{what}: failed with a rejection, but its last delivery did not \
+                             reject ({})",
+                            last.map_or("none".to_owned(), |d| describe(d))
+                        )),
+                    }
+                } else if row.attempt > input.max_attempts {
+                    report.exhausted += 1;
+                    let last_attempt = last.map_or(0, |d| d.attempt);
+                    if !fault_since_last
+                        && (last_attempt != input.max_attempts
+                            || row.attempt != input.max_attempts + 1)
+                    {
+                        report.violations.push(format!(
+                            "{what}: failed past the budget at attempt {} after its last \
+                             delivery at attempt {last_attempt}, with no fault since",
+                            row.attempt
+                        ));
+                    }
+                    if last_outcome == Some(Outcome::Reject) && !fault_since_last {
+                        report.violations.push(format!(
+                            "{what}: its last delivery rejected, but the row failed past the \
+                             budget ({error})"
+                        ));
+                    }
+                } else {
+                    report.violations.push(format!(
+                        "{what}: failed at attempt {} with an unexpected error: {error}",
+                        row.attempt
+                    ));
+                }
+            }
+        }
+    }
+
+    for (key, list) in &by_key {
+        overlaps(&format!("key {key}"), list, input, &mut report);
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(spawn: i64, job: i64, attempt: i64, start: i64, end: Option<i64>, outcome: &str) -> Delivery {
+        Delivery {
+            spawn,
+            seq: 0,
+            job,
+            attempt,
+            key: Some(format!("{KEY_PREFIX}{}", job % 2)),
+            pid: 100 + spawn,
+            start_us: start,
+            end_us: end,
+            outcome: (!outcome.is_empty()).then(|| outcome.to_owned()),
+        }
+    }
+
+    fn run(
+        form: Form,
+        jobs: &[(i64, i64)],
+        remaining: &[RowState],
+        log: &[Delivery],
+        ended: &[(i64, i64)],
+        faults: &[Fault],
+    ) -> Report {
+        let ended: HashMap<i64, i64> = ended.iter().copied().collect();
+        check(&Input {
+            jobs,
+            remaining,
+            log,
+            ended: &ended,
+            faults,
+            form,
+            max_attempts: 3,
+            lease_us: 2_000_000,
+            start_us: 0,
+        })
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        let jobs = [(1, 1), (2, 0), (3, 1)];
+        let log = [
+            d(1, 1, 1, 10, Some(20), "retry"),
+            d(1, 1, 2, 30, Some(40), "ack"),
+            d(2, 2, 1, 10, Some(50), "reject"),
+            d(2, 3, 1, 41, Some(60), "ack"),
+        ];
+        let remaining = [RowState {
+            id: 2,
+            attempt: 1,
+            failed: true,
+            error: Some(format!("{REJECT_PREFIX} job 2 at attempt 1")),
+        }];
+        let report = run(Form::Advisory, &jobs, &remaining, &log, &[], &[]);
+        assert_eq!(report.violations, Vec::<String>::new());
+        assert_eq!((report.acked, report.rejected), (2, 1));
+    }
+
+    #[test]
+    fn overlaps_of_a_row_and_of_a_key_are_caught() {
+        let jobs = [(1, 1), (3, 1)];
+        // Job 1 twice at once; jobs 1 and 3 (key chaos-1) at once.
+        let log = [
+            d(1, 1, 1, 10, Some(30), "retry"),
+            d(2, 1, 2, 20, Some(40), "ack"),
+            d(2, 3, 1, 35, Some(50), "ack"),
+        ];
+        let report = run(Form::Advisory, &jobs, &[], &log, &[], &[]);
+        assert_eq!(report.violations.len(), 2, "{:?}", report.violations);
+        assert!(report.violations[0].starts_with("job 1: in work twice"));
+        assert!(report.violations[1].starts_with("key chaos-1: in work twice"));
+    }
+
+    #[test]
+    fn an_open_interval_of_a_killed_process_ends_at_the_kill() {
+        let jobs = [(1, 1)];
+        let log = [d(1, 1, 1, 10, None, ""), d(2, 1, 2, 30, Some(40), "ack")];
+        let kill = [Fault {
+            from_us: 25,
+            to_us: 25,
+            kind: FaultKind::Kill,
+        }];
+        let report = run(Form::RowLock, &jobs, &[], &log, &[(1, 25)], &kill);
+        assert_eq!(report.violations, Vec::<String>::new());
+        // Killed at 35, after the second start: an overlap.
+        let report = run(Form::RowLock, &jobs, &[], &log, &[(1, 35)], &kill);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+        // A process that shut down gracefully left a handler open.
+        let report = run(Form::RowLock, &jobs, &[], &log, &[], &kill);
+        assert!(report.violations[0].contains("never recorded its end"));
+    }
+
+    #[test]
+    fn an_overlap_after_a_killed_session_is_excused_in_the_row_lock_form_only() {
+        let jobs = [(1, 1)];
+        let log = [
+            d(1, 1, 1, 10, Some(30), "ack"),
+            d(2, 1, 2, 20, Some(40), "ack"),
+        ];
+        let cut = [Fault {
+            from_us: 15,
+            to_us: 16,
+            kind: FaultKind::SessionKill,
+        }];
+        let report = run(Form::RowLock, &jobs, &[], &log, &[], &cut);
+        assert_eq!(report.violations, Vec::<String>::new());
+        assert_eq!(report.excused.len(), 1);
+        let report = run(Form::Lease, &jobs, &[], &log, &[], &cut);
+        assert_eq!(report.violations.len(), 1);
+    }
+
+    #[test]
+    fn attempts_must_rise_and_skip_only_across_a_fault() {
+        let jobs = [(1, 1)];
+        let log = [
+            d(1, 1, 1, 10, Some(20), "retry"),
+            d(1, 1, 3, 30, Some(40), "ack"),
+        ];
+        let report = run(Form::Lease, &jobs, &[], &log, &[], &[]);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+        assert!(report.violations[0].contains("no fault in between"));
+        let kill = [Fault {
+            from_us: 25,
+            to_us: 25,
+            kind: FaultKind::Kill,
+        }];
+        let report = run(Form::Lease, &jobs, &[], &log, &[], &kill);
+        assert_eq!(report.violations, Vec::<String>::new());
+        assert_eq!(report.spent, 1);
+        let log = [
+            d(1, 1, 2, 10, Some(20), "retry"),
+            d(1, 1, 2, 30, Some(40), "ack"),
+        ];
+        let report = run(Form::Lease, &jobs, &[], &log, &[], &kill);
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("attempt 2 started after attempt 2"))
+        );
+    }
+
+    #[test]
+    fn ends_must_match_the_last_outcome() {
+        let jobs = [(1, 1), (2, 0), (3, 1), (4, 0)];
+        let log = [
+            d(1, 1, 1, 10, Some(20), "retry"),
+            d(1, 2, 1, 10, Some(20), "ack"),
+            d(1, 3, 1, 10, Some(20), "retry"),
+            d(1, 3, 2, 30, Some(40), "retry"),
+            d(1, 3, 3, 50, Some(60), "retry"),
+        ];
+        let remaining = [
+            RowState {
+                id: 2,
+                attempt: 1,
+                failed: true,
+                error: Some(format!("{REJECT_PREFIX} job 2")),
+            },
+            RowState {
+                id: 3,
+                attempt: 4,
+                failed: true,
+                error: Some("past max attempts".to_owned()),
+            },
+            RowState {
+                id: 4,
+                attempt: 0,
+                failed: false,
+                error: None,
+            },
+        ];
+        let report = run(Form::RowLock, &jobs, &remaining, &log, &[], &[]);
+        let v = &report.violations;
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v[0].starts_with("job 1: deleted, but its last delivery was not acknowledged"));
+        assert!(v[1].starts_with("job 2: failed with a rejection, but"));
+        assert!(v[2].starts_with("job 4: still queued"));
+        assert_eq!(report.exhausted, 1);
+    }
+}
