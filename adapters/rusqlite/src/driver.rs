@@ -69,12 +69,21 @@ impl Synchronous {
     }
 }
 
-/// SQLite's connections, as the runtime's [`Threads`] opens and runs them.
-pub(crate) struct Sqlite {
+/// SQLite's connections, as the runtime's [`Threads`] opens and runs them: each
+/// [`rusqlite::Connection`] on a thread of its own. A handler reaches its delivery's through
+/// [`RusqliteClaim`](crate::RusqliteClaim).
+pub struct RusqliteDriver {
     config: Config,
 }
 
-impl BlockingDriver for Sqlite {
+impl std::fmt::Debug for RusqliteDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RusqliteDriver").finish_non_exhaustive()
+    }
+}
+
+impl BlockingDriver for RusqliteDriver {
+    const CLAIM: &'static str = "RusqliteClaim";
     type Connection = Connection;
     type Row = RusqliteRow;
     type Lock = CustomLock;
@@ -137,8 +146,8 @@ fn private_memory(path: &std::path::Path) -> bool {
 }
 
 impl PoolSource for Source {
-    type Pool = Threads<Sqlite>;
-    type Lender = Threads<Sqlite>;
+    type Pool = Threads<RusqliteDriver>;
+    type Lender = Threads<RusqliteDriver>;
 
     fn name(&self) -> &'static str {
         "SQLite"
@@ -148,12 +157,12 @@ impl PoolSource for Source {
         format!("`{}`", self.config.path.display())
     }
 
-    fn given(&self) -> Option<&Threads<Sqlite>> {
+    fn given(&self) -> Option<&Threads<RusqliteDriver>> {
         None
     }
 
     /// Refuses a private in-memory database, and a SQLite older than the queue serves.
-    fn build(&self) -> ConnFuture<'_, Result<Threads<Sqlite>, AdapterError>> {
+    fn build(&self) -> ConnFuture<'_, Result<Threads<RusqliteDriver>, AdapterError>> {
         let path = self.config.path.display();
         let built = if private_memory(&self.config.path) {
             Err(AdapterError::new(format!(
@@ -171,7 +180,7 @@ impl PoolSource for Source {
                 thread_name: "ruststream-sqlite-conn".into(),
             };
             Ok(Threads::new(
-                Sqlite {
+                RusqliteDriver {
                     config: self.config.clone(),
                 },
                 settings,
@@ -183,8 +192,8 @@ impl PoolSource for Source {
     /// Opens the first connection (which sets WAL mode) and keeps it idle in the pool.
     fn open(
         &self,
-        pool: &Threads<Sqlite>,
-    ) -> ConnFuture<'_, Result<(Threads<Sqlite>, Dialect), AdapterError>> {
+        pool: &Threads<RusqliteDriver>,
+    ) -> ConnFuture<'_, Result<(Threads<RusqliteDriver>, Dialect), AdapterError>> {
         let pool = pool.clone();
         Box::pin(async move {
             let conn = pool
@@ -198,8 +207,8 @@ impl PoolSource for Source {
 
     fn close(
         &self,
-        pool: Threads<Sqlite>,
-        _: Option<Threads<Sqlite>>,
+        pool: Threads<RusqliteDriver>,
+        _: Option<Threads<RusqliteDriver>>,
         _: usize,
     ) -> ConnFuture<'_, ()> {
         pool.close_all()

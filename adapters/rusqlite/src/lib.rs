@@ -169,6 +169,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod claim;
 mod driver;
 mod lock;
 mod outbox;
@@ -185,7 +186,8 @@ use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
 
-pub use driver::Synchronous;
+pub use claim::RusqliteClaim;
+pub use driver::{RusqliteDriver, Synchronous};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock, custom_lock};
 pub use outbox::RusqliteOutbox;
 pub use row::RusqliteRow;
@@ -343,6 +345,15 @@ impl Adapter for RusqliteBroker {
     /// commands given before it on that connection.
     fn execute(&self, command: Command, lock: Option<CustomLock>) -> BoxFuture<Reply<RusqliteRow>> {
         self.inner.execute(command, lock)
+    }
+
+    /// Lends the connection of a delivery's transaction to its handler
+    /// ([`RusqliteClaim`]).
+    fn lend(
+        &self,
+        conn: ruststream_core::ConnId,
+    ) -> Option<BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {
+        Some(self.inner.lend(conn))
     }
 
     /// Closes the pool: it lends no new connection, its idle connections close, and a

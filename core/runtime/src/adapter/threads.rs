@@ -30,6 +30,9 @@ use crate::exec::BoxFuture;
 /// A blocking driver: how it opens a connection and runs a statement or a table's own lock on
 /// one. Every call on a connection runs on that connection's own thread.
 pub trait BlockingDriver: Send + Sync + 'static {
+    /// The adapter's name of the claim a handler takes ([`Claim`](super::Claim) of this
+    /// pool), for errors: `RusqliteClaim`.
+    const CLAIM: &'static str;
     /// The driver's connection; it never leaves its thread.
     type Connection: 'static;
     /// The driver's row ([`Adapter::Row`](super::Adapter::Row)).
@@ -101,14 +104,41 @@ enum Job<D: BlockingDriver> {
     },
     /// The connection goes back to the pool: end a transaction left open.
     Reset { reply: oneshot::Sender<()> },
+    /// A handler's own work on the connection, lent to it ([`ThreadConn::call`]).
+    Call(Work<D>),
     /// Close the connection; the thread ends.
     Close { reply: Option<oneshot::Sender<()>> },
 }
+
+/// A handler's work on a blocking driver's connection, run on its thread.
+type Work<D> = Box<dyn FnOnce(&mut <D as BlockingDriver>::Connection) + Send>;
 
 /// A connection of a [`Threads`] pool, as the core holds it: a handle to its thread.
 pub struct ThreadConn<D: BlockingDriver> {
     jobs: mpsc::Sender<Job<D>>,
     interrupt: Arc<D::Interrupt>,
+}
+
+impl<D: BlockingDriver> ThreadConn<D> {
+    /// Runs `work` on the driver's connection, on its thread, after what was sent to it
+    /// before, and answers what `work` answers; `None` where the connection's thread ended, or
+    /// `work` panicked.
+    pub fn call<T, F>(&self, work: F) -> impl Future<Output = Option<T>> + Send + 'static
+    where
+        F: FnOnce(&mut D::Connection) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.jobs.send(Job::Call(Box::new(move |conn| {
+            let _ = reply.send(work(conn));
+        })));
+        async move {
+            if sent.is_err() {
+                return None;
+            }
+            answer.await.ok()
+        }
+    }
 }
 
 impl<D: BlockingDriver> std::fmt::Debug for ThreadConn<D> {
@@ -406,6 +436,10 @@ impl<D: BlockingDriver> Thread<D> {
                 self.driver.reset(conn);
                 let _ = reply.send(());
             }
+            Job::Call(work) => {
+                // A panic in the handler's work reaches it as a closed answer.
+                let _ = catch_unwind(AssertUnwindSafe(|| work(conn)));
+            }
             Job::Close { reply } => return Next::Close(reply),
         }
         Next::Job
@@ -437,6 +471,22 @@ fn next_job<J>(queue: &mpsc::Receiver<J>) -> Result<J, mpsc::RecvError> {
             }
             Err(mpsc::TryRecvError::Empty) => return queue.recv(),
         }
+    }
+}
+
+/// A handler's claim ([`Claim`](super::Claim)) of a blocking driver's connection: the handle to
+/// its thread, on which [`ThreadConn::call`] runs the handler's work inside the lent
+/// transaction.
+impl<D: BlockingDriver> super::LendsClaims for Threads<D> {
+    type Target = ThreadConn<D>;
+    const EXTRACTOR: &'static str = D::CLAIM;
+
+    fn target(conn: &ThreadConn<D>) -> &ThreadConn<D> {
+        conn
+    }
+
+    fn target_mut(conn: &mut ThreadConn<D>) -> &mut ThreadConn<D> {
+        conn
     }
 }
 

@@ -56,8 +56,27 @@ impl<R> Broker<R> {
         }
     }
 
+    /// Widens the claim to the slots that freed since it started, just before its statement
+    /// runs: under load more handlers end while a claim acquires its connection, and one claim
+    /// then takes their rows too. Answers the claim's limit.
+    fn top_up(&mut self, claim: u64) -> usize {
+        let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
+            return 0;
+        };
+        let extra = self.subs[sub.0].free();
+        self.subs[sub.0].claiming += extra;
+        match self.claims.get_mut(&claim) {
+            Some(c) => {
+                c.limit += extra;
+                c.limit
+            }
+            None => 0,
+        }
+    }
+
     pub(super) fn lease_claim_acquired(&mut self, claim: u64, conn: ConnId) {
         let now = self.now;
+        self.top_up(claim);
         let Some((sub, limit, l)) = Self::lease(&mut self.claims, claim) else {
             return;
         };

@@ -33,6 +33,7 @@ impl Pretend {
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 impl BlockingDriver for Pretend {
+    const CLAIM: &'static str = "PretendClaim";
     type Connection = PretendConn;
     type Row = String;
     type Lock = bool;
