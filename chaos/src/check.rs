@@ -80,6 +80,9 @@ pub struct Fault {
     pub to_us: i64,
     /// What.
     pub kind: FaultKind,
+    /// The process it hit, where known: the one killed, or (PostgreSQL, by the session's
+    /// `application_name`) the one whose session was killed.
+    pub spawn: Option<i64>,
 }
 
 /// What the check needs of a run.
@@ -130,6 +133,11 @@ const LEASE_SLACK_US: i64 = 500_000;
 
 /// Whether a fault of one of `kinds` (sorted by `from_us`) overlaps `[from, to]`.
 fn fault_in(faults: &[Fault], from: i64, to: i64, kinds: &[FaultKind]) -> bool {
+    fault_where(faults, from, to, |f| kinds.contains(&f.kind))
+}
+
+/// Whether a fault that `pick` accepts (sorted by `from_us`) overlaps `[from, to]`.
+fn fault_where(faults: &[Fault], from: i64, to: i64, pick: impl Fn(&Fault) -> bool) -> bool {
     // No fault lasts longer than a minute (a restart takes seconds): the ones that may reach
     // `from` start at most that much before it.
     const LONGEST_US: i64 = 60_000_000;
@@ -137,7 +145,7 @@ fn fault_in(faults: &[Fault], from: i64, to: i64, kinds: &[FaultKind]) -> bool {
     faults[first..]
         .iter()
         .take_while(|f| f.from_us <= to)
-        .any(|f| f.to_us >= from && kinds.contains(&f.kind))
+        .any(|f| f.to_us >= from && pick(f))
 }
 
 /// The interval of a delivery: its recorded end, or when its process was seen gone.
@@ -162,29 +170,34 @@ fn overlaps(what: &str, list: &[&Delivery], input: &Input<'_>, report: &mut Repo
     // Sorted by start: each start is compared with the latest end so far.
     let mut latest: Option<(&Delivery, i64)> = None;
     for &d in list {
-        if let Some((before, end)) = latest {
-            if d.start_us < end {
-                let excuse = match input.form {
-                    Form::Lease => (d.start_us - before.start_us
-                        >= input.lease_us - LEASE_SLACK_US)
-                        .then_some("the lease ran out while the handler worked"),
-                    Form::RowLock | Form::Advisory => fault_in(
-                        input.faults,
-                        before.start_us,
-                        d.start_us,
-                        &[FaultKind::SessionKill, FaultKind::Restart],
+        if let Some((before, end)) = latest
+            && d.start_us < end
+        {
+            let excuse = match input.form {
+                Form::Lease => (d.start_us - before.start_us >= input.lease_us - LEASE_SLACK_US)
+                    .then_some("the lease ran out while the handler worked"),
+                // The first delivery's row lock or key lock ends with its session: a
+                // session of its process killed, or the server restarted.
+                Form::RowLock | Form::Advisory => {
+                    fault_where(input.faults, before.start_us, d.start_us, |f| {
+                        f.kind == FaultKind::Restart
+                            || (f.kind == FaultKind::SessionKill
+                                && f.spawn.is_none_or(|s| s == before.spawn))
+                    })
+                    .then_some(
+                        "a session of the first one's process was killed (or the server \
+                             restarted) in between",
                     )
-                    .then_some("a session was killed (or the server restarted) in between"),
-                };
-                let text = format!(
-                    "{what}: in work twice at once: {} and {}",
-                    describe(before),
-                    describe(d)
-                );
-                match excuse {
-                    Some(why) => report.excused.push(format!("{text} ({why})")),
-                    None => report.violations.push(text),
                 }
+            };
+            let text = format!(
+                "{what}: in work twice at once: {} and {}",
+                describe(before),
+                describe(d)
+            );
+            match excuse {
+                Some(why) => report.excused.push(format!("{text} ({why})")),
+                None => report.violations.push(text),
             }
         }
         let end = end_of(d, input.ended).unwrap_or(i64::MAX);
@@ -362,7 +375,14 @@ pub fn check(input: &Input<'_>) -> Report {
 mod tests {
     use super::*;
 
-    fn d(spawn: i64, job: i64, attempt: i64, start: i64, end: Option<i64>, outcome: &str) -> Delivery {
+    fn d(
+        spawn: i64,
+        job: i64,
+        attempt: i64,
+        start: i64,
+        end: Option<i64>,
+        outcome: &str,
+    ) -> Delivery {
         Delivery {
             spawn,
             seq: 0,
@@ -428,9 +448,12 @@ mod tests {
             d(2, 3, 1, 35, Some(50), "ack"),
         ];
         let report = run(Form::Advisory, &jobs, &[], &log, &[], &[]);
-        assert_eq!(report.violations.len(), 2, "{:?}", report.violations);
-        assert!(report.violations[0].starts_with("job 1: in work twice"));
-        assert!(report.violations[1].starts_with("key chaos-1: in work twice"));
+        let v = &report.violations;
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v[0].starts_with("job 1: in work twice"));
+        // Key chaos-1: job 1's two deliveries, then job 1's second with job 3's.
+        assert!(v[1].starts_with("key chaos-1: in work twice"));
+        assert!(v[2].ends_with("spawn 2 attempt 1 [35..50]"));
     }
 
     #[test]
@@ -441,6 +464,7 @@ mod tests {
             from_us: 25,
             to_us: 25,
             kind: FaultKind::Kill,
+            spawn: Some(1),
         }];
         let report = run(Form::RowLock, &jobs, &[], &log, &[(1, 25)], &kill);
         assert_eq!(report.violations, Vec::<String>::new());
@@ -463,10 +487,18 @@ mod tests {
             from_us: 15,
             to_us: 16,
             kind: FaultKind::SessionKill,
+            spawn: Some(1),
         }];
         let report = run(Form::RowLock, &jobs, &[], &log, &[], &cut);
         assert_eq!(report.violations, Vec::<String>::new());
         assert_eq!(report.excused.len(), 1);
+        // A session of the second delivery's process explains nothing.
+        let other = [Fault {
+            spawn: Some(2),
+            ..cut[0]
+        }];
+        let report = run(Form::RowLock, &jobs, &[], &log, &[], &other);
+        assert_eq!(report.violations.len(), 1);
         let report = run(Form::Lease, &jobs, &[], &log, &[], &cut);
         assert_eq!(report.violations.len(), 1);
     }
@@ -485,6 +517,7 @@ mod tests {
             from_us: 25,
             to_us: 25,
             kind: FaultKind::Kill,
+            spawn: Some(1),
         }];
         let report = run(Form::Lease, &jobs, &[], &log, &[], &kill);
         assert_eq!(report.violations, Vec::<String>::new());

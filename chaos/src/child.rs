@@ -146,7 +146,9 @@ impl Log {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(error) => {
-                    eprintln!("chaos child: the log write ({what}) failed for {LOG_PATIENCE:?}: {error}");
+                    eprintln!(
+                        "chaos child: the log write ({what}) failed for {LOG_PATIENCE:?}: {error}"
+                    );
                     std::process::exit(5);
                 }
             }
@@ -250,7 +252,11 @@ fn tracing_free_note(text: &str) {
     static LAST: AtomicI64 = AtomicI64::new(0);
     let now = now_us();
     let last = LAST.load(Ordering::Relaxed);
-    if now - last > 1_000_000 && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+    if now - last > 1_000_000
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
         eprintln!("chaos child: {text}");
     }
 }
@@ -441,11 +447,7 @@ where
         let _ = drainer.await;
     }
     running.stop();
-    let _ = tokio::time::timeout(
-        Duration::from_millis(args.shutdown_ms),
-        running.drained(),
-    )
-    .await;
+    let _ = tokio::time::timeout(Duration::from_millis(args.shutdown_ms), running.drained()).await;
     Ok(running.shutdown().await)
 }
 

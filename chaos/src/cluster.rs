@@ -64,13 +64,24 @@ impl Cluster {
             port: free_port()?,
         };
         if let Some(user) = user {
-            cluster.run("chown", &[&format!("{user}:"), &cluster.path("")], false).await?;
+            cluster
+                .run("chown", &[&format!("{user}:"), &cluster.path("")], false)
+                .await?;
         }
         let data = cluster.path("data");
         cluster
             .run(
                 &cluster.tool("initdb"),
-                &["-D", &data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"],
+                &[
+                    "-D",
+                    &data,
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-locale",
+                ],
                 true,
             )
             .await?;

@@ -34,7 +34,8 @@ impl Server {
         };
         let mut url = url;
         if !postgres {
-            url.set_scheme("mysql").map_err(|()| "cannot set the scheme")?;
+            url.set_scheme("mysql")
+                .map_err(|()| "cannot set the scheme")?;
         }
         Ok(Self { postgres, url })
     }
@@ -99,6 +100,17 @@ impl Server {
 enum Pool {
     Postgres(PgPool),
     MySql(MySqlPool),
+}
+
+/// A session of a service on the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Session {
+    /// The backend pid (PostgreSQL) or connection id (MySQL/MariaDB).
+    pub id: i64,
+    /// The process, where the session's `application_name` tells it.
+    pub spawn: Option<i64>,
+    /// The client's port, where the server tells it.
+    pub port: Option<u16>,
 }
 
 /// A transaction held open on a connection of the parent's, until [`Held::end`].
@@ -172,8 +184,12 @@ impl RunDb {
     pub async fn execute(&self, statements: &[String]) -> Result<(), BoxError> {
         for sql in statements {
             match &self.pool {
-                Pool::Postgres(p) => drop(sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(p).await?),
-                Pool::MySql(p) => drop(sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(p).await?),
+                Pool::Postgres(p) => {
+                    sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(p).await?;
+                }
+                Pool::MySql(p) => {
+                    sqlx::raw_sql(AssertSqlSafe(sql.clone())).execute(p).await?;
+                }
             }
         }
         Ok(())
@@ -187,8 +203,16 @@ impl RunDb {
             statements = statements
                 .into_iter()
                 .map(|s| {
-                    s.replacen(&format!("CREATE TABLE {TABLE} "), &format!("CREATE TABLE {} ", self.table(TABLE)), 1)
-                        .replacen(&format!("CREATE TABLE {LOG} "), &format!("CREATE TABLE {} ", self.table(LOG)), 1)
+                    s.replacen(
+                        &format!("CREATE TABLE {TABLE} "),
+                        &format!("CREATE TABLE {} ", self.table(TABLE)),
+                        1,
+                    )
+                    .replacen(
+                        &format!("CREATE TABLE {LOG} "),
+                        &format!("CREATE TABLE {} ", self.table(LOG)),
+                        1,
+                    )
                 })
                 .collect();
         }
@@ -211,18 +235,20 @@ impl RunDb {
                     to - 1
                 )
             } else {
-                let values: Vec<String> =
-                    (from..to).map(|n| format!("({}, '{{}}')", n % keys)).collect();
-                format!("INSERT INTO {table} (k, payload) VALUES {}", values.join(", "))
+                let values: Vec<String> = (from..to)
+                    .map(|n| format!("({}, '{{}}')", n % keys))
+                    .collect();
+                format!(
+                    "INSERT INTO {table} (k, payload) VALUES {}",
+                    values.join(", ")
+                )
             };
             self.execute(&[sql]).await?;
             from = to;
         }
         let ids = self.table(IDS);
-        self.execute(&[format!(
-            "CREATE TABLE {ids} AS SELECT id, k FROM {table}"
-        )])
-        .await
+        self.execute(&[format!("CREATE TABLE {ids} AS SELECT id, k FROM {table}")])
+            .await
     }
 
     /// Every job published: id and `k`.
@@ -284,7 +310,17 @@ impl RunDb {
              ORDER BY start_us",
             self.table(LOG)
         );
-        type LogRow = (i64, i64, i64, i64, Option<String>, i64, i64, Option<i64>, Option<String>);
+        type LogRow = (
+            i64,
+            i64,
+            i64,
+            i64,
+            Option<String>,
+            i64,
+            i64,
+            Option<i64>,
+            Option<String>,
+        );
         let rows: Vec<LogRow> = match &self.pool {
             Pool::Postgres(p) => sqlx::query_as(AssertSqlSafe(sql)).fetch_all(p).await?,
             Pool::MySql(p) => sqlx::query_as(AssertSqlSafe(sql)).fetch_all(p).await?,
@@ -308,29 +344,46 @@ impl RunDb {
     }
 
     /// The services' broker sessions now: PostgreSQL backend pids whose `application_name`
-    /// starts with `prefix`; MySQL/MariaDB connection ids whose database is the run's (the
-    /// log pools and the parent have none... the log pools name it in their statements).
-    pub async fn broker_sessions(&self, prefix: &str) -> Result<Vec<i64>, BoxError> {
+    /// is `{prefix}{spawn}`, with that spawn; MySQL/MariaDB connection ids whose database is
+    /// the run's (the log pools and the parent connect without a default database), with the
+    /// client's port, by which the parent finds the process.
+    pub async fn broker_sessions(&self, prefix: &str) -> Result<Vec<Session>, BoxError> {
         Ok(match &self.pool {
             Pool::Postgres(p) => {
-                let pids: Vec<i32> = sqlx::query_scalar(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = $1 \
+                let rows: Vec<(i32, String)> = sqlx::query_as(
+                    "SELECT pid, application_name FROM pg_stat_activity WHERE datname = $1 \
                      AND application_name LIKE $2",
                 )
                 .bind(&self.name)
                 .bind(format!("{prefix}%"))
                 .fetch_all(p)
                 .await?;
-                pids.into_iter().map(i64::from).collect()
+                rows.into_iter()
+                    .map(|(pid, app)| {
+                        let spawn = app.strip_prefix(prefix).and_then(|s| s.parse().ok());
+                        Session {
+                            id: i64::from(pid),
+                            spawn,
+                            port: None,
+                        }
+                    })
+                    .collect()
             }
             Pool::MySql(p) => {
-                let ids: Vec<u64> = sqlx::query_scalar(
-                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?",
+                let rows: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT CAST(ID AS SIGNED), HOST FROM information_schema.PROCESSLIST \
+                     WHERE DB = ?",
                 )
                 .bind(&self.name)
                 .fetch_all(p)
                 .await?;
-                ids.into_iter().map(|id| id as i64).collect()
+                rows.into_iter()
+                    .map(|(id, host)| Session {
+                        id,
+                        spawn: None,
+                        port: host.rsplit_once(':').and_then(|(_, p)| p.parse().ok()),
+                    })
+                    .collect()
             }
         })
     }
@@ -349,8 +402,8 @@ impl RunDb {
                     .await
                 {
                     Ok(_) => Ok(true),
-                    // 1094: unknown thread id (it ended meanwhile).
-                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("HY000") => {
+                    // 1094, unknown thread id: it ended meanwhile.
+                    Err(sqlx::Error::Database(e)) if e.message().contains("Unknown thread") => {
                         Ok(false)
                     }
                     Err(e) => Err(e.into()),
@@ -439,14 +492,14 @@ impl RunDb {
             }
             Pool::MySql(p) => {
                 let sessions = sqlx::query(
-                    "SELECT ID, USER, COMMAND, COALESCE(STATE, ''), TIME \
+                    "SELECT CAST(ID AS SIGNED), USER, COMMAND, COALESCE(STATE, '') \
                      FROM information_schema.PROCESSLIST WHERE DB = ?",
                 )
                 .bind(&self.name)
                 .fetch_all(p)
                 .await?;
                 for r in sessions {
-                    let id: u64 = r.get(0);
+                    let id: i64 = r.get(0);
                     let user: String = r.get(1);
                     let command: String = r.get(2);
                     let state: String = r.get(3);
@@ -456,10 +509,11 @@ impl RunDb {
                 }
                 for k in 0..keys {
                     let name = mysql_lock_name(&self.name, &format!("{KEY_PREFIX}{k}"));
-                    let holder: Option<u64> = sqlx::query_scalar("SELECT IS_USED_LOCK(?)")
-                        .bind(&name)
-                        .fetch_one(p)
-                        .await?;
+                    let holder: Option<i64> =
+                        sqlx::query_scalar("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+                            .bind(&name)
+                            .fetch_one(p)
+                            .await?;
                     if let Some(holder) = holder {
                         found.push(format!("GET_LOCK `{name}` held by session {holder}"));
                     }

@@ -122,7 +122,9 @@ mod tests {
             outcome(Mode::Normal, j, 1) == Outcome::Reject
         });
         assert!((0.04..0.06).contains(&rejects), "{rejects}");
-        let acks_at_once = share(Mode::Normal, |j| outcome(Mode::Normal, j, 1) == Outcome::Ack);
+        let acks_at_once = share(Mode::Normal, |j| {
+            outcome(Mode::Normal, j, 1) == Outcome::Ack
+        });
         assert!((0.67..0.73).contains(&acks_at_once), "{acks_at_once}");
         let storm_retries = share(Mode::Storm, |j| {
             outcome(Mode::Storm, j, 1) == Outcome::Retry

@@ -1,7 +1,7 @@
 //! The parent: one run per scenario × adapter × form, each in a database of its own, each
 //! printing one result line.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -171,43 +171,35 @@ pub async fn main(args: RunArgs) -> ExitCode {
     let mut cluster: Option<Cluster> = None;
     let (mut runs, mut failed) = (0usize, 0usize);
     let mut n = 0u64;
-    for &scenario in &args.scenario {
-        for &target in &args.adapter {
-            if scenario == Scenario::DbRestart && !target.postgres() {
-                eprintln!(
-                    "ruststream-chaos: db_restart runs on PostgreSQL only (a throwaway server it \
-                     restarts); not on {}",
-                    target.name()
-                );
-                continue;
-            }
-            for &form in &args.form {
-                n += 1;
-                let run_seed = seed.wrapping_add(n);
-                let outcome =
-                    match run_one(&args, scenario, target, form, run_seed, n, &mut cluster).await {
-                        Ok(outcome) => outcome,
-                        Err(error) => Outcome {
-                            line: format!(
-                                "chaos scenario={} adapter={} db={} form={} seed={run_seed} \
-                                 verdict=ERROR {error}",
-                                scenario.name(),
-                                target.adapter(),
-                                if target.postgres() { "postgres" } else { "mysql" },
-                                form.name()
-                            ),
-                            failed: true,
-                            details: Vec::new(),
-                        },
-                    };
-                println!("{}", outcome.line);
-                for detail in outcome.details.iter().take(30) {
-                    eprintln!("    {detail}");
-                }
-                runs += 1;
-                failed += usize::from(outcome.failed);
-            }
+    for (scenario, target, form) in plan_runs(&args) {
+        n += 1;
+        let run_seed = seed.wrapping_add(n);
+        let outcome = match run_one(&args, scenario, target, form, run_seed, n, &mut cluster).await
+        {
+            Ok(outcome) => outcome,
+            Err(error) => Outcome {
+                line: format!(
+                    "chaos scenario={} adapter={} db={} form={} seed={run_seed} \
+                     verdict=ERROR {error}",
+                    scenario.name(),
+                    target.adapter(),
+                    if target.postgres() {
+                        "postgres"
+                    } else {
+                        "mysql"
+                    },
+                    form.name()
+                ),
+                failed: true,
+                details: Vec::new(),
+            },
+        };
+        println!("{}", outcome.line);
+        for detail in outcome.details.iter().take(30) {
+            eprintln!("    {detail}");
         }
+        runs += 1;
+        failed += usize::from(outcome.failed);
     }
     if let Some(cluster) = cluster {
         cluster.stop().await;
@@ -218,6 +210,40 @@ pub async fn main(args: RunArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The runs of the invocation: every scenario × adapter × form asked for (db_restart on the
+/// PostgreSQL adapters only), or with `--rotate` each scenario × form once, the adapters in
+/// turn.
+fn plan_runs(args: &RunArgs) -> Vec<(Scenario, Target, Form)> {
+    let mut runs = Vec::new();
+    let mut turn = args.rotate.unwrap_or(0);
+    for &scenario in &args.scenario {
+        let targets: Vec<Target> = args
+            .adapter
+            .iter()
+            .copied()
+            .filter(|t| scenario != Scenario::DbRestart || t.postgres())
+            .collect();
+        if targets.len() < args.adapter.len() {
+            eprintln!(
+                "ruststream-chaos: db_restart runs on PostgreSQL only (a throwaway server it \
+                 restarts)"
+            );
+        }
+        if targets.is_empty() {
+            continue;
+        }
+        for &form in &args.form {
+            if args.rotate.is_some() {
+                runs.push((scenario, targets[turn % targets.len()], form));
+                turn += 1;
+            } else {
+                runs.extend(targets.iter().map(|&t| (scenario, t, form)));
+            }
+        }
+    }
+    runs
 }
 
 /// The processes of a scenario.
@@ -370,12 +396,7 @@ async fn drive(
         if let Some(i) = gone {
             let p = &procs[i];
             tokio::time::sleep(Duration::from_millis(200)).await;
-            return Err(format!(
-                "spawn {} did not start: {}",
-                p.spawn,
-                p.stderr_tail()
-            )
-            .into());
+            return Err(format!("spawn {} did not start: {}", p.spawn, p.stderr_tail()).into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -389,14 +410,21 @@ async fn drive(
     let mut last_look = Instant::now() - Duration::from_secs(1);
     let mut pending = total;
     let mut last_restart = Instant::now();
+    // A count of the rows left: ten a second on a small table, one every two seconds on a
+    // large one (a count of a million rows takes a while).
+    let look_every = if total <= 10_000 {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_secs(2)
+    };
     let drained_at;
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let now = Instant::now();
         // A service that died on its own.
-        for i in 0..procs.len() {
-            if exited(&mut procs[i].child) {
-                let p = &procs[i];
+        for proc in &mut procs {
+            if exited(&mut proc.child) {
+                let p = &*proc;
                 violations.push(format!(
                     "spawn {} (pid {}) exited on its own: {}",
                     p.spawn,
@@ -405,11 +433,11 @@ async fn drive(
                 ));
                 faults.ended.insert(p.spawn, now_us());
                 let slot = p.slot;
-                procs[i] = spawn_proc(&common, next_spawn, slot, slots[slot])?;
+                *proc = spawn_proc(&common, next_spawn, slot, slots[slot])?;
                 next_spawn += 1;
             }
         }
-        if now.duration_since(last_look) >= Duration::from_millis(100) {
+        if now.duration_since(last_look) >= look_every {
             last_look = now;
             if let Ok(p) = db.pending().await {
                 pending = p;
@@ -440,6 +468,7 @@ async fn drive(
                     from_us,
                     to_us,
                     kind: FaultKind::Kill,
+                    spawn: Some(procs[i].spawn),
                 });
                 faults.kills += 1;
                 let slot = procs[i].slot;
@@ -448,15 +477,29 @@ async fn drive(
             }
             Scenario::BackendKill if now >= next_session_kill => {
                 next_session_kill += session_every;
-                let sessions = db.broker_sessions(&format!("{tag}-b")).await.unwrap_or_default();
+                let sessions = match db.broker_sessions(&format!("{tag}-b")).await {
+                    Ok(sessions) => sessions,
+                    Err(error) => {
+                        violations.push(format!("the parent cannot list the sessions: {error}"));
+                        Vec::new()
+                    }
+                };
                 if !sessions.is_empty() {
                     let victim = sessions[rng.usize(..sessions.len())];
+                    let spawn = victim.spawn.or_else(|| {
+                        let port = victim.port?;
+                        procs
+                            .iter()
+                            .find(|p| local_ports(p.pid).contains(&port))
+                            .map(|p| p.spawn)
+                    });
                     let from_us = now_us();
-                    if let Ok(true) = db.kill_session(victim).await {
+                    if let Ok(true) = db.kill_session(victim.id).await {
                         faults.list.push(Fault {
                             from_us,
                             to_us: now_us(),
                             kind: FaultKind::SessionKill,
+                            spawn,
                         });
                         faults.session_kills += 1;
                     }
@@ -475,6 +518,7 @@ async fn drive(
                         from_us,
                         to_us: now_us(),
                         kind: FaultKind::Restart,
+                        spawn: None,
                     });
                     faults.restarts += 1;
                     last_restart = Instant::now();
@@ -542,10 +586,9 @@ async fn drive(
             break;
         }
         if Instant::now() > leave_by {
-            violations.extend(
-                left.into_iter()
-                    .map(|l| format!("left on the server {LEAVE_WITHIN:?} after the services exited: {l}")),
-            );
+            violations.extend(left.into_iter().map(|l| {
+                format!("left on the server {LEAVE_WITHIN:?} after the services exited: {l}")
+            }));
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -568,9 +611,47 @@ async fn drive(
     });
     violations.extend(report.violations.iter().cloned());
     Ok(line(
-        scenario, target, form, &database, &slots, &faults, elapsed, total, seed, &report,
-        closed, violations,
+        scenario, target, form, &database, &slots, &faults, elapsed, total, seed, &report, closed,
+        violations,
     ))
+}
+
+/// The local TCP ports of process `pid`'s sockets (Linux: its descriptors' socket inodes,
+/// found in /proc/net/tcp and tcp6); empty elsewhere.
+fn local_ports(pid: u32) -> HashSet<u16> {
+    let inodes: HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|target| {
+            let text = target.to_string_lossy().into_owned();
+            text.strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let mut ports = HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(inode)) = (fields.get(1), fields.get(9)) else {
+                continue;
+            };
+            if inode.parse::<u64>().is_ok_and(|i| inodes.contains(&i))
+                && let Some(port) = local
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            {
+                ports.insert(port);
+            }
+        }
+    }
+    ports
 }
 
 fn exited(child: &mut Child) -> bool {
@@ -651,7 +732,13 @@ fn line(
         closed.1,
     );
     let mut details = violations.clone();
-    details.extend(report.excused.iter().take(3).map(|e| format!("excused: {e}")));
+    details.extend(
+        report
+            .excused
+            .iter()
+            .take(3)
+            .map(|e| format!("excused: {e}")),
+    );
     Outcome {
         line,
         failed: !violations.is_empty(),
