@@ -295,7 +295,7 @@ pub(crate) async fn run<A, T>(
 ) -> Result<Duration, BoxError>
 where
     A: TakesRows<T>,
-    T: InboxTable + PayloadRow,
+    T: InboxTable + PayloadRow + ruststream::DecodesAs<Job>,
 {
     let form = T::TABLE.table_desc().form();
     let counted = Counted::new(adapter, stats.clone(), form);

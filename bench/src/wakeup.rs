@@ -210,7 +210,7 @@ async fn sample<A, T>(
 ) -> Result<Vec<i64>, BoxError>
 where
     A: TakesRows<T>,
-    T: InboxTable + PayloadRow,
+    T: InboxTable + PayloadRow + ruststream::DecodesAs<Job>,
 {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let consumer = BrokerHandle::new(make());

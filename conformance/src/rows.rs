@@ -40,7 +40,13 @@ pub struct Job {
 
 /// A row type of the suite: its table's name, form and settlement.
 pub trait SuiteRow:
-    InboxTable<Id = i64> + PayloadRow + AttemptRow<Attempt = i64> + Send + Sync + 'static
+    InboxTable<Id = i64>
+    + PayloadRow
+    + AttemptRow<Attempt = i64>
+    + ruststream::DecodesAs<Job>
+    + Send
+    + Sync
+    + 'static
 {
     /// The form its description selects.
     const FORM: Form;

@@ -74,7 +74,12 @@ impl Handle<Job, (), (), InboxContext> for Effect {
 
 async fn writes_commit_with_the_ack_and_roll_back_with_a_retry<T>(name: &str, table: &str)
 where
-    T: ruststream::InboxTable + ruststream::PayloadRow + FromRow + Send + 'static,
+    T: ruststream::InboxTable
+        + ruststream::PayloadRow
+        + ruststream::DecodesAs<Job>
+        + FromRow
+        + Send
+        + 'static,
     MySqlAsyncBroker: ruststream::adapter::TakesRows<T>,
 {
     let create = format!(

@@ -73,7 +73,11 @@ impl Handle<Job, (), (), InboxContext> for Effect {
 
 async fn writes_commit_with_the_ack_and_roll_back_with_a_retry<T>(name: &str, table: &str)
 where
-    T: ruststream::InboxTable + ruststream::PayloadRow + serde::de::DeserializeOwned + 'static,
+    T: ruststream::InboxTable
+        + ruststream::PayloadRow
+        + ruststream::DecodesAs<Job>
+        + serde::de::DeserializeOwned
+        + 'static,
     TokioPostgresBroker: ruststream::adapter::TakesRows<T>,
 {
     let db = Db::new(name).await;

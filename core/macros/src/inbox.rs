@@ -411,6 +411,11 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         chain.push(quote!(.own::<::ruststream::own::Lock>()));
         chain.push(quote!(.own::<::ruststream::own::Unlock>()));
     }
+    if let Some(message) = &attrs.message {
+        // The table's subscribers decode its message, and only it.
+        features.push(quote!(::ruststream::Carries<#message>));
+        chain.push(quote!(.carries::<#message>()));
+    }
 
     // The fields that decode the role columns, for the start check.
     let mut row_fields = Vec::new();

@@ -544,6 +544,15 @@ impl<F> InboxSpec<F> {
         Self::with(desc)
     }
 
+    /// The message the payload holds: the table's subscribers decode `M`, and a subscriber
+    /// of another message does not compile. `#[inbox(message = M)]` names it too.
+    pub const fn carries<M>(self) -> InboxSpec<F::Out>
+    where
+        F: Append<Carries<M>>,
+    {
+        Self::with(self.desc)
+    }
+
     /// The service's own lock or unlock: `.own::<own::Lock>()`, `.own::<own::Unlock>()`.
     pub const fn own<O: own::Own>(self) -> InboxSpec<F::Out>
     where
@@ -634,6 +643,42 @@ pub mod bits {
 
 use bits::{Bit, False, True};
 
+/// The message a table's payload holds, as its description's type says: [`AnyMessage`]
+/// unless the description names one ([`Carries`]).
+pub trait MessageKind {
+    /// `Self`, unless it is [`AnyMessage`]: then `B`.
+    type Or<B: MessageKind>: MessageKind;
+}
+
+/// A payload of any message: the subscriber's handler decides what it decodes.
+#[derive(Clone, Copy, Debug)]
+pub struct AnyMessage;
+
+/// A payload that holds `M`: the table's subscribers decode `M`.
+pub struct OnlyMessage<M>(PhantomData<M>);
+
+impl MessageKind for AnyMessage {
+    type Or<B: MessageKind> = B;
+}
+
+impl<M> MessageKind for OnlyMessage<M> {
+    type Or<B: MessageKind> = OnlyMessage<M>;
+}
+
+/// Rule: a subscriber of a table whose description names its message (`#[inbox(message =
+/// Report)]`, `.carries::<Report>()`) decodes that message. Implemented for the message kinds
+/// that take `M`.
+#[diagnostic::on_unimplemented(
+    message = "the table's description names the message its payload holds, and a subscriber of it decodes another: `{M}`",
+    label = "decode the message the table names (its `MessageTable::Message`) in the handler"
+)]
+pub trait Accepts<M> {}
+impl<M> Accepts<M> for AnyMessage {}
+impl<M> Accepts<M> for OnlyMessage<M> {}
+
+/// The marker of the message a table's payload holds (`.carries::<M>()`).
+pub struct Carries<M>(PhantomData<M>);
+
 /// A feature marker, and what it selects.
 pub trait Feature {
     /// The advisory lock form.
@@ -644,6 +689,8 @@ pub trait Feature {
     type Lock: Bit;
     /// The service's own unlock.
     type Unlock: Bit;
+    /// The message the payload holds.
+    type Message: MessageKind;
 }
 
 macro_rules! feature {
@@ -653,8 +700,17 @@ macro_rules! feature {
             type Lease = $l;
             type Lock = $lock;
             type Unlock = $unlock;
+            type Message = AnyMessage;
         }
     };
+}
+
+impl<M> Feature for Carries<M> {
+    type Advisory = False;
+    type Lease = False;
+    type Lock = False;
+    type Unlock = False;
+    type Message = OnlyMessage<M>;
 }
 
 feature!(Payload, False, False, False, False);
@@ -678,6 +734,8 @@ pub trait Features {
     type Lock: Bit;
     /// The service's own unlock.
     type Unlock: Bit;
+    /// The message the payload holds: [`AnyMessage`], or the one a [`Carries`] names.
+    type Message: MessageKind;
 }
 
 /// A tuple of features to which `T` can be appended.
@@ -691,6 +749,7 @@ impl Features for () {
     type Lease = False;
     type Lock = False;
     type Unlock = False;
+    type Message = AnyMessage;
 }
 
 impl<T> Append<T> for () {
@@ -704,6 +763,7 @@ macro_rules! tuples {
             type Lease = tuples!(@or Lease $($name)+);
             type Lock = tuples!(@or Lock $($name)+);
             type Unlock = tuples!(@or Unlock $($name)+);
+            type Message = tuples!(@message $($name)+);
         }
 
         impl<$($name,)+ T> Append<T> for ($($name,)+) {
@@ -714,6 +774,10 @@ macro_rules! tuples {
         <$first::$bit as Bit>::Or<tuples!(@or $bit $($rest)*)>
     };
     (@or $bit:ident) => { False };
+    (@message $first:ident $($rest:ident)*) => {
+        <$first::Message as MessageKind>::Or<tuples!(@message $($rest)*)>
+    };
+    (@message) => { AnyMessage };
 }
 
 tuples!(A);

@@ -54,8 +54,8 @@ pub use retry::{Failure, FailureHook, RetryPolicy};
 pub use route::Route;
 pub use ruststream_core as core;
 pub use ruststream_core::spec::{
-    Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy, Payload,
-    Processed, own,
+    Advisory, Attempt, Carries, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy,
+    Payload, Processed, own,
 };
 pub use ruststream_core::{ClosedCounts, FailedRowsOf, Published, Value};
 pub use state::{State, States};
@@ -65,7 +65,7 @@ pub use ruststream_macros::{Inbox, app, subscriber};
 pub use subscriber::{
     InboxQueue, IntoSubscription, Subscriber, SubscriberBuilder, Subscription, subscriber,
 };
-pub use table::{AttemptRow, InboxTable, MessageTable, PayloadRow};
+pub use table::{AttemptRow, DecodesAs, InboxTable, MessageTable, PayloadRow};
 
 /// A `NonZeroUsize` from a constant, checked at compile time: `nonzero!(4)`.
 #[macro_export]

@@ -16,7 +16,7 @@ use crate::exec::BoxFuture;
 use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome, Lender};
 use crate::retry::{Failure, Failures, RetryPolicy};
 use crate::state::States;
-use crate::table::{InboxTable, PayloadRow};
+use crate::table::{DecodesAs, InboxTable, PayloadRow};
 
 /// Marks types a value is generic over without holding them.
 type Types<T> = PhantomData<fn() -> T>;
@@ -235,6 +235,7 @@ impl<A, T, H, M, X, C> IntoSubscription<A> for SubscriberBuilder<H, InboxQueue<T
 where
     A: TakesRows<T>,
     T: InboxTable + PayloadRow,
+    T: DecodesAs<M>,
     H: Handle<M, (), X, C>,
     M: Send + Sync + 'static,
     X: 'static,

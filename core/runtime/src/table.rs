@@ -1,6 +1,6 @@
 //! What a row type tells the runtime about its table.
 
-use ruststream_core::spec::Described;
+use ruststream_core::spec::{Accepts, Described, Features};
 
 /// A row type of a queue table, with its description.
 pub trait InboxTable: Sized + Send + Sync + 'static {
@@ -71,4 +71,22 @@ pub trait MessageTable: InboxTable {
     /// The row to publish for `message`: its payload (JSON), and the key's columns read from
     /// its fields.
     fn message_row(message: &Self::Message) -> Result<crate::Message, crate::PublishError>;
+}
+
+/// A table whose rows a subscriber may decode as `M`: every table, unless its description names
+/// the message its payload holds (`#[inbox(message = Report)]`, `.carries::<Report>()`); then
+/// only as that message. A subscription of such a table whose handler decodes another message
+/// does not compile. Code generic over a table's type states it as a bound
+/// (`T: DecodesAs<Job>`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}`'s description names the message its payload holds, and this subscriber decodes another: `{M}`",
+    label = "decode the message `{Self}` names (`MessageTable::Message`) in the handler"
+)]
+pub trait DecodesAs<M> {}
+
+impl<T, M> DecodesAs<M> for T
+where
+    T: InboxTable,
+    <<T::Table as Described>::Features as Features>::Message: Accepts<M>,
+{
 }

@@ -81,7 +81,7 @@ where
 
 fn subscription<T, DB>(effect: Effect<DB>) -> ruststream::Subscription<SqlxBroker<DB>>
 where
-    T: ruststream::InboxTable + ruststream::PayloadRow,
+    T: ruststream::InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
     DB: SqlxDatabase,
     SqlxBroker<DB>: TakesRows<T>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -107,7 +107,7 @@ async fn until<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> 
 /// The child: the service, whose handler writes, marks and waits to be killed.
 async fn child<T, DB>(url: &str)
 where
-    T: ruststream::InboxTable + ruststream::PayloadRow,
+    T: ruststream::InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
     DB: SqlxDatabase,
     SqlxBroker<DB>: TakesRows<T>,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
@@ -138,7 +138,7 @@ where
 /// leaves the row deleted and exactly the last attempt's write.
 async fn writes_commit_with_the_acknowledgement<T, D>(db: &D, test: &str, url: &str, table: &str)
 where
-    T: ruststream::InboxTable + ruststream::PayloadRow,
+    T: ruststream::InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
     D: TestDb,
     SqlxBroker<D::DB>: TakesRows<T>,
     for<'c> &'c mut <D::DB as sqlx::Database>::Connection: sqlx::Executor<'c, Database = D::DB>,

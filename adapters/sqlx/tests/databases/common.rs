@@ -684,7 +684,7 @@ pub fn subscription<T, DB>(
 ) -> Subscription<SqlxBroker<DB>>
 where
     DB: SqlxDatabase,
-    T: InboxTable + PayloadRow,
+    T: InboxTable + PayloadRow + ruststream::DecodesAs<Job>,
     SqlxBroker<DB>: ruststream::adapter::TakesRows<T>,
 {
     builder::<T>(record, workers, lease).into_subscription()

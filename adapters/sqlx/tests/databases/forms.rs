@@ -15,7 +15,7 @@ use crate::common::*;
 pub async fn end_to_end<D, T>(db: &D, workers: usize, lease: Option<Duration>, keyed: bool)
 where
     D: TestDb,
-    T: InboxTable + PayloadRow,
+    T: InboxTable + PayloadRow + ruststream::DecodesAs<Job>,
     SqlxBroker<D::DB>: TakesRows<T>,
 {
     const N: u32 = 12;

@@ -47,7 +47,7 @@ impl Handle<Job, (), (), InboxContext> for Stamp {
 
 fn stamped<T>(tx: &mpsc::UnboundedSender<(u32, Instant)>) -> Subscription<SqlxBroker<Postgres>>
 where
-    T: InboxTable + PayloadRow,
+    T: InboxTable + PayloadRow + ruststream::DecodesAs<Job>,
     SqlxBroker<Postgres>: ruststream::adapter::TakesRows<T>,
 {
     ruststream::subscriber("jobs", Stamp(tx.clone()))

@@ -3246,7 +3246,11 @@ fn row_lock_claims_that_count_attempts_count_after_the_last_counts_locks() {
         sim.run();
         assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim locks");
         let marked: Vec<i64> = sim.db.marks.keys().copied().collect();
-        assert_eq!(marked, [3], "{dialect:?}: its row stays marked until its lock");
+        assert_eq!(
+            marked,
+            [3],
+            "{dialect:?}: its row stays marked until its lock"
+        );
         let second = sim.delivery(0, 2);
         let mark = sim.mark();
         sim.settle(0, second, Outcome::Ack);
