@@ -153,15 +153,15 @@ fn end_of(d: &Delivery, ended: &HashMap<i64, i64>) -> Option<i64> {
     d.end_us.or_else(|| ended.get(&d.spawn).copied())
 }
 
-fn describe(d: &Delivery) -> String {
+fn describe(d: &Delivery, ended: &HashMap<i64, i64>) -> String {
+    let end = match (d.end_us, ended.get(&d.spawn)) {
+        (Some(end), _) => end.to_string(),
+        (None, Some(gone)) => format!("open, process gone at {gone}"),
+        (None, None) => "open".to_owned(),
+    };
     format!(
-        "spawn {} attempt {} [{}..{}]",
-        d.spawn,
-        d.attempt,
-        d.start_us,
-        d.end_us
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "open".to_owned())
+        "spawn {} attempt {} [{}..{end}]",
+        d.spawn, d.attempt, d.start_us
     )
 }
 
@@ -192,8 +192,8 @@ fn overlaps(what: &str, list: &[&Delivery], input: &Input<'_>, report: &mut Repo
             };
             let text = format!(
                 "{what}: in work twice at once: {} and {}",
-                describe(before),
-                describe(d)
+                describe(before, input.ended),
+                describe(d, input.ended)
             );
             match excuse {
                 Some(why) => report.excused.push(format!("{text} ({why})")),
@@ -231,7 +231,7 @@ pub fn check(input: &Input<'_>) -> Report {
                 "job {}: the handler of {} never recorded its end, and its process shut down \
                  gracefully",
                 d.job,
-                describe(d)
+                describe(d, input.ended)
             ));
         }
         by_job.entry(d.job).or_default().push(d);
@@ -306,7 +306,7 @@ pub fn check(input: &Input<'_>) -> Report {
                         "{what}: deleted, but its last delivery was not acknowledged ({})",
                         last.map_or("no delivery".to_owned(), |d| format!(
                             "{}, outcome {}",
-                            describe(d),
+                            describe(d, input.ended),
                             d.outcome.as_deref().unwrap_or("none")
                         ))
                     ));
@@ -315,7 +315,7 @@ pub fn check(input: &Input<'_>) -> Report {
             Some(row) if !row.failed => report.violations.push(format!(
                 "{what}: still queued at attempt {} after the run (last delivery: {})",
                 row.attempt,
-                last.map_or("none".to_owned(), |d| describe(d))
+                last.map_or("none".to_owned(), |d| describe(d, input.ended))
             )),
             Some(row) => {
                 let error = row.error.as_deref().unwrap_or("");
@@ -333,7 +333,7 @@ pub fn check(input: &Input<'_>) -> Report {
                         _ => report.violations.push(format!(
                             "{what}: failed with a rejection, but its last delivery did not \
                              reject ({})",
-                            last.map_or("none".to_owned(), |d| describe(d))
+                            last.map_or("none".to_owned(), |d| describe(d, input.ended))
                         )),
                     }
                 } else if row.attempt > input.max_attempts {

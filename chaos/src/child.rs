@@ -394,7 +394,7 @@ async fn serve<A, T>(
 ) -> Result<ClosedCounts, BoxError>
 where
     A: TakesRows<T> + Drain,
-    T: InboxTable + PayloadRow,
+    T: InboxTable + PayloadRow + ruststream::DecodesAs<serde::de::IgnoredAny>,
 {
     let recorder = Recorder {
         log,

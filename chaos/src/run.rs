@@ -463,7 +463,9 @@ async fn drive(
                 let _ = procs[i].child.start_kill();
                 let _ = procs[i].child.wait().await;
                 let to_us = now_us();
-                faults.ended.insert(procs[i].spawn, to_us);
+                // SIGKILL ends the process as it arrives: what it held is gone from then on
+                // (the server lets it go a moment later, when it sees the socket close).
+                faults.ended.insert(procs[i].spawn, from_us);
                 faults.list.push(Fault {
                     from_us,
                     to_us,
