@@ -28,8 +28,11 @@ pub fn column_position<S: AsRef<str>>(names: &[S], name: &str) -> Option<usize> 
 /// [`ColumnType::read`]; a driver that reports no types passes its text through
 /// [`ColumnType::read_text`].
 ///
-/// A column the rows lack fails with [`ErrorKind::UndefinedColumn`], and a cell that does not
-/// read as its type with [`ErrorKind::Other`], each naming the column and the statement.
+/// A column the rows lack fails the statement with [`ErrorKind::UndefinedColumn`], naming the
+/// column and the statement. A cell that does not read as its type (a value of another type in
+/// a column of SQLite, text that is not UTF-8) fails its row only: the cell reads `NULL`, and
+/// the row's [`Row::unread`] names the column and why, so one bad row does not stop the rows
+/// beside it.
 pub fn read_rows<R>(
     rows: impl IntoIterator<Item = R>,
     columns: &[OutColumn],
@@ -46,25 +49,27 @@ pub fn read_rows<R>(
             Some(wanted) => wanted,
             None => indexes.insert(positions(&names(&row), columns, sql)?),
         };
+        let mut unread = None;
         let values = wanted
             .iter()
             .zip(columns)
             .map(|(&index, column)| {
-                read(&row, index, column.ty).map_err(|message| {
-                    DbError::new(
-                        ErrorKind::Other,
+                read(&row, index, column.ty).unwrap_or_else(|message| {
+                    unread.get_or_insert_with(|| {
                         format!(
-                            "column `{}` does not read as {}: {message}: {sql}",
+                            "column `{}` does not read as {}: {message}",
                             column.name,
                             column.ty.name()
-                        ),
-                    )
+                        )
+                    });
+                    Value::Null
                 })
             })
-            .collect::<Result<Vec<Value>, DbError>>()?;
+            .collect::<Vec<Value>>();
         out.push(Row {
             values,
             raw: raw.then_some(row),
+            unread,
         });
     }
     Ok(out)
@@ -132,21 +137,26 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_column_and_a_cell_of_another_type_name_the_column_and_the_statement() {
+    fn a_missing_column_fails_the_statement_and_a_cell_of_another_type_its_row() {
         let rows = vec![TextRow(vec![("id", Some("7"))])];
         let error = read_rows(rows, &COLUMNS, false, "SELECT id", names, read).unwrap_err();
         assert_eq!(error.kind, ErrorKind::UndefinedColumn);
         assert!(error.message.contains("`attempt`") && error.message.contains("SELECT id"));
 
-        let rows = vec![TextRow(vec![("id", Some("7")), ("attempt", Some("two"))])];
-        let error = read_rows(rows, &COLUMNS, false, "SELECT *", names, read).unwrap_err();
-        assert_eq!(error.kind, ErrorKind::Other);
+        // A cell of another type reads `NULL`, its row says why, and the next row reads.
+        let rows = vec![
+            TextRow(vec![("id", Some("7")), ("attempt", Some("two"))]),
+            TextRow(vec![("id", Some("8")), ("attempt", Some("2"))]),
+        ];
+        let read = read_rows(rows, &COLUMNS, false, "SELECT *", names, read).unwrap();
+        assert_eq!(read[0].values, vec![Value::Int(7), Value::Null]);
+        let why = read[0].unread.as_deref().unwrap_or_default();
         assert!(
-            error
-                .message
-                .contains("column `attempt` does not read as an integer")
+            why.contains("column `attempt` does not read as an integer"),
+            "{why}"
         );
-        assert!(error.message.ends_with("SELECT *"));
+        assert_eq!(read[1].values, vec![Value::Int(8), Value::Int(2)]);
+        assert_eq!(read[1].unread, None);
     }
 
     #[test]

@@ -102,12 +102,19 @@ pub struct Row<R> {
     pub values: Vec<Value>,
     /// The driver's row, when the statement asked for it.
     pub raw: Option<R>,
+    /// Why a cell of the row did not read as its column's type (its value is then `NULL`):
+    /// the row, not the statement, is at fault, and the machine that reads it decides.
+    pub unread: Option<String>,
 }
 
 impl<R> Row<R> {
     /// A row of these values without a driver row.
     pub fn values(values: Vec<Value>) -> Self {
-        Self { values, raw: None }
+        Self {
+            values,
+            raw: None,
+            unread: None,
+        }
     }
 }
 

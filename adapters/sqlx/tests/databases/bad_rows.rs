@@ -1,7 +1,10 @@
 //! Rows written by hand that the queue cannot take as they are, on every database: a key
 //! column that is `NULL` or empty text fails its row without the handler, with an error
 //! naming the table, the row and the column, and keeps it in the table; a key of 10 kB and
-//! a payload of 16 MB are served; the rows beside them are served throughout.
+//! a payload of 16 MB are served; the rows beside them are served throughout. On SQLite, whose
+//! columns take a value of any type, a key that is not text (bytes that are not UTF-8) and an
+//! attempt that is not an integer fail their rows alone, each error naming the column, and the
+//! row queued after them is served.
 
 use ruststream::Inbox;
 
@@ -94,6 +97,21 @@ where
     db.exec(&insert(4, "'four'", &xs(dialect, big_payload(dialect))))
         .await;
     db.exec(&insert(5, "'five'", "''")).await;
+    let sqlite = dialect == Dialect::Sqlite;
+    if sqlite {
+        db.exec(&insert(6, "X'00FF'", "''")).await;
+        db.exec(&format!(
+            "INSERT INTO bad_jobs (id, k, attempt, payload) VALUES (7, 'seven', 2.5, {})",
+            payload(dialect, 7, "''")
+        ))
+        .await;
+        db.exec(&insert(8, "'eight'", "''")).await;
+    }
+    let (served_rows, failed_rows): (&[u32], &[u32]) = if sqlite {
+        (&[3, 4, 5, 8], &[1, 2, 6, 7])
+    } else {
+        (&[3, 4, 5], &[1, 2])
+    };
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM bad_jobs WHERE LENGTH(payload) > 16000000")
             .await,
@@ -112,13 +130,22 @@ where
         .await
         .expect("the broker starts");
     eventually("the rows with a key are served", || async {
-        seen.len() >= 3
+        seen.len() >= served_rows.len()
     })
     .await;
-    eventually("the rows without a key are marked failed", || async {
-        db.scalar("SELECT COUNT(*) FROM bad_jobs WHERE failed_at IS NOT NULL")
-            .await
-            == 2
+    eventually(
+        "the rows that cannot be taken are marked failed",
+        || async {
+            db.scalar("SELECT COUNT(*) FROM bad_jobs WHERE failed_at IS NOT NULL")
+                .await
+                == failed_rows.len() as i64
+        },
+    )
+    .await;
+    // A handler records its row as it starts: the served rows' settlements end before the
+    // shutdown, which would return a row still in work.
+    eventually("the served rows are settled", || async {
+        db.scalar("SELECT COUNT(*) FROM bad_jobs").await == failed_rows.len() as i64
     })
     .await;
     running.shutdown().await;
@@ -126,15 +153,34 @@ where
     let mut served: Vec<u32> = seen.all().into_iter().map(|(n, _)| n).collect();
     served.sort_unstable();
     assert_eq!(
-        served,
-        [3, 4, 5],
-        "{dialect:?}: the 10 kB key, the 16 MB payload, the plain row"
+        served, served_rows,
+        "{dialect:?}: the 10 kB key, the 16 MB payload, the plain rows"
     );
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM bad_jobs").await,
-        2,
+        failed_rows.len() as i64,
         "{dialect:?}: the failed rows stay, the served ones are gone"
     );
+    if sqlite {
+        assert_eq!(
+            db.scalar(
+                "SELECT COUNT(*) FROM bad_jobs WHERE id = 6 AND failed_at IS NOT NULL
+                   AND error LIKE '%table `bad_jobs`: row 6:%key (of `k`) does not read as text%invalid utf-8%'"
+            )
+            .await,
+            1,
+            "row 6's key is not text: failed, its error naming the table, the row and the column"
+        );
+        assert_eq!(
+            db.scalar(
+                "SELECT COUNT(*) FROM bad_jobs WHERE id = 7 AND failed_at IS NOT NULL
+                   AND error LIKE '%table `bad_jobs`: row 7 does not decode%column \"attempt\"%'"
+            )
+            .await,
+            1,
+            "row 7's attempt is not an integer: failed, its error naming the table, the row and the column"
+        );
+    }
     for id in [1, 2] {
         assert_eq!(
             db.scalar(&format!(

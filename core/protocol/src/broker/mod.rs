@@ -123,6 +123,9 @@ pub struct Broker<R> {
     timers: Timers,
     /// Keys in work in this process: the registry on SQLite, a shortcut elsewhere.
     keys: BTreeSet<Arc<str>>,
+    /// Advisory candidates whose key did not read as text, by row id, and why: their rows
+    /// fail saying so.
+    unread_keys: BTreeMap<crate::value::Value, Arc<str>>,
     commands: VecDeque<Command>,
     events: VecDeque<Event<R>>,
     counts: ClosedCounts,
@@ -152,6 +155,7 @@ impl<R> Broker<R> {
             gate: Gate::new(dialect == Dialect::Sqlite),
             timers: Timers::default(),
             keys: BTreeSet::new(),
+            unread_keys: BTreeMap::new(),
             commands: VecDeque::new(),
             events: VecDeque::new(),
             counts: ClosedCounts::default(),

@@ -382,6 +382,7 @@ impl Db {
         Row {
             values,
             raw: Some(id),
+            unread: None,
         }
     }
 

@@ -233,7 +233,17 @@ impl<R> Broker<R> {
                     return;
                 };
                 a.full = rows.len() >= a.window;
-                a.candidates.extend(rows.into_iter().map(Candidate::read));
+                let mut unread = Vec::new();
+                a.candidates.extend(rows.into_iter().map(|row| {
+                    if let Some(why) = &row.unread {
+                        unread.push((Candidate::id_of(&row), Arc::<str>::from(why.as_str())));
+                    }
+                    Candidate::read(row)
+                }));
+                self.unread_keys.extend(unread);
+                let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
+                    return;
+                };
                 a.loaded = true;
                 self.next_candidate(claim);
             }

@@ -381,10 +381,16 @@ impl<R> Broker<R> {
             return true;
         };
         let columns: Vec<String> = columns.iter().map(|c| format!("`{c}`")).collect();
-        let error = format!(
-            "table `{table}`: row {row}: its advisory key renders empty (a key column of {} is NULL or empty), so no key holds it in order: failed without running the handler",
-            columns.join(", ")
-        );
+        let error = match self.unread_keys.remove(&row) {
+            Some(why) => format!(
+                "table `{table}`: row {row}: its advisory key (of {}) does not read as text ({why}), so no key holds it in order: failed without running the handler",
+                columns.join(", ")
+            ),
+            None => format!(
+                "table `{table}`: row {row}: its advisory key renders empty (a key column of {} is NULL or empty), so no key holds it in order: failed without running the handler",
+                columns.join(", ")
+            ),
+        };
         // As a rejection: marked failed where the table keeps failed rows, else returned,
         // due again after a poll interval where the table can wait, paced where it cannot.
         let settlement = Settlement {

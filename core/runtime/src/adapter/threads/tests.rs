@@ -69,6 +69,7 @@ impl BlockingDriver for Pretend {
         Reply::Rows(vec![ruststream_core::Row {
             values: vec![Value::Int(conn.n as i64)],
             raw: Some(thread),
+            unread: None,
         }])
     }
 
