@@ -1456,9 +1456,9 @@ impl Renderer<'_> {
                     .push(&self.table())
                     .push(" SET ")
                     .push(&attempt)
-                    .push(" = ")
+                    .push(" = COALESCE(")
                     .push(&attempt)
-                    .push(" + 1 WHERE ")
+                    .push(", 0) + 1 WHERE ")
                     .push(&self.id())
                     .push(" = ")
                     .arg(Arg::Id);

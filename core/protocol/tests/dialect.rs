@@ -637,7 +637,7 @@ fn postgres_lease_statements() {
     assert_eq!(
         sql(&s.claim_lease),
         format!(
-            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} AND ("locked_until" IS NULL OR "locked_until" <= {}) ORDER BY "due_at" ASC, "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = {}, "attempt" = "attempt" + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*"#,
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} AND ("locked_until" IS NULL OR "locked_until" <= {}) ORDER BY "due_at" ASC, "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = {}, "attempt" = COALESCE("attempt", 0) + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*"#,
             t(1),
             t(1),
             t(3)
@@ -713,7 +713,7 @@ fn mysql_lease_statements() {
         assert_eq!(
             &*s.mark_lease(2).unwrap().sql,
             format!(
-                "UPDATE `jobs` SET `locked_until` = {t}, `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)"
+                "UPDATE `jobs` SET `locked_until` = {t}, `attempt` = COALESCE(`attempt`, 0) + 1 WHERE `id` IN (?, ?)"
             )
         );
         assert_eq!(
@@ -744,7 +744,7 @@ fn sqlite_lease_statements() {
     let s = render(Dialect::Sqlite, &LEASE);
     assert_eq!(
         sql(&s.claim_lease),
-        r#"UPDATE "jobs" SET "locked_until" = ?1, "attempt" = "attempt" + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= ?2 AND ("locked_until" IS NULL OR "locked_until" <= ?2) ORDER BY "due_at" ASC, "id" ASC LIMIT ?3) RETURNING *"#
+        r#"UPDATE "jobs" SET "locked_until" = ?1, "attempt" = COALESCE("attempt", 0) + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= ?2 AND ("locked_until" IS NULL OR "locked_until" <= ?2) ORDER BY "due_at" ASC, "id" ASC LIMIT ?3) RETURNING *"#
     );
     assert_eq!(
         sql(&s.extend_lease),
@@ -796,7 +796,7 @@ fn postgres_advisory_statements() {
     assert_eq!(sql(&s.unlock), "SELECT pg_advisory_unlock($1) AS unlocked");
     assert_eq!(
         sql(&s.take),
-        r#"UPDATE "video_jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 RETURNING *"#
+        r#"UPDATE "video_jobs" SET "attempt" = COALESCE("attempt", 0) + 1 WHERE "id" = $1 RETURNING *"#
     );
     assert!(s.take_count.is_none());
     assert_eq!(
@@ -839,7 +839,7 @@ fn mysql_advisory_statements() {
         assert!(s.take.is_none(), "{dialect:?} counts, then reads");
         assert_eq!(
             sql(&s.take_count),
-            "UPDATE `video_jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+            "UPDATE `video_jobs` SET `attempt` = COALESCE(`attempt`, 0) + 1 WHERE `id` = ?"
         );
         assert_eq!(
             sql(&s.read_row),
@@ -865,7 +865,7 @@ fn sqlite_advisory_statements() {
     assert!(s.unlock.is_none(), "SQLite has no session locks");
     assert_eq!(
         sql(&s.take),
-        r#"UPDATE "video_jobs" SET "attempt" = "attempt" + 1 WHERE "id" = ?1 RETURNING *"#
+        r#"UPDATE "video_jobs" SET "attempt" = COALESCE("attempt", 0) + 1 WHERE "id" = ?1 RETURNING *"#
     );
 }
 
@@ -1031,7 +1031,7 @@ fn names_with_quote_characters_are_escaped() {
     let pg = render(Dialect::Postgres, &QUOTED);
     assert_eq!(
         sql(&pg.claim_lease),
-        r#"WITH rs_claim AS (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')) ORDER BY "i""d" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "odd""na`me" SET "lock`ed" = (TIMESTAMPTZ 'epoch' + CAST($3 AS BIGINT) * INTERVAL '1 microsecond'), "att""empt" = "att""empt" + 1 FROM rs_claim WHERE "odd""na`me"."i""d" = rs_claim."i""d" RETURNING "odd""na`me".*"#
+        r#"WITH rs_claim AS (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')) ORDER BY "i""d" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "odd""na`me" SET "lock`ed" = (TIMESTAMPTZ 'epoch' + CAST($3 AS BIGINT) * INTERVAL '1 microsecond'), "att""empt" = COALESCE("att""empt", 0) + 1 FROM rs_claim WHERE "odd""na`me"."i""d" = rs_claim."i""d" RETURNING "odd""na`me".*"#
     );
     let my = render(Dialect::MySql, &QUOTED);
     assert_eq!(

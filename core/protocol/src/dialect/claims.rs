@@ -165,9 +165,9 @@ impl Renderer<'_> {
             .push(&self.table())
             .push(" SET ")
             .push(&attempt)
-            .push(" = ")
+            .push(" = COALESCE(")
             .push(&attempt)
-            .push(" + 1 WHERE ")
+            .push(", 0) + 1 WHERE ")
             .push(&self.id())
             .push(" IN (");
         self.first_row_id(&mut s, floor);
@@ -354,9 +354,9 @@ impl Renderer<'_> {
             .push(&self.table())
             .push(" SET ")
             .push(&attempt)
-            .push(" = ")
+            .push(" = COALESCE(")
             .push(&attempt)
-            .push(" + 1 WHERE ")
+            .push(", 0) + 1 WHERE ")
             .push(&self.id())
             .push(" = ")
             .arg(Arg::Id);
@@ -372,9 +372,9 @@ impl Renderer<'_> {
             let attempt = self.q(attempt.name);
             s.push(", ")
                 .push(&attempt)
-                .push(" = ")
+                .push(" = COALESCE(")
                 .push(&attempt)
-                .push(" + 1");
+                .push(", 0) + 1");
         }
     }
 
