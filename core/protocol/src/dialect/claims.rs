@@ -266,41 +266,17 @@ impl Renderer<'_> {
     /// and reads it.
     pub(super) fn lock_row_by_id(&self, rows: Output, attempt: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
-        s.push("SELECT * FROM ")
-            .push(&self.table())
-            .push(" WHERE ")
-            .push(&self.id())
-            .push(" = ")
-            .arg(Arg::Id)
-            .push(" AND ")
-            .push(&self.q(attempt))
-            .push(" = ")
-            .arg(Arg::Attempt);
-        let _ = self.claimable(&mut s, false);
-        // The count's mark keeps every other count from counting the row, but a count that
-        // looks at it holds it for the length of its statement (PostgreSQL) or transaction
-        // (MySQL): the lock passes it over then, and the claim tries again shortly.
-        s.push(" FOR UPDATE SKIP LOCKED");
+        s.push("SELECT * FROM ");
+        self.counted_row_locked(&mut s, attempt);
         s.finish(StatementKind::LockRowById, rows)
     }
 
-    /// [`Renderer::lock_row_by_id`] that also releases the count's one mark
-    /// ([`Arg::MarkAt`]`(0)`) once it has locked the row: the lock of a count's only row, whose
-    /// mark then needs no statement of its own. The release runs only where the lock took the
-    /// row (PostgreSQL: the outer select of a CTE that locks; MySQL: the select list of the
-    /// locking read).
-    pub(super) fn lock_row_by_id_unmarking(&self, rows: Output, attempt: &str) -> Statement {
-        let mut s = Sql::new(self.dialect);
-        let postgres = self.dialect == Dialect::Postgres;
-        if postgres {
-            s.push("WITH rs_locked AS (SELECT * FROM ");
-        } else {
-            s.push("SELECT ")
-                .push(&self.table())
-                .push(".*, RELEASE_LOCK(")
-                .arg(Arg::MarkAt(0))
-                .push(") AS rs_unmarked FROM ");
-        }
+    /// `<table> WHERE id = ? AND attempt = ? <claimable> FOR UPDATE SKIP LOCKED`: the counted
+    /// row, while its attempt is the one counted. The count's mark keeps every other count from
+    /// counting the row, but a count that looks at it holds it for the length of its statement
+    /// (PostgreSQL) or transaction (MySQL): the lock passes it over then, and the claim tries
+    /// again shortly.
+    fn counted_row_locked(&self, s: &mut Sql, attempt: &str) {
         s.push(&self.table())
             .push(" WHERE ")
             .push(&self.id())
@@ -310,14 +286,32 @@ impl Renderer<'_> {
             .push(&self.q(attempt))
             .push(" = ")
             .arg(Arg::Attempt);
-        let _ = self.claimable(&mut s, false);
+        let _ = self.claimable(s, false);
         s.push(" FOR UPDATE SKIP LOCKED");
-        if postgres {
+    }
+
+    /// [`Renderer::lock_row_by_id`] that also releases the count's one mark
+    /// ([`Arg::MarkAt`]`(0)`) once it has locked the row: the lock of a count's only row, whose
+    /// mark then needs no statement of its own. The release runs only where the lock took the
+    /// row (PostgreSQL: the outer select of a CTE that locks; MySQL: the select list of the
+    /// locking read).
+    pub(super) fn lock_row_by_id_unmarking(&self, rows: Output, attempt: &str) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        if self.dialect == Dialect::Postgres {
+            s.push("WITH rs_locked AS (SELECT * FROM ");
+            self.counted_row_locked(&mut s, attempt);
             s.push(") SELECT rs_locked.*, pg_advisory_unlock(hashtext(")
                 .push(&self.dialect.text_literal(self.desc.table))
                 .push("), CAST(")
                 .arg(Arg::MarkAt(0))
                 .push(" AS INTEGER)) AS rs_unmarked FROM rs_locked");
+        } else {
+            s.push("SELECT ")
+                .push(&self.table())
+                .push(".*, RELEASE_LOCK(")
+                .arg(Arg::MarkAt(0))
+                .push(") AS rs_unmarked FROM ");
+            self.counted_row_locked(&mut s, attempt);
         }
         s.finish(StatementKind::LockRowByIdUnmarking, rows)
     }
