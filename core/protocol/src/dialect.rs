@@ -29,8 +29,12 @@ use crate::spec::{Form, KeyPart, OrderBy, TableDesc};
 mod claims;
 mod failed;
 mod literal;
+mod maintenance;
 
 pub use failed::{FailedRows, error_like};
+pub use maintenance::{
+    MaintenanceKind, PERIODIC_TABLE, PeriodicStatements, RetentionStatements, periodic_table_ddl,
+};
 
 /// The PostgreSQL channel every publish notifies, with the table's name (as its description
 /// names it) as the payload; listening sessions run [`Dialect::listen_statement`].
@@ -195,6 +199,12 @@ pub enum Arg {
     Floor,
     /// The `n`th mark of a row lock count: the key or name its count read for a row.
     MarkAt(usize),
+    /// Retention: the time before which a row's mark makes it old enough to delete.
+    Cutoff,
+    /// Periodic jobs: a tick of a schedule (a time).
+    Tick,
+    /// Periodic jobs: a schedule's name.
+    Schedule,
 }
 
 /// What a statement does.
@@ -310,6 +320,8 @@ pub enum StatementKind {
     /// Inserts a row; on PostgreSQL, in the same statement, notifies [`NOTIFY_CHANNEL`] with
     /// the table's name. Its reply counts the rows written.
     Publish,
+    /// The maintenance a broker runs by itself: retention and periodic jobs.
+    Maintenance(MaintenanceKind),
     /// The row lock and advisory lock forms on a server: tells whether the session of a row
     /// claimed ahead still answers (and so still holds the row's transaction or key) before
     /// the row is handed.
@@ -954,6 +966,17 @@ impl Statements {
     ) -> Option<Statement> {
         desc.failed_at
             .map(|failed| Renderer { dialect, desc }.delete_failed(failed.name, which))
+    }
+
+    /// Retention of `desc`'s rows marked processed or failed: its lock (on the servers) and
+    /// its deletes of up to `batch` rows each.
+    pub fn retention(dialect: Dialect, desc: &TableDesc, batch: usize) -> RetentionStatements {
+        maintenance::retention(dialect, desc, batch)
+    }
+
+    /// The statements of periodic jobs in `dialect`.
+    pub fn periodic(dialect: Dialect) -> PeriodicStatements {
+        maintenance::periodic(dialect)
     }
 
     /// Whether [`Statements::settle_leases`] renders for `desc` in `dialect`: a lease table on

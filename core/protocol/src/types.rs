@@ -444,6 +444,8 @@ pub enum Event<R> {
     },
     /// The shutdown is complete: nothing of the broker is held on the server.
     Closed(ClosedCounts),
+    /// The maintenance ran: a retention, a tick of a periodic job, or a failure of either.
+    Maintained(crate::broker::Maintained),
 }
 
 /// What a form holds with session locks, for [`CheckError::TransactionPooling`].

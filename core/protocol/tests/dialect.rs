@@ -1204,7 +1204,8 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::Savepoint
                         | StatementKind::RollbackToSavepoint
                         | StatementKind::ReadCommitted
-                        | StatementKind::Isolation => false,
+                        | StatementKind::Isolation
+                        | StatementKind::Maintenance(_) => false,
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)
                         }

@@ -15,6 +15,7 @@ mod claim;
 mod conns;
 mod delivery;
 mod gate;
+mod maintenance;
 mod options;
 mod publish;
 mod rows;
@@ -45,6 +46,11 @@ use claim::{Claim, ClaimStage};
 use conns::Conns;
 use delivery::{Deliveries, DeliveryStage, DeliveryState, Ending};
 use gate::Gate;
+pub use maintenance::{
+    MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH, RETENTION_EVERY,
+    Retention, Ticks,
+};
+use maintenance::{Maintenance, MaintenanceStage, Task};
 pub use publish::Inserts;
 use publish::{PublishFlow, PublishStage, Publisher};
 use sub::{Sub, SubState};
@@ -85,6 +91,11 @@ enum Step {
     /// A command whose flow has ended (a connection closed past its deadline): its reply is
     /// only awaited.
     Orphan,
+    /// A run of the maintenance: retention or a periodic job.
+    Maintenance {
+        task: Task,
+        stage: MaintenanceStage,
+    },
 }
 
 /// The broker of one database: every subscription's check, claims and deliveries, every
@@ -121,6 +132,8 @@ pub struct Broker<R> {
     conns: Conns,
     gate: Gate,
     timers: Timers,
+    /// Retention and periodic jobs.
+    maintenance: Maintenance,
     /// Keys in work in this process: the registry on SQLite, a shortcut elsewhere.
     keys: BTreeSet<Arc<str>>,
     /// Advisory candidates whose key did not read as text, by row id, and why: their rows
@@ -154,6 +167,7 @@ impl<R> Broker<R> {
             conns: Conns::new(CONNECTION_LINGER),
             gate: Gate::new(dialect == Dialect::Sqlite),
             timers: Timers::default(),
+            maintenance: Maintenance::default(),
             keys: BTreeSet::new(),
             unread_keys: BTreeMap::new(),
             commands: VecDeque::new(),
@@ -533,6 +547,7 @@ impl<R> Broker<R> {
             Step::Publish { publish, stage } => self.on_publish(publish, stage, reply),
             Step::Rollback { conn, then } => self.rolled_back(conn, *then, &reply),
             Step::Orphan => {}
+            Step::Maintenance { task, stage } => self.on_maintenance(task, stage, reply),
         }
     }
 
@@ -552,6 +567,7 @@ impl<R> Broker<R> {
     fn drive_once(&mut self) {
         let now = self.now;
         if self.state == State::Running {
+            self.start_maintenance_due();
             for i in 0..self.subs.len() {
                 let s = &self.subs[i];
                 if s.state == SubState::Checking
@@ -604,6 +620,7 @@ impl<R> Broker<R> {
             let claim = s.next_claim_at.filter(|_| running && s.may_claim());
             self.timers.set(Timer::Claim(SubId(i)), claim);
         }
+        self.rearm_maintenance();
         for (claim, at) in self.relock_times() {
             self.timers.set(Timer::Relock(claim), at);
         }

@@ -23,6 +23,8 @@ pub(super) enum Timer {
     Claim(SubId),
     /// A row lock claim's lock of its counted row tries again.
     Relock(u64),
+    /// A run of the maintenance starts: retention or a periodic job.
+    Maintenance(super::maintenance::Task),
 }
 
 /// The armed timers, each at most once, ordered by time.

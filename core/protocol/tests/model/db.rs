@@ -918,6 +918,7 @@ impl Db {
                 }
                 Reply::Rows(settled)
             }
+            StatementKind::Maintenance(kind) => panic!("the model runs no {kind:?}"),
             StatementKind::Notify
             | StatementKind::Ping
             | StatementKind::Savepoint

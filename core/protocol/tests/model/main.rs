@@ -551,7 +551,7 @@ impl World {
                     assert!(self.desc.failed_at.is_none());
                 }
             }
-            Event::Changed { .. } => {}
+            Event::Changed { .. } | Event::Maintained(_) => {}
             Event::LeaseLost { .. } | Event::Error { .. } => {}
             // The runtime wakes the publisher's own subscriptions once the row is written.
             Event::Published { result, .. } => {
