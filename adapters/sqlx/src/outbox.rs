@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use ruststream::{InboxTable, IntoRow, Outbox, Published};
+use ruststream::{InboxTable, IntoRow, Outbox, Published, Stats};
 use ruststream_core::{Reply, Statement, Value};
 use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
@@ -117,6 +117,24 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
             run_all::<DB>(&mut conn, statements).await?
         };
         Ok(self.outbox.published(&written))
+    }
+}
+
+impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
+    /// `T`'s table's counts now, read on a connection of `pool` with no broker running:
+    /// the rows due, scheduled, held by a lease, failed and processed, and the oldest due
+    /// row's age ([`Stats`]), in one statement whose counts stop at
+    /// [`STATS_CAP`](ruststream::core::STATS_CAP) rows.
+    pub async fn stats(&self, pool: &Pool<DB>) -> Result<Stats, SqlxBrokerError> {
+        let (statement, binds) = self.outbox.stats_statement();
+        let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));
+        let mut conn = pool.acquire().await.map_err(failed)?;
+        let values = match DB::run(&mut conn, &statement, binds).await {
+            Ok(Reply::Rows(rows)) => rows.into_iter().next().map(|r| r.values),
+            Ok(Reply::Failed(error)) | Err(error) => return Err(SqlxBrokerError::Db(error)),
+            Ok(_) => None,
+        };
+        Ok(self.outbox.stats(&values.unwrap_or_default())?)
     }
 }
 

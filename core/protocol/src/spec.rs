@@ -434,6 +434,12 @@ impl<F> InboxSpec<F> {
         &self.desc
     }
 
+    /// The table's schema in `dialect`: its `CREATE TABLE` and its indexes
+    /// ([`Ddl`](crate::Ddl), whose `Display` writes the statements).
+    pub fn ddl(&self, dialect: crate::Dialect) -> crate::Ddl {
+        crate::Ddl::new(dialect, &self.desc)
+    }
+
     const fn with<G>(desc: TableDesc) -> InboxSpec<G> {
         InboxSpec {
             desc,

@@ -1267,6 +1267,14 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
                             matches!(arg, Arg::Now | Arg::IdAt(_) | Arg::ErrorLike)
                         }
+                        StatementKind::Stats => *arg == Arg::Now,
+                        StatementKind::ListFailed => {
+                            matches!(arg, Arg::Id | Arg::Floor | Arg::Limit)
+                        }
+                        StatementKind::ListIndexes => {
+                            matches!(arg, Arg::TableName | Arg::Schema)
+                        }
+                        StatementKind::CreateSchema => false,
                     };
                     assert!(allowed, "unexpected {arg:?}: {what}");
                 }
@@ -1319,6 +1327,7 @@ fn identifiers_are_quoted_per_dialect() {
                         | StatementKind::Commit
                         | StatementKind::Rollback
                         | StatementKind::ListColumns
+                        | StatementKind::ListIndexes
                         | StatementKind::CurrentDatabase
                         | StatementKind::Isolation
                         | StatementKind::TryLock

@@ -8,7 +8,10 @@ use std::time::SystemTime;
 
 use futures::channel::oneshot;
 use ruststream_core::spec::Described;
-use ruststream_core::{ClosedCounts, FailedRowsOf, Publish, Published, Time, Value};
+use ruststream_core::{
+    ClosedCounts, FailedRow, FailedRowsOf, Publish, Published, ReadTable, Stats, TableRead, Time,
+    Value,
+};
 use serde::Serialize;
 
 use crate::adapter::Adapter;
@@ -91,6 +94,18 @@ impl<A: Adapter> BrokerHandle<A> {
         FailedRows::new(self)
     }
 
+    /// `T`'s table's counts now ([`Stats`]): the rows due, scheduled, held by a lease, failed
+    /// and processed, and the oldest due row's age. One statement on a connection of the
+    /// broker's pool, each count answered by an index and counted up to
+    /// [`STATS_CAP`](ruststream_core::STATS_CAP) rows, so it is cheap to poll on a table of any
+    /// size. Answers [`Error::Closed`](crate::Error::Closed) while the broker is not running.
+    pub async fn stats<T: InboxTable>(&self) -> Result<Stats, PublishError> {
+        match read_table::<T>(&self.state, ReadTable::Stats).await? {
+            TableRead::Stats(stats) => Ok(stats),
+            TableRead::Failed(_) => unreachable!("a read of the counts answers counts"),
+        }
+    }
+
     /// Whether the broker is shut down.
     pub fn is_closed(&self) -> bool {
         matches!(
@@ -150,6 +165,11 @@ impl<A: Adapter> RunningBroker<A> {
     /// The failed rows of `T`'s table, to redrive or delete through this broker.
     pub fn failed_rows<T: InboxTable>(&self) -> FailedRows<T, A> {
         FailedRows::new(&self.handle)
+    }
+
+    /// `T`'s table's counts now ([`BrokerHandle::stats`]).
+    pub async fn stats<T: InboxTable>(&self) -> Result<Stats, PublishError> {
+        self.handle.stats::<T>().await
     }
 
     /// The broker's handle.
@@ -326,8 +346,9 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     }
 }
 
-/// The failed rows of `T`'s table, through a broker: returned to the queue ([`FailedRows::redrive`])
-/// or deleted ([`FailedRows::delete`]), all of them, by id, or by their error's text.
+/// The failed rows of `T`'s table, through a broker: read page by page ([`FailedRows::list`],
+/// [`FailedRows::get`]), returned to the queue ([`FailedRows::redrive`]) or deleted
+/// ([`FailedRows::delete`]), all of them, by id, or by their error's text.
 ///
 /// A table keeps failed rows when its description names a `failed_at` column
 /// (`#[field(failed_at)]`, `.failed(..)`); for any other table both answer
@@ -375,6 +396,27 @@ impl<T: InboxTable, A: Adapter> FailedRows<T, A> {
         self.send(which, false).await
     }
 
+    /// Up to `limit` failed rows, in id order, after the id `after` where it is given (the
+    /// last id of the page before): each with its attempt, error, failed time and payload.
+    pub async fn list(
+        &self,
+        limit: u32,
+        after: Option<Value>,
+    ) -> Result<Vec<FailedRow>, PublishError> {
+        match read_table::<T>(&self.state, ReadTable::Failed { limit, after }).await? {
+            TableRead::Failed(rows) => Ok(rows),
+            TableRead::Stats(_) => unreachable!("a read of failed rows answers rows"),
+        }
+    }
+
+    /// The failed row of this id, if there is one.
+    pub async fn get(&self, id: impl Into<Value>) -> Result<Option<FailedRow>, PublishError> {
+        match read_table::<T>(&self.state, ReadTable::FailedRow(id.into())).await? {
+            TableRead::Failed(rows) => Ok(rows.into_iter().next()),
+            TableRead::Stats(_) => unreachable!("a read of failed rows answers rows"),
+        }
+    }
+
     async fn send(&self, which: FailedRowsOf, redrive: bool) -> Result<u64, PublishError> {
         let tx = running_sender(&self.state)?;
         let change = Change {
@@ -387,6 +429,19 @@ impl<T: InboxTable, A: Adapter> FailedRows<T, A> {
             .map_err(|_| PublishError::Closed)?;
         answer.await.unwrap_or(Err(PublishError::Closed))
     }
+}
+
+/// A read of `T`'s table's state through the running broker.
+async fn read_table<T: InboxTable>(
+    state: &Mutex<HandleState>,
+    read: ReadTable,
+) -> Result<TableRead, PublishError> {
+    let tx = running_sender(state)?;
+    let desc = *T::TABLE.table_desc();
+    let (reply, answer) = oneshot::channel();
+    tx.unbounded_send(Input::Read(Box::new((desc, read)), reply))
+        .map_err(|_| PublishError::Closed)?;
+    answer.await.unwrap_or(Err(PublishError::Closed))
 }
 
 /// The driver's sender while the broker runs; [`PublishError::Closed`] before and after.

@@ -5,11 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::dialect::{Arg, Dialect, FormStatements, Statement};
+use crate::dialect::{Arg, Ddl, Dialect, FormStatements, Statement, claim_order, serves_claims};
 use crate::spec::{FieldKind, RowField, TableDesc};
 use crate::types::{Action, CheckError, ConnId, Event, Reply, SubId};
 use crate::value::{ErrorKind, Value};
 
+use super::options::MissingIndex;
 use super::rows::{first_text, rows_of};
 use super::sub::SubState;
 use super::{Broker, State, Step};
@@ -19,6 +20,13 @@ use super::{Broker, State, Step};
 pub(super) enum CheckStage {
     Acquire,
     Columns,
+    /// `ensure_schema`: the schema's statements, `next` the index of the one that runs.
+    Schema {
+        next: usize,
+    },
+    Indexes,
+    /// `ensure_schema`: the claim index created on a table that lacked it.
+    CreateIndex,
     Database,
     Isolation,
     /// The session check ([`super::session`]): the probe key's lock on the check's
@@ -88,18 +96,86 @@ impl<R> Broker<R> {
         }
         match stage {
             CheckStage::Acquire => {
-                let s = &self.subs[sub.0];
-                let statement = s.statements.list_columns.clone();
-                let (schema, name) = match s.desc.table.rsplit_once('.') {
-                    Some((schema, name)) => (schema, name),
-                    None => ("", s.desc.table),
-                };
-                let binds = statement.binds(|arg| match arg {
-                    Arg::Schema => Value::Text(schema.to_owned()),
-                    _ => Value::Text(name.to_owned()),
-                });
-                self.check_execute(sub, conn, statement, binds, CheckStage::Columns);
+                let statement = self.subs[sub.0].statements.list_columns.clone();
+                self.check_catalog(sub, conn, statement, CheckStage::Columns);
             }
+            CheckStage::Schema { next } => {
+                let s = &self.subs[sub.0];
+                let statements = Ddl::new(self.dialect, &s.desc).schema_statements();
+                match statements.into_iter().nth(next) {
+                    Some(statement) => self.check_execute(
+                        sub,
+                        conn,
+                        statement,
+                        Vec::new(),
+                        CheckStage::Schema { next: next + 1 },
+                    ),
+                    None => {
+                        let statement = s.statements.list_columns.clone();
+                        self.check_catalog(sub, conn, statement, CheckStage::Columns);
+                    }
+                }
+            }
+            CheckStage::Indexes => {
+                let indexes: Vec<Vec<String>> = rows_of(reply)
+                    .into_iter()
+                    .filter_map(|row| match row.values.into_iter().nth(1) {
+                        Some(Value::Text(columns)) => {
+                            Some(columns.split(',').map(str::to_owned).collect())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let s = &self.subs[sub.0];
+                if serves_claims(&s.desc, &indexes) {
+                    return self.check_next(sub, conn, CheckStage::Columns);
+                }
+                let ddl = Ddl::new(self.dialect, &s.desc);
+                let Some(create) = ddl.create_claim_index() else {
+                    return self.check_next(sub, conn, CheckStage::Columns);
+                };
+                if s.options.ensure_schema {
+                    return self.check_execute(
+                        sub,
+                        conn,
+                        create,
+                        Vec::new(),
+                        CheckStage::CreateIndex,
+                    );
+                }
+                let order = claim_order(&s.desc)
+                    .iter()
+                    .map(|o| o.column)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if s.options.missing_claim_index == MissingIndex::Fail {
+                    self.check_failed(
+                        sub,
+                        CheckError::MissingClaimIndex {
+                            table,
+                            order,
+                            create: create.sql.to_string(),
+                        },
+                    );
+                    self.check_step(sub, conn, Action::Release, CheckStage::Release);
+                    return;
+                }
+                let message = format!(
+                    "table `{table}` has no index that serves its claims (ordered by {order}): each claim sorts the claimable rows{}; create it: {}",
+                    if self.dialect.has_row_locks() && self.dialect != Dialect::Postgres {
+                        ", and locks every row it sorts"
+                    } else {
+                        ""
+                    },
+                    create.sql
+                );
+                self.events.push_back(Event::Warning {
+                    sub,
+                    message: message.into(),
+                });
+                self.check_next(sub, conn, CheckStage::Columns);
+            }
+            CheckStage::CreateIndex => self.check_next(sub, conn, CheckStage::Columns),
             CheckStage::Columns => {
                 let mut types: BTreeMap<String, String> = BTreeMap::new();
                 for row in rows_of(reply) {
@@ -114,6 +190,10 @@ impl<R> Broker<R> {
                 }
                 let found: BTreeSet<String> = types.keys().cloned().collect();
                 let s = &self.subs[sub.0];
+                if found.is_empty() && s.options.ensure_schema && !s.check.schema_ran {
+                    self.subs[sub.0].check.schema_ran = true;
+                    return self.on_check(sub, CheckStage::Schema { next: 0 }, Reply::Done);
+                }
                 let error = if found.is_empty() {
                     Some(CheckError::MissingTable { table })
                 } else {
@@ -132,7 +212,15 @@ impl<R> Broker<R> {
                         self.check_failed(sub, error);
                         self.check_step(sub, conn, Action::Release, CheckStage::Release);
                     }
-                    None => self.check_next(sub, conn, CheckStage::Columns),
+                    None if s.options.missing_claim_index == MissingIndex::Ignore
+                        && !s.options.ensure_schema =>
+                    {
+                        self.check_next(sub, conn, CheckStage::Columns)
+                    }
+                    None => {
+                        let statement = s.statements.list_indexes.clone();
+                        self.check_catalog(sub, conn, statement, CheckStage::Indexes);
+                    }
                 }
             }
             CheckStage::Database => {
@@ -187,6 +275,18 @@ impl<R> Broker<R> {
         } else {
             self.check_step(sub, conn, Action::Close, CheckStage::Close);
         }
+    }
+
+    /// Runs a statement of the catalog about the table (its columns, its indexes), bound to
+    /// the table's name and schema.
+    fn check_catalog(&mut self, sub: SubId, conn: ConnId, statement: Statement, next: CheckStage) {
+        let table = self.subs[sub.0].desc.table;
+        let (schema, name) = table.rsplit_once('.').unwrap_or(("", table));
+        let binds = statement.binds(|arg| match arg {
+            Arg::Schema => Value::Text(schema.to_owned()),
+            _ => Value::Text(name.to_owned()),
+        });
+        self.check_execute(sub, conn, statement, binds, next);
     }
 
     pub(super) fn check_failed(&mut self, sub: SubId, error: CheckError) {

@@ -83,6 +83,29 @@ pub struct SubscribeOptions {
     /// The fields of the row type that decode the description's time columns: the start
     /// check refuses a field whose type cannot decode its column's ([`RowField`]).
     pub row_fields: &'static [RowField],
+    /// The start creates what the table's schema lacks ([`Ddl`](crate::Ddl)): the table, when
+    /// it does not exist, and its indexes; then checks it as usual.
+    pub ensure_schema: bool,
+    /// What the start does when no index of the table serves the claim order
+    /// ([`serves_claims`](crate::serves_claims)).
+    pub missing_claim_index: MissingIndex,
+}
+
+/// What the start does about a table without an index that serves its claim order.
+///
+/// Without one, each claim reads the claimable rows in order by sorting them: a cost that
+/// grows with the queue, and on MySQL and MariaDB a claim that locks every claimable row it
+/// sorts, so claims of other workers wait for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MissingIndex {
+    /// The subscription starts, and the start says so ([`Event::Warning`](crate::Event::Warning)),
+    /// naming the table and the index to create.
+    #[default]
+    Warn,
+    /// The subscription's check fails ([`CheckError::MissingClaimIndex`](crate::CheckError::MissingClaimIndex)).
+    Fail,
+    /// Nothing is checked.
+    Ignore,
 }
 
 impl Default for SubscribeOptions {
@@ -95,6 +118,8 @@ impl Default for SubscribeOptions {
             prefetch: 0,
             max_attempts: None,
             row_fields: &[],
+            ensure_schema: false,
+            missing_claim_index: MissingIndex::Warn,
         }
     }
 }

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::dialect::{Arg, Dialect, FailedRows, Statement, Statements};
 use crate::spec::{DescError, TableDesc};
-use crate::types::{Action, ConnId, Event, PublishId, Published, PublisherId, Reply};
+use crate::stats::{FailedRow, Stats};
+use crate::types::{
+    Action, ConnId, Event, PublishId, Published, PublisherId, ReadTable, Reply, TableRead,
+};
 use crate::value::{DbError, Time, Value};
 
 use super::options::{BrokerError, FailedRowsOf, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
@@ -43,6 +46,10 @@ pub(super) struct PublishFlow {
     written: Vec<u64>,
     /// The table deduplicates its publishes.
     deduplicates: bool,
+    /// A read of the table's state: [`Event::Read`] with what its rows say.
+    read: Option<ReadTable>,
+    /// The values of the rows a read returned.
+    read_rows: Vec<Vec<Value>>,
     result: Option<Result<(), DbError>>,
 }
 
@@ -234,6 +241,11 @@ impl Inserts {
         }
     }
 
+    /// The dialect the statements are rendered in.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     /// The table's description.
     pub fn desc(&self) -> &TableDesc {
         &self.publisher.desc
@@ -357,6 +369,55 @@ impl<R> Broker<R> {
         Ok(id)
     }
 
+    /// Starts a read of `publisher`'s table's state: its counts, or failed rows.
+    pub(super) fn start_read(
+        &mut self,
+        publisher: PublisherId,
+        read: ReadTable,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
+        self.now = now;
+        if self.state != State::Running {
+            return Err(BrokerError::Closed);
+        }
+        let dialect = self.dialect;
+        let p = self
+            .publishers
+            .get(publisher.0)
+            .ok_or(BrokerError::Unknown("publisher"))?;
+        let statement = match &read {
+            ReadTable::Stats => Some(Statements::stats(dialect, &p.desc)),
+            ReadTable::Failed { after, .. } => {
+                Statements::list_failed(dialect, &p.desc, after.is_some(), false)
+            }
+            ReadTable::FailedRow(_) => Statements::list_failed(dialect, &p.desc, false, true),
+        }
+        .ok_or(DescError::NeedsColumn {
+            table: p.desc.table,
+            setting: "a list of failed rows",
+            role: "failed_at",
+            method: ".failed(..)` (`#[field(failed_at)]`",
+        })?;
+        let binds = statement.binds(|arg| match (arg, &read) {
+            (Arg::Limit, ReadTable::Failed { limit, .. }) => Value::Int(i64::from(*limit)),
+            (Arg::Floor, ReadTable::Failed { after, .. }) => after.clone().unwrap_or(Value::Null),
+            (Arg::Id, ReadTable::FailedRow(id)) => id.clone(),
+            _ => Value::Int(now.micros()),
+        });
+        let id = self.run_publish(
+            publisher,
+            VecDeque::from([(statement, binds)]),
+            false,
+            false,
+            false,
+        );
+        if let Some(flow) = self.publishes.get_mut(&id) {
+            flow.read = Some(read);
+        }
+        self.drive();
+        Ok(id)
+    }
+
     fn run_publish(
         &mut self,
         publisher: PublisherId,
@@ -381,6 +442,8 @@ impl<R> Broker<R> {
                 affected: 0,
                 written: Vec::new(),
                 deduplicates: self.publishers[publisher.0].deduplicates(),
+                read: None,
+                read_rows: Vec::new(),
                 result: None,
             },
         );
@@ -420,9 +483,16 @@ impl<R> Broker<R> {
             }
             return;
         }
-        if let (PublishStage::Insert, Reply::Affected(n)) = (stage, &reply) {
-            flow.affected += n;
-            flow.written.push(*n);
+        match (stage, reply) {
+            (PublishStage::Insert, Reply::Affected(n)) => {
+                flow.affected += n;
+                flow.written.push(n);
+            }
+            (PublishStage::Insert, Reply::Rows(rows)) if flow.read.is_some() => {
+                flow.read_rows
+                    .extend(rows.into_iter().map(|row| row.values));
+            }
+            _ => {}
         }
         let p = &self.publishers[flow.publisher.0];
         let next = match stage {
@@ -469,7 +539,25 @@ impl<R> Broker<R> {
                 self.notify_owed(true);
             }
         }
-        if flow.change {
+        if let Some(read) = flow.read {
+            let table = self.publishers[flow.publisher.0].desc.table;
+            let now = self.now;
+            let result = result.and_then(|()| match read {
+                ReadTable::Stats => {
+                    let row = flow.read_rows.first().map_or(&[][..], |r| &r[..]);
+                    Stats::from_values(table, row, now)
+                        .map(TableRead::Stats)
+                        .map_err(|message| DbError::new(crate::ErrorKind::Other, message))
+                }
+                ReadTable::Failed { .. } | ReadTable::FailedRow(_) => Ok(TableRead::Failed(
+                    flow.read_rows
+                        .into_iter()
+                        .map(FailedRow::from_values)
+                        .collect(),
+                )),
+            });
+            self.events.push_back(Event::Read { publish, result });
+        } else if flow.change {
             let result = result.map(|()| flow.affected);
             self.events.push_back(Event::Changed { publish, result });
         } else if !flow.internal {

@@ -31,6 +31,8 @@ pub(super) struct CheckState {
     /// reached the first one's session.
     pub(super) probe: Option<crate::value::Value>,
     pub(super) pooled: bool,
+    /// `ensure_schema`: the schema's statements ran once, so a table still missing fails.
+    pub(super) schema_ran: bool,
 }
 
 /// The row lock form with an attempt column: a claim counts and commits the attempt, then

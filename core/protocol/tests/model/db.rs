@@ -65,6 +65,8 @@ pub struct Db {
     pub missing_columns: Vec<&'static str>,
     /// The table does not exist: listing its columns finds none.
     pub missing_table: bool,
+    /// The table has no index but its primary key: listing its indexes finds that one.
+    pub missing_claim_index: bool,
     /// Column types the server answers instead of the dialect's usual ones.
     pub column_types: BTreeMap<&'static str, String>,
     /// Rows deleted by a statement whose transaction committed (or that ran alone).
@@ -444,6 +446,29 @@ impl Db {
             }
             StatementKind::Rollback => {
                 self.rollback(sess);
+                Reply::Done
+            }
+            StatementKind::ListIndexes => {
+                let mut rows = vec![Row::values(vec![
+                    Value::Text("pkey".into()),
+                    Value::Text(desc.id.name.into()),
+                ])];
+                if !self.missing_claim_index {
+                    let mut columns: Vec<&str> = desc.order.iter().map(|o| o.column).collect();
+                    if columns.is_empty() {
+                        columns.extend(desc.due.map(|c| c.name));
+                    }
+                    columns.push(desc.id.name);
+                    rows.push(Row::values(vec![
+                        Value::Text("claim".into()),
+                        Value::Text(columns.join(",")),
+                    ]));
+                }
+                Reply::Rows(rows)
+            }
+            StatementKind::CreateSchema => {
+                self.missing_table = false;
+                self.missing_claim_index = false;
                 Reply::Done
             }
             StatementKind::ListColumns if self.missing_table => Reply::Rows(Vec::new()),
@@ -837,6 +862,87 @@ impl Db {
                     }
                 });
                 Reply::Affected(1)
+            }
+            StatementKind::Stats => {
+                let now = now_or_none();
+                let open = |r: &DbRow| {
+                    (desc.processed_at.is_none() || r.processed_at.is_none())
+                        && (desc.failed_at.is_none() || r.failed_at.is_none())
+                };
+                let leased = |r: &DbRow| r.locked_until.is_some_and(|t| t > now);
+                let due_now = |r: &DbRow| desc.due.is_none() || r.due <= now;
+                let count = |f: &dyn Fn(&DbRow) -> bool| {
+                    Value::Int(self.rows.values().filter(|r| f(r)).count() as i64)
+                };
+                let or_null = |present: bool, v: Value| if present { v } else { Value::Null };
+                let oldest = self
+                    .rows
+                    .values()
+                    .filter(|r| open(r) && due_now(r) && !leased(r))
+                    .map(|r| r.due)
+                    .min();
+                Reply::Rows(vec![Row::values(vec![
+                    count(&|r| open(r) && due_now(r) && !leased(r)),
+                    if desc.due.is_some() {
+                        count(&|r| open(r) && !due_now(r))
+                    } else {
+                        Value::Int(0)
+                    },
+                    or_null(
+                        desc.locked_until.is_some(),
+                        count(&|r| open(r) && leased(r)),
+                    ),
+                    or_null(
+                        desc.failed_at.is_some(),
+                        count(&|r| r.failed_at.is_some()),
+                    ),
+                    or_null(
+                        desc.processed_at.is_some(),
+                        count(&|r| r.processed_at.is_some()),
+                    ),
+                    match (desc.due, oldest) {
+                        (Some(_), Some(t)) => Value::Int(t),
+                        _ => Value::Null,
+                    },
+                ])])
+            }
+            StatementKind::ListFailed => {
+                let floor = statement
+                    .args
+                    .iter()
+                    .position(|x| *x == Arg::Floor)
+                    .and_then(|i| binds[i].as_int());
+                let only = statement
+                    .args
+                    .iter()
+                    .position(|x| *x == Arg::Id)
+                    .and_then(|i| binds[i].as_int());
+                let limit = statement
+                    .args
+                    .iter()
+                    .position(|x| *x == Arg::Limit)
+                    .and_then(|i| binds[i].as_int())
+                    .unwrap_or(i64::MAX);
+                Reply::Rows(
+                    self.rows
+                        .iter()
+                        .filter(|(id, r)| {
+                            r.failed_at.is_some()
+                                && floor.is_none_or(|f| **id > f)
+                                && only.is_none_or(|o| **id == o)
+                        })
+                        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+                        .map(|(id, r)| {
+                            Row::values(vec![
+                                Value::Int(*id),
+                                Value::Int(r.attempt),
+                                r.error.clone().map_or(Value::Null, Value::Text),
+                                r.failed_at.map_or(Value::Null, Value::Int),
+                                Value::Bytes(format!("{{\"row\":{id}}}").into_bytes()),
+                            ])
+                        })
+                        .collect(),
+                )
             }
             StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
                 let which = match statement.kind {

@@ -26,6 +26,7 @@ use crate::db::{Db, DbRow, NULL_CHANNEL, SessId, lock_arg};
 
 mod failures;
 mod lend;
+mod schema;
 mod session;
 
 const T0: Time = Time(1_700_000_000_000_000);
@@ -255,6 +256,10 @@ struct Sim {
     max_attempts: Option<u32>,
     /// The row type's fields that the check compares with the table's time columns.
     row_fields: &'static [ruststream_core::RowField],
+    /// The start creates what the schema lacks.
+    ensure_schema: bool,
+    /// What the start does about a missing claim index.
+    missing_index: ruststream_core::MissingIndex,
 }
 
 impl Sim {
@@ -272,6 +277,8 @@ impl Sim {
             prefetch: 0,
             max_attempts: None,
             row_fields: &[],
+            ensure_schema: false,
+            missing_index: ruststream_core::MissingIndex::Warn,
         }
     }
 
@@ -302,6 +309,8 @@ impl Sim {
             prefetch: self.prefetch,
             max_attempts: self.max_attempts,
             row_fields: self.row_fields,
+            ensure_schema: self.ensure_schema,
+            missing_claim_index: self.missing_index,
         }
     }
 

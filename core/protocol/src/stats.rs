@@ -1,0 +1,113 @@
+//! A table's state as people read it: its counts ([`Stats`]) and its failed rows
+//! ([`FailedRow`]), read by [`Statements::stats`](crate::Statements::stats) and
+//! [`Statements::list_failed`](crate::Statements::list_failed).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::value::{Time, Value};
+
+/// The most rows one count of [`Stats`] counts: a count that reaches it reads "at least"
+/// ([`Count::is_exact`] is `false`), so that its cost stays bounded on a table of any size.
+pub const STATS_CAP: u64 = 100_000;
+
+/// A number of rows, counted up to [`STATS_CAP`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Count {
+    value: u64,
+    exact: bool,
+}
+
+impl Count {
+    /// A count of `n` rows, read from a count of at most `STATS_CAP + 1` rows: more than the
+    /// cap reads as the cap, not exact.
+    pub fn capped(n: u64) -> Self {
+        if n > STATS_CAP {
+            Self {
+                value: STATS_CAP,
+                exact: false,
+            }
+        } else {
+            Self {
+                value: n,
+                exact: true,
+            }
+        }
+    }
+
+    /// The rows counted: all of them where [`Count::is_exact`], else at least this many.
+    pub fn value(self) -> u64 {
+        self.value
+    }
+
+    /// Whether the count is every row, not the cap.
+    pub fn is_exact(self) -> bool {
+        self.exact
+    }
+}
+
+impl fmt::Display for Count {
+    /// `42`, or `100000+` past the cap.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.exact {
+            write!(f, "{}", self.value)
+        } else {
+            write!(f, "{}+", self.value)
+        }
+    }
+}
+
+/// A table's counts at one time.
+///
+/// - `due`: rows a claim may take now (not processed, not failed, due, no lease running). In
+///   the row lock and advisory lock forms this includes the rows in work, whose holds (a row
+///   lock, a key's lock) the table does not show.
+/// - `scheduled`: rows due later (a retry's delay, a publish with a due time).
+/// - `in_work`: the lease form: rows whose lease runs (in work, or, on a table without a due
+///   column, waiting out a retry's delay); `None` in the other forms.
+/// - `failed`, `processed`: rows marked so; `None` where the table has no such column.
+/// - `oldest_due`: the earliest due time among the rows due, where the table has a due
+///   column: how long the oldest has waited is [`Stats::oldest_due_age`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// The table's name as its description gives it.
+    pub table: &'static str,
+    /// Rows a claim may take now.
+    pub due: Count,
+    /// Rows due later.
+    pub scheduled: Count,
+    /// The lease form: rows whose lease runs.
+    pub in_work: Option<Count>,
+    /// Rows marked failed.
+    pub failed: Option<Count>,
+    /// Rows marked processed.
+    pub processed: Option<Count>,
+    /// The earliest due time among the rows due.
+    pub oldest_due: Option<Time>,
+    /// When the counts were read.
+    pub at: Time,
+}
+
+impl Stats {
+    /// How long the oldest due row has waited, at the time of the counts.
+    pub fn oldest_due_age(&self) -> Option<Duration> {
+        let oldest = self.oldest_due?;
+        let micros = self.at.micros().saturating_sub(oldest.micros()).max(0);
+        Some(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
+    }
+}
+
+/// A failed row, as [`Statements::list_failed`](crate::Statements::list_failed) reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedRow {
+    /// The row's id.
+    pub id: Value,
+    /// Its attempts, where the table counts them.
+    pub attempt: Option<i64>,
+    /// Its last error, where the table keeps one.
+    pub error: Option<String>,
+    /// When it failed.
+    pub failed_at: Option<Time>,
+    /// Its payload, where the table has one.
+    pub payload: Option<Vec<u8>>,
+}
