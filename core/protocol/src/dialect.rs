@@ -30,11 +30,15 @@ mod claims;
 mod failed;
 mod literal;
 mod maintenance;
+mod schema;
+mod stats;
 
 pub use failed::{FailedRows, error_like};
 pub use maintenance::{
     MaintenanceKind, PERIODIC_TABLE, PeriodicStatements, RetentionStatements, periodic_table_ddl,
 };
+pub(crate) use schema::claim_order;
+pub use schema::{Ddl, serves_claims};
 
 /// The PostgreSQL channel every publish notifies, with the table's name (as its description
 /// names it) as the payload; listening sessions run [`Dialect::listen_statement`].
@@ -326,6 +330,14 @@ pub enum StatementKind {
     /// claimed ahead still answers (and so still holds the row's transaction or key) before
     /// the row is handed.
     Ping,
+    /// Reads a table's counts ([`Statements::stats`]).
+    Stats,
+    /// Reads failed rows ([`Statements::list_failed`]).
+    ListFailed,
+    /// Lists a table's indexes and their columns.
+    ListIndexes,
+    /// Creates what a table's schema lacks ([`Ddl`]).
+    CreateSchema,
 }
 
 impl StatementKind {
@@ -401,6 +413,9 @@ pub enum ColumnType {
     /// gives it, and bound back unchanged. Without types (text cells), an integer written
     /// plainly (`42`, not `042`) reads as an integer, anything else as text.
     Id,
+    /// Bytes: a payload. Reads bytes, and text as its UTF-8 bytes (PostgreSQL's text form of
+    /// `bytea`, `\\x` and hex digits, as the bytes it encodes).
+    Bytes,
 }
 
 impl ColumnType {
@@ -411,6 +426,7 @@ impl ColumnType {
             ColumnType::Int => "an integer",
             ColumnType::Text => "text",
             ColumnType::Id => "an id",
+            ColumnType::Bytes => "bytes",
         }
     }
 
@@ -434,6 +450,8 @@ impl ColumnType {
             })),
             (ColumnType::Text, Value::Int(i)) => Ok(Value::Text(i.to_string())),
             (ColumnType::Text, Value::Bool(b)) => Ok(Value::Text(b.to_string())),
+            (ColumnType::Bytes, Value::Bytes(b)) => Ok(Value::Bytes(b)),
+            (ColumnType::Bytes, Value::Text(t)) => Ok(Value::Bytes(t.into_bytes())),
             (ty, value) => Err(format!("{value} does not read as {}", ty.name())),
         }
     }
@@ -453,12 +471,27 @@ impl ColumnType {
                 .map(Value::Int)
                 .map_err(|_| format!("`{text}` does not read as an integer")),
             ColumnType::Text => Ok(Value::Text(text.to_owned())),
+            ColumnType::Bytes => Ok(Value::Bytes(
+                hex_bytea(text).unwrap_or_else(|| text.as_bytes().to_vec()),
+            )),
             ColumnType::Id => Ok(match text.parse::<i64>() {
                 Ok(i) if i.to_string() == text => Value::Int(i),
                 _ => Value::Text(text.to_owned()),
             }),
         }
     }
+}
+
+/// PostgreSQL's hex text form of `bytea` (`\x` and two hex digits a byte) as its bytes.
+fn hex_bytea(text: &str) -> Option<Vec<u8>> {
+    let hex = text.strip_prefix("\\x")?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// One statement of a subscription, rendered once.
@@ -591,6 +624,9 @@ pub struct Statements {
     pub rollback: Statement,
     /// Lists the table's columns.
     pub list_columns: Statement,
+    /// Lists the table's indexes, each with its columns in order, for the check of the claim
+    /// index ([`serves_claims`]).
+    pub list_indexes: Statement,
     /// MySQL and MariaDB: the current database, whose name the advisory lock names carry.
     pub current_database: Option<Statement>,
     /// Inserts a row, and on PostgreSQL notifies [`NOTIFY_CHANNEL`].
@@ -857,6 +893,7 @@ impl Statements {
             commit: r.fixed(StatementKind::Commit, "COMMIT"),
             rollback: rollback(dialect),
             list_columns: r.list_columns(),
+            list_indexes: r.list_indexes(),
             current_database: mysql_like.then(|| {
                 let mut s = Sql::new(dialect);
                 s.push("SELECT DATABASE() AS db");
@@ -1013,6 +1050,7 @@ impl Statements {
             &self.commit,
             &self.rollback,
             &self.list_columns,
+            &self.list_indexes,
         ];
         out.extend(&self.current_database);
         match &self.form {

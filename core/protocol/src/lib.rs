@@ -29,6 +29,7 @@ pub mod keys;
 mod read;
 pub mod server;
 pub mod spec;
+pub mod stats;
 mod types;
 mod value;
 
@@ -38,19 +39,21 @@ pub use broker::{
 };
 pub use broker::{
     Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, Inserts, MAX_ERROR_LEN,
-    MAX_RETRY_DELAY, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH,
+    MAX_RETRY_DELAY, MissingIndex, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH,
     SubscribeOptions,
 };
 pub use dialect::{
-    Arg, ColumnType, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,
-    StatementKind, Statements, error_like, notification_names,
+    Arg, ColumnType, Ddl, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,
+    StatementKind, Statements, error_like, notification_names, serves_claims,
 };
 pub use read::{column_position, read_rows};
 pub use spec::{
     Column, DescError, FieldKind, Form, InboxSpec, KeyPart, OrderBy, RowField, TableDesc,
 };
+pub use stats::{Count, FailedRow, STATS_CAP, Stats};
 pub use types::{
     Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
-    Outcome, PublishId, Published, PublisherId, Reply, Row, SettleError, Settlement, SubId,
+    Outcome, PublishId, Published, PublisherId, ReadTable, Reply, Row, SettleError, Settlement,
+    SubId, TableRead,
 };
 pub use value::{DbError, ErrorKind, Time, Value};

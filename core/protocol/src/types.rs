@@ -222,6 +222,19 @@ pub enum CheckError {
         /// The table.
         table: &'static str,
     },
+    /// No index of the table serves its claim order, and the subscription's
+    /// `missing_claim_index` says to fail ([`crate::MissingIndex::Fail`]).
+    #[error(
+        "table `{table}` has no index that serves its claims (ordered by {order}); create it: {create}"
+    )]
+    MissingClaimIndex {
+        /// The table.
+        table: &'static str,
+        /// The claim order's columns.
+        order: String,
+        /// The statement that creates the index.
+        create: String,
+    },
     /// A described column does not exist.
     #[error("table `{table}` has no column `{column}`, which its description names as {role}")]
     MissingColumn {
@@ -411,6 +424,21 @@ pub enum Event<R> {
         /// The delivery.
         delivery: DeliveryId,
     },
+    /// Something the start found that does not stop the subscription: a table without an
+    /// index that serves its claims ([`crate::MissingIndex::Warn`]).
+    Warning {
+        /// The subscription.
+        sub: crate::SubId,
+        /// What, naming the table.
+        message: Arc<str>,
+    },
+    /// A read of a table's state ([`crate::Broker::read_table`]) ended.
+    Read {
+        /// The read, as its call numbered it.
+        publish: PublishId,
+        /// What it read, or why it read nothing.
+        result: Result<TableRead, DbError>,
+    },
     /// A claim or a release failed; the subscription goes on.
     Error {
         /// The subscription.
@@ -458,4 +486,29 @@ fn session_locks_of(form: crate::spec::Form) -> &'static str {
             "the advisory lock form holds each key with a session lock on the delivery's own connection"
         }
     }
+}
+
+/// What a read of a table's state asks for ([`crate::Broker::read_table`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadTable {
+    /// The table's counts.
+    Stats,
+    /// Up to `limit` failed rows, in id order, after the id `after` where it is given.
+    Failed {
+        /// The most rows.
+        limit: u32,
+        /// The id the rows follow.
+        after: Option<Value>,
+    },
+    /// The failed row of this id.
+    FailedRow(Value),
+}
+
+/// What a read of a table's state found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableRead {
+    /// The table's counts.
+    Stats(crate::stats::Stats),
+    /// Failed rows, in id order.
+    Failed(Vec<crate::stats::FailedRow>),
 }

@@ -37,7 +37,8 @@ use crate::value::Time;
 
 pub use options::{
     BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, MAX_ERROR_LEN, MAX_RETRY_DELAY,
-    NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH, SubscribeOptions,
+    MissingIndex, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH,
+    SubscribeOptions,
 };
 
 use ahead::Ahead;
@@ -420,6 +421,18 @@ impl<R> Broker<R> {
         now: Time,
     ) -> Result<PublishId, BrokerError> {
         self.change_failed(publisher, which, true, now)
+    }
+
+    /// Reads `publisher`'s table's state for people: its counts ([`crate::Stats`]), or its
+    /// failed rows ([`crate::FailedRow`]), on a connection of its own. [`Event::Read`] tells
+    /// what it read. A list of failed rows is refused for a table that keeps none.
+    pub fn read_table(
+        &mut self,
+        publisher: PublisherId,
+        read: crate::ReadTable,
+        now: Time,
+    ) -> Result<PublishId, BrokerError> {
+        self.start_read(publisher, read, now)
     }
 
     /// Deletes the failed rows `which` selects, in `publisher`'s table. [`Event::Changed`]

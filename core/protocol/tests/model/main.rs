@@ -273,6 +273,7 @@ fn start(desc: TableDesc, config: Config, now: Time) -> Process {
         prefetch: config.prefetch,
         max_attempts: config.max_attempts,
         row_fields: &[],
+        ..SubscribeOptions::default()
     };
     let sub = broker.subscribe(desc, options, now).expect("subscribes");
     let publisher = broker.publisher(desc).expect("publishes");
@@ -551,7 +552,7 @@ impl World {
                     assert!(self.desc.failed_at.is_none());
                 }
             }
-            Event::Changed { .. } | Event::Maintained(_) => {}
+            Event::Changed { .. } | Event::Maintained(_) | Event::Warning { .. } | Event::Read { .. } => {}
             Event::LeaseLost { .. } | Event::Error { .. } => {}
             // The runtime wakes the publisher's own subscriptions once the row is written.
             Event::Published { result, .. } => {
