@@ -1,0 +1,287 @@
+//! The `ruststream` binary run against the servers: PostgreSQL at `RUSTSTREAM_PG_URL`, MariaDB
+//! at `RUSTSTREAM_MYSQL_URL`, and a SQLite file. Its `schema` output creates the table; rows
+//! are written by hand; `stats`, `failed list|show|redrive|delete` and `watch` read and change
+//! what the table holds, checked in the database.
+
+use std::process::Command;
+
+use sqlx::{AnyPool, AssertSqlSafe};
+
+fn pg_url() -> String {
+    std::env::var("RUSTSTREAM_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn mysql_url() -> String {
+    std::env::var("RUSTSTREAM_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// Runs the binary; answers its standard output, or fails with its standard error.
+fn ruststream(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruststream"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "ruststream {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// Runs the binary expecting a failure; answers its standard error.
+fn ruststream_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruststream"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    assert!(!out.status.success(), "ruststream {args:?} succeeded");
+    String::from_utf8(out.stderr).expect("UTF-8")
+}
+
+struct Case {
+    url: String,
+    dialect: &'static str,
+    table: String,
+    /// A failed mark in the dialect.
+    mark: &'static str,
+}
+
+async fn scalar(pool: &AnyPool, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+async fn exec(pool: &AnyPool, sql: &str) {
+    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn the_tool_reads_and_changes_a_table(case: Case) {
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(&case.url)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", case.url));
+    let t = case.table.as_str();
+    exec(&pool, &format!("DROP TABLE IF EXISTS {t}")).await;
+    let table = [
+        "--table",
+        t,
+        "--generated-id",
+        "--payload",
+        "payload",
+        "--attempt",
+        "attempt",
+        "--due",
+        "due_at",
+        "--failed-at",
+        "failed_at",
+        "--error",
+        "error",
+    ];
+    let with = |head: &[&str], tail: &[&str]| -> Vec<String> {
+        head.iter()
+            .chain(table.iter())
+            .chain(tail.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let run = |args: Vec<String>| ruststream(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let ddl = run(with(&["schema", "--dialect", case.dialect], &[]));
+    assert!(ddl.contains(&format!("{t}_claim")), "{ddl}");
+    assert!(ddl.contains(&format!("{t}_failed")), "{ddl}");
+    exec(&pool, &ddl).await;
+
+    let due_now = match case.dialect {
+        "postgres" => "now()",
+        "mariadb" => "UTC_TIMESTAMP(6)",
+        _ => "0",
+    };
+    exec(
+        &pool,
+        &format!(
+            "INSERT INTO {t} (payload, attempt, due_at, failed_at, error) VALUES
+             ('{{\"n\":1}}', 5, {due_now}, {m}, 'boom one'),
+             ('{{\"n\":2}}', 5, {due_now}, {m}, 'boom two'),
+             ('{{\"n\":3}}', 0, {due_now}, NULL, NULL)",
+            m = case.mark
+        ),
+    )
+    .await;
+
+    let stats: serde_json::Value =
+        serde_json::from_str(&run(with(&["stats", &case.url], &["--json"]))).expect("JSON");
+    assert_eq!(stats["table"], t);
+    assert_eq!(stats["due"]["count"], 1, "{stats}");
+    assert_eq!(stats["due"]["exact"], true);
+    assert_eq!(stats["failed"]["count"], 2, "{stats}");
+    assert_eq!(stats["in_work"], serde_json::Value::Null);
+    let human = run(with(&["stats", &case.url], &[]));
+    assert!(human.contains("failed     2"), "{human}");
+
+    let listed: serde_json::Value = serde_json::from_str(&run(with(
+        &["failed", "list", &case.url],
+        &["--limit", "10", "--json"],
+    )))
+    .expect("JSON");
+    let rows = listed.as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{listed}");
+    assert_eq!(rows[0]["error"], "boom one");
+    assert_eq!(rows[0]["attempt"], 5);
+    let first = rows[0]["id"].as_i64().expect("an integer id").to_string();
+    let second = rows[1]["id"].as_i64().expect("an integer id").to_string();
+    let after: serde_json::Value = serde_json::from_str(&run(with(
+        &["failed", "list", &case.url],
+        &["--after", &first, "--json"],
+    )))
+    .expect("JSON");
+    assert_eq!(after.as_array().map(Vec::len), Some(1), "{after}");
+
+    let shown = run(with(&["failed", "show", &case.url, &second], &[]));
+    assert!(
+        shown.contains("boom two") && shown.contains("{\"n\":2}"),
+        "{shown}"
+    );
+    let missing = ruststream_fails(
+        &with(&["failed", "show", &case.url, "999999"], &[])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        missing.contains(&format!("table `{t}` has no failed row of id 999999")),
+        "{missing}"
+    );
+
+    let redrove = run(with(&["failed", "redrive", &case.url], &["--id", &first]));
+    assert!(redrove.contains("redrove 1 failed row"), "{redrove}");
+    assert_eq!(
+        scalar(
+            &pool,
+            &format!("SELECT COUNT(*) FROM {t} WHERE failed_at IS NULL AND attempt = 0")
+        )
+        .await,
+        2,
+        "the redriven row is due again, its attempts from zero"
+    );
+    let deleted = run(with(
+        &["failed", "delete", &case.url],
+        &["--error-contains", "two"],
+    ));
+    assert!(deleted.contains("deleted 1 failed row"), "{deleted}");
+    assert_eq!(
+        scalar(&pool, &format!("SELECT COUNT(*) FROM {t}")).await,
+        2,
+        "the deleted row is gone, the others stay"
+    );
+
+    let watched = run(with(
+        &["watch", &case.url],
+        &["--every", "0.1", "--count", "3"],
+    ));
+    let lines: Vec<&str> = watched.lines().collect();
+    assert_eq!(lines.len(), 4, "a header and three ticks: {watched}");
+    assert!(lines[0].contains("due") && lines[0].contains("done/s"));
+    assert!(lines[1].trim_start().starts_with('2'), "{watched}");
+
+    exec(&pool, &format!("DROP TABLE {t}")).await;
+}
+
+#[tokio::test]
+async fn postgres() {
+    the_tool_reads_and_changes_a_table(Case {
+        url: pg_url(),
+        dialect: "postgres",
+        table: format!("cli_jobs_{}", std::process::id()),
+        mark: "now()",
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mariadb() {
+    the_tool_reads_and_changes_a_table(Case {
+        url: mysql_url(),
+        dialect: "mariadb",
+        table: format!("cli_jobs_{}", std::process::id()),
+        mark: "UTC_TIMESTAMP(6)",
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sqlite() {
+    let dir = std::env::temp_dir().join(format!("ruststream-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let path = dir.join("jobs.db");
+    the_tool_reads_and_changes_a_table(Case {
+        url: format!("sqlite://{}?mode=rwc", path.display()),
+        dialect: "sqlite",
+        table: "cli_jobs".into(),
+        mark: "1",
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A table described in a TOML file, with a key column's type; flags beside it win; a wrong
+/// description fails naming what is wrong.
+#[test]
+fn a_description_in_a_file() {
+    let dir = std::env::temp_dir().join(format!("ruststream-cli-toml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let file = dir.join("jobs.toml");
+    std::fs::write(
+        &file,
+        "table = \"video_jobs\"\ngenerated_id = true\npayload = \"payload\"\nattempt = \"attempt\"\nadvisory_lock = \"video-{channel}\"\n[types]\nchannel = \"BIGINT NOT NULL\"\n",
+    )
+    .expect("written");
+    let file = file.to_str().expect("a path");
+    let ddl = ruststream(&["schema", "--dialect", "postgres", "--config", file]);
+    assert!(
+        ddl.contains("CREATE TABLE IF NOT EXISTS \"video_jobs\""),
+        "{ddl}"
+    );
+    assert!(ddl.contains("\"channel\" BIGINT NOT NULL"), "{ddl}");
+    let renamed = ruststream(&[
+        "schema",
+        "--dialect",
+        "mysql",
+        "--config",
+        file,
+        "--table",
+        "other_jobs",
+    ]);
+    assert!(
+        renamed.contains("CREATE TABLE IF NOT EXISTS `other_jobs`"),
+        "{renamed}"
+    );
+    let two_forms = ruststream_fails(&[
+        "schema",
+        "--dialect",
+        "postgres",
+        "--config",
+        file,
+        "--locked-until",
+        "locked_until",
+    ]);
+    assert!(two_forms.contains("video_jobs"), "{two_forms}");
+    let unknown = dir.join("bad.toml");
+    std::fs::write(&unknown, "table = \"t\"\npayload_column = \"p\"\n").expect("written");
+    let bad = ruststream_fails(&[
+        "schema",
+        "--dialect",
+        "sqlite",
+        "--config",
+        unknown.to_str().expect("a path"),
+    ]);
+    assert!(bad.contains("payload_column"), "{bad}");
+    let _ = std::fs::remove_dir_all(dir);
+}
