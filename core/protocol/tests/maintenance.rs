@@ -500,3 +500,56 @@ fn the_shutdown_waits_for_a_run_in_flight_and_starts_no_other() {
     assert!(closed && broker.is_closed());
     assert_eq!(broker.poll_timeout(), None);
 }
+
+#[test]
+fn on_sqlite_a_ticks_transaction_lets_no_statement_of_another_connection_in() {
+    let now = Time(10 * SECOND + SECOND / 2);
+    let mut broker: Broker<()> = Broker::new(Dialect::Sqlite);
+    broker.set_connection_linger(Duration::ZERO);
+    let publisher = broker.publisher(*DELETING.desc()).expect("a publisher");
+    broker.periodic(job(3), now).unwrap();
+    let mut in_tx = None;
+    let mut published = false;
+    let mut statements = 0;
+    while let Some(command) = broker.poll_command() {
+        if let Action::Execute { statement, .. } = &command.action {
+            statements += 1;
+            if let Some(conn) = in_tx {
+                assert_eq!(
+                    command.conn, conn,
+                    "{:?} ran inside the tick's transaction",
+                    statement.kind
+                );
+            }
+            if statement.kind == StatementKind::Begin {
+                in_tx = Some(command.conn);
+                if !published {
+                    published = true;
+                    broker
+                        .publish(publisher, Publish::default(), now)
+                        .expect("publishes");
+                }
+            }
+        }
+        let commit = matches!(&command.action,
+            Action::Execute { statement, .. } if statement.kind == StatementKind::Commit);
+        let reply = match kind(&command.action) {
+            Some(MaintenanceKind::ReadState) => rows(vec![Value::Int(7 * SECOND)]),
+            Some(MaintenanceKind::Advance) => Reply::Affected(1),
+            _ => Reply::Done,
+        };
+        broker.handle_reply(command.id, reply, now);
+        if commit {
+            in_tx = None;
+        }
+    }
+    let published_events = std::iter::from_fn(|| broker.poll_event())
+        .filter(|e| matches!(e, Event::Published { result: Ok(_), .. }))
+        .count();
+    assert_eq!(
+        published_events, 1,
+        "the publish ran once the transaction ended"
+    );
+    // Three ticks of four statements, the state's three and the publish.
+    assert_eq!(statements, 3 * 4 + 3 + 1);
+}

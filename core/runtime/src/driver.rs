@@ -151,6 +151,10 @@ pub(crate) async fn start<A: Adapter>(
             return Err(StartError::Description(error));
         }
     }
+    if let Err(error) = crate::maintenance::register(&mut core, &subs, now) {
+        adapter.close().await;
+        return Err(StartError::Description(error));
+    }
     let (tx, rx) = mpsc::unbounded();
     let (ready_tx, ready_rx) = oneshot::channel();
     let (closed_tx, closed_rx) = oneshot::channel();
@@ -620,6 +624,7 @@ impl<A: Adapter> Driver<A> {
                 }
             }
             Event::Closed(counts) => return Some(counts),
+            Event::Maintained(maintained) => crate::maintenance::report(&maintained),
         }
         None
     }

@@ -29,6 +29,7 @@ mod error;
 pub mod exec;
 mod handle;
 mod listen;
+pub mod maintenance;
 mod outbox;
 mod outcome;
 mod retry;
@@ -45,6 +46,7 @@ pub use error::{Error, PublishError, StartError};
 pub use handle::{
     BrokerHandle, BrokerScope, FailedRows, IntoBroker, IntoRow, Message, Publisher, RunningBroker,
 };
+pub use maintenance::{Periodic, Schedule, ScheduleError};
 pub use outbox::Outbox;
 pub use outcome::{
     Context, ContextKind, Ctx, CtxKey, DeliveryInfo, FromContext, Handle, HandlerOutcome,

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::adapter::{Adapter, TakesRows};
 use crate::codec::{Codec, Json};
 use crate::exec::BoxFuture;
+use crate::maintenance::{Maintenance, Periodic};
 use crate::outcome::{Context, ContextKind, DeliveryInfo, Handle, HandlerOutcome, Lender};
 use crate::retry::{Failure, Failures, RetryPolicy};
 use crate::state::States;
@@ -57,6 +58,7 @@ pub struct SubscriberBuilder<H, S, M, O, X, C> {
     failures: Failures,
     decode: fn(&[u8]) -> Result<M, String>,
     states: States,
+    maintenance: Maintenance,
     types: Types<(O, X, C)>,
 }
 
@@ -77,6 +79,7 @@ where
         failures: Failures::default(),
         decode: Json::decode::<M>,
         states: States::new(),
+        maintenance: Maintenance::default(),
         types: PhantomData,
     }
 }
@@ -92,6 +95,7 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
             failures: self.failures,
             decode: self.decode,
             states: self.states,
+            maintenance: self.maintenance,
             types: PhantomData,
         }
     }
@@ -183,6 +187,39 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
+    /// Deletes the table's rows marked processed (`processed_at`) once the mark is older than
+    /// `age`, in batches, by one process at a time (see [`crate::maintenance`]). Needs the
+    /// table's `processed_at` column: the broker does not start without it, and says so.
+    pub fn retain_processed(mut self, age: Duration) -> Self {
+        self.maintenance.retention.processed = Some(age);
+        self
+    }
+
+    /// Deletes the table's rows marked failed (`failed_at`) once the mark is older than `age`,
+    /// in batches, by one process at a time (see [`crate::maintenance`]). Needs the table's
+    /// `failed_at` column: the broker does not start without it, and says so.
+    pub fn retain_failed(mut self, age: Duration) -> Self {
+        self.maintenance.retention.failed = Some(age);
+        self
+    }
+
+    /// How often the retention runs (default one minute; the first run is at the start), and
+    /// the most rows one of its statements deletes (default
+    /// [`RETENTION_BATCH`](crate::maintenance::RETENTION_BATCH), at least 1).
+    pub fn retention_every(mut self, every: Duration, batch: usize) -> Self {
+        self.maintenance.retention.every = every;
+        self.maintenance.retention.batch = batch.max(1);
+        self
+    }
+
+    /// Publishes one row per tick of `job`'s schedule into the subscription's table, across
+    /// every process that runs a job of the same name (see [`crate::maintenance`]). A
+    /// subscription takes any number of jobs.
+    pub fn periodic(mut self, job: Periodic) -> Self {
+        self.maintenance.periodic.push(job);
+        self
+    }
+
     /// The subscription's settings.
     pub fn options(&self) -> &SubscribeOptions {
         &self.options
@@ -206,6 +243,7 @@ pub struct Subscription<A: Adapter> {
     pub(crate) failures: Failures,
     pub(crate) states: States,
     pub(crate) dispatch: Arc<dyn Dispatch<A>>,
+    pub(crate) maintenance: Maintenance,
 }
 
 impl<A: Adapter> Subscription<A> {
@@ -253,6 +291,7 @@ where
             lock: A::custom_lock(),
             failures: self.failures,
             states: self.states,
+            maintenance: self.maintenance,
             dispatch: Arc::new(InboxDispatch::<T, H, M, X, C> {
                 name: self.name,
                 table: desc.table,

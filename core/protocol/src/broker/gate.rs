@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::types::{Action, Command, CommandId};
+use crate::types::{Action, Command, CommandId, ConnId};
 
 /// The gate; open (a no-op) on the other databases.
 #[derive(Debug)]
@@ -17,6 +17,9 @@ pub(super) struct Gate {
     running: Option<CommandId>,
     /// Commands held back until the statement before them has answered, in order.
     held_back: VecDeque<Command>,
+    /// The connection whose transaction holds SQLite's writer lock, while a flow keeps the
+    /// other connections' SQL back until it ends ([`Gate::reserve`]).
+    reserved: Option<ConnId>,
 }
 
 impl Gate {
@@ -26,6 +29,7 @@ impl Gate {
             on,
             running: None,
             held_back: VecDeque::new(),
+            reserved: None,
         }
     }
 
@@ -60,9 +64,32 @@ impl Gate {
         out
     }
 
+    /// Keeps the SQL of every connection but `conn` back until the reservation ends
+    /// (`None`): a transaction of several statements on `conn` holds SQLite's writer lock, and
+    /// a statement of another connection let in between would wait for it in the busy
+    /// handler while the transaction's next statement waited behind it here. Answers the
+    /// commands an ended reservation lets out.
+    pub(super) fn reserve(&mut self, conn: Option<ConnId>) -> Vec<Command> {
+        if !self.on {
+            return Vec::new();
+        }
+        self.reserved = conn;
+        if conn.is_some() || self.running.is_some() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for command in std::mem::take(&mut self.held_back) {
+            if let Some(command) = self.admit(command) {
+                out.push(command);
+            }
+        }
+        out
+    }
+
     fn behind(&self, command: &Command) -> bool {
         self.held_back.iter().any(|c| c.conn == command.conn)
             || (runs_sql(&command.action) && self.running.is_some())
+            || (runs_sql(&command.action) && self.reserved.is_some_and(|c| c != command.conn))
     }
 }
 

@@ -386,8 +386,21 @@ impl<R> Broker<R> {
         self.maintenance_send(task, Action::Execute { statement, binds }, stage);
     }
 
+    /// SQLite: keeps the other connections' statements back while a tick's transaction on
+    /// `conn` holds the writer lock (`Some`), or lets them out (`None`).
+    fn reserve_writer(&mut self, conn: Option<ConnId>) {
+        let physical = conn.map(|c| self.conns.physical(c));
+        let released = self.gate.reserve(physical);
+        self.commands.extend(released);
+    }
+
     /// The reply to a run's command.
     pub(super) fn on_maintenance(&mut self, task: Task, stage: MaintenanceStage, reply: Reply<R>) {
+        if matches!(task, Task::Periodic(_))
+            && (stage == MaintenanceStage::Commit || matches!(reply, Reply::Failed(_)))
+        {
+            self.reserve_writer(None);
+        }
         if let Reply::Failed(error) = reply {
             let run = self.run_of(task);
             if run.error.is_none() {
@@ -625,6 +638,8 @@ impl<R> Broker<R> {
                 Ok(inserts) => {
                     p.tick = Some((tick, inserts.into()));
                     let begin = p.statements.begin.clone();
+                    let conn = p.run.conn;
+                    self.reserve_writer(conn);
                     return self.maintenance_execute(
                         task,
                         begin,
