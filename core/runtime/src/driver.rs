@@ -27,6 +27,7 @@ use crate::adapter::Adapter;
 use crate::error::{PublishError, StartError};
 use crate::exec::{BoxFuture, Executor};
 use crate::listen::{self, Notice};
+use crate::metrics::DriverMetrics;
 use crate::outcome::HandlerOutcome;
 use crate::retry::Failure;
 use crate::subscriber::Subscription;
@@ -120,6 +121,7 @@ pub(crate) struct Driver<A: Adapter> {
     notices: Option<BoxStream<'static, Notice>>,
     /// The commands in flight, each answering its id and reply.
     running: FuturesUnordered<BoxFuture<(CommandId, Reply<A::Row>)>>,
+    metrics: DriverMetrics,
 }
 
 /// A started broker, driven by its task.
@@ -176,6 +178,7 @@ pub(crate) async fn start<A: Adapter>(
         };
         probed.and_then(|first| listen::notices(adapter.clone(), exec.clone(), first))
     };
+    let metrics = DriverMetrics::new(subs.iter().map(|s| (s.desc.table, s.name)));
     let driver = Driver {
         core,
         adapter,
@@ -193,6 +196,7 @@ pub(crate) async fn start<A: Adapter>(
         state: state.clone(),
         notices,
         running: FuturesUnordered::new(),
+        metrics,
     };
     *state.lock().expect("the handle's state is never poisoned") = HandleState::Running(tx.clone());
     exec.spawn(Box::pin(async move {
@@ -220,6 +224,7 @@ impl<A: Adapter> Driver<A> {
     async fn run(mut self) -> ClosedCounts {
         loop {
             let counts = self.flush();
+            self.metrics.gauges(&self.core);
             if let Some(counts) = counts {
                 *self
                     .state
@@ -256,9 +261,11 @@ impl<A: Adapter> Driver<A> {
             futures::select! {
                 reply = next_reply(&mut self.running).fuse() => {
                     let (id, reply) = reply;
+                    self.metrics.answered(id, &reply);
                     self.core.handle_reply(id, reply, now());
                     // Take the other replies already in before the next flush.
                     while let Some(Some((id, reply))) = self.running.next().now_or_never() {
+                        self.metrics.answered(id, &reply);
                         self.core.handle_reply(id, reply, now());
                     }
                 }
@@ -322,6 +329,7 @@ impl<A: Adapter> Driver<A> {
         let now = now();
         match input {
             Input::Settle(delivery, settled) => {
+                self.metrics.settling(delivery);
                 let settlement = self.settlement(&settled);
                 self.core.settle_with(delivery, settlement, now);
             }
@@ -358,6 +366,7 @@ impl<A: Adapter> Driver<A> {
             Input::Drop(delivery) => self.core.drop_delivery(delivery, now),
             Input::Publish(publish, reply) => {
                 let (desc, rows) = *publish;
+                let count = rows.len();
                 let publisher = match self.publisher_of(desc) {
                     Ok(p) => p,
                     Err(error) => {
@@ -367,6 +376,7 @@ impl<A: Adapter> Driver<A> {
                 };
                 match self.core.publish_all(publisher, rows, now) {
                     Ok(id) => {
+                        self.metrics.publishing(id, desc.table, count);
                         self.waiters.insert(id, (desc.table, reply));
                     }
                     Err(BrokerError::Closed) => {
@@ -436,6 +446,7 @@ impl<A: Adapter> Driver<A> {
                     }
                     _ => None,
                 };
+                self.metrics.sent(&command, &self.core);
                 let id = command.id;
                 let run = AssertUnwindSafe(self.adapter.execute(command, lock)).catch_unwind();
                 self.running.push(Box::pin(async move {
@@ -496,7 +507,10 @@ impl<A: Adapter> Driver<A> {
                 }
             })
         });
-        let work = AssertUnwindSafe(dispatch.run(delivered, states, Some(lender))).catch_unwind();
+        let span = crate::metrics::delivery_span(s.name, table, &delivered);
+        self.metrics.handed(&delivered, &span);
+        let work =
+            AssertUnwindSafe(dispatch.run(delivered, states, Some(lender), span)).catch_unwind();
         let limit: BoxFuture<()> = match timeout {
             Some(t) => self.exec.sleep(t),
             None => Box::pin(futures::future::pending()),
@@ -562,6 +576,7 @@ impl<A: Adapter> Driver<A> {
                 kept,
                 ..
             } => {
+                self.metrics.failed(sub);
                 let s = &self.subs[sub.0];
                 let failure = Failure {
                     table: s.desc.table,
@@ -586,19 +601,24 @@ impl<A: Adapter> Driver<A> {
                 }
             }
             Event::Settled { delivery, outcome } => {
+                self.metrics.settled(delivery, outcome);
                 tracing::trace!(%delivery, ?outcome, "settled");
             }
-            Event::SettleFailed { delivery, error } => match error {
-                // A settlement's statement failed: the row returns to the queue unsettled.
-                ruststream_core::SettleError::Db(_) => {
-                    crate::retry::visible_error(&format!("{delivery}: {error}"));
+            Event::SettleFailed { delivery, error } => {
+                self.metrics.returned(delivery);
+                match error {
+                    // A settlement's statement failed: the row returns to the queue unsettled.
+                    ruststream_core::SettleError::Db(_) => {
+                        crate::retry::visible_error(&format!("{delivery}: {error}"));
+                    }
+                    _ => tracing::warn!(%delivery, "{error}"),
                 }
-                _ => tracing::warn!(%delivery, "{error}"),
-            },
+            }
             Event::LeaseLost { delivery } => {
                 tracing::warn!(%delivery, "the lease ran out while the message was in work");
             }
             Event::Returned { delivery } => {
+                self.metrics.returned(delivery);
                 tracing::debug!(%delivery, "returned to the queue unsettled");
             }
             Event::Error { sub, error } => {
@@ -610,6 +630,7 @@ impl<A: Adapter> Driver<A> {
                 }
             }
             Event::Published { publish, result } => {
+                self.metrics.published(publish, &result);
                 if let Some((table, waiter)) = self.waiters.remove(&publish) {
                     if result.is_ok() {
                         // The publisher wakes its own subscribers of the table.

@@ -29,6 +29,7 @@ mod error;
 pub mod exec;
 mod handle;
 mod listen;
+pub mod metrics;
 pub mod maintenance;
 mod outbox;
 mod outcome;

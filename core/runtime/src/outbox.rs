@@ -64,8 +64,10 @@ impl<T: InboxTable> Outbox<T> {
     }
 
     /// What a publish of [`Outbox::statements`] wrote, from the rows each statement wrote, in
-    /// order: on a table that deduplicates its publishes, the rows already there.
+    /// order: on a table that deduplicates its publishes, the rows already there. Counts the
+    /// rows written in [`metrics::PUBLISHED`](crate::metrics::PUBLISHED).
     pub fn published(&self, written: &[u64]) -> Published {
+        crate::metrics::published(T::TABLE.table_desc().table, written.iter().sum());
         self.inserts
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -313,13 +313,14 @@ where
     }
 }
 
-/// Runs one delivery: decodes the row and its message, calls the handler.
+/// Runs one delivery in its tracing span: decodes the row and its message, calls the handler.
 pub(crate) trait Dispatch<A: Adapter>: Send + Sync {
     fn run(
         &self,
         delivered: Delivered<A::Row>,
         states: States,
         lender: Option<Lender>,
+        span: tracing::Span,
     ) -> BoxFuture<HandlerOutcome>;
 }
 
@@ -345,6 +346,7 @@ where
         delivered: Delivered<A::Row>,
         states: States,
         lender: Option<Lender>,
+        span: tracing::Span,
     ) -> BoxFuture<HandlerOutcome> {
         let info = DeliveryInfo {
             table: self.table,
@@ -353,14 +355,6 @@ where
             attempt: delivered.attempt,
             key: delivered.key,
         };
-        let span = tracing::info_span!(
-            "delivery",
-            subscription = self.name,
-            table = self.table,
-            id = %info.id,
-            attempt = info.attempt,
-            key = info.key.as_deref(),
-        );
         let handler = self.handler.clone();
         let decode = self.decode;
         let row = delivered.row;
