@@ -46,6 +46,8 @@ pub(crate) enum Input {
     Drop(DeliveryId),
     Publish(Box<(TableDesc, Vec<Publish>)>, PublishReply),
     Change(Box<Change>, ChangeReply),
+    /// A read of a table's state: its counts, or failed rows.
+    Read(Box<(TableDesc, ruststream_core::ReadTable)>, ReadReply),
     Stop,
     Drained(oneshot::Sender<()>),
     /// A handler asks for its row lock claim's transaction.
@@ -75,6 +77,9 @@ pub(crate) struct Change {
 
 /// Where the answer of a change of failed rows goes: how many rows it changed.
 pub(crate) type ChangeReply = oneshot::Sender<Result<u64, PublishError>>;
+
+/// Where the answer of a read of a table's state goes.
+pub(crate) type ReadReply = oneshot::Sender<Result<ruststream_core::TableRead, PublishError>>;
 
 /// Where a publish's answer goes.
 pub(crate) type PublishReply = oneshot::Sender<Result<Published, PublishError>>;
@@ -111,6 +116,7 @@ pub(crate) struct Driver<A: Adapter> {
     publishers: HashMap<&'static str, PublisherId>,
     waiters: BTreeMap<PublishId, (&'static str, PublishReply)>,
     changes: BTreeMap<PublishId, ChangeReply>,
+    reads: BTreeMap<PublishId, ReadReply>,
     /// Handlers waiting for their claim's transaction.
     lends: BTreeMap<DeliveryId, LendReply>,
     drained: Vec<oneshot::Sender<()>>,
@@ -189,6 +195,7 @@ pub(crate) async fn start<A: Adapter>(
         publishers: HashMap::new(),
         waiters: BTreeMap::new(),
         changes: BTreeMap::new(),
+        reads: BTreeMap::new(),
         lends: BTreeMap::new(),
         drained: Vec::new(),
         ready: (not_ready > 0).then_some(ready_tx),
@@ -237,6 +244,9 @@ impl<A: Adapter> Driver<A> {
                     let _ = waiter.send(Err(PublishError::Closed));
                 }
                 for (_, waiter) in std::mem::take(&mut self.changes) {
+                    let _ = waiter.send(Err(PublishError::Closed));
+                }
+                for (_, waiter) in std::mem::take(&mut self.reads) {
                     let _ = waiter.send(Err(PublishError::Closed));
                 }
                 return counts;
@@ -332,6 +342,23 @@ impl<A: Adapter> Driver<A> {
                 self.metrics.settling(delivery);
                 let settlement = self.settlement(&settled);
                 self.core.settle_with(delivery, settlement, now);
+            }
+            Input::Read(read, reply) => {
+                let (desc, read) = *read;
+                let started = self
+                    .publisher_of(desc)
+                    .and_then(|publisher| self.core.read_table(publisher, read, now));
+                match started {
+                    Ok(id) => {
+                        self.reads.insert(id, reply);
+                    }
+                    Err(BrokerError::Closed) => {
+                        let _ = reply.send(Err(PublishError::Closed));
+                    }
+                    Err(error) => {
+                        let _ = reply.send(Err(PublishError::Invalid(error)));
+                    }
+                }
             }
             Input::Change(change, reply) => {
                 let Change {
@@ -587,6 +614,14 @@ impl<A: Adapter> Driver<A> {
                     kept,
                 };
                 s.failures.report(&failure);
+            }
+            Event::Read { publish, result } => {
+                if let Some(waiter) = self.reads.remove(&publish) {
+                    let _ = waiter.send(result.map_err(PublishError::Db));
+                }
+            }
+            Event::Warning { sub, message } => {
+                tracing::warn!(subscription = self.subs[sub.0].name, "{message}");
             }
             Event::Changed { publish, result } => {
                 if let Some(waiter) = self.changes.remove(&publish) {

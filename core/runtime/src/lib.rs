@@ -29,8 +29,8 @@ mod error;
 pub mod exec;
 mod handle;
 mod listen;
-pub mod metrics;
 pub mod maintenance;
+pub mod metrics;
 mod outbox;
 mod outcome;
 mod retry;
@@ -60,7 +60,9 @@ pub use ruststream_core::spec::{
     Advisory, Attempt, Carries, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy,
     Payload, Processed, own,
 };
-pub use ruststream_core::{ClosedCounts, FailedRowsOf, Published, Value};
+pub use ruststream_core::{
+    ClosedCounts, Count, Ddl, FailedRow, FailedRowsOf, MissingIndex, Published, Stats, Value,
+};
 pub use state::{State, States};
 // The macros: `#[derive(Inbox)]`, `#[subscriber(..)]` (beside the function `subscriber`, which
 // shares its name in another namespace) and `#[ruststream::app]`.

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 
 use ruststream_core::spec::Described;
-use ruststream_core::{Dialect, Inserts, Published, Statement, Value};
+use ruststream_core::{Dialect, Inserts, Published, Statement, Statements, Stats, Value};
 
 use crate::error::PublishError;
 use crate::handle::{IntoRow, Message};
@@ -61,6 +61,32 @@ impl<T: InboxTable> Outbox<T> {
             .unwrap_or_else(|e| e.into_inner())
             .statements(&rows, now)
             .map_err(PublishError::Invalid)
+    }
+
+    /// The statement that reads `T`'s table's counts now ([`Stats`]), with its binds: for an
+    /// adapter to run on a connection of a pool, with no broker running.
+    pub fn stats_statement(&self) -> (Statement, Vec<Value>) {
+        let dialect = self
+            .inserts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .dialect();
+        let statement = Statements::stats(dialect, T::TABLE.table_desc());
+        let now = crate::driver::now();
+        let binds = statement.binds(|_| Value::Int(now.micros()));
+        (statement, binds)
+    }
+
+    /// The counts in the values of [`Outbox::stats_statement`]'s one row.
+    pub fn stats(&self, values: &[Value]) -> Result<Stats, PublishError> {
+        Stats::from_values(T::TABLE.table_desc().table, values, crate::driver::now()).map_err(
+            |message| {
+                PublishError::Db(ruststream_core::DbError::new(
+                    ruststream_core::ErrorKind::Other,
+                    message,
+                ))
+            },
+        )
     }
 
     /// What a publish of [`Outbox::statements`] wrote, from the rows each statement wrote, in

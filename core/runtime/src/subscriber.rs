@@ -145,6 +145,23 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
+    /// The start creates what the table's schema lacks: the table, when it does not exist,
+    /// with every column of its description, and its claim index, as
+    /// [`Ddl`](ruststream_core::Ddl) writes them (a key's column is text; give a table of
+    /// other types by hand). Off unless set.
+    pub fn ensure_schema(mut self) -> Self {
+        self.options.ensure_schema = true;
+        self
+    }
+
+    /// What the start does when no index of the table serves its claim order: log a warning
+    /// naming the index to create ([`MissingIndex::Warn`](ruststream_core::MissingIndex::Warn),
+    /// unless set), refuse to start, or not look.
+    pub fn missing_claim_index(mut self, what: ruststream_core::MissingIndex) -> Self {
+        self.options.missing_claim_index = what;
+        self
+    }
+
     /// How long a retry waits, when the handler's outcome names no delay
     /// ([`HandlerOutcome::retry_in`]): [`RetryPolicy::default`] unless set.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {

@@ -9,8 +9,8 @@ use crate::spec::{Column, OrderBy, TableDesc};
 use super::{ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind, named};
 
 /// The schema a description needs, in one dialect: the table with every column it names,
-/// the claim index, and an index on each mark (`failed_at`, `processed_at`) that the stats and
-/// the retention read.
+/// the claim index, and an index on each mark (`failed_at`, `processed_at`) and on the lease
+/// that the counts and the retention read.
 ///
 /// Each described column takes the type the queue writes into it (a time is `TIMESTAMPTZ`,
 /// `DATETIME(6)` or SQLite's `INTEGER` microseconds; the payload `BYTEA`, `LONGBLOB` or
@@ -215,6 +215,13 @@ impl Ddl {
                 }
             }
             columns.extend(order.iter().map(|o| (o.column, o.descending)));
+            if self.mysql_like()
+                && let Some(lease) = d.locked_until
+            {
+                // The lease is read beside the order: a count of the claimable rows reads it
+                // in the index.
+                columns.push((lease.name, false));
+            }
             out.push(Index {
                 name: format!("{base}_claim"),
                 columns,
@@ -223,7 +230,11 @@ impl Ddl {
                 claim: true,
             });
         }
-        for (mark, suffix) in [(d.failed_at, "failed"), (d.processed_at, "processed")] {
+        for (mark, suffix) in [
+            (d.failed_at, "failed"),
+            (d.processed_at, "processed"),
+            (d.locked_until, "lease"),
+        ] {
             if let Some(mark) = mark {
                 out.push(Index {
                     name: format!("{base}_{suffix}"),
