@@ -553,3 +553,30 @@ fn on_sqlite_a_ticks_transaction_lets_no_statement_of_another_connection_in() {
     // Three ticks of four statements, the state's three and the publish.
     assert_eq!(statements, 3 * 4 + 3 + 1);
 }
+
+#[test]
+fn a_periodic_job_without_catch_up_publishes_no_missed_tick_but_each_tick_from_the_start_on() {
+    let now = Time(10 * SECOND + SECOND / 2);
+    let mut broker: Broker<()> = Broker::new(Dialect::Postgres);
+    broker.set_connection_linger(Duration::ZERO);
+    broker.periodic(job(0), now).unwrap();
+    let seen = run_all(&mut broker, now, |action| {
+        (kind(action) == Some(MaintenanceKind::ReadState)).then(|| rows(vec![Value::Int(SECOND)]))
+    });
+    assert!(
+        seen.iter().all(|(d, _)| *d != m(MaintenanceKind::Advance)),
+        "nine ticks missed, none published: {seen:?}"
+    );
+    assert_eq!(broker.poll_timeout(), Some(Time(11 * SECOND)));
+    let at = Time(11 * SECOND);
+    broker.handle_timeout(at);
+    let seen = run_all(&mut broker, at, |action| {
+        (kind(action) == Some(MaintenanceKind::Advance)).then_some(Reply::Affected(1))
+    });
+    let advanced: Vec<Value> = seen
+        .iter()
+        .filter(|(d, _)| *d == m(MaintenanceKind::Advance))
+        .map(|(_, binds)| binds[0].clone())
+        .collect();
+    assert_eq!(advanced, [Value::Int(11 * SECOND)]);
+}

@@ -178,8 +178,8 @@ impl Periodic {
     }
 
     /// How many ticks missed while no process ran the job are published at the start, the
-    /// latest ones ([`PERIODIC_CATCH_UP`] unless set; 0 publishes none). The same bound holds
-    /// for the ticks one late wake-up publishes.
+    /// latest ones ([`PERIODIC_CATCH_UP`] unless set; 0 publishes none). The same bound, but
+    /// at least 1, holds for the ticks one late wake-up publishes.
     pub fn catch_up(mut self, ticks: usize) -> Self {
         self.catch_up = ticks;
         self

@@ -89,7 +89,8 @@ pub struct PeriodicJob {
     /// The schedule and its rows.
     pub ticks: Box<dyn Ticks>,
     /// At the start: how many ticks missed while no process ran are published, the latest
-    /// ones (0 publishes none). The same bounds the ticks one late wake-up publishes.
+    /// ones (0 publishes none). The same, but at least 1, bounds the ticks one late wake-up
+    /// publishes.
     pub catch_up: usize,
     /// Whether the job creates the state table where it is missing.
     pub create_table: bool,
@@ -203,12 +204,11 @@ struct Periodic {
 }
 
 impl Periodic {
-    /// The ticks after `cursor` up to `now`, the latest [`PeriodicJob::catch_up`] of them,
-    /// earliest first.
-    fn due(&self, cursor: Time, now: Time) -> VecDeque<Time> {
+    /// The ticks after `cursor` up to `now`, the latest `limit` of them, earliest first.
+    fn due(&self, cursor: Time, now: Time, limit: usize) -> VecDeque<Time> {
         let mut out = VecDeque::new();
         let mut t = Time(now.0.saturating_add(1));
-        while out.len() < self.job.catch_up {
+        while out.len() < limit {
             match self.job.ticks.before(t) {
                 Some(tick) if tick > cursor && tick < t => {
                     out.push_front(tick);
@@ -333,7 +333,8 @@ impl<R> Broker<R> {
             p.next_at = None;
             p.run = Run::default();
             if let Some(cursor) = p.cursor {
-                p.ticks = p.due(cursor, now);
+                // A wake-up publishes its own tick, whatever the catch-up at the start.
+                p.ticks = p.due(cursor, now, p.job.catch_up.max(1));
                 if p.ticks.is_empty() {
                     p.next_at = p.job.ticks.after(cursor.max(now));
                     continue;
@@ -558,7 +559,7 @@ impl<R> Broker<R> {
                     return self.maintenance_send(task, Action::Release, MaintenanceStage::Release);
                 };
                 p.cursor = Some(last);
-                p.ticks = p.due(last, now);
+                p.ticks = p.due(last, now, p.job.catch_up);
                 self.periodic_next_tick(i);
             }
             MaintenanceStage::Acquire | MaintenanceStage::CreateTable => {
