@@ -84,6 +84,12 @@
       swatch.style.background = colour(c);
       return el("span", {}, [swatch, label]);
     }));
+    const rates = svg("svg", { viewBox: "0 0 300 170", preserveAspectRatio: "none", class: "rates", role: "img" });
+    const rateLegend = el("div", { class: "legend" }, [["processed/s", "--processed"], ["failed/s", "--failed"]].map(([label, c]) => {
+      const swatch = el("i");
+      swatch.style.background = colour(c);
+      return el("span", {}, [swatch, label]);
+    }));
     const ageSwatch = el("i");
     ageSwatch.style.background = colour("--age");
     const charts = el("div", { class: "charts" }, [
@@ -93,6 +99,7 @@
         ages,
         el("div", { class: "legend" }, [el("span", {}, [ageSwatch, "age"])]),
       ]),
+      el("div", { class: "chart" }, [el("div", { class: "title", text: "rates" }), rates, rateLegend]),
     ]);
     const head = el("tr", {}, ["id", "attempt", "failed at", "error", "payload"].map((h) => el("th", { text: h })));
     if (config.writable) head.append(el("th", { text: "" }));
@@ -111,7 +118,7 @@
       empty,
       more,
     ]);
-    const view = { name, section, cells, depth, ages, rows, more, empty, error, next: null, loaded: [] };
+    const view = { name, section, cells, depth, ages, rates, rows, more, empty, error, next: null, loaded: [] };
     more.addEventListener("click", () => loadFailed(view, true));
     return view;
   }
@@ -200,6 +207,23 @@
     const ageSeries = [["oldest_due_age_ms", "age", "--age"]];
     ageSeries.formatter = (v) => age(Math.round(v));
     drawChart(view.ages, 300, samples, ageSeries);
+    const rateSeries = [["processed_per_s", "processed/s", "--processed"], ["failed_per_s", "failed/s", "--failed"]];
+    rateSeries.formatter = (v) => (v >= 10 ? String(Math.round(v)) : v.toFixed(1));
+    drawChart(view.rates, 300, perSecond(samples), rateSeries);
+  }
+
+  // Rows marked processed and failed per second between two samples; a count that fell
+  // (rows redriven, deleted, or cleared by retention) reads as no rate.
+  function perSecond(samples) {
+    const out = [];
+    for (let i = 1; i < samples.length; i++) {
+      const a = samples[i - 1], b = samples[i];
+      const seconds = (b.at_ms - a.at_ms) / 1000;
+      if (!(seconds > 0)) continue;
+      const rate = (key) => (a[key] === null || b[key] === null || a[key] === undefined || b[key] === undefined ? null : Math.max(b[key] - a[key], 0) / seconds);
+      out.push({ at_ms: b.at_ms, processed_per_s: rate("processed"), failed_per_s: rate("failed") });
+    }
+    return out;
   }
 
   function failedRow(view, row) {

@@ -2,11 +2,12 @@
 //!
 //! A [`Dashboard`] lists tables registered with the broker that serves them
 //! ([`Dashboard::table`]). Its page shows, for each table, the rows due, scheduled, in work
-//! and failed and the age of the oldest due row, now and over time as a chart (the dashboard
-//! samples the counts every [`Dashboard::sample_every`] and keeps the last
-//! [`Dashboard::history`] samples in memory), and the failed rows with their error, attempt
-//! and payload. A dashboard given a token ([`Dashboard::token`]) shows redrive and delete
-//! buttons, which send the token typed into the page; without a token it is read-only.
+//! and failed and the age of the oldest due row, now and over time as charts, beside the rows
+//! processed and failed per second (the dashboard samples the counts every
+//! [`Dashboard::sample_every`] and keeps the last [`Dashboard::history`] samples in memory),
+//! and the failed rows with their error, attempt and payload. A dashboard given a token
+//! ([`Dashboard::token`]) shows redrive and delete buttons, which send the token typed into
+//! the page; without a token it is read-only.
 //!
 //! A service mounts the dashboard's [`Dashboard::router`] in its own axum router, or runs it
 //! alone on an address ([`Dashboard::serve`]):

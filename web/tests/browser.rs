@@ -339,6 +339,7 @@ async fn the_dashboard_in_headless_chromium() {
         r#"<button class="delete" type="button">delete</button>"#,
         "<polyline",
         r#"data-series="due""#,
+        r#"data-series="failed_per_s""#,
         "<title>shop · queues</title>",
     ] {
         assert!(
