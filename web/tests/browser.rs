@@ -222,7 +222,13 @@ impl Cdp {
     async fn close(mut self) {
         let _ = self.socket.close(None);
         let _ = self.browser.kill().await;
-        let _ = std::fs::remove_dir_all(&self.profile);
+        // Chromium's helper processes may still write into the profile for a moment.
+        for _ in 0..20 {
+            if std::fs::remove_dir_all(&self.profile).is_ok() || !self.profile.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
