@@ -3100,6 +3100,7 @@ fn check_passing_failure_midway_closes_and_retries() {
         [
             Acquire,
             Exec(StatementKind::ListColumns),
+            Exec(StatementKind::ListIndexes),
             Exec(StatementKind::CurrentDatabase),
             Close
         ]
