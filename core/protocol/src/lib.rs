@@ -34,13 +34,13 @@ mod types;
 mod value;
 
 pub use broker::{
-    MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH,
-    RETENTION_EVERY, Retention, Ticks,
+    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, Inserts, MAX_ERROR_LEN,
+    MAX_RETRY_DELAY, MissingIndex, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish,
+    SETTLE_BATCH, SubscribeOptions,
 };
 pub use broker::{
-    Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, Inserts, MAX_ERROR_LEN,
-    MAX_RETRY_DELAY, MissingIndex, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish, SETTLE_BATCH,
-    SubscribeOptions,
+    MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH,
+    RETENTION_EVERY, Retention, Ticks,
 };
 pub use dialect::{
     Arg, ColumnType, Ddl, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,

@@ -48,8 +48,8 @@ use conns::Conns;
 use delivery::{Deliveries, DeliveryStage, DeliveryState, Ending};
 use gate::Gate;
 pub use maintenance::{
-    MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH, RETENTION_EVERY,
-    Retention, Ticks,
+    MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH,
+    RETENTION_EVERY, Retention, Ticks,
 };
 use maintenance::{Maintenance, MaintenanceStage, Task};
 pub use publish::Inserts;

@@ -892,10 +892,7 @@ impl Db {
                         desc.locked_until.is_some(),
                         count(&|r| open(r) && leased(r)),
                     ),
-                    or_null(
-                        desc.failed_at.is_some(),
-                        count(&|r| r.failed_at.is_some()),
-                    ),
+                    or_null(desc.failed_at.is_some(), count(&|r| r.failed_at.is_some())),
                     or_null(
                         desc.processed_at.is_some(),
                         count(&|r| r.processed_at.is_some()),

@@ -552,7 +552,10 @@ impl World {
                     assert!(self.desc.failed_at.is_none());
                 }
             }
-            Event::Changed { .. } | Event::Maintained(_) | Event::Warning { .. } | Event::Read { .. } => {}
+            Event::Changed { .. }
+            | Event::Maintained(_)
+            | Event::Warning { .. }
+            | Event::Read { .. } => {}
             Event::LeaseLost { .. } | Event::Error { .. } => {}
             // The runtime wakes the publisher's own subscriptions once the row is written.
             Event::Published { result, .. } => {
