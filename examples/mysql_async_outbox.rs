@@ -12,19 +12,17 @@ use std::time::Duration;
 
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Pool, TxOpts};
+use ruststream::core::Dialect;
 use ruststream_mysql_async::MySqlAsyncOutbox;
 use ruststream_mysql_async::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::future::ready;
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS orders (
+/// The shop's table; the jobs' table comes from its description (`SendReceipt::TABLE.ddl(..)`).
+const ORDERS: &str = "CREATE TABLE IF NOT EXISTS orders (
     id BIGINT PRIMARY KEY,
     email VARCHAR(255) NOT NULL,
     cents BIGINT NOT NULL CHECK (cents > 0)
-);
-CREATE TABLE IF NOT EXISTS receipt_jobs (
-    id BIGINT AUTO_INCREMENT PRIMARY KEY,
-    payload LONGBLOB NOT NULL
 )";
 
 /// One row of `receipt_jobs`, in the row lock form.
@@ -120,7 +118,9 @@ pub fn service(url: &str, sent: Sent) -> RustStream {
 pub async fn run(url: &str, orders: i64) -> Result<Vec<Receipt>, Box<dyn std::error::Error>> {
     let pool = Pool::from_url(url)?;
     let mut conn = pool.get_conn().await?;
-    conn.query_drop(SCHEMA).await?;
+    conn.query_drop(ORDERS).await?;
+    let receipt_jobs = SendReceipt::TABLE.ddl(Dialect::MySql);
+    conn.query_drop(receipt_jobs.to_string()).await?;
     let first: i64 = conn
         .query_first("SELECT COALESCE(MAX(id), 0) + 1 FROM orders")
         .await?

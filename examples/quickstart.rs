@@ -12,7 +12,7 @@
 //!
 //! SQLite runs on `ruststream-rusqlite`; a `postgres://` or `mysql://` URL runs the same batch
 //! on `ruststream-sqlx`, in the table `quickstart_jobs` of that database, which the quick start
-//! drops and creates anew.
+//! drops and creates anew from the row type's description (`JobRow::TABLE.ddl(..)`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,17 +23,18 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use ruststream::adapter::TakesRows;
+use ruststream::core::Dialect;
 use ruststream::{
-    BrokerHandle, Context, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue,
+    BrokerHandle, Context, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxTable,
     IntoSubscription, Message, subscriber,
 };
 use ruststream_rusqlite::RusqliteBroker;
 use ruststream_rusqlite::rusqlite::Connection;
 use ruststream_sqlx::SqlxBroker;
 use serde::{Deserialize, Serialize};
-use sqlx::Connection as _;
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
 use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection as _};
 
 /// One row of `quickstart_jobs`, held by a lock on its channel's key while it is in work. It
 /// decodes with serde on rusqlite and with `sqlx::FromRow` on sqlx.
@@ -44,7 +45,7 @@ pub struct JobRow {
     id: i64,
     channel: i64,
     #[field(attempt, generated)]
-    attempt: i64,
+    attempt: i32,
     #[field(payload)]
     payload: Vec<u8>,
 }
@@ -58,35 +59,15 @@ pub struct Job {
     pub flaky: bool,
 }
 
-const SCHEMA: &str = "
-DROP TABLE IF EXISTS quickstart_jobs;
-CREATE TABLE quickstart_jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    channel INTEGER NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    payload BLOB NOT NULL
-);
-";
-
-const PG_SCHEMA: &str = "
-DROP TABLE IF EXISTS quickstart_jobs;
-CREATE TABLE quickstart_jobs (
-    id BIGSERIAL PRIMARY KEY,
-    channel BIGINT NOT NULL,
-    attempt BIGINT NOT NULL DEFAULT 0,
-    payload BYTEA NOT NULL
-);
-";
-
-const MYSQL_SCHEMA: &str = "
-DROP TABLE IF EXISTS quickstart_jobs;
-CREATE TABLE quickstart_jobs (
-    id BIGINT AUTO_INCREMENT PRIMARY KEY,
-    channel BIGINT NOT NULL,
-    attempt BIGINT NOT NULL DEFAULT 0,
-    payload LONGBLOB NOT NULL
-);
-";
+/// The table, dropped and created anew from `JobRow`'s description in the database's dialect:
+/// its `CREATE TABLE` and any index the claims need. The description only names `channel`, a
+/// key's column, which would be text; here it holds integers.
+fn schema(dialect: Dialect) -> String {
+    let ddl = JobRow::TABLE
+        .ddl(dialect)
+        .column_type("channel", "BIGINT NOT NULL");
+    format!("DROP TABLE IF EXISTS quickstart_jobs;\n{ddl}")
+}
 
 /// Where the jobs go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -313,7 +294,7 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
                 file.push(suffix);
                 let _ = std::fs::remove_file(file);
             }
-            Connection::open(path)?.execute_batch(SCHEMA)?;
+            Connection::open(path)?.execute_batch(&schema(Dialect::Sqlite))?;
             let elapsed = process(RusqliteBroker::open(path).handle(), &args, worker).await?;
             let rows_left: i64 = Connection::open(path)?.query_row(
                 "SELECT COUNT(*) FROM quickstart_jobs",
@@ -328,7 +309,9 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
             let mut conn = PgConnection::connect(url)
                 .await
                 .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
-            sqlx::raw_sql(PG_SCHEMA).execute(&mut conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(schema(Dialect::Postgres)))
+                .execute(&mut conn)
+                .await?;
             conn.close().await?;
             let pool = PgPoolOptions::new()
                 .max_connections(connections)
@@ -347,7 +330,9 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
             let mut conn = MySqlConnection::connect(url)
                 .await
                 .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
-            sqlx::raw_sql(MYSQL_SCHEMA).execute(&mut conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(schema(Dialect::MySql)))
+                .execute(&mut conn)
+                .await?;
             conn.close().await?;
             let pool = MySqlPoolOptions::new()
                 .max_connections(connections)

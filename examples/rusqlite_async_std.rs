@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ruststream::core::Dialect;
 use ruststream::exec::AsyncStd;
 use ruststream_rusqlite::prelude::*;
 use ruststream_rusqlite::rusqlite::Connection;
@@ -56,15 +57,11 @@ pub fn run(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    Connection::open(path)?.execute_batch(
-        "DROP TABLE IF EXISTS emails;
-         CREATE TABLE emails (
-             id INTEGER PRIMARY KEY AUTOINCREMENT,
-             attempt INTEGER NOT NULL DEFAULT 0,
-             locked_until INTEGER NULL,
-             payload BLOB NOT NULL
-         );",
-    )?;
+    // The table anew, as its description writes it.
+    let conn = Connection::open(path)?;
+    conn.execute_batch("DROP TABLE IF EXISTS emails")?;
+    conn.execute_batch(&Email::TABLE.ddl(Dialect::Sqlite).to_string())?;
+    drop(conn);
     let sent = Arc::new(AtomicU64::new(0));
     let broker = RusqliteBroker::open(path).handle();
     let publisher = broker.publisher::<Email>();

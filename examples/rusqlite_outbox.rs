@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ruststream::core::Dialect;
 use ruststream_rusqlite::RusqliteOutbox;
 use ruststream_rusqlite::prelude::*;
 use ruststream_rusqlite::rusqlite::Connection;
@@ -89,20 +90,19 @@ pub async fn run(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    Connection::open(path)?.execute_batch(
+    let conn = Connection::open(path)?;
+    conn.execute_batch(
         "DROP TABLE IF EXISTS orders;
          DROP TABLE IF EXISTS receipt_jobs;
          CREATE TABLE orders (
              id INTEGER PRIMARY KEY,
              email TEXT NOT NULL,
              cents INTEGER NOT NULL CHECK (cents > 0)
-         );
-         CREATE TABLE receipt_jobs (
-             id INTEGER PRIMARY KEY AUTOINCREMENT,
-             locked_until INTEGER NULL,
-             payload BLOB NOT NULL
          );",
     )?;
+    // The jobs' table, as its description writes it.
+    conn.execute_batch(&SendReceipt::TABLE.ddl(Dialect::Sqlite).to_string())?;
+    drop(conn);
     let sent = Sent::default();
     let shop = path.to_owned();
     let placed = async {

@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ruststream::core::Dialect;
 use ruststream_rusqlite::prelude::*;
 use ruststream_rusqlite::rusqlite::Connection;
 use serde::{Deserialize, Serialize};
@@ -35,13 +36,6 @@ pub struct Report {
     /// The account.
     pub account: i64,
 }
-
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS exports (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    account INTEGER NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    payload BLOB NOT NULL
-)";
 
 /// An export takes a while; the key of its account is held meanwhile.
 #[subscriber(InboxQueue::<Export>::new("exports"))]
@@ -70,7 +64,11 @@ fn service(path: PathBuf, jobs: i64) -> RustStream {
             if let Some(dir) = schema.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            Connection::open(&schema)?.execute_batch(SCHEMA)?;
+            // As the description writes it; `account`, a key's column, holds integers.
+            let ddl = Export::TABLE
+                .ddl(Dialect::Sqlite)
+                .column_type("account", "INTEGER NOT NULL");
+            Connection::open(&schema)?.execute_batch(&ddl.to_string())?;
             Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
         })
         .on_started(async move |()| {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::channel::oneshot;
+use ruststream::core::Dialect;
 use ruststream::exec::Threads;
 use ruststream_rusqlite::prelude::*;
 use ruststream_rusqlite::rusqlite::Connection;
@@ -69,15 +70,11 @@ pub fn run(path: &Path, jobs: u64) -> Result<u64, Box<dyn std::error::Error + Se
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    Connection::open(path)?.execute_batch(
-        "DROP TABLE IF EXISTS thumbnails;
-         CREATE TABLE thumbnails (
-             id INTEGER PRIMARY KEY AUTOINCREMENT,
-             attempt INTEGER NOT NULL DEFAULT 0,
-             locked_until INTEGER NULL,
-             payload BLOB NOT NULL
-         );",
-    )?;
+    // The table anew, as its description writes it.
+    let conn = Connection::open(path)?;
+    conn.execute_batch("DROP TABLE IF EXISTS thumbnails")?;
+    conn.execute_batch(&Thumbnail::TABLE.ddl(Dialect::Sqlite).to_string())?;
+    drop(conn);
     let done = Arc::new(AtomicU64::new(0));
     let (finished, all_done) = oneshot::channel();
     let shrink = Shrink {

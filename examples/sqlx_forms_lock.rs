@@ -10,10 +10,11 @@
 //! `INSERT INTO payouts (account_id, payload) VALUES (1, '{"cents":100}')`, each once no key
 //! `accounts-<account_id>` is in `held_keys`.
 
+use ruststream::core::Dialect;
 use ruststream_sqlx::prelude::*;
 use ruststream_sqlx::{Lock, Unlock};
-use sqlx::Connection;
 use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{AssertSqlSafe, Connection};
 use sqlx::{Sqlite, SqliteConnection};
 
 /// One row of `payouts`, held by the key of its account.
@@ -65,10 +66,13 @@ pub fn service(url: &str) -> RustStream {
     // Nothing connects here: the broker builds its pool when the service starts.
     let broker = SqlxBroker::from_url(url, SqlitePoolOptions::new());
     RustStream::new(AppInfo::new("payouts", "0.1.0"))
-        // The table, created before the subscription checks it.
+        // The tables, created before the subscription checks them.
         .on_startup(async move |()| {
             let mut conn = SqliteConnection::connect(&schema_url).await?;
-            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+            sqlx::raw_sql(HELD_KEYS).execute(&mut conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(payouts_schema()))
+                .execute(&mut conn)
+                .await?;
             conn.close().await
         })
         .with_broker(broker, |b| {
@@ -83,13 +87,17 @@ pub struct Transfer {
     pub cents: i64,
 }
 
-/// The tables: the keys billing and the payouts hold, and the payouts.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS held_keys (key TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS payouts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    account_id INTEGER NOT NULL,
-    payload BLOB NOT NULL
-);";
+/// The keys billing and the payouts hold.
+const HELD_KEYS: &str = "CREATE TABLE IF NOT EXISTS held_keys (key TEXT PRIMARY KEY)";
+
+/// The payouts' table, as its description writes it; `account_id`, the key's column, holds
+/// integers.
+fn payouts_schema() -> String {
+    Payout::TABLE
+        .ddl(Dialect::Sqlite)
+        .column_type("account_id", "INTEGER NOT NULL")
+        .to_string()
+}
 
 /// The service on `payouts.db`, until SIGINT or SIGTERM.
 #[ruststream::app]

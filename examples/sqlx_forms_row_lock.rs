@@ -9,7 +9,6 @@
 //! such as `INSERT INTO invoice_jobs (payload) VALUES (convert_to('{"number": 1}', 'UTF8'))`.
 
 use ruststream_sqlx::prelude::*;
-use sqlx::Connection;
 use sqlx::postgres::PgPoolOptions;
 
 /// One row of `invoice_jobs`. No `locked_until` and no `advisory_lock`: the row lock form.
@@ -32,20 +31,16 @@ async fn issue(invoice: &Invoice) -> HandlerOutcome {
 
 /// The service on the database `options` reach.
 pub fn service(options: PgConnectOptions) -> RustStream {
-    let schema = options.clone();
     // Nothing connects here: the broker builds its pool when the service starts.
     let broker = SqlxBroker::from_connect_options(options, PgPoolOptions::new());
-    RustStream::new(AppInfo::new("billing", "0.1.0"))
-        // The table, created before the subscription checks it.
-        .on_startup(async move |()| {
-            let mut conn = PgConnection::connect_with(&schema).await?;
-            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
-            conn.close().await
-        })
-        .with_broker(broker.route::<IssueInvoice>("invoices"), |b| {
-            // Each of the four workers holds a connection while its invoice is in work.
-            b.include(issue.workers(nonzero!(4)));
-        })
+    RustStream::new(AppInfo::new("billing", "0.1.0")).with_broker(
+        broker.route::<IssueInvoice>("invoices"),
+        |b| {
+            // Each of the four workers holds a connection while its invoice is in work. The
+            // start creates the table, as its description writes it, where it is missing.
+            b.include(issue.workers(nonzero!(4)).ensure_schema());
+        },
+    )
 }
 
 /// The message of a row: the invoice to issue.
@@ -54,12 +49,6 @@ pub struct Invoice {
     /// The invoice's number.
     pub number: u64,
 }
-
-/// The table.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS invoice_jobs (
-    id BIGSERIAL PRIMARY KEY,
-    payload BYTEA NOT NULL
-)";
 
 /// The service on the database the `PG*` environment variables name (`PGHOST`, `PGPORT`,
 /// `PGUSER`, `PGPASSWORD`, `PGDATABASE`), until SIGINT or SIGTERM.

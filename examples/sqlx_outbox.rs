@@ -10,18 +10,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ruststream::core::Dialect;
 use ruststream_sqlx::prelude::*;
 use serde::{Deserialize, Serialize};
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS orders (
+/// The shop's table; the jobs' table comes from its description (`SendReceipt::TABLE.ddl(..)`).
+const ORDERS: &str = "CREATE TABLE IF NOT EXISTS orders (
     id BIGINT PRIMARY KEY,
     email TEXT NOT NULL,
     cents BIGINT NOT NULL CHECK (cents > 0)
-);
-CREATE TABLE IF NOT EXISTS receipt_jobs (
-    id BIGSERIAL PRIMARY KEY,
-    payload BYTEA NOT NULL
 )";
 
 /// One row of `receipt_jobs`, in the row lock form.
@@ -123,7 +122,11 @@ pub async fn run(
         .max_connections(4)
         .connect_with(options.clone())
         .await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+    sqlx::raw_sql(ORDERS).execute(&pool).await?;
+    let receipt_jobs = SendReceipt::TABLE.ddl(Dialect::Postgres);
+    sqlx::raw_sql(AssertSqlSafe(receipt_jobs.to_string()))
+        .execute(&pool)
+        .await?;
     let first: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM orders")
         .fetch_one(&pool)
         .await?;

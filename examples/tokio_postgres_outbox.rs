@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ruststream::core::Dialect;
 use ruststream_tokio_postgres::TokioPostgresOutbox;
 use ruststream_tokio_postgres::deadpool_postgres::{Manager, Pool, PoolConfig};
 use ruststream_tokio_postgres::prelude::*;
@@ -17,14 +18,11 @@ use ruststream_tokio_postgres::tokio_postgres::{Config, NoTls};
 use serde::{Deserialize, Serialize};
 use std::future::ready;
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS orders (
+/// The shop's table; the jobs' table comes from its description (`SendReceipt::TABLE.ddl(..)`).
+const ORDERS: &str = "CREATE TABLE IF NOT EXISTS orders (
     id BIGINT PRIMARY KEY,
     email TEXT NOT NULL,
     cents BIGINT NOT NULL CHECK (cents > 0)
-);
-CREATE TABLE IF NOT EXISTS receipt_jobs (
-    id BIGSERIAL PRIMARY KEY,
-    payload BYTEA NOT NULL
 )";
 
 /// One row of `receipt_jobs`, in the row lock form.
@@ -123,7 +121,11 @@ pub async fn run(url: &str, orders: i64) -> Result<Vec<Receipt>, Box<dyn std::er
     let pool = Pool::builder(Manager::new(config, NoTls))
         .max_size(4)
         .build()?;
-    pool.get().await?.batch_execute(SCHEMA).await?;
+    let receipt_jobs = SendReceipt::TABLE.ddl(Dialect::Postgres);
+    pool.get()
+        .await?
+        .batch_execute(&format!("{ORDERS};\n{receipt_jobs}"))
+        .await?;
     let first: i64 = pool
         .get()
         .await?

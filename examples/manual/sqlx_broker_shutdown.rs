@@ -5,9 +5,10 @@
 //! cargo run --example manual_sqlx_broker_shutdown
 //! ```
 
+use ruststream::core::Dialect;
 use ruststream_sqlx::prelude::*;
-use sqlx::Connection;
 use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{AssertSqlSafe, Connection};
 
 /// The service on the database `url` names.
 pub fn service(url: &str) -> RustStream {
@@ -19,7 +20,9 @@ pub fn service(url: &str) -> RustStream {
         // The table, created before the subscription checks it.
         .on_startup(async move |()| {
             let mut conn = SqliteConnection::connect(&schema_url).await?;
-            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
+            sqlx::raw_sql(AssertSqlSafe(schema()))
+                .execute(&mut conn)
+                .await?;
             conn.close().await
         })
         .with_broker(broker.route::<Export>("exports"), |b| {
@@ -85,9 +88,10 @@ impl Handle<Report> for Exporter {
     }
 }
 
-/// The table.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS exports (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    account_id INTEGER NOT NULL,
-    payload BLOB NOT NULL
-)";
+/// The table, as its description writes it; `account_id`, the key's column, holds integers.
+fn schema() -> String {
+    Export::TABLE
+        .ddl(Dialect::Sqlite)
+        .column_type("account_id", "INTEGER NOT NULL")
+        .to_string()
+}

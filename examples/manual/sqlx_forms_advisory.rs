@@ -7,7 +7,6 @@
 //! ```
 
 use ruststream_sqlx::prelude::*;
-use sqlx::Connection;
 use sqlx::sqlite::SqlitePoolOptions;
 
 /// One row of `video_jobs`, held by a lock on its channel's key while it is in work.
@@ -68,21 +67,18 @@ impl Handle<Video, (), (), InboxContext> for TranscodeVideo {
 
 /// The service on the database `url` names.
 pub fn service(url: &str) -> RustStream {
-    let schema_url = url.to_owned();
     // Nothing connects here: the broker builds its pool when the service starts.
     let broker = SqlxBroker::from_url(url, SqlitePoolOptions::new());
-    RustStream::new(AppInfo::new("transcoder", "0.1.0"))
-        // The table, created before the subscription checks it.
-        .on_startup(async move |()| {
-            let mut conn = SqliteConnection::connect(&schema_url).await?;
-            sqlx::raw_sql(SCHEMA).execute(&mut conn).await?;
-            conn.close().await
-        })
-        .with_broker(broker.route::<Transcode>("videos"), |b| {
+    RustStream::new(AppInfo::new("transcoder", "0.1.0")).with_broker(
+        broker.route::<Transcode>("videos"),
+        |b| {
+            // The start creates the table, as its description writes it, where it is missing.
             let transcode = subscriber("videos", TranscodeVideo)
-                .map_source(|_| InboxQueue::<Transcode>::new("videos"));
+                .map_source(|_| InboxQueue::<Transcode>::new("videos"))
+                .ensure_schema();
             b.include(transcode.build());
-        })
+        },
+    )
 }
 
 /// The message of a row: the video to encode.
@@ -109,14 +105,6 @@ async fn encode(video: &Video, attempt: i64) -> bool {
     );
     encoded
 }
-
-/// The table.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS video_jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    channel TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    payload BLOB NOT NULL
-)";
 
 /// The service on `videos.db`, until SIGINT or SIGTERM.
 #[ruststream::app]
