@@ -101,7 +101,7 @@ pub trait ConnectionPool: Clone + Send + Sync + 'static {
     fn discard(&self, conn: Self::Connection, ending: Ending);
 
     /// Whether the driver sees a transaction open on the connection, beside what the core's
-    /// statements tell ([`StatementKind::transaction_after`]). The default sees none.
+    /// statements tell ([`StatementKind::transaction_after`](ruststream_core::StatementKind::transaction_after)). The default sees none.
     fn in_transaction(&self, conn: &Self::Connection) -> bool {
         let _ = conn;
         false
