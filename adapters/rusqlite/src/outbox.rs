@@ -1,7 +1,7 @@
 //! Publishing in the service's own transaction: [`RusqliteOutbox`].
 
 use rusqlite::Connection;
-use ruststream::{InboxTable, IntoRow, Outbox, Published};
+use ruststream::{InboxTable, IntoRow, Outbox, Published, Stats};
 use ruststream_core::{Dialect, Reply};
 
 use crate::RusqliteBrokerError;
@@ -92,5 +92,19 @@ impl<T: InboxTable> RusqliteOutbox<T> {
             }
         }
         Ok(self.outbox.published(&written))
+    }
+
+    /// `T`'s table's counts now ([`Stats`]), read on `conn` with no broker running, in one
+    /// statement whose counts stop at [`STATS_CAP`](ruststream::core::STATS_CAP) rows.
+    pub fn stats(&self, conn: &Connection) -> Result<Stats, RusqliteBrokerError> {
+        let (statement, binds) = self.outbox.stats_statement();
+        let values = match crate::driver::execute(conn, &statement, &binds)
+            .unwrap_or_else(Reply::Failed)
+        {
+            Reply::Failed(error) => return Err(RusqliteBrokerError::Db(error)),
+            Reply::Rows(rows) => rows.into_iter().next().map(|r| r.values),
+            _ => None,
+        };
+        self.outbox.stats(&values.unwrap_or_default())
     }
 }

@@ -65,6 +65,12 @@ async fn typed_messages_fill_the_keys_column_and_decode() {
         .query_row("SELECT account FROM reports", [], |r| r.get(0))
         .unwrap();
     assert_eq!(account, 7, "the key's column is the message's field");
+    let stats = RusqliteOutbox::<ReportJob>::new().stats(&conn).unwrap();
+    assert_eq!(
+        (stats.table, stats.due.value()),
+        ("reports", 1),
+        "counted on the connection"
+    );
 
     let seen = Seen::default();
     let broker = RusqliteBroker::open(&path).handle();

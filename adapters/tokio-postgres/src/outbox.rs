@@ -2,7 +2,7 @@
 //! [`TokioPostgresOutbox`].
 
 use deadpool_postgres::Pool;
-use ruststream::{InboxTable, IntoRow, Outbox, Published};
+use ruststream::{InboxTable, IntoRow, Outbox, Published, Stats};
 use ruststream_core::{Dialect, Statement, Value};
 use tokio_postgres::GenericClient;
 
@@ -120,6 +120,24 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
             run_all(&**client, statements).await?
         };
         Ok(self.outbox.published(&written))
+    }
+}
+
+impl<T: InboxTable> TokioPostgresOutbox<T> {
+    /// `T`'s table's counts now ([`Stats`]), read on a connection of `pool` with no broker
+    /// running, in one statement whose counts stop at
+    /// [`STATS_CAP`](ruststream::core::STATS_CAP) rows.
+    pub async fn stats(&self, pool: &Pool) -> Result<Stats, TokioPostgresBrokerError> {
+        let (statement, binds) = self.outbox.stats_statement();
+        let client = pool
+            .get()
+            .await
+            .map_err(|e| TokioPostgresBrokerError::Db(pool_error(&e)))?;
+        let rows = run::rows_on_client(&**client, &statement, &binds)
+            .await
+            .map_err(TokioPostgresBrokerError::Db)?;
+        let values = rows.into_iter().next().map(|r| r.values).unwrap_or_default();
+        self.outbox.stats(&values)
     }
 }
 

@@ -196,6 +196,31 @@ async fn run_extended(
     }))
 }
 
+/// Runs a statement that answers rows on a client of the service's own (a pool's, for the
+/// counts of a table), reading them as its output says.
+pub(crate) async fn rows_on_client(
+    client: &impl tokio_postgres::GenericClient,
+    statement: &Statement,
+    binds: &[Value],
+) -> Result<Vec<ruststream_core::Row<PgRow>>, DbError> {
+    let prepared = client
+        .prepare(&statement.sql)
+        .await
+        .map_err(|e| db_error(&e))?;
+    let params = params(&prepared, statement, binds)?;
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+    let rows = client
+        .query(&prepared, &refs)
+        .await
+        .map_err(|e| db_error(&e))?;
+    match &statement.output {
+        Output::Rows { columns, raw } => {
+            rows_of(rows.into_iter().map(PgRow::from), columns, *raw, statement)
+        }
+        Output::Nothing | Output::Affected => Ok(Vec::new()),
+    }
+}
+
 /// Runs a statement that answers no rows on a client of the service's own (its transaction,
 /// for a publish): prepared on it, each bind converted to the type its placeholder takes.
 pub(crate) async fn on_client(

@@ -1,6 +1,7 @@
 //! The outbox on tokio-postgres: rows published in the service's transaction commit and roll
 //! back with it, and a table that deduplicates its publishes passes over a row already there
-//! and says so, inside the transaction as on a pool with no broker.
+//! and says so, inside the transaction as on a pool with no broker; the table's counts read
+//! through that pool.
 
 mod common;
 
@@ -54,6 +55,19 @@ async fn the_outbox_deduplicates_in_the_transaction_and_on_a_pool() {
         .await
         .unwrap();
     assert_eq!(published.skipped, [0], "order 2 is there already");
+    // The counts, through the same pool with no broker: two rows due, one leased.
+    db.execute("UPDATE receipts SET locked_until = now() + interval '1 hour' WHERE order_id = 4")
+        .await;
+    let stats = outbox.stats(&pool).await.unwrap();
+    assert_eq!(stats.table, "receipts");
+    assert_eq!(
+        (
+            stats.due.value(),
+            stats.in_work.map(|c| c.value()),
+            stats.failed
+        ),
+        (2, Some(1), None)
+    );
     pool.close();
     assert_eq!(db.count("SELECT COUNT(*) FROM receipts").await, 3);
     assert_eq!(
