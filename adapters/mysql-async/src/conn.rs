@@ -228,7 +228,7 @@ pub(crate) fn rows_matched(info: &str) -> Option<u64> {
 /// Runs a statement with its binds and reads the reply as its output says. A statement
 /// without binds goes through the text protocol (MySQL prepares no `START TRANSACTION`), one
 /// with binds through the binary protocol, prepared once per connection and cached.
-async fn run(
+pub(crate) async fn run(
     conn: &mut Conn,
     statement: &Statement,
     binds: Vec<Value>,

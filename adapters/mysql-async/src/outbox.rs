@@ -3,8 +3,8 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, TxOpts};
-use ruststream::{InboxTable, IntoRow, Outbox, Published};
-use ruststream_core::{Dialect, Statement, Value};
+use ruststream::{InboxTable, IntoRow, Outbox, Published, Stats};
+use ruststream_core::{Dialect, Reply, Statement, Value};
 
 use crate::MySqlAsyncBrokerError;
 use crate::value::{db_error, params};
@@ -114,6 +114,21 @@ impl<T: InboxTable> MySqlAsyncOutbox<T> {
             run_all(&mut conn, statements).await?
         };
         Ok(self.outbox.published(&written))
+    }
+
+    /// `T`'s table's counts now ([`Stats`]), read on a connection of `pool` with no broker
+    /// running, in one statement whose counts stop at
+    /// [`STATS_CAP`](ruststream::core::STATS_CAP) rows.
+    pub async fn stats(&self, pool: &Pool) -> Result<Stats, MySqlAsyncBrokerError> {
+        let (statement, binds) = self.outbox.stats_statement();
+        let failed = |e: mysql_async::Error| MySqlAsyncBrokerError::Db(db_error(&e));
+        let mut conn = pool.get_conn().await.map_err(failed)?;
+        let values = match crate::conn::run(&mut conn, &statement, binds, false).await {
+            Ok(Reply::Rows(rows)) => rows.into_iter().next().map(|r| r.values),
+            Ok(Reply::Failed(error)) | Err(error) => return Err(MySqlAsyncBrokerError::Db(error)),
+            Ok(_) => None,
+        };
+        self.outbox.stats(&values.unwrap_or_default())
     }
 }
 

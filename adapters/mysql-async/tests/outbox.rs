@@ -60,6 +60,21 @@ async fn the_outbox_deduplicates_in_the_transaction_and_on_a_pool() {
         .await
         .unwrap();
     assert_eq!(published.skipped, [0], "order 2 is there already");
+    // The counts, through the same pool with no broker: two rows due, one leased.
+    db.exec(
+        "UPDATE receipts SET locked_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE order_id = 4",
+    )
+    .await;
+    let stats = outbox.stats(&pool).await.unwrap();
+    assert_eq!(stats.table, "receipts");
+    assert_eq!(
+        (
+            stats.due.value(),
+            stats.in_work.map(|c| c.value()),
+            stats.failed
+        ),
+        (2, Some(1), None)
+    );
     pool.disconnect().await.unwrap();
     assert_eq!(db.count("SELECT COUNT(*) FROM receipts").await, 3);
     assert_eq!(

@@ -98,13 +98,12 @@ impl<T: InboxTable> RusqliteOutbox<T> {
     /// statement whose counts stop at [`STATS_CAP`](ruststream::core::STATS_CAP) rows.
     pub fn stats(&self, conn: &Connection) -> Result<Stats, RusqliteBrokerError> {
         let (statement, binds) = self.outbox.stats_statement();
-        let values = match crate::driver::execute(conn, &statement, &binds)
-            .unwrap_or_else(Reply::Failed)
-        {
-            Reply::Failed(error) => return Err(RusqliteBrokerError::Db(error)),
-            Reply::Rows(rows) => rows.into_iter().next().map(|r| r.values),
-            _ => None,
-        };
+        let values =
+            match crate::driver::execute(conn, &statement, &binds).unwrap_or_else(Reply::Failed) {
+                Reply::Failed(error) => return Err(RusqliteBrokerError::Db(error)),
+                Reply::Rows(rows) => rows.into_iter().next().map(|r| r.values),
+                _ => None,
+            };
         self.outbox.stats(&values.unwrap_or_default())
     }
 }
