@@ -136,7 +136,11 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
         let rows = run::rows_on_client(&**client, &statement, &binds)
             .await
             .map_err(TokioPostgresBrokerError::Db)?;
-        let values = rows.into_iter().next().map(|r| r.values).unwrap_or_default();
+        let values = rows
+            .into_iter()
+            .next()
+            .map(|r| r.values)
+            .unwrap_or_default();
         self.outbox.stats(&values)
     }
 }
