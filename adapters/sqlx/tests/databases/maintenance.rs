@@ -5,7 +5,8 @@
 //! what is to delete, and no broker deletes while another session holds the table's
 //! retention lock (PostgreSQL, MariaDB). Periodic jobs: three brokers on one every-second
 //! schedule publish each tick once, with no gap; stopped for longer than a tick and started
-//! again, they publish the ticks missed meanwhile.
+//! again, they publish the ticks missed meanwhile; the same with three OS processes on
+//! PostgreSQL (this test binary run again as children).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -355,5 +356,92 @@ async fn periodic_mariadb() {
 async fn periodic_sqlite() {
     let db = Lite::new("lite_periodic").await;
     periodic_jobs_publish_each_tick_once(&db).await;
+    db.drop().await;
+}
+
+/// The environment a child process of `periodic_processes_postgres` reads: the broker's URL,
+/// and how long it runs, in milliseconds.
+const CHILD_URL: &str = "RUSTSTREAM_PERIODIC_CHILD_URL";
+const CHILD_MS: &str = "RUSTSTREAM_PERIODIC_CHILD_MS";
+
+/// One process of `periodic_processes_postgres`: a broker with the every-second schedule on
+/// the URL the parent gives, for as long as it says, then a shutdown. Run by that test as a
+/// child process (this test binary again); alone it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of periodic_processes_postgres"]
+async fn periodic_child() {
+    let (Ok(url), Ok(ms)) = (std::env::var(CHILD_URL), std::env::var(CHILD_MS)) else {
+        return;
+    };
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("the parent's URL");
+    let broker = SqlxBroker::from_connect_options(
+        options,
+        sqlx::postgres::PgPoolOptions::new().max_connections(4),
+    );
+    let seen = Seen::default();
+    let running = broker
+        .start([ticking::<sqlx::Postgres>(&seen, true)])
+        .await
+        .expect("the broker starts");
+    tokio::time::sleep(Duration::from_millis(ms.parse().expect("milliseconds"))).await;
+    running.shutdown().await;
+}
+
+/// Three processes on one every-second schedule for 5 s, all stopped for 2.5 s, then three
+/// again for 3 s: the table holds one row per tick, consecutive seconds across the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_processes_postgres() {
+    let db = Pg::new("pg_periodic_procs").await;
+    db.exec(schema(Dialect::Postgres)).await;
+    let url = db.broker_url();
+    let run = |ms: u64| {
+        let children: Vec<std::process::Child> = (0..3)
+            .map(|_| {
+                std::process::Command::new(std::env::current_exe().expect("the test binary"))
+                    .args(["--exact", "maintenance::periodic_child", "--ignored"])
+                    .env(CHILD_URL, &url)
+                    .env(CHILD_MS, ms.to_string())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("a child process")
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().expect("it ends").success(), "a child failed");
+        }
+    };
+    run(5_000);
+    let stopped = seconds(SystemTime::now());
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let restarted = seconds(SystemTime::now());
+    run(3_000);
+
+    let payloads: Vec<Vec<u8>> = sqlx::query_scalar("SELECT payload FROM ticks ORDER BY id")
+        .fetch_all(&db.admin)
+        .await
+        .expect("the rows");
+    let mut ticks: Vec<u32> = payloads
+        .iter()
+        .map(|p| {
+            serde_json::from_slice::<Job>(p)
+                .expect("a tick's message")
+                .n
+        })
+        .collect();
+    let rows = ticks.len();
+    ticks.sort_unstable();
+    ticks.dedup();
+    assert_eq!(
+        ticks.len(),
+        rows,
+        "no tick doubled across processes: {ticks:?}"
+    );
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    assert_eq!(ticks, (first..=last).collect::<Vec<_>>(), "no tick missed");
+    assert!(ticks.len() >= 9, "ticks over 10 s: {ticks:?}");
+    assert!(
+        first < stopped && last > restarted,
+        "the ticks span the stop ({stopped}..{restarted}): {ticks:?}"
+    );
     db.drop().await;
 }
