@@ -164,6 +164,7 @@ fn plausible(u: &mut Unstructured<'_>, desc: &TableDesc, command: &Command) -> R
                         ColumnType::Text => Value::Text(format!("jobs-{}", u.int_in_range(0..=3)?)),
                         ColumnType::Bool => Value::Bool(u.ratio(3, 4)?),
                         ColumnType::Int => Value::Int(u.int_in_range(0..=3)?),
+                        ColumnType::Bytes => Value::Bytes(b"{}".to_vec()),
                     });
                 }
                 rows.push(Row::values(values));
@@ -252,6 +253,12 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
             None
         },
         row_fields: &[],
+        ensure_schema: u.arbitrary()?,
+        missing_claim_index: *u.choose(&[
+            ruststream_core::MissingIndex::Warn,
+            ruststream_core::MissingIndex::Fail,
+            ruststream_core::MissingIndex::Ignore,
+        ])?,
     };
     if tracing() {
         eprintln!("{dialect:?} {:?} {desc:?} {options:?}", desc.form());
