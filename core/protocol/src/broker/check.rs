@@ -99,130 +99,10 @@ impl<R> Broker<R> {
                 let statement = self.subs[sub.0].statements.list_columns.clone();
                 self.check_catalog(sub, conn, statement, CheckStage::Columns);
             }
-            CheckStage::Schema { next } => {
-                let s = &self.subs[sub.0];
-                let statements = Ddl::new(self.dialect, &s.desc).schema_statements();
-                match statements.into_iter().nth(next) {
-                    Some(statement) => self.check_execute(
-                        sub,
-                        conn,
-                        statement,
-                        Vec::new(),
-                        CheckStage::Schema { next: next + 1 },
-                    ),
-                    None => {
-                        let statement = s.statements.list_columns.clone();
-                        self.check_catalog(sub, conn, statement, CheckStage::Columns);
-                    }
-                }
-            }
-            CheckStage::Indexes => {
-                let indexes: Vec<Vec<String>> = rows_of(reply)
-                    .into_iter()
-                    .filter_map(|row| match row.values.into_iter().nth(1) {
-                        Some(Value::Text(columns)) => {
-                            Some(columns.split(',').map(str::to_owned).collect())
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                let s = &self.subs[sub.0];
-                if serves_claims(&s.desc, &indexes) {
-                    return self.check_next(sub, conn, CheckStage::Columns);
-                }
-                let ddl = Ddl::new(self.dialect, &s.desc);
-                let Some(create) = ddl.create_claim_index() else {
-                    return self.check_next(sub, conn, CheckStage::Columns);
-                };
-                if s.options.ensure_schema {
-                    return self.check_execute(
-                        sub,
-                        conn,
-                        create,
-                        Vec::new(),
-                        CheckStage::CreateIndex,
-                    );
-                }
-                let order = claim_order(&s.desc)
-                    .iter()
-                    .map(|o| o.column)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                if s.options.missing_claim_index == MissingIndex::Fail {
-                    self.check_failed(
-                        sub,
-                        CheckError::MissingClaimIndex {
-                            table,
-                            order,
-                            create: create.sql.to_string(),
-                        },
-                    );
-                    self.check_step(sub, conn, Action::Release, CheckStage::Release);
-                    return;
-                }
-                let message = format!(
-                    "table `{table}` has no index that serves its claims (ordered by {order}): each claim sorts the claimable rows{}; create it: {}",
-                    if self.dialect.has_row_locks() && self.dialect != Dialect::Postgres {
-                        ", and locks every row it sorts"
-                    } else {
-                        ""
-                    },
-                    create.sql
-                );
-                self.events.push_back(Event::Warning {
-                    sub,
-                    message: message.into(),
-                });
-                self.check_next(sub, conn, CheckStage::Columns);
-            }
+            CheckStage::Schema { next } => self.schema_step(sub, conn, next),
+            CheckStage::Indexes => self.on_indexes(sub, conn, reply),
             CheckStage::CreateIndex => self.check_next(sub, conn, CheckStage::Columns),
-            CheckStage::Columns => {
-                let mut types: BTreeMap<String, String> = BTreeMap::new();
-                for row in rows_of(reply) {
-                    let mut values = row.values.into_iter();
-                    if let Some(Value::Text(name)) = values.next() {
-                        let ty = match values.next() {
-                            Some(Value::Text(ty)) => ty,
-                            _ => String::new(),
-                        };
-                        types.insert(name, ty);
-                    }
-                }
-                let found: BTreeSet<String> = types.keys().cloned().collect();
-                let s = &self.subs[sub.0];
-                if found.is_empty() && s.options.ensure_schema && !s.check.schema_ran {
-                    self.subs[sub.0].check.schema_ran = true;
-                    return self.on_check(sub, CheckStage::Schema { next: 0 }, Reply::Done);
-                }
-                let error = if found.is_empty() {
-                    Some(CheckError::MissingTable { table })
-                } else {
-                    missing_column(&s.desc, &found)
-                        .map(|(column, role)| CheckError::MissingColumn {
-                            table,
-                            column,
-                            role,
-                        })
-                        .or_else(|| {
-                            type_mismatch(self.dialect, &s.desc, s.options.row_fields, &types)
-                        })
-                };
-                match error {
-                    Some(error) => {
-                        self.check_failed(sub, error);
-                        self.check_step(sub, conn, Action::Release, CheckStage::Release);
-                    }
-                    None if s.options.missing_claim_index == MissingIndex::Ignore
-                        && !s.options.ensure_schema =>
-                    {
-                        self.check_next(sub, conn, CheckStage::Columns)
-                    }
-                    None => {
-                        let statement = s.statements.list_indexes.clone();
-                        self.check_catalog(sub, conn, statement, CheckStage::Indexes);
-                    }
-                }
-            }
+            CheckStage::Columns => self.on_columns(sub, conn, reply),
             CheckStage::Database => {
                 self.subs[sub.0].check.database = first_text(reply);
                 self.check_next(sub, conn, CheckStage::Database);
@@ -275,6 +155,132 @@ impl<R> Broker<R> {
         } else {
             self.check_step(sub, conn, Action::Close, CheckStage::Close);
         }
+    }
+
+    /// `ensure_schema`: runs the schema's statement `next`, or, after the last, lists the
+    /// columns again.
+    fn schema_step(&mut self, sub: SubId, conn: ConnId, next: usize) {
+        let s = &self.subs[sub.0];
+        let statements = Ddl::new(self.dialect, &s.desc).schema_statements();
+        match statements.into_iter().nth(next) {
+            Some(statement) => self.check_execute(
+                sub,
+                conn,
+                statement,
+                Vec::new(),
+                CheckStage::Schema { next: next + 1 },
+            ),
+            None => {
+                let statement = s.statements.list_columns.clone();
+                self.check_catalog(sub, conn, statement, CheckStage::Columns);
+            }
+        }
+    }
+
+    /// The table's columns and their types: a missing table (created where
+    /// `ensure_schema` says so), a missing column, a type that does not hold what the queue
+    /// writes; then the indexes, unless nothing is to be done about them.
+    fn on_columns(&mut self, sub: SubId, conn: ConnId, reply: Reply<R>) {
+        let table = self.subs[sub.0].desc.table;
+        let mut types: BTreeMap<String, String> = BTreeMap::new();
+        for row in rows_of(reply) {
+            let mut values = row.values.into_iter();
+            if let Some(Value::Text(name)) = values.next() {
+                let ty = match values.next() {
+                    Some(Value::Text(ty)) => ty,
+                    _ => String::new(),
+                };
+                types.insert(name, ty);
+            }
+        }
+        let found: BTreeSet<String> = types.keys().cloned().collect();
+        let s = &self.subs[sub.0];
+        if found.is_empty() && s.options.ensure_schema && !s.check.schema_ran {
+            self.subs[sub.0].check.schema_ran = true;
+            return self.schema_step(sub, conn, 0);
+        }
+        let error = if found.is_empty() {
+            Some(CheckError::MissingTable { table })
+        } else {
+            missing_column(&s.desc, &found)
+                .map(|(column, role)| CheckError::MissingColumn {
+                    table,
+                    column,
+                    role,
+                })
+                .or_else(|| type_mismatch(self.dialect, &s.desc, s.options.row_fields, &types))
+        };
+        match error {
+            Some(error) => {
+                self.check_failed(sub, error);
+                self.check_step(sub, conn, Action::Release, CheckStage::Release);
+            }
+            None if s.options.missing_claim_index == MissingIndex::Ignore
+                && !s.options.ensure_schema =>
+            {
+                self.check_next(sub, conn, CheckStage::Columns)
+            }
+            None => {
+                let statement = s.statements.list_indexes.clone();
+                self.check_catalog(sub, conn, statement, CheckStage::Indexes);
+            }
+        }
+    }
+
+    /// The table's indexes: one that serves the claims passes; without one the claim index
+    /// is created (`ensure_schema`), the check fails, or the start warns, as the
+    /// subscription says.
+    fn on_indexes(&mut self, sub: SubId, conn: ConnId, reply: Reply<R>) {
+        let table = self.subs[sub.0].desc.table;
+        let indexes: Vec<Vec<String>> = rows_of(reply)
+            .into_iter()
+            .filter_map(|row| match row.values.into_iter().nth(1) {
+                Some(Value::Text(columns)) => Some(columns.split(',').map(str::to_owned).collect()),
+                _ => None,
+            })
+            .collect();
+        let s = &self.subs[sub.0];
+        if serves_claims(&s.desc, &indexes) {
+            return self.check_next(sub, conn, CheckStage::Columns);
+        }
+        let ddl = Ddl::new(self.dialect, &s.desc);
+        let Some(create) = ddl.create_claim_index() else {
+            return self.check_next(sub, conn, CheckStage::Columns);
+        };
+        if s.options.ensure_schema {
+            return self.check_execute(sub, conn, create, Vec::new(), CheckStage::CreateIndex);
+        }
+        let order = claim_order(&s.desc)
+            .iter()
+            .map(|o| o.column)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if s.options.missing_claim_index == MissingIndex::Fail {
+            self.check_failed(
+                sub,
+                CheckError::MissingClaimIndex {
+                    table,
+                    order,
+                    create: create.sql.to_string(),
+                },
+            );
+            self.check_step(sub, conn, Action::Release, CheckStage::Release);
+            return;
+        }
+        let message = format!(
+            "table `{table}` has no index that serves its claims (ordered by {order}): each claim sorts the claimable rows{}; create it: {}",
+            if self.dialect.has_row_locks() && self.dialect != Dialect::Postgres {
+                ", and locks every row it sorts"
+            } else {
+                ""
+            },
+            create.sql
+        );
+        self.events.push_back(Event::Warning {
+            sub,
+            message: message.into(),
+        });
+        self.check_next(sub, conn, CheckStage::Columns);
     }
 
     /// Runs a statement of the catalog about the table (its columns, its indexes), bound to
