@@ -343,23 +343,7 @@ impl<A: Adapter> Driver<A> {
                 let settlement = self.settlement(&settled);
                 self.core.settle_with(delivery, settlement, now);
             }
-            Input::Read(read, reply) => {
-                let (desc, read) = *read;
-                let started = self
-                    .publisher_of(desc)
-                    .and_then(|publisher| self.core.read_table(publisher, read, now));
-                match started {
-                    Ok(id) => {
-                        self.reads.insert(id, reply);
-                    }
-                    Err(BrokerError::Closed) => {
-                        let _ = reply.send(Err(PublishError::Closed));
-                    }
-                    Err(error) => {
-                        let _ = reply.send(Err(PublishError::Invalid(error)));
-                    }
-                }
-            }
+            Input::Read(read, reply) => self.read(*read, reply, now),
             Input::Change(change, reply) => {
                 let Change {
                     desc,
@@ -425,6 +409,25 @@ impl<A: Adapter> Driver<A> {
                 self.core.lend_transaction(delivery, now);
             }
             Input::Shutdown => self.core.shutdown(now),
+        }
+    }
+
+    /// Starts a read of a table's state for `reply`, or answers why it cannot start.
+    fn read(&mut self, read: (TableDesc, ruststream_core::ReadTable), reply: ReadReply, now: Time) {
+        let (desc, read) = read;
+        let started = self
+            .publisher_of(desc)
+            .and_then(|publisher| self.core.read_table(publisher, read, now));
+        match started {
+            Ok(id) => {
+                self.reads.insert(id, reply);
+            }
+            Err(BrokerError::Closed) => {
+                let _ = reply.send(Err(PublishError::Closed));
+            }
+            Err(error) => {
+                let _ = reply.send(Err(PublishError::Invalid(error)));
+            }
         }
     }
 
@@ -577,6 +580,46 @@ impl<A: Adapter> Driver<A> {
         }));
     }
 
+    /// The answer of a read, a change of failed rows or a publish, to whoever waits for it;
+    /// a change or a publish that wrote rows wakes the subscriptions that may take them.
+    fn answer(&mut self, event: Event<A::Row>) {
+        match event {
+            Event::Read { publish, result } => {
+                if let Some(waiter) = self.reads.remove(&publish) {
+                    let _ = waiter.send(result.map_err(PublishError::Db));
+                }
+            }
+            Event::Changed { publish, result } => {
+                if let Some(waiter) = self.changes.remove(&publish) {
+                    if result.is_ok() {
+                        // Redriven rows are due now: the table's subscriptions look at once.
+                        let now = now();
+                        for i in 0..self.subs.len() {
+                            self.core.wake(SubId(i), now);
+                        }
+                    }
+                    let _ = waiter.send(result.map_err(PublishError::Db));
+                }
+            }
+            Event::Published { publish, result } => {
+                self.metrics.published(publish, &result);
+                if let Some((table, waiter)) = self.waiters.remove(&publish) {
+                    if result.is_ok() {
+                        // The publisher wakes its own subscribers of the table.
+                        let now = now();
+                        for (i, sub) in self.subs.iter().enumerate() {
+                            if sub.desc.table == table {
+                                self.core.wake(SubId(i), now);
+                            }
+                        }
+                    }
+                    let _ = waiter.send(result.map_err(PublishError::Db));
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn event(&mut self, event: Event<A::Row>) -> Option<ClosedCounts> {
         match event {
             Event::Ready { sub } => {
@@ -615,25 +658,11 @@ impl<A: Adapter> Driver<A> {
                 };
                 s.failures.report(&failure);
             }
-            Event::Read { publish, result } => {
-                if let Some(waiter) = self.reads.remove(&publish) {
-                    let _ = waiter.send(result.map_err(PublishError::Db));
-                }
+            Event::Read { .. } | Event::Changed { .. } | Event::Published { .. } => {
+                self.answer(event);
             }
             Event::Warning { sub, message } => {
                 tracing::warn!(subscription = self.subs[sub.0].name, "{message}");
-            }
-            Event::Changed { publish, result } => {
-                if let Some(waiter) = self.changes.remove(&publish) {
-                    if result.is_ok() {
-                        // Redriven rows are due now: the table's subscriptions look at once.
-                        let now = now();
-                        for i in 0..self.subs.len() {
-                            self.core.wake(SubId(i), now);
-                        }
-                    }
-                    let _ = waiter.send(result.map_err(PublishError::Db));
-                }
             }
             Event::Settled { delivery, outcome } => {
                 self.metrics.settled(delivery, outcome);
@@ -662,21 +691,6 @@ impl<A: Adapter> Driver<A> {
             Event::Lent { delivery, conn } => {
                 if let Some(reply) = self.lends.remove(&delivery) {
                     let _ = reply.send(conn.and_then(|conn| self.adapter.lend(conn)));
-                }
-            }
-            Event::Published { publish, result } => {
-                self.metrics.published(publish, &result);
-                if let Some((table, waiter)) = self.waiters.remove(&publish) {
-                    if result.is_ok() {
-                        // The publisher wakes its own subscribers of the table.
-                        let now = now();
-                        for (i, sub) in self.subs.iter().enumerate() {
-                            if sub.desc.table == table {
-                                self.core.wake(SubId(i), now);
-                            }
-                        }
-                    }
-                    let _ = waiter.send(result.map_err(PublishError::Db));
                 }
             }
             Event::Closed(counts) => return Some(counts),
