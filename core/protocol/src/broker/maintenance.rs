@@ -521,6 +521,34 @@ impl<R> Broker<R> {
         }
     }
 
+    /// The schedule's last tick, read from the state table: the ticks due from it on, or a
+    /// failed run where its row has none.
+    fn periodic_read_state(&mut self, i: usize, reply: &Reply<R>) {
+        let task = Task::Periodic(i);
+        let now = self.now;
+        let p = &mut self.maintenance.periodic[i];
+        let last = match reply {
+            Reply::Rows(rows) => rows.first().and_then(|row| match row.values.first() {
+                Some(Value::Int(micros)) => Some(Time(*micros)),
+                _ => None,
+            }),
+            _ => None,
+        };
+        let Some(last) = last else {
+            p.run.error = Some(DbError::new(
+                ErrorKind::Other,
+                format!(
+                    "the state table's row of schedule `{}` has no last tick",
+                    p.job.name
+                ),
+            ));
+            return self.maintenance_send(task, Action::Release, MaintenanceStage::Release);
+        };
+        p.cursor = Some(last);
+        p.ticks = p.due(last, now, p.job.catch_up);
+        self.periodic_next_tick(i);
+    }
+
     fn periodic_step(&mut self, i: usize, stage: MaintenanceStage, reply: Reply<R>) {
         let task = Task::Periodic(i);
         let now = self.now;
@@ -540,28 +568,7 @@ impl<R> Broker<R> {
                 let binds = schedule_binds(&read, &p.job.name, now);
                 self.maintenance_execute(task, read, binds, MaintenanceStage::ReadState);
             }
-            MaintenanceStage::ReadState => {
-                let last = match &reply {
-                    Reply::Rows(rows) => rows.first().and_then(|row| match row.values.first() {
-                        Some(Value::Int(micros)) => Some(Time(*micros)),
-                        _ => None,
-                    }),
-                    _ => None,
-                };
-                let Some(last) = last else {
-                    p.run.error = Some(DbError::new(
-                        ErrorKind::Other,
-                        format!(
-                            "the state table's row of schedule `{}` has no last tick",
-                            p.job.name
-                        ),
-                    ));
-                    return self.maintenance_send(task, Action::Release, MaintenanceStage::Release);
-                };
-                p.cursor = Some(last);
-                p.ticks = p.due(last, now, p.job.catch_up);
-                self.periodic_next_tick(i);
-            }
+            MaintenanceStage::ReadState => self.periodic_read_state(i, &reply),
             MaintenanceStage::Acquire | MaintenanceStage::CreateTable => {
                 self.periodic_next_tick(i);
             }
