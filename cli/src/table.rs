@@ -240,7 +240,12 @@ mod tests {
             advisory_lock: Some("k-{k}".into()),
             ..args
         };
-        assert!(two.desc().unwrap_err().contains("two forms") || two.desc().is_err());
+        let error = two.desc().unwrap_err();
+        assert!(
+            error.contains("table `jobs`")
+                && error.contains("`locked_until` (lease) and `advisory_lock`"),
+            "{error}"
+        );
         assert!(TableArgs::default().desc().unwrap_err().contains("--table"));
     }
 }
