@@ -1,4 +1,4 @@
-//! The broker's shutdown (shutdown.md): `run` returns once the handlers have drained and the
+//! The broker's shutdown ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)): `run` returns once the handlers have drained and the
 //! broker has shut down and closed the pool it built.
 //!
 //! ```sh

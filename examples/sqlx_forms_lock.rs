@@ -1,4 +1,4 @@
-//! A lock of the service's own (lock.md): billing holds an account's key in `held_keys` while
+//! A lock of the service's own ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)): billing holds an account's key in `held_keys` while
 //! it changes the account, and a payout of that account waits until billing releases the key.
 //!
 //! ```sh

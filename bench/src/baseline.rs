@@ -26,9 +26,9 @@
 //!   keys too, up to 8 more looks (the core's look past held keys: with a key held for the
 //!   whole run its rows gather at the head of the table, and a claim that reads the first rows
 //!   alone would find nothing else). SQLite: one task at a time, as the core's
-//!   registry claims nothing while a row is in work (advisory.md: "A claim there reads the
-//!   first due rows alone and takes nothing while they are in work, so a subscription has one
-//!   delivery in work at a time"): under a mutex the tasks share, `candidates` (limit 1: the
+//!   registry claims nothing while a row is in work (a claim there reads the first due
+//!   rows alone and takes nothing while they are in work, so a subscription has one delivery
+//!   in work at a time: [the advisory form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-advisory-form)): under a mutex the tasks share, `candidates` (limit 1: the
 //!   first due row alone), its key put into a set of keys in the process, `take`, the
 //!   handler, `settle`, the key out of the set; the next task's claim starts as the mutex is
 //!   released.

@@ -15,8 +15,8 @@
 //!    settled rows changed (checked every millisecond);
 //! 4. when the children's counts add up to the rows the run settles, the parent writes `stop`
 //!    to each (a closed standard input stops a child too); the child stops its claims, waits
-//!    for its handlers, shuts its broker down (shutdown.md: every lock released, the pool
-//!    closed), writes `{"msg":"done","report":{..}}` and exits.
+//!    for its handlers, shuts its broker down (every lock released, the pool closed:
+//!    [shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)), writes `{"msg":"done","report":{..}}` and exits.
 //!
 //! The rate is the rows settled over the time from the parent's `go` to the last settlement
 //! of any child (each child's last settlement on the wall clock, which the processes of one

@@ -1,6 +1,6 @@
 //! The ruststream conformance suite: one set of scenarios that every adapter runs against a
-//! real database, in each form (spec `forms.md`, `advisory.md`, `lock.md`, `shutdown.md`),
-//! crash tests included.
+//! real database, in each form ([the forms](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md), [the advisory form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-advisory-form), [custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)), crash tests and
+//! [shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md) included.
 //!
 //! The suite depends on no adapter and no driver (its `tests/deps.rs` checks it): it holds the
 //! scenarios, the harness trait, the schema and the macros; each adapter's tests hold the
@@ -53,7 +53,7 @@
 //! # The forms
 //!
 //! [`Form::Lease`], [`Form::Advisory`] and [`Form::Custom`] (the advisory lock form with the
-//! service's own `Lock` and `Unlock` of a `held_keys` table, `lock.md`) run on every database.
+//! service's own `Lock` and `Unlock` of a `held_keys` table, [custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)) run on every database.
 //! [`Form::RowLock`] runs where the harness's [`Harness::RowLock`] is [`RowLocks`]; SQLite's is
 //! [`NoRowLocks`]: a row lock table on SQLite does not compile.
 //!
@@ -129,7 +129,7 @@ pub enum Form {
     /// The advisory lock form with the database's locks (on SQLite, the process's registry).
     Advisory,
     /// The advisory lock form with the service's own `Lock` and `Unlock` of a `held_keys`
-    /// table (lock.md).
+    /// table ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
     Custom,
 }
 

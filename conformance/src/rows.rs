@@ -19,7 +19,7 @@
 //! [`schema`]: crate::schema
 //!
 //! The custom-lock rows ([`Form::Custom`]) take the adapter's `Lock` and `Unlock` on the table
-//! `<table>_held_keys` of lock.md ([`schema::lock_statements`](crate::schema::lock_statements)):
+//! `<table>_held_keys` of [custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks) ([`schema::lock_statements`](crate::schema::lock_statements)):
 //! one per scenario table, so scenarios run in parallel on one server.
 
 use futures::future::LocalBoxFuture;

@@ -12,7 +12,7 @@
 //! to the ones it takes, so the tables need no index beside it.
 //!
 //! Beside its table `t`, a scenario has `t_log` (what a handler in a child process marks) and,
-//! in the custom lock form, `t_held_keys` (lock.md's `held_keys`, with the session that took
+//! in the custom lock form, `t_held_keys` (the `held_keys` of [custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks), with the session that took
 //! each key) and `t_lock_log` (every key the custom lock took, with its session). The custom
 //! lock's statements on them are here too ([`lock_statements`]): each adapter's lock runs them
 //! on its own connection type.
@@ -155,7 +155,7 @@ pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
     out
 }
 
-/// The statements of the suite's custom lock (lock.md) on the `held_keys` of `table`, in the
+/// The statements of the suite's custom lock ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)) on the `held_keys` of `table`, in the
 /// dialect's placeholders. Each binds one value, the key's text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockStatements {

@@ -556,7 +556,7 @@ impl Gate {
 }
 
 /// The form holds rows one at a time here: SQLite's advisory lock form (the process's
-/// registry), and the custom lock form everywhere (lock.md): a claim reads the first due rows
+/// registry), and the custom lock form everywhere ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)): a claim reads the first due rows
 /// alone and takes nothing while their keys are held.
 pub(crate) fn one_at_a_time(dialect: Dialect, form: Form) -> bool {
     match form {

@@ -1,4 +1,4 @@
-//! The broker's shutdown (shutdown.md) by hand: `run` returns once the handlers have drained
+//! The broker's shutdown ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)) by hand: `run` returns once the handlers have drained
 //! and the broker has shut down and closed the pool it built.
 //!
 //! ```sh

@@ -1,4 +1,4 @@
-//! The advisory lock form (advisory.md) by hand: a video takes minutes to encode, and the
+//! The advisory lock form ([the advisory form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-advisory-form)) by hand: a video takes minutes to encode, and the
 //! videos of one channel go into work one at a time; an encode that fails returns its row with
 //! the release of its key.
 //!

@@ -1,4 +1,4 @@
-//! The row lock form (forms.md) by hand: four workers issue invoices on PostgreSQL; each holds
+//! The row lock form ([the row lock form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-row-lock-form)) by hand: four workers issue invoices on PostgreSQL; each holds
 //! its row's lock and a connection of the pool until its acknowledgement commits.
 //!
 //! ```sh

@@ -1,4 +1,4 @@
-//! advisory.md: the videos of one channel go into work one at a time; an encode that fails
+//! The advisory form: the videos of one channel go into work one at a time; an encode that fails
 //! returns its row with the release of its key, its attempt counted.
 
 use std::collections::BTreeMap;

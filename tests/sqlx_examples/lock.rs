@@ -1,4 +1,4 @@
-//! lock.md: billing holds an account's key in `held_keys` while it changes the account, and a
+//! A custom lock: billing holds an account's key in `held_keys` while it changes the account, and a
 //! payout of that account waits until billing releases the key.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! The spec's eight sqlx examples (forms.md, advisory.md, lock.md, shutdown.md, each by macros
-//! and by hand) run as they are written, against the test databases, and do what they claim:
+//! The eight sqlx examples (the row lock form, the advisory form, a custom lock and shutdown,
+//! each by macros and by hand) run as they are written, against the test databases, and do what they claim:
 //!
 //! - row lock: four workers on PostgreSQL each hold a connection, in an open transaction, while
 //!   its invoice is in work, and the acknowledgement deletes the row;

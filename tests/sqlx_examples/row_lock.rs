@@ -1,4 +1,4 @@
-//! forms.md: four workers issue invoices on PostgreSQL; each holds its row's lock and a
+//! The row lock form: four workers issue invoices on PostgreSQL; each holds its row's lock and a
 //! connection until its acknowledgement commits.
 
 use std::time::Duration;

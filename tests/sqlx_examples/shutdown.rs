@@ -1,4 +1,4 @@
-//! shutdown.md: `run` returns once the handlers have drained and the broker has shut down and
+//! Shutdown: `run` returns once the handlers have drained and the broker has shut down and
 //! closed the pool it built.
 
 use std::time::Duration;

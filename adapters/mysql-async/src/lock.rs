@@ -1,4 +1,4 @@
-//! The service's own lock and unlock of a table's keys (lock.md), on mysql_async's connection.
+//! The service's own lock and unlock of a table's keys ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)), on mysql_async's connection.
 
 use std::future::Future;
 use std::pin::Pin;

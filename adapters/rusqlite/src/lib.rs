@@ -2,14 +2,14 @@
 //!
 //! It runs the statements the core (`ruststream-core`) renders on blocking rusqlite
 //! connections, each owned by a thread of its own, and answers through futures oneshot
-//! channels: the broker runs on tokio, async-std, or any executor, and no blocking call ever
+//! channels: the broker runs on tokio, smol or any executor, and no blocking call ever
 //! runs on an executor's thread. The task that sent a statement looks for its answer for up
 //! to 300 µs, letting the executor's other tasks run between looks, before it waits to be
 //! woken ([`RusqliteBroker::look_for_answer`]). The adapter holds no queue logic: it opens and lends
 //! connections, runs commands, maps rows and errors, and runs a table's own [`Lock`] and
 //! [`Unlock`].
 //!
-//! SQLite takes two of the three forms (forms.md): the lease form (`.lease(..)`) and the
+//! SQLite takes two of the three forms ([the forms](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md)): the lease form (`.lease(..)`) and the
 //! advisory lock form (`.advisory(..)`), where the process keeps the keys in work, or the
 //! service's own [`Lock`] and [`Unlock`] decide. A table that names neither does not
 //! compile: SQLite has no row locks.
@@ -100,7 +100,7 @@
 //! from its shutdown on), and pass a clone of that same handle to `with_broker`.
 //! `RusqliteBroker` is not `Clone`, so one pool never gets two handles by mistake. A tool
 //! drives the broker by hand with [`RusqliteBroker::start_on`] (or
-//! [`RusqliteBroker::start`] inside a tokio runtime, or with ruststream's `async-std`
+//! [`RusqliteBroker::start`] inside a tokio runtime, or with ruststream's `smol` or `async-std`
 //! feature); the [`RunningRusqliteBroker`]'s shutdown answers a [`ClosedRusqliteBroker`].
 //!
 //! # The pool
@@ -119,7 +119,7 @@
 //! at once, and a connection still lent closes when it comes back.
 //!
 //! One process serves a database file in the advisory lock form: SQLite has no locks a session
-//! holds, so the process keeps the keys in work (advisory.md).
+//! holds, so the process keeps the keys in work ([the advisory form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-advisory-form)).
 //!
 //! # Rules the compiler checks
 //!

@@ -1,4 +1,4 @@
-//! The service's own lock and unlock of a table's keys (lock.md), on rusqlite's connection.
+//! The service's own lock and unlock of a table's keys ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)), on rusqlite's connection.
 
 use rusqlite::Connection;
 use ruststream_core::spec::bits::{False, True};

@@ -246,7 +246,7 @@ async fn rows_that_do_not_decode_stay_without_the_handler() {
     );
 }
 
-/// One row of `payouts`, held by its account's key in `held_keys` (lock.md's example).
+/// One row of `payouts`, held by its account's key in `held_keys` (the custom lock example).
 #[derive(Debug, Deserialize)]
 struct Payout {
     id: i64,

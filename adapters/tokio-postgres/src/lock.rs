@@ -1,4 +1,4 @@
-//! The service's own lock and unlock of a table's keys (lock.md), on tokio-postgres's client.
+//! The service's own lock and unlock of a table's keys ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)), on tokio-postgres's client.
 
 use std::future::Future;
 

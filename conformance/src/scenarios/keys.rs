@@ -87,7 +87,7 @@ where
 /// until the key is released, then it is handled. The advisory lock form holds the key on the
 /// harness's own connection, as another process would, and the rows of other keys go on
 /// meanwhile; the custom lock form holds it in `held_keys`, and a claim there takes nothing
-/// while the first due row's key is held (lock.md).
+/// while the first due row's key is held ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
 pub async fn key_held_elsewhere<R: Rows, H: Runs<R::KeyHeldElsewhere>>(
     harness: &H,
     form: Form,
@@ -176,7 +176,7 @@ where
     }
 }
 
-/// The custom lock's answers (lock.md): a lock that answers false takes nothing (no attempt
+/// The custom lock's answers ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)): a lock that answers false takes nothing (no attempt
 /// counted, the row waits); an unlock that answers false closes the connection, whose session
 /// (recorded by the lock) never takes a key again, while the row settles and the service goes
 /// on.

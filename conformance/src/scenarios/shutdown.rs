@@ -1,4 +1,4 @@
-//! Shutdown (shutdown.md): every lock released, the counts, leases kept past it, publishers
+//! Shutdown ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)): every lock released, the counts, leases kept past it, publishers
 //! closed.
 
 use std::time::{Duration, Instant};

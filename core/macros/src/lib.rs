@@ -2,7 +2,7 @@
 //! [`ruststream::Inbox`](macro@Inbox), [`ruststream::subscriber`](macro@subscriber) and
 //! [`ruststream::app`](macro@app).
 //!
-//! Each macro writes what the spec's manual examples write by hand: `#[derive(Inbox)]` the
+//! Each macro writes what a service would otherwise write by hand: `#[derive(Inbox)]` the
 //! `InboxTable`, `PayloadRow` and `AttemptRow` impls with their `InboxSpec` chain,
 //! `#[subscriber]` a unit struct that implements `Handle` and includes itself as a
 //! subscription, `#[ruststream::app]` a `main` that runs the service. A description or a
@@ -66,7 +66,7 @@ mod subscriber;
 ///
 /// # Example
 ///
-/// The spec's `Transcode` (advisory.md): the videos of one channel go into work one at a
+/// `Transcode`, in [the advisory form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-advisory-form): the videos of one channel go into work one at a
 /// time.
 ///
 /// ```
@@ -121,7 +121,7 @@ mod subscriber;
 /// }
 /// ```
 ///
-/// The spec's `Payout` (lock.md) takes its keys with the service's own lock:
+/// `Payout` ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)) takes its keys with the service's own lock:
 ///
 /// ```
 /// use ruststream::Inbox;
@@ -201,7 +201,7 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 ///
 /// # Example
 ///
-/// The spec's `transcode` (advisory.md):
+/// `transcode`, the subscriber of `Transcode` ([the advisory form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-advisory-form)):
 ///
 /// ```
 /// use ruststream::{Ctx, HandlerOutcome, Inbox, InboxQueue, keys, subscriber};
@@ -265,7 +265,7 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 /// # ;
 /// ```
 ///
-/// A service includes it as it stands, or with its workers set (forms.md):
+/// A service includes it as it stands, or with its workers set ([getting started](https://github.com/ruststream/ruststream/blob/main/docs/src/getting-started.md)):
 ///
 /// ```ignore
 /// .with_broker(broker.route::<Transcode>("videos"), |b| {
@@ -310,14 +310,14 @@ pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// # Example
 ///
-/// The spec's shutdown example (shutdown.md):
+/// A service that shuts down on SIGINT or SIGTERM ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)):
 ///
 /// ```no_run
 /// use ruststream::{App, AppInfo, RustStream};
 ///
 /// /// The service on the database `url` names.
 /// fn service(url: &str) -> RustStream {
-///     // The spec's example adds its broker and subscriptions here.
+///     // A service adds its brokers and subscriptions here.
 /// #   let _ = url;
 ///     RustStream::new(AppInfo::new("exports", "0.1.0"))
 /// }

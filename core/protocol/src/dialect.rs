@@ -835,7 +835,7 @@ pub enum KeyLocks {
     },
     /// SQLite: the process keeps the keys in work.
     Registry,
-    /// The service's own `Lock` and `Unlock` (lock.md).
+    /// The service's own `Lock` and `Unlock` ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
     Custom,
 }
 

@@ -89,7 +89,7 @@ impl OrderBy {
     }
 }
 
-/// The form in which a table's rows are held while in work (forms.md).
+/// The form in which a table's rows are held while in work ([the forms](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Form {
     /// `FOR UPDATE SKIP LOCKED` in a transaction held while the handler runs: the default.
@@ -599,7 +599,7 @@ pub struct Failed;
 #[derive(Clone, Copy, Debug)]
 pub struct ErrorText;
 
-/// The service's own lock and unlock (lock.md).
+/// The service's own lock and unlock ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
 pub mod own {
     /// The marker of the service's own `Lock`.
     #[derive(Clone, Copy, Debug)]

@@ -48,7 +48,7 @@ impl AdapterError {
 pub trait Adapter: Send + Sync + 'static {
     /// The driver's row, carried to the runtime to decode the message from.
     type Row: Send + 'static;
-    /// A custom lock and unlock of a table (lock.md), ready to run on the adapter's
+    /// A custom lock and unlock of a table ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)), ready to run on the adapter's
     /// connections.
     type Lock: Clone + Send + Sync + 'static;
 

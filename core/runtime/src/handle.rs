@@ -148,7 +148,7 @@ impl<A: Adapter> RunningBroker<A> {
         }
     }
 
-    /// Shuts the broker down (shutdown.md): claims stop, claims cut short are waited for,
+    /// Shuts the broker down (see [the guide](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)): claims stop, claims cut short are waited for,
     /// every advisory lock in work is released, settlements in flight are waited for, then the
     /// adapter closes what it opened (a pool it built). Answers what the shutdown did to the
     /// advisory locks.

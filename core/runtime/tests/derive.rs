@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 // --- Rows: the derive beside the spec's manual descriptions -----------------------------------
 
-/// forms.md, `examples/sqlx_forms_row_lock.rs`.
+/// The row lock form, `examples/sqlx_forms_row_lock.rs`.
 #[derive(Inbox)]
 #[inbox(table = "invoice_jobs")]
 struct IssueInvoice {
@@ -29,7 +29,7 @@ struct IssueInvoice {
     payload: Vec<u8>,
 }
 
-/// forms.md, `examples/manual/sqlx_forms_row_lock.rs`.
+/// The row lock form, `examples/manual/sqlx_forms_row_lock.rs`.
 #[allow(dead_code)]
 struct ManualIssueInvoice {
     id: i64,
@@ -55,7 +55,7 @@ impl PayloadRow for ManualIssueInvoice {
     }
 }
 
-/// advisory.md, `examples/sqlx_forms_advisory.rs`.
+/// The advisory form, `examples/sqlx_forms_advisory.rs`.
 #[derive(Inbox)]
 #[inbox(table = "video_jobs", advisory_lock = "video_jobs-{channel}")]
 struct Transcode {
@@ -69,7 +69,7 @@ struct Transcode {
     payload: Vec<u8>,
 }
 
-/// advisory.md, `examples/manual/sqlx_forms_advisory.rs`.
+/// The advisory form, `examples/manual/sqlx_forms_advisory.rs`.
 struct ManualTranscode {
     id: i64,
     attempt: i16,
@@ -105,7 +105,7 @@ impl PayloadRow for ManualTranscode {
     }
 }
 
-/// lock.md, `examples/sqlx_forms_lock.rs`.
+/// A custom lock, `examples/sqlx_forms_lock.rs`.
 #[derive(Inbox)]
 #[inbox(
     table = "payouts",
@@ -121,7 +121,7 @@ struct Payout {
     payload: Vec<u8>,
 }
 
-/// lock.md, `examples/manual/sqlx_forms_lock.rs`.
+/// A custom lock, `examples/manual/sqlx_forms_lock.rs`.
 #[allow(dead_code)]
 struct ManualPayout {
     id: i64,
@@ -515,7 +515,7 @@ fn subscriber_is_a_subscription() {
 
 #[test]
 fn broker_includes_subscribers_as_the_spec_writes() {
-    // As in forms.md and advisory.md: `b.include(issue.workers(nonzero!(4)))` and
+    // As in the row lock and advisory examples: `b.include(issue.workers(nonzero!(4)))` and
     // `b.include(transcode)`.
     let _service = RustStream::new(AppInfo::new("billing", "0.1.0")).with_broker(
         BrokerHandle::new(Unstarted),

@@ -281,7 +281,7 @@ pub struct VideoJob {
     pub payload: Vec<u8>,
 }
 
-/// One row of `payouts`, held by its account's key in `held_keys` (lock.md).
+/// One row of `payouts`, held by its account's key in `held_keys` (a custom lock).
 #[derive(Debug, Inbox, FromRow)]
 #[inbox(
     table = "payouts",

@@ -1,4 +1,4 @@
-//! The suite's custom lock on mysql_async's connection: lock.md's `held_keys`, beside the
+//! The suite's custom lock on mysql_async's connection: the custom lock example's `held_keys`, beside the
 //! scenario's table ([`schema::lock_statements`]), the session being `CONNECTION_ID()`.
 
 use mysql_async::prelude::Queryable;

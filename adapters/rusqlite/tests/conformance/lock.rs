@@ -1,4 +1,4 @@
-//! The suite's custom lock on rusqlite's connection: lock.md's `held_keys`, beside the
+//! The suite's custom lock on rusqlite's connection: the custom lock example's `held_keys`, beside the
 //! scenario's table ([`schema::lock_statements`]).
 
 use ruststream_conformance::schema;

@@ -1,4 +1,4 @@
-//! The suite's custom lock on each of sqlx's connections: lock.md's `held_keys`, beside the
+//! The suite's custom lock on each of sqlx's connections: the custom lock example's `held_keys`, beside the
 //! scenario's table ([`schema::lock_statements`]).
 
 use ruststream_conformance::schema;

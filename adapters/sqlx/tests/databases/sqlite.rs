@@ -37,7 +37,7 @@ async fn advisory_service_end_to_end() {
     db.drop().await;
 }
 
-/// A payout held by the key of its account, in `held_keys` (lock.md).
+/// A payout held by the key of its account, in `held_keys` (a custom lock).
 #[derive(Debug, sqlx::FromRow)]
 struct Payout {
     id: i64,

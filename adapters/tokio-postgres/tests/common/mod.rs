@@ -310,7 +310,7 @@ row!(
         .own::<own::Unlock>()
 );
 
-/// The custom lock of `payouts`: a row of `held_keys` per key in work (lock.md).
+/// The custom lock of `payouts`: a row of `held_keys` per key in work (a custom lock).
 impl Lock for Payout {
     async fn lock(client: &Client, key: &str) -> Result<bool, tokio_postgres::Error> {
         let taken = client

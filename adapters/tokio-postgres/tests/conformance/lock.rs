@@ -1,4 +1,4 @@
-//! The suite's custom lock on tokio-postgres's client: lock.md's `held_keys`, beside the
+//! The suite's custom lock on tokio-postgres's client: the custom lock example's `held_keys`, beside the
 //! scenario's table ([`schema::lock_statements`]), the session being the backend's pid.
 
 use ruststream_conformance::schema;

@@ -164,8 +164,8 @@ enum Step {
         channel: i64,
         rows: usize,
     },
-    /// Another system's session takes a key's lock (the database's lock, as lock.md's billing
-    /// run would), or releases the one it holds.
+    /// Another system's session takes a key's lock (the database's lock, as the billing of
+    /// the custom lock example would), or releases the one it holds.
     Foreign { channel: i64, hold: bool },
     /// Every process runs what it can at this time, then the liveness invariant holds.
     Check,

@@ -1,5 +1,6 @@
-//! Deterministic scenarios of the broker: one named test per sentence of the spec pages
-//! (`forms.md`, `advisory.md`, `lock.md`, `shutdown.md`) that the core decides.
+//! Deterministic scenarios of the broker: one named test per rule of the forms, the keys,
+//! custom locks and shutdown (the guide's forms.md, keys.md and shutdown.md) that the core
+//! decides.
 //!
 //! A [`Sim`] drives one or more brokers (processes) against the in-memory [`Db`]: it runs every
 //! polled command in order and hands its reply back until all is quiet, advances a clock to
@@ -873,7 +874,7 @@ fn sha256_hex(text: &str) -> String {
         .collect()
 }
 
-// ===== forms.md: the row lock form =====
+// ===== The row lock form =====
 
 /// "A row lock claim locks each row with FOR UPDATE SKIP LOCKED in a transaction that stays
 /// open while the handler runs."
@@ -1199,7 +1200,7 @@ fn row_lock_serialization_failure_names_the_isolation_setting() {
     assert_eq!(sim.procs[0].broker.held_connections(), 0);
 }
 
-// ===== forms.md: the lease form =====
+// ===== The lease form =====
 
 /// "an expiry written into the row": the claim writes `locked_until` and counts the attempt,
 /// and holds no connection while the message is in work.
@@ -1432,7 +1433,7 @@ fn lease_retry_releases_the_lease_and_the_row_returns() {
     }
 }
 
-// ===== advisory.md =====
+// ===== The advisory form: one row of a key in work at a time =====
 
 /// "A claim selects as many due rows as it may take, in claim order, each with its key."
 #[test]
@@ -2141,7 +2142,7 @@ fn advisory_sqlite_next_row_waits_up_to_a_poll_interval() {
     assert_eq!(sim.delivered_rows(0, mark), [3]);
 }
 
-// ===== lock.md: custom(lock, unlock) =====
+// ===== Custom locks: custom(lock, unlock) =====
 
 /// "custom(lock, unlock) hands the lock and the release of each key to the service's SQL."
 #[test]
@@ -2413,7 +2414,7 @@ fn custom_lock_next_row_waits_up_to_a_poll_interval() {
     }
 }
 
-// ===== shutdown.md =====
+// ===== Shutdown =====
 
 /// "Then it shuts the broker down: the claim loops stop."
 #[test]

@@ -1,4 +1,4 @@
-// Rule: a custom lock belongs to the advisory lock form (lock.md).
+// Rule: a custom lock belongs to the advisory lock form: it locks keys.
 use ruststream_core::spec::{describe, own, Column, InboxSpec, Payload, Postgres};
 
 const SPEC: InboxSpec<(Payload, own::Lock, own::Unlock)> =

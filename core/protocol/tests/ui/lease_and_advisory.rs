@@ -1,4 +1,4 @@
-// Rule: a table takes its rows in one form (forms.md).
+// Rule: a table takes its rows in one form.
 use ruststream_core::spec::{
     describe, Advisory, Column, InboxSpec, KeyPart, Lease, Payload, Postgres,
 };

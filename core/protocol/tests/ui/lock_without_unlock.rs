@@ -1,4 +1,4 @@
-// Rule: `own::Lock` and `own::Unlock` come together (lock.md).
+// Rule: `own::Lock` and `own::Unlock` come together: a custom lock takes and releases.
 use ruststream_core::spec::{
     describe, own, Advisory, Column, InboxSpec, KeyPart, Payload, Postgres,
 };

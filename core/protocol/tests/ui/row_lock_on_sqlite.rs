@@ -1,4 +1,4 @@
-// Rule: SQLite has no row locks, so a table on SQLite names another form (forms.md).
+// Rule: SQLite has no row locks, so a table on SQLite names another form.
 use ruststream_core::spec::{Column, InboxSpec, Payload, Sqlite};
 
 const SPEC: InboxSpec<(Payload,)> =

@@ -1,6 +1,7 @@
-// The spec's macro examples compile, with an adapter that stands in for a database driver:
-// the rows of forms.md, advisory.md and lock.md, their subscribers, the brokers that include
-// them, and `#[ruststream::app]` (shutdown.md), whose `main` runs the app.
+// The examples of the macros compile, with an adapter that stands in for a database driver:
+// the rows of the row lock form, the advisory form and a custom lock (the guide's forms.md and
+// keys.md), their subscribers, the brokers that include them, and `#[ruststream::app]` (the
+// guide's shutdown.md), whose `main` runs the app.
 use std::future::Future;
 
 use ruststream::adapter::{Adapter, AdapterError, TakesRows};
@@ -58,7 +59,7 @@ async fn encode(_: &Video, attempt: i64) -> bool {
     attempt < 3
 }
 
-// forms.md
+// The row lock form.
 
 /// One row of `invoice_jobs`. No `locked_until` and no `advisory_lock`: the row lock form.
 #[derive(Inbox)]
@@ -78,7 +79,7 @@ async fn issue(invoice: &Invoice) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
-// advisory.md
+// The advisory form: one row of a key in work at a time.
 
 /// One row of `video_jobs`, held by a lock on its channel's key while it is in work.
 #[derive(Inbox)]
@@ -103,7 +104,7 @@ async fn transcode(video: &Video, Ctx(attempt): Ctx<keys::Attempt>) -> HandlerOu
     HandlerOutcome::retry()
 }
 
-// lock.md
+// A custom lock: the service's own `Lock` and `Unlock`.
 
 /// One row of `payouts`, held by the key of its account.
 #[derive(Inbox)]
@@ -151,7 +152,7 @@ impl App for Built {
     }
 }
 
-// shutdown.md
+// Shutdown on SIGINT or SIGTERM.
 #[ruststream::app]
 fn app() -> impl App {
     Built(service())
