@@ -9,6 +9,9 @@ Usage: bench/table.py target/bench/results.jsonl [more.jsonl ...]
                                                        ruststream's prefetch beside apalis's batch)
        bench/table.py --scale target/bench/scale.jsonl (bench/measure-scale.sh: processes, held
                                                        and hot keys, then the aims)
+       bench/table.py --timeline target/bench/xmin.jsonl (each run over time: one row per
+                                                       tenth of the run: jobs/s, claim p50/p99,
+                                                       dead tuples; --timeline keeps each run)
 
 One row per summary line (one invocation): the median jobs per second of each side over the
 rounds, the median of the rounds' ratios (each round's in brackets), the pickup latencies, the
@@ -30,6 +33,8 @@ def main(paths):
         return scale(paths[1:])
     if paths and paths[0] == "--summary":
         return summary(paths[1:])
+    if paths and paths[0] == "--timeline":
+        return timeline(paths[1:])
     lines = []
     for path in paths:
         with open(path) as f:
@@ -209,6 +214,34 @@ def summary(paths):
             f"{num(s['ruststream_statements_per_job'], 1)} / "
             f"{num(s.get('limit_statements_per_job'), 1)} | `{s['command']}` |"
         )
+
+
+def timeline(paths):
+    """Each run with a timeline: a heading, then one row per tenth of the run (the mean of its
+    seconds' rates, the largest p99 of its claims, the dead tuples at its end)."""
+    for path in paths:
+        with open(path) as f:
+            runs = [json.loads(l) for l in f if l.strip()]
+        for r in (r for r in runs if r.get("kind") == "run" and r.get("timeline")):
+            t = r["timeline"]
+            print(f"\n{r['implementation']} {r['adapter']} {r['database']} {r['form']} "
+                  f"W={r['workers']} jobs={r['jobs']}: {r['jobs_per_s']:.0f} jobs/s, claim p50 "
+                  f"{num(r.get('claim_p50_ms'), 1)} p99 {num(r.get('claim_p99_ms'), 1)} ms, "
+                  f"pickup p99 {num(r.get('pickup_p99_ms'))} ms, {r['date']}\n")
+            print("| seconds | jobs/s | claim p50 ms | claim p99 ms | dead tuples | live tuples |")
+            print("|---|---|---|---|---|---|")
+            step = max(1, len(t) // 10)
+            for i in range(0, len(t), step):
+                part = t[i:i + step]
+                rate = sum(s["jobs_per_s"] for s in part) / len(part)
+                p50 = [s["claim_p50_ms"] for s in part if s.get("claim_p50_ms") is not None]
+                p99 = [s["claim_p99_ms"] for s in part if s.get("claim_p99_ms") is not None]
+                last = part[-1]
+                start = t[i - 1]["t_s"] if i > 0 else 0.0
+                print(f"| {start:.0f}-{last['t_s']:.0f} | {rate:.0f} | "
+                      f"{num(sum(p50) / len(p50) if p50 else None, 1)} | "
+                      f"{num(max(p99) if p99 else None, 1)} | {num(last.get('dead_tuples'))} | "
+                      f"{num(last.get('live_tuples'))} |")
 
 
 if __name__ == "__main__":

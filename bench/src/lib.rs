@@ -118,7 +118,10 @@ mod peer;
 mod publish;
 mod scale;
 mod stats;
+mod timeline;
 mod wakeup;
+
+pub use timeline::Sample;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -280,6 +283,9 @@ pub struct Config {
     /// txid_current()`) through the whole invocation, so vacuum removes none of the rows the
     /// runs settle (`--hold-xmin`).
     pub hold_xmin: bool,
+    /// Print each run's timeline in one line on stderr (`--timeline`); the JSON line has
+    /// every sample either way.
+    pub timeline: bool,
     /// SQLite: `PRAGMA synchronous = NORMAL` on every connection of every side
     /// (`--sqlite-synchronous normal`; default `full`, SQLite's own).
     pub sqlite_normal: bool,
@@ -299,7 +305,7 @@ pub struct Config {
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
 [--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]] \
-[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full] [--hold-xmin]
+[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full] [--hold-xmin] [--timeline]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
@@ -316,6 +322,8 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
   the disk (WAL with synchronous NORMAL; default full, SQLite's own).
 --hold-xmin (PostgreSQL): a transaction holds an xid through the whole invocation (BEGIN;
   SELECT txid_current()), so vacuum cannot remove the rows the claims leave behind.
+--timeline: prints each run's rate, claim p99 and (PostgreSQL) dead tuples over time; the
+  JSON lines hold each second's sample either way.
 Advisory runs check each key's order: rows start in id order, one at a time.";
 
 impl Config {
@@ -350,6 +358,7 @@ impl Config {
             processes: 1,
             sqlite_normal: false,
             hold_xmin: false,
+            timeline: false,
             hot_keys: 0,
             hot_ms: 0,
             held_keys: 0,
@@ -438,6 +447,7 @@ impl Config {
                 "--quiet" => config.progress = false,
                 "--no-baseline" => config.no_baseline = true,
                 "--hold-xmin" => config.hold_xmin = true,
+                "--timeline" => config.timeline = true,
                 "--sqlite-synchronous" => {
                     config.sqlite_normal = match value("--sqlite-synchronous")?.as_str() {
                         "normal" => true,
@@ -753,6 +763,15 @@ pub struct RunRecord {
     pub pickup_p50_ms: Option<f64>,
     /// Publish to handler start: 99th percentile, ms.
     pub pickup_p99_ms: Option<f64>,
+    /// The claim statements (those that find or take rows; bench/src/timeline.rs) from issue
+    /// to reply: median, ms (`null` where the side's statements are not seen: the peer,
+    /// several processes).
+    pub claim_p50_ms: Option<f64>,
+    /// The claim statements: 99th percentile, ms.
+    pub claim_p99_ms: Option<f64>,
+    /// Each second of the run: rows settled, the claims' latency, on PostgreSQL the table's
+    /// dead and live tuples.
+    pub timeline: Vec<Sample>,
     /// Handler end to row settled: median, ms.
     pub settle_p50_ms: Option<f64>,
     /// Handler end to row settled: 99th percentile, ms.
@@ -909,6 +928,8 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 _ => scale::Holder::hold(config).await?,
             };
             let target = config.target();
+            let sampler =
+                timeline::Sampler::start(&config.database, desc.table, stats.clone()).await?;
             let mut per_process_jobs = None;
             let mut child_memory = None;
             let elapsed = match side {
@@ -935,6 +956,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 }
                 Side::Peer => peer::run(config, stats.clone(), round).await?,
             };
+            let timeline = sampler.finish().await;
             bar.finish_and_clear();
             let name = peer::implementation(config, side);
             if side != Side::Peer && (config.processes > 1 || config.held_keys > 0) {
@@ -991,6 +1013,9 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 jobs_per_s: target as f64 / elapsed.as_secs_f64(),
                 pickup_p50_ms: quantile_ms(&pickups, 0.5),
                 pickup_p99_ms: quantile_ms(&pickups, 0.99),
+                claim_p50_ms: quantile_ms(&timeline.claims_us, 0.5),
+                claim_p99_ms: quantile_ms(&timeline.claims_us, 0.99),
+                timeline: timeline.samples,
                 settle_p50_ms: quantile_ms(&settles, 0.5),
                 settle_p99_ms: quantile_ms(&settles, 0.99),
                 peak_connections: stats.peak_connections(),
@@ -1024,6 +1049,9 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 record.statements_per_job,
                 record.peak_memory_kib.unwrap_or(0),
             );
+            if config.timeline {
+                eprintln!("  {}", timeline::describe(&record.timeline));
+            }
             emit(serde_json::to_string(&record)?)?;
             records.push(record);
         }

@@ -32,6 +32,9 @@ pub(crate) struct Stats {
     statements: Mutex<BTreeMap<String, u64>>,
     /// Total time from issuing to the reply, by kind, in microseconds.
     timings: Mutex<BTreeMap<String, u64>>,
+    /// While a timeline samples the run: each claim statement's time from issue to reply,
+    /// microseconds, since the last sample.
+    claim_us: Mutex<Option<Vec<i64>>>,
     held: AtomicI64,
     peak: AtomicI64,
     last_progress: Mutex<Instant>,
@@ -51,6 +54,7 @@ impl Stats {
             ended: Mutex::new(HashMap::new()),
             statements: Mutex::new(BTreeMap::new()),
             timings: Mutex::new(BTreeMap::new()),
+            claim_us: Mutex::new(None),
             held: AtomicI64::new(0),
             peak: AtomicI64::new(0),
             last_progress: Mutex::new(Instant::now()),
@@ -196,6 +200,11 @@ impl Stats {
     /// A statement (or pool operation) of this kind took `took`, from issue to reply.
     pub(crate) fn timed(&self, kind: &str, took: Duration) {
         let us = took.as_micros() as u64;
+        if crate::timeline::is_claim(kind)
+            && let Some(samples) = self.claim_us.lock().expect("not poisoned").as_mut()
+        {
+            samples.push(us as i64);
+        }
         let mut timings = self.timings.lock().expect("not poisoned");
         match timings.get_mut(kind) {
             Some(n) => *n += us,
@@ -217,6 +226,21 @@ impl Stats {
                 (k.clone(), total / n)
             })
             .collect()
+    }
+
+    /// From now on keeps each claim statement's time for [`Stats::take_claim_samples`].
+    pub(crate) fn keep_claim_samples(&self) {
+        *self.claim_us.lock().expect("not poisoned") = Some(Vec::new());
+    }
+
+    /// The claim statements' times since the last call, microseconds.
+    pub(crate) fn take_claim_samples(&self) -> Vec<i64> {
+        self.claim_us
+            .lock()
+            .expect("not poisoned")
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// A connection was taken.
