@@ -23,10 +23,21 @@
 //! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
 //! ```
 //!
+//! TLS is mysql_async's, through one of this crate's features (neither is on by default),
+//! which enable mysql_async's own:
+//!
+//! | feature | TLS library | mysql_async features |
+//! |---|---|---|
+//! | `native-tls-tls` | the platform's (OpenSSL, Secure Transport, SChannel) | `native-tls-tls` |
+//! | `rustls-tls` | rustls, its `ring` provider, the webpki roots | `rustls-tls`, `ring`, `tls12` |
+//!
+//! The connection then asks for TLS through its URL (`mysql://..?require_ssl=true`, with
+//! `verify_ca` and `verify_identity`) or [`OptsBuilder::ssl_opts`](mysql_async::OptsBuilder::ssl_opts).
+//!
 //! # A service
 //!
 //! Four workers issue invoices on MariaDB, each holding its row's lock and a connection until
-//! its acknowledgement commits (forms.md):
+//! its acknowledgement commits ([the row lock form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-row-lock-form)):
 //!
 //! ```no_run
 //! use ruststream_mysql_async::prelude::*;
@@ -103,7 +114,7 @@
 //!   [`RunningMySqlAsyncBroker::shutdown`] answers a [`ClosedMySqlAsyncBroker`].
 //!
 //! A publisher answers [`MySqlAsyncBrokerError::Closed`] until the broker starts and from its
-//! shutdown on, and never writes a row then (shutdown.md).
+//! shutdown on, and never writes a row then ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)).
 //!
 //! # Connections
 //!

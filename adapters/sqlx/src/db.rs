@@ -4,23 +4,21 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use ruststream_core::server::{self, Server};
 use ruststream_core::{
-    ColumnType, DbError, Dialect, ErrorKind, OutColumn, Output, Reply, Statement, Value,
+    ColumnType, DbError, Dialect, ErrorKind, OutColumn, Reply, Statement, Value,
 };
 use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySql, MySqlConnection, MySqlDatabaseError, MySqlRow};
-use sqlx::postgres::types::Oid;
-use sqlx::postgres::{PgConnection, PgRow, PgTypeInfo, Postgres};
-use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
-use sqlx::{AssertSqlSafe, Column, Pool, Row, TypeInfo, ValueRef};
+use sqlx::{Column, Pool, Row};
 
 use crate::listen::Listener;
 
 mod sealed {
     pub trait Sealed {}
+    #[cfg(feature = "postgres")]
     impl Sealed for sqlx::Postgres {}
+    #[cfg(feature = "mysql")]
     impl Sealed for sqlx::MySql {}
+    #[cfg(feature = "sqlite")]
     impl Sealed for sqlx::Sqlite {}
 }
 
@@ -145,265 +143,9 @@ macro_rules! run_statement {
 
 type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>;
 
-// ----- PostgreSQL -----
-
-/// A `NULL` of no declared type: PostgreSQL infers the parameter's type from where it stands,
-/// so a `NULL` binds into a column of any type.
-struct UntypedNull;
-
-impl sqlx::Type<Postgres> for UntypedNull {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(0))
-    }
-}
-
-impl sqlx::Encode<'_, Postgres> for UntypedNull {
-    fn encode_by_ref(
-        &self,
-        _: &mut sqlx::postgres::PgArgumentBuffer,
-    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        Ok(sqlx::encode::IsNull::Yes)
-    }
-}
-
-fn pg_bind(query: Query<'_, Postgres>, value: Value) -> Query<'_, Postgres> {
-    match value {
-        Value::Null => query.bind(UntypedNull),
-        Value::Bool(b) => query.bind(b),
-        Value::Int(i) => query.bind(i),
-        Value::Text(t) => query.bind(t),
-        Value::Bytes(b) => query.bind(b),
-    }
-}
-
-fn pg_value(row: &PgRow, i: usize) -> Result<Value, String> {
-    let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
-    if raw.is_null() {
-        return Ok(Value::Null);
-    }
-    let ty = raw.type_info().name().to_owned();
-    let get = |e: sqlx::Error| e.to_string();
-    Ok(match ty.as_str() {
-        "INT2" => Value::Int(row.try_get::<i16, _>(i).map_err(get)?.into()),
-        "INT4" => Value::Int(row.try_get::<i32, _>(i).map_err(get)?.into()),
-        "INT8" => Value::Int(row.try_get::<i64, _>(i).map_err(get)?),
-        "BOOL" => Value::Bool(row.try_get::<bool, _>(i).map_err(get)?),
-        "BYTEA" => Value::Bytes(row.try_get::<Vec<u8>, _>(i).map_err(get)?),
-        _ => match row.try_get::<String, _>(i) {
-            Ok(text) => Value::Text(text),
-            Err(_) => return Err(format!("PostgreSQL type {ty} has no value in the core")),
-        },
-    })
-}
-
-fn pg_kind(error: &sqlx::Error) -> ErrorKind {
-    if let Some(kind) = common_kind(error) {
-        return kind;
-    }
-    database_error(error)
-        .and_then(|db| db.code())
-        .map_or(ErrorKind::Other, |code| server::sqlstate_kind(&code))
-}
-
-impl SqlxDatabase for Postgres {
-    type Family = ruststream_core::spec::Postgres;
-    const PUBLISH_DIALECT: Dialect = Dialect::Postgres;
-
-    fn run<'c>(
-        conn: &'c mut PgConnection,
-        statement: &'c Statement,
-        binds: Vec<Value>,
-    ) -> BoxFuture<'c, Result<Reply<PgRow>, DbError>> {
-        run_statement!(Postgres, conn, statement, binds, pg_bind, pg_value)
-    }
-
-    fn dialect<'c>(conn: &'c mut PgConnection) -> BoxFuture<'c, Result<Dialect, String>> {
-        Box::pin(async move {
-            match conn.server_version_num() {
-                Some(version) => server::dialect_of(Server::Postgres, &version.to_string())
-                    .map_err(|e| e.to_string()),
-                None => Ok(Dialect::Postgres),
-            }
-        })
-    }
-
-    fn error_kind(error: &sqlx::Error) -> ErrorKind {
-        pg_kind(error)
-    }
-
-    fn listener(pool: &Pool<Self>) -> Option<Listener> {
-        Some(Listener::new((*pool.connect_options()).clone()))
-    }
-}
-
-// ----- MySQL and MariaDB -----
-
-fn mysql_bind(query: Query<'_, MySql>, value: Value) -> Query<'_, MySql> {
-    match value {
-        Value::Null => query.bind(Option::<i64>::None),
-        Value::Bool(b) => query.bind(b),
-        Value::Int(i) => query.bind(i),
-        Value::Text(t) => query.bind(t),
-        Value::Bytes(b) => query.bind(b),
-    }
-}
-
-/// Bytes as text where they are UTF-8: MySQL 8 sends some text (`information_schema` names,
-/// keys built by `CONCAT`) as binary strings. Binding either back compares the same bytes.
-fn utf8_or_bytes(bytes: Vec<u8>) -> Value {
-    match String::from_utf8(bytes) {
-        Ok(text) => Value::Text(text),
-        Err(e) => Value::Bytes(e.into_bytes()),
-    }
-}
-
-fn mysql_value(row: &MySqlRow, i: usize) -> Result<Value, String> {
-    let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
-    if raw.is_null() {
-        return Ok(Value::Null);
-    }
-    let ty = raw.type_info().name().to_owned();
-    let get = |e: sqlx::Error| e.to_string();
-    Ok(match ty.as_str() {
-        "NULL" => Value::Null,
-        "BOOLEAN" => Value::Bool(row.try_get_unchecked::<bool, _>(i).map_err(get)?),
-        "TINYINT" | "SMALLINT" | "MEDIUMINT" | "INT" | "BIGINT" | "YEAR" => {
-            Value::Int(row.try_get_unchecked::<i64, _>(i).map_err(get)?)
-        }
-        "TINYINT UNSIGNED" | "SMALLINT UNSIGNED" | "MEDIUMINT UNSIGNED" | "INT UNSIGNED"
-        | "BIGINT UNSIGNED" => {
-            let n = row.try_get_unchecked::<u64, _>(i).map_err(get)?;
-            i64::try_from(n).map_or_else(|_| Value::Text(n.to_string()), Value::Int)
-        }
-        "BINARY" | "VARBINARY" | "TINYBLOB" | "BLOB" | "MEDIUMBLOB" | "LONGBLOB" => {
-            utf8_or_bytes(row.try_get_unchecked::<Vec<u8>, _>(i).map_err(get)?)
-        }
-        "CHAR" | "VARCHAR" | "TINYTEXT" | "TEXT" | "MEDIUMTEXT" | "LONGTEXT" | "ENUM" | "SET"
-        | "JSON" | "DECIMAL" => utf8_or_bytes(row.try_get_unchecked::<Vec<u8>, _>(i).map_err(get)?),
-        _ => return Err(format!("MySQL type {ty} has no value in the core")),
-    })
-}
-
-fn mysql_kind(error: &sqlx::Error) -> ErrorKind {
-    if let Some(kind) = common_kind(error) {
-        return kind;
-    }
-    let Some(db) = database_error(error) else {
-        return ErrorKind::Other;
-    };
-    let code = db.code();
-    match db.try_downcast_ref::<MySqlDatabaseError>() {
-        Some(mysql) => server::mysql_error_kind(mysql.number(), code.as_deref()),
-        None => code.map_or(ErrorKind::Other, |code| server::sqlstate_kind(&code)),
-    }
-}
-
-impl SqlxDatabase for MySql {
-    type Family = ruststream_core::spec::MySql;
-    const PUBLISH_DIALECT: Dialect = Dialect::MySql;
-
-    fn run<'c>(
-        conn: &'c mut MySqlConnection,
-        statement: &'c Statement,
-        binds: Vec<Value>,
-    ) -> BoxFuture<'c, Result<Reply<MySqlRow>, DbError>> {
-        run_statement!(MySql, conn, statement, binds, mysql_bind, mysql_value)
-    }
-
-    /// MariaDB by its version text (`10.11.6-MariaDB-..`), MySQL otherwise; refuses MySQL
-    /// before 8.0.1 and MariaDB before 10.6.
-    fn dialect<'c>(conn: &'c mut MySqlConnection) -> BoxFuture<'c, Result<Dialect, String>> {
-        Box::pin(async move {
-            let row = sqlx::query("SELECT VERSION() AS version")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(|e| format!("SELECT VERSION() failed: {e}"))?;
-            let version = match mysql_value(&row, 0)? {
-                Value::Text(text) => text,
-                other => return Err(format!("SELECT VERSION() answered {other}")),
-            };
-            server::dialect_of(Server::MySql, &version).map_err(|e| e.to_string())
-        })
-    }
-
-    fn error_kind(error: &sqlx::Error) -> ErrorKind {
-        mysql_kind(error)
-    }
-
-    fn listener(_: &Pool<Self>) -> Option<Listener> {
-        None
-    }
-}
-
-// ----- SQLite -----
-
-fn sqlite_bind(query: Query<'_, Sqlite>, value: Value) -> Query<'_, Sqlite> {
-    match value {
-        Value::Null => query.bind(Option::<i64>::None),
-        Value::Bool(b) => query.bind(b),
-        Value::Int(i) => query.bind(i),
-        Value::Text(t) => query.bind(t),
-        Value::Bytes(b) => query.bind(b),
-    }
-}
-
-/// A SQLite value by its storage class. The core has no floats: a `REAL` is the text of its
-/// decimal form.
-fn sqlite_value(row: &SqliteRow, i: usize) -> Result<Value, String> {
-    let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
-    if raw.is_null() {
-        return Ok(Value::Null);
-    }
-    let ty = raw.type_info().name().to_owned();
-    let get = |e: sqlx::Error| e.to_string();
-    Ok(match ty.as_str() {
-        "INTEGER" | "BOOLEAN" => Value::Int(row.try_get_unchecked::<i64, _>(i).map_err(get)?),
-        "REAL" => Value::Text(row.try_get_unchecked::<f64, _>(i).map_err(get)?.to_string()),
-        "BLOB" => Value::Bytes(row.try_get_unchecked::<Vec<u8>, _>(i).map_err(get)?),
-        _ => Value::Text(row.try_get_unchecked::<String, _>(i).map_err(get)?),
-    })
-}
-
-fn sqlite_kind(error: &sqlx::Error) -> ErrorKind {
-    if let Some(kind) = common_kind(error) {
-        return kind;
-    }
-    let Some(db) = database_error(error) else {
-        return ErrorKind::Other;
-    };
-    // sqlx reports the extended result code.
-    let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
-    server::sqlite_error_kind(code, db.message())
-}
-
-impl SqlxDatabase for Sqlite {
-    type Family = ruststream_core::spec::Sqlite;
-    const PUBLISH_DIALECT: Dialect = Dialect::Sqlite;
-
-    fn run<'c>(
-        conn: &'c mut SqliteConnection,
-        statement: &'c Statement,
-        binds: Vec<Value>,
-    ) -> BoxFuture<'c, Result<Reply<SqliteRow>, DbError>> {
-        run_statement!(Sqlite, conn, statement, binds, sqlite_bind, sqlite_value)
-    }
-
-    /// SQLite 3.35 or later (`RETURNING`).
-    fn dialect<'c>(conn: &'c mut SqliteConnection) -> BoxFuture<'c, Result<Dialect, String>> {
-        Box::pin(async move {
-            let version: String = sqlx::query_scalar("SELECT sqlite_version()")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(|e| format!("SELECT sqlite_version() failed: {e}"))?;
-            server::dialect_of(Server::Sqlite, &version).map_err(|e| e.to_string())
-        })
-    }
-
-    fn error_kind(error: &sqlx::Error) -> ErrorKind {
-        sqlite_kind(error)
-    }
-
-    fn listener(_: &Pool<Self>) -> Option<Listener> {
-        None
-    }
-}
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;

@@ -22,12 +22,32 @@
 //! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
 //! ```
 //!
-//! TLS is sqlx's: enable one of its `tls-*` features in the service's own `sqlx` dependency.
+//! # Features
+//!
+//! Each database is a feature, which enables sqlx's driver of it; all three are on by
+//! default. A service on one database builds only that driver:
+//!
+//! ```toml
+//! ruststream-sqlx = { version = "0.1", default-features = false, features = ["postgres"] }
+//! ```
+//!
+//! | feature | default | brings |
+//! |---|---|---|
+//! | `postgres` | on | `SqlxBroker<Postgres>`, and the `LISTEN` session that hears of other processes' publishes |
+//! | `mysql` | on | `SqlxBroker<MySql>`, for MySQL and MariaDB |
+//! | `sqlite` | on | `SqlxBroker<Sqlite>`, on the bundled SQLite (sqlx's `sqlite-bundled`) |
+//! | `tls-rustls` | off | TLS through rustls (sqlx's `tls-rustls`) |
+//! | `tls-native-tls` | off | TLS through the platform's library (sqlx's `tls-native-tls`) |
+//!
+//! At least one database feature must be on. The TLS features pass through to sqlx (enabling
+//! sqlx's own `tls-*` feature in the service's `sqlx` dependency does the same); the URL or
+//! the connect options then ask for TLS (`sslmode=require` on PostgreSQL, `ssl-mode=REQUIRED`
+//! on MySQL).
 //!
 //! # A service
 //!
 //! Four workers issue invoices on PostgreSQL, each holding its row's lock and a connection
-//! until its acknowledgement commits (forms.md):
+//! until its acknowledgement commits ([the row lock form](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#the-row-lock-form)):
 //!
 //! ```no_run
 //! use ruststream_sqlx::prelude::*;
@@ -100,7 +120,7 @@
 //!   [`RunningSqlxBroker::shutdown`] answers a [`ClosedSqlxBroker`].
 //!
 //! A publisher answers [`SqlxBrokerError::Closed`] until the broker starts and from its
-//! shutdown on, and never writes a row then (shutdown.md).
+//! shutdown on, and never writes a row then ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)).
 //!
 //! # Databases
 //!
@@ -215,6 +235,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+compile_error!(
+    "ruststream-sqlx runs on no database: enable at least one of its features `postgres`, `mysql`, `sqlite`"
+);
+
 mod broker;
 mod claim;
 mod conn;
@@ -235,7 +260,7 @@ pub use outbox::{OnConnection, SqlxOutbox};
 pub use sqlx;
 
 /// What a service on sqlx needs in scope: the runtime's items, this adapter's, and sqlx's
-/// databases, connections and connect options. Everything the spec's examples name
+/// databases, connections and connect options: everything the guide's examples name
 /// unqualified.
 pub mod prelude {
     pub use crate::{
@@ -248,8 +273,11 @@ pub mod prelude {
         IntoSubscription, KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed,
         RustStream, State, keys, nonzero, own, subscriber,
     };
+    #[cfg(feature = "mysql")]
     pub use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection};
+    #[cfg(feature = "postgres")]
     pub use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres};
+    #[cfg(feature = "sqlite")]
     pub use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteConnection};
     pub use std::future::ready;
 }

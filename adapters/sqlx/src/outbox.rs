@@ -174,18 +174,21 @@ impl<DB: SqlxDatabase> OnConnection<DB> for PoolConnection<DB> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl OnConnection<sqlx::Postgres> for sqlx::PgConnection {
     fn connection(&mut self) -> &mut sqlx::PgConnection {
         self
     }
 }
 
+#[cfg(feature = "mysql")]
 impl OnConnection<sqlx::MySql> for sqlx::MySqlConnection {
     fn connection(&mut self) -> &mut sqlx::MySqlConnection {
         self
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl OnConnection<sqlx::Sqlite> for sqlx::SqliteConnection {
     fn connection(&mut self) -> &mut sqlx::SqliteConnection {
         self

@@ -33,17 +33,46 @@ pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// unless its [`PoolConfig`] says otherwise.
 pub const DEFAULT_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How the connections of a pool the broker builds, and its listening session, reach the
+/// server: without TLS ([`NoTls`]) or over the connector given to
+/// [`TokioPostgresBroker::from_url_tls`].
+#[derive(Clone)]
+struct Tls {
+    /// The pool's manager of a config, its connections over this TLS.
+    manager: Arc<dyn Fn(Config, ManagerConfig) -> Manager + Send + Sync>,
+    /// The listening session's connector of a config, over this TLS.
+    listener: Arc<dyn Fn(Config) -> Connector + Send + Sync>,
+}
+
+impl Tls {
+    fn new<T>(tls: T) -> Self
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Sync + Send,
+        T::TlsConnect: Sync + Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        let listen = tls.clone();
+        Self {
+            manager: Arc::new(move |config, manager| {
+                Manager::from_config(config, tls.clone(), manager)
+            }),
+            listener: Arc::new(move |config| listen::connector(config, listen.clone())),
+        }
+    }
+}
+
 /// Where the broker's pool comes from.
 enum Origin {
-    /// Built at the start from a URL; the broker closes it.
-    Url(String, PoolConfig),
+    /// Built at the start from a URL, its connections over this TLS; the broker closes it.
+    Url(String, PoolConfig, Tls),
     /// The service's own pool; it stays open.
     Pool(Pool),
 }
 
 /// Where the session that hears of other processes' publishes connects.
 enum Listen {
-    /// Where the URL of `from_url` points, without TLS; nowhere for the service's own pool.
+    /// Where the URL of `from_url` points, over its TLS; nowhere for the service's own pool.
     Url,
     /// Where the service said.
     On(Connector),
@@ -71,7 +100,7 @@ impl PoolSource for Source {
 
     fn target(&self) -> String {
         match &self.origin {
-            Origin::Url(url, _) => redact_url(url),
+            Origin::Url(url, ..) => redact_url(url),
             Origin::Pool(_) => "the service's own pool".to_owned(),
         }
     }
@@ -86,7 +115,7 @@ impl PoolSource for Source {
     fn build(&self) -> ConnFuture<'_, Result<Pool, AdapterError>> {
         let built = match &self.origin {
             Origin::Pool(pool) => Ok(pool.clone()),
-            Origin::Url(url, config) => build_pool(url, config, &self.target()),
+            Origin::Url(url, config, tls) => build_pool(url, config, tls, &self.target()),
         };
         Box::pin(std::future::ready(built))
     }
@@ -197,10 +226,93 @@ impl TokioPostgresBroker {
     /// ([`RecyclingMethod::Fast`]).
     ///
     /// At shutdown the broker closes the pool: it lends no new connection, idle connections
-    /// close, and a connection a delivery still holds closes when it comes back. For TLS, or
-    /// other pool settings, build the pool and pass it to [`TokioPostgresBroker::new`].
+    /// close, and a connection a delivery still holds closes when it comes back. For TLS see
+    /// [`TokioPostgresBroker::from_url_tls`]; for other pool settings, build the pool and pass
+    /// it to [`TokioPostgresBroker::new`].
     pub fn from_url(url: impl Into<String>, pool: PoolConfig) -> Self {
-        Self::with_source(Origin::Url(url.into(), pool))
+        Self::with_source(Origin::Url(url.into(), pool, Tls::new(NoTls)))
+    }
+
+    /// [`TokioPostgresBroker::from_url`] over TLS: the pool's connections, the listening
+    /// session and the cancel requests all connect through `tls`, any tokio-postgres TLS
+    /// connector. The URL's `sslmode` decides whether TLS is required (`require`), tried
+    /// (`prefer`, tokio-postgres's default) or not used (`disable`).
+    ///
+    /// The features `native-tls` and `rustls` bring a connector each, re-exported with what
+    /// builds it:
+    ///
+    /// - `native-tls`: `postgres_native_tls::MakeTlsConnector` over the platform's TLS
+    ///   library (`native_tls`); `TokioPostgresBroker::from_url_native_tls` builds one
+    ///   with the system's roots.
+    /// - `rustls`: `tokio_postgres_rustls::MakeRustlsConnect` over `rustls` (with `ring`);
+    ///   `TokioPostgresBroker::from_url_rustls` builds one with the webpki roots.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "native-tls")]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use ruststream_tokio_postgres::TokioPostgresBroker;
+    /// use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
+    /// use ruststream_tokio_postgres::{native_tls, postgres_native_tls};
+    ///
+    /// let connector = native_tls::TlsConnector::builder().build()?;
+    /// let broker = TokioPostgresBroker::from_url_tls(
+    ///     "postgres://app@db.example.com:5432/app?sslmode=require",
+    ///     PoolConfig::new(8),
+    ///     postgres_native_tls::MakeTlsConnector::new(connector),
+    /// );
+    /// # let _ = broker;
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(not(feature = "native-tls"))]
+    /// # fn main() {}
+    /// ```
+    pub fn from_url_tls<T>(url: impl Into<String>, pool: PoolConfig, tls: T) -> Self
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Sync + Send,
+        T::TlsConnect: Sync + Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        Self::with_source(Origin::Url(url.into(), pool, Tls::new(tls.clone()))).cancel_tls(tls)
+    }
+
+    /// [`TokioPostgresBroker::from_url_tls`] over the platform's TLS library with its default
+    /// settings (the system's root certificates). The feature `native-tls`.
+    #[cfg(feature = "native-tls")]
+    pub fn from_url_native_tls(
+        url: impl Into<String>,
+        pool: PoolConfig,
+    ) -> Result<Self, native_tls::Error> {
+        let connector = native_tls::TlsConnector::new()?;
+        Ok(Self::from_url_tls(
+            url,
+            pool,
+            postgres_native_tls::MakeTlsConnector::new(connector),
+        ))
+    }
+
+    /// [`TokioPostgresBroker::from_url_tls`] over rustls, with the Mozilla root certificates
+    /// of `webpki-roots`. The feature `rustls`.
+    ///
+    /// It takes rustls's process-wide crypto provider: the one the service installed
+    /// (`CryptoProvider::install_default`), else `ring`, which the feature enables. A service
+    /// whose dependencies enable a second provider (rustls's `aws-lc-rs`) installs one before
+    /// it calls this: rustls cannot choose, and panics. For other roots, or a client
+    /// certificate, build a `rustls::ClientConfig` and pass `MakeRustlsConnect::new(config)`
+    /// to [`TokioPostgresBroker::from_url_tls`].
+    #[cfg(feature = "rustls")]
+    pub fn from_url_rustls(url: impl Into<String>, pool: PoolConfig) -> Self {
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Self::from_url_tls(
+            url,
+            pool,
+            tokio_postgres_rustls::MakeRustlsConnect::new(config),
+        )
     }
 
     /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
@@ -251,8 +363,9 @@ impl TokioPostgresBroker {
     /// poll. When the session is lost, another opens (after a pause, should that fail) and
     /// every subscription looks for rows once.
     ///
-    /// A broker of [`TokioPostgresBroker::from_url`] listens on its URL without TLS unless
-    /// told otherwise; a broker on the service's own pool ([`TokioPostgresBroker::new`])
+    /// A broker of [`TokioPostgresBroker::from_url`] (or
+    /// [`TokioPostgresBroker::from_url_tls`]) listens on its URL, over its TLS, unless told
+    /// otherwise; a broker on the service's own pool ([`TokioPostgresBroker::new`])
     /// listens only where this names. The session needs a connection of its own to the
     /// server: a direct one, or PgBouncer in session pooling.
     pub fn listen_on<T>(mut self, config: Config, tls: T) -> Self
@@ -302,14 +415,18 @@ impl TokioPostgresBroker {
     }
 }
 
-/// Builds the pool of `from_url`.
-fn build_pool(url: &str, config: &PoolConfig, target: &str) -> Result<Pool, AdapterError> {
+/// Builds the pool of `from_url` (and `from_url_tls`).
+fn build_pool(
+    url: &str,
+    config: &PoolConfig,
+    tls: &Tls,
+    target: &str,
+) -> Result<Pool, AdapterError> {
     let pg: tokio_postgres::Config = url.parse().map_err(|e| {
         AdapterError::new(format!("the PostgreSQL URL `{target}` does not parse: {e}"))
     })?;
-    let manager = Manager::from_config(
+    let manager = (tls.manager)(
         pg,
-        NoTls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -364,10 +481,10 @@ impl Adapter for TokioPostgresBroker {
         let connect = match (&source.listen, &source.origin) {
             (Listen::Off, _) | (Listen::Url, Origin::Pool(_)) => return None,
             (Listen::On(connect), _) => connect.clone(),
-            (Listen::Url, Origin::Url(url, _)) => {
+            (Listen::Url, Origin::Url(url, _, tls)) => {
                 // The start parsed the URL already.
                 let config: Config = url.parse().ok()?;
-                listen::connector(config, NoTls)
+                (tls.listener)(config)
             }
         };
         Some(listen::open(connect, runtime, source.sessions.clone()))

@@ -2,11 +2,11 @@
 //! [deadpool-postgres](deadpool_postgres) pool: [`TokioPostgresBroker`].
 //!
 //! It runs the statements the core (`ruststream-core`) renders on pooled tokio-postgres
-//! connections, in all three forms (forms.md): the row lock form (the default), the lease form
+//! connections, in all three forms ([the forms](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md)): the row lock form (the default), the lease form
 //! (`.lease(..)`, `#[field(locked_until)]`) and the advisory lock form (`.advisory(..)`,
 //! `advisory_lock = ".."`), where PostgreSQL locks a 64-bit hash of each key in the session
 //! of the delivery's connection, or the service's own [`Lock`] and [`Unlock`] decide
-//! (lock.md). The adapter holds no queue logic: it lends connections, runs commands, maps rows
+//! ([custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)). The adapter holds no queue logic: it lends connections, runs commands, maps rows
 //! and errors, and runs a table's own lock.
 //!
 //! # A service
@@ -106,7 +106,29 @@
 //!   [`RunningTokioPostgresBroker::shutdown`] answers a [`ClosedTokioPostgresBroker`].
 //!
 //! A publisher answers [`TokioPostgresBrokerError::Closed`] until the broker starts and from
-//! its shutdown on, and never writes a row then (shutdown.md).
+//! its shutdown on, and never writes a row then ([shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)).
+//!
+//! # TLS
+//!
+//! [`TokioPostgresBroker::from_url`] connects without TLS.
+//! [`TokioPostgresBroker::from_url_tls`] takes any tokio-postgres TLS connector and uses it
+//! for the pool's connections, the listening session and the cancel requests alike; the URL's
+//! `sslmode` (`require`, `prefer`, `disable`) says whether TLS is required. Two features bring
+//! a connector, neither on by default:
+//!
+//! | feature | connector | shortcut |
+//! |---|---|---|
+//! | `native-tls` | `postgres_native_tls::MakeTlsConnector` (the platform's library) | `TokioPostgresBroker::from_url_native_tls` |
+//! | `rustls` | `tokio_postgres_rustls::MakeRustlsConnect` (rustls, with `ring`) | `TokioPostgresBroker::from_url_rustls` (webpki roots) |
+//!
+//! ```toml
+//! [dependencies]
+//! ruststream-tokio-postgres = { version = "0.1", features = ["rustls"] }
+//! ```
+//!
+//! A service on its own pool ([`TokioPostgresBroker::new`]) builds the pool with its
+//! connector, and gives the same connector to [`TokioPostgresBroker::cancel_tls`] and
+//! [`TokioPostgresBroker::listen_on`].
 //!
 //! # Protocols
 //!
@@ -219,12 +241,25 @@ pub use claim::TokioPostgresClaim;
 /// [`TokioPostgresBroker::from_url`]'s `PoolConfig`.
 pub use deadpool_postgres;
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock, custom_lock};
+/// The platform's TLS library, for the connector of
+/// [`TokioPostgresBroker::from_url_tls`] (the feature `native-tls`).
+#[cfg(feature = "native-tls")]
+pub use native_tls;
 pub use outbox::TokioPostgresOutbox;
+/// TLS for tokio-postgres over [`native_tls`] (the feature `native-tls`).
+#[cfg(feature = "native-tls")]
+pub use postgres_native_tls;
 pub use row::PgRow;
+/// rustls, for the `ClientConfig` of a connector (the feature `rustls`).
+#[cfg(feature = "rustls")]
+pub use rustls;
 pub use ruststream::de::DecodeError;
 /// The tokio-postgres crate this adapter runs on, for [`Lock`] and [`Unlock`]
 /// implementations.
 pub use tokio_postgres;
+/// TLS for tokio-postgres over [`rustls`] (the feature `rustls`).
+#[cfg(feature = "rustls")]
+pub use tokio_postgres_rustls;
 
 /// What a PostgreSQL service needs in scope: the runtime's items and this adapter's.
 pub mod prelude {
