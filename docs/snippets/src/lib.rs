@@ -6,3 +6,39 @@
 
 #[doc = include_str!("../../../README.md")]
 pub mod readme {}
+
+#[doc = include_str!("../../src/introduction.md")]
+pub mod introduction {}
+
+#[doc = include_str!("../../src/getting-started.md")]
+pub mod getting_started {}
+
+#[doc = include_str!("../../src/forms.md")]
+pub mod forms {}
+
+#[doc = include_str!("../../src/keys.md")]
+pub mod keys {}
+
+#[doc = include_str!("../../src/publishing.md")]
+pub mod publishing {}
+
+#[doc = include_str!("../../src/failures.md")]
+pub mod failures {}
+
+#[doc = include_str!("../../src/shutdown.md")]
+pub mod shutdown {}
+
+#[doc = include_str!("../../src/operating.md")]
+pub mod operating {}
+
+#[doc = include_str!("../../src/adapters.md")]
+pub mod adapters {}
+
+#[doc = include_str!("../../src/executors.md")]
+pub mod executors {}
+
+#[doc = include_str!("../../src/performance.md")]
+pub mod performance {}
+
+#[doc = include_str!("../../src/guarantees.md")]
+pub mod guarantees {}
