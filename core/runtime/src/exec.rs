@@ -33,6 +33,9 @@ impl Executor for Tokio {
 }
 
 /// The async-std executor.
+///
+/// async-std is discontinued upstream, and its maintainers point users to smol: a new service
+/// takes [`Smol`] (feature `smol`), which runs the same way.
 #[cfg(feature = "async-std")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AsyncStd;
@@ -48,9 +51,31 @@ impl Executor for AsyncStd {
     }
 }
 
+/// The smol executor: tasks run on smol's global executor (`smol::spawn`, on as many threads
+/// as the `SMOL_THREADS` environment variable says, one by default) and sleeps are
+/// `smol::Timer`s, woken by async-io's reactor thread. A service on smol runs with
+/// `smol::block_on(service.run_until(..))` and `.executor(Arc::new(Smol))`.
+#[cfg(feature = "smol")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Smol;
+
+#[cfg(feature = "smol")]
+impl Executor for Smol {
+    fn spawn(&self, future: BoxFuture<()>) {
+        smol::spawn(future).detach();
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<()> {
+        let timer = smol::Timer::after(duration);
+        Box::pin(async move {
+            timer.await;
+        })
+    }
+}
+
 /// Plain threads and no async runtime: futures run on a small pool of threads
 /// (`futures::executor::ThreadPool`), and one timer thread wakes the sleeps. With
-/// [`crate::run_blocking`], a service runs without tokio or async-std.
+/// [`crate::run_blocking`], a service runs without tokio, smol or async-std.
 #[derive(Clone)]
 pub struct Threads {
     pool: futures::executor::ThreadPool,
@@ -153,25 +178,69 @@ impl Future for Sleep {
     }
 }
 
-/// The executor of the calling context: tokio inside a tokio runtime, else async-std.
+/// The executor of the calling context: tokio inside a tokio runtime, else smol (feature
+/// `smol`), else async-std (feature `async-std`).
 ///
 /// # Panics
 ///
-/// When no enabled executor is running: enable the `tokio` or `async-std` feature and call
-/// from within its runtime, or pass an executor with `RustStream::executor`.
+/// When no enabled executor is running: enable the `tokio` feature and call from within a
+/// tokio runtime, enable the `smol` or `async-std` feature, or pass an executor with
+/// `RustStream::executor`.
 pub fn current() -> Arc<dyn Executor> {
     #[cfg(feature = "tokio")]
     if tokio::runtime::Handle::try_current().is_ok() {
         return Arc::new(Tokio);
     }
+    #[cfg(feature = "smol")]
+    {
+        return Arc::new(Smol);
+    }
     #[cfg(feature = "async-std")]
+    #[allow(unreachable_code)]
     {
         return Arc::new(AsyncStd);
     }
     #[allow(unreachable_code)]
     {
         panic!(
-            "ruststream: no executor: call from within a tokio runtime (feature `tokio`), enable the `async-std` feature, or pass one with `RustStream::executor`"
+            "ruststream: no executor: call from within a tokio runtime (feature `tokio`), enable the `smol` or `async-std` feature, or pass one with `RustStream::executor`"
         )
+    }
+}
+
+#[cfg(all(test, feature = "smol"))]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A task spawned on [`Smol`] runs to completion off the calling thread, and its sleep
+    /// waits at least as long as it was asked, with no smol runtime entered by the caller.
+    #[test]
+    fn smol_spawns_and_sleeps() {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let exec = Smol;
+        let sleep = exec.sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        exec.spawn(Box::pin(async move {
+            sleep.await;
+            let _ = tx.send(std::thread::current().id());
+        }));
+        let ran_on = futures::executor::block_on(rx).expect("the task ran");
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_ne!(ran_on, std::thread::current().id());
+    }
+
+    /// Without a tokio runtime, the calling context's executor is smol's.
+    #[test]
+    fn current_is_smol_outside_tokio() {
+        let exec = current();
+        let (tx, rx) = futures::channel::oneshot::channel();
+        exec.spawn(Box::pin(async move {
+            let _ = tx.send(());
+        }));
+        smol::block_on(async {
+            exec.sleep(Duration::from_millis(1)).await;
+            rx.await.expect("the task ran");
+        });
     }
 }

@@ -5,7 +5,8 @@
 //! core, [`ruststream_core`]; a driver adapter runs its statements; this crate schedules:
 //! it drives the core through the adapter, starts handlers, settles rows, and orders the
 //! shutdown. It reaches an executor only through [`exec::Executor`], with implementations
-//! for tokio (feature `tokio`, default) and async-std (feature `async-std`).
+//! for tokio (feature `tokio`, default), smol (feature `smol`), async-std (feature `async-std`,
+//! discontinued upstream in favour of smol) and plain threads ([`exec::Threads`]).
 //!
 //! Every adapter's broker shares this crate's public types: a [`Route`] of one queue, a
 //! [`RunningBroker`] started by hand with its [`ClosedCounts`], a [`Publisher`], the [`Error`]
