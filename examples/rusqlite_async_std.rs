@@ -1,5 +1,6 @@
 //! A service on async-std, with no tokio runtime: the rusqlite adapter's connections run on
-//! threads of their own and answer through channels any executor can wait on.
+//! threads of their own and answer through channels any executor can wait on. async-std is
+//! discontinued upstream in favour of smol: `examples/rusqlite_smol.rs` is this service on smol.
 //!
 //! ```sh
 //! cargo run --example rusqlite_async_std
