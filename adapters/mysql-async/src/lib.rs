@@ -23,8 +23,8 @@
 //! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
 //! ```
 //!
-//! TLS is mysql_async's, through one of this crate's features (neither is on by default),
-//! which enable mysql_async's own:
+//! TLS is mysql_async's, through one of this crate's features (neither is on by default, and
+//! mysql_async builds with one TLS library at most), which enable mysql_async's own:
 //!
 //! | feature | TLS library | mysql_async features |
 //! |---|---|---|
