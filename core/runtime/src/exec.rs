@@ -35,7 +35,7 @@ impl Executor for Tokio {
 /// The async-std executor.
 ///
 /// async-std is discontinued upstream, and its maintainers point users to smol: a new service
-/// takes [`Smol`] (feature `smol`), which runs the same way.
+/// takes `Smol` (feature `smol`), which runs the same way.
 #[cfg(feature = "async-std")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AsyncStd;
