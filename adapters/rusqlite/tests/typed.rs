@@ -167,3 +167,26 @@ async fn deduplicated_publishes_name_the_rows_they_skipped() {
     drop(conn);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The table written from the description holds the unique column and its constraint: the
+/// second publish of an order is passed over.
+#[test]
+fn a_deduplicated_table_written_from_its_description_passes_over_a_repeat() {
+    let conn = Connection::open_in_memory().unwrap();
+    for sql in Receipt::TABLE
+        .ddl(ruststream::core::Dialect::Sqlite)
+        .statements()
+    {
+        conn.execute_batch(&sql).unwrap();
+    }
+    let published = RusqliteOutbox::<Receipt>::new()
+        .publish_all(&conn, [&Order { order_id: 7 }, &Order { order_id: 7 }])
+        .unwrap();
+    assert_eq!(published.skipped, [1]);
+    let orders: i64 = conn
+        .query_row("SELECT COUNT(DISTINCT order_id) FROM receipts", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(orders, 1);
+}

@@ -100,7 +100,9 @@ impl Ddl {
     pub fn create_table(&self) -> String {
         let q = |name: &str| self.dialect.quote_one(name);
         let mut lines: Vec<String> = Vec::new();
-        for column in self.desc.columns() {
+        let columns = self.desc.columns();
+        let unique_only = self.desc.unique.iter().filter(|c| !columns.contains(c));
+        for column in columns.iter().chain(unique_only) {
             lines.push(format!("{} {}", q(column), self.type_of(column)));
         }
         let id_in_line = self
@@ -560,6 +562,11 @@ mod tests {
             ddl[0]
         );
         assert!(ddl[0].contains("UNIQUE (\"dedupe\")"), "{}", ddl[0]);
+        assert!(ddl[0].contains("\"dedupe\" TEXT NOT NULL"), "{}", ddl[0]);
+        for dialect in [Dialect::Sqlite, Dialect::MySql] {
+            let ddl = Ddl::new(dialect, &desc).create_table();
+            assert_eq!(ddl.matches("dedupe").count(), 2, "{ddl}");
+        }
         assert!(ddl[1].contains("(\"priority\" DESC, \"id\")"), "{}", ddl[1]);
     }
 
