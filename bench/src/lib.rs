@@ -283,6 +283,9 @@ pub struct Config {
     /// txid_current()`) through the whole invocation, so vacuum removes none of the rows the
     /// runs settle (`--hold-xmin`).
     pub hold_xmin: bool,
+    /// Run every side on tokio's current-thread runtime instead of its multi-thread one
+    /// (`--runtime current`; `--runtime multi` is the default).
+    pub current_thread: bool,
     /// Print each run's timeline in one line on stderr (`--timeline`); the JSON line has
     /// every sample either way.
     pub timeline: bool,
@@ -305,7 +308,7 @@ pub struct Config {
 const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postgres|mysql-async \
 --url postgres://..|mysql://..|sqlite:PATH --form row-lock|lease|advisory [--jobs N] \
 [--workers W] [--keys K] [--handler-ms MS] [--prefetch N] [--rounds R] [--json FILE] [--quiet] [--no-baseline] [--peer apalis[:N]] \
-[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full] [--hold-xmin] [--timeline]
+[--processes N] [--hot-keys H --hot-ms MS] [--held-keys H] [--sqlite-synchronous normal|full] [--hold-xmin] [--timeline] [--runtime multi|current]
        ruststream-bench --scenario growth --adapter A --url URL [--form F,F,..] \
 [--rows N,N,..] [--due D] [--claims C] [--index due|none] [--workers W] [--json FILE] [--quiet]
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
@@ -322,6 +325,8 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
   the disk (WAL with synchronous NORMAL; default full, SQLite's own).
 --hold-xmin (PostgreSQL): a transaction holds an xid through the whole invocation (BEGIN;
   SELECT txid_current()), so vacuum cannot remove the rows the claims leave behind.
+--runtime current: every side runs on tokio's current-thread runtime (default multi: tokio's
+  multi-thread runtime, a worker thread a CPU).
 --timeline: prints each run's rate, claim p99 and (PostgreSQL) dead tuples over time; the
   JSON lines hold each second's sample either way.
 Advisory runs check each key's order: rows start in id order, one at a time.";
@@ -359,6 +364,7 @@ impl Config {
             sqlite_normal: false,
             hold_xmin: false,
             timeline: false,
+            current_thread: false,
             hot_keys: 0,
             hot_ms: 0,
             held_keys: 0,
@@ -448,6 +454,15 @@ impl Config {
                 "--no-baseline" => config.no_baseline = true,
                 "--hold-xmin" => config.hold_xmin = true,
                 "--timeline" => config.timeline = true,
+                "--runtime" => {
+                    config.current_thread = match value("--runtime")?.as_str() {
+                        "current" => true,
+                        "multi" => false,
+                        other => {
+                            return Err(format!("--runtime takes current or multi, not `{other}`"));
+                        }
+                    }
+                }
                 "--sqlite-synchronous" => {
                     config.sqlite_normal = match value("--sqlite-synchronous")?.as_str() {
                         "normal" => true,
@@ -1467,10 +1482,12 @@ pub fn main_with(args: impl IntoIterator<Item = String>) -> std::process::ExitCo
             return std::process::ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = if config.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: could not start the tokio runtime: {error}");
