@@ -42,3 +42,27 @@ pub mod performance {}
 
 #[doc = include_str!("../../src/guarantees.md")]
 pub mod guarantees {}
+
+#[cfg(test)]
+mod tests {
+    /// Every page the book's summary lists is a module here, so a page added to the guide
+    /// has its snippets compiled too.
+    #[test]
+    fn every_page_of_the_summary_is_included() {
+        let summary = include_str!("../../src/SUMMARY.md");
+        let this = include_str!("lib.rs");
+        let pages: Vec<&str> = summary
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+            .collect();
+        assert!(pages.len() >= 12, "the summary lists {pages:?}");
+        for page in pages {
+            let include = format!("include_str!(\"../../src/{page}\")");
+            assert!(
+                this.contains(&include),
+                "docs/src/{page} is in SUMMARY.md but not included in docs/snippets/src/lib.rs"
+            );
+        }
+    }
+}
