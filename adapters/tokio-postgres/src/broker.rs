@@ -449,10 +449,15 @@ fn build_pool(
 
 /// Takes a connection of the pool and checks that the server takes the forms.
 async fn check_server(pool: &Pool, target: &str) -> Result<(), String> {
-    let client = pool
-        .get()
-        .await
-        .map_err(|e| format!("cannot connect to PostgreSQL at {target}: {e}"))?;
+    let client = pool.get().await.map_err(|e| {
+        // The pool's error alone says "db error": name the server's refusal, or the TLS
+        // or I/O failure, as the core's errors do.
+        let error = crate::error::pool_error(&e);
+        format!(
+            "cannot connect to PostgreSQL at {target}: {}",
+            error.message
+        )
+    })?;
     let messages = client
         .simple_query("SHOW server_version_num")
         .await
