@@ -211,6 +211,14 @@ impl<A: Adapter> Adapter for Counted<A> {
             }
             Action::Execute { statement, binds } => {
                 self.stats.count(&format!("{:?}", statement.kind));
+                if statement.kind == StatementKind::Candidates {
+                    // Whether the look starts past the rows taken before it, or at the start.
+                    self.stats.count(if statement.args.contains(&Arg::Floor) {
+                        "candidates from the floor"
+                    } else {
+                        "candidates from the start"
+                    });
+                }
                 match statement.kind {
                     StatementKind::Delete { .. } | StatementKind::MarkProcessed { .. } => {
                         let id = statement

@@ -999,7 +999,15 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
             let executed: u64 = statements
                 .iter()
                 .filter(|(k, _)| {
-                    !matches!(k.as_str(), "acquire" | "release" | "close" | "busy retry")
+                    !matches!(
+                        k.as_str(),
+                        "acquire"
+                            | "release"
+                            | "close"
+                            | "busy retry"
+                            | "candidates from the floor"
+                            | "candidates from the start"
+                    )
                 })
                 .map(|(_, n)| n)
                 .sum();

@@ -55,6 +55,9 @@ pub struct Sample {
     pub claim_p50_ms: Option<f64>,
     /// Their 99th percentile, ms.
     pub claim_p99_ms: Option<f64>,
+    /// The advisory form: its looks from the table's start in the second (the others start
+    /// past the rows taken before them).
+    pub looks_from_start: u64,
     /// PostgreSQL: the queue table's dead tuples (`n_dead_tup`) at the sample.
     pub dead_tuples: Option<i64>,
     /// PostgreSQL: its live tuples (`n_live_tup`).
@@ -100,6 +103,7 @@ impl Sampler {
             let mut samples = Vec::new();
             let mut all = Vec::new();
             let mut last = 0u64;
+            let mut last_from_start = 0u64;
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.tick().await;
             loop {
@@ -108,6 +112,11 @@ impl Sampler {
                     _ = stopped.changed() => true,
                 };
                 let settled = stats.settled();
+                let from_start = stats
+                    .statements()
+                    .get("candidates from the start")
+                    .copied()
+                    .unwrap_or(0);
                 let mut claims = stats.take_claim_samples();
                 claims.sort_unstable();
                 let (dead, live) = match conn.as_mut() {
@@ -121,12 +130,14 @@ impl Sampler {
                     jobs_per_s: (settled - last) as f64 / window.max(1e-3),
                     settled,
                     claims: claims.len(),
+                    looks_from_start: from_start - last_from_start,
                     claim_p50_ms: quantile_ms(&claims, 0.5),
                     claim_p99_ms: quantile_ms(&claims, 0.99),
                     dead_tuples: dead,
                     live_tuples: live,
                 });
                 last = settled;
+                last_from_start = from_start;
                 all.extend_from_slice(&claims);
                 if end {
                     all.sort_unstable();

@@ -3464,6 +3464,52 @@ fn advisory_looks_in_id_order_start_past_taken_rows_but_not_past_one_in_work() {
     );
 }
 
+/// A claim whose look from the floor finds only keys held elsewhere looks again at once from
+/// the same floor, not from the table's start: a look from the start passes every index entry
+/// the rows taken before it left, which vacuum may not have removed.
+#[test]
+fn advisory_a_second_look_starts_where_the_first_did() {
+    let channels = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+    let mut sim = Sim::start(Dialect::Postgres, advisory(), 2, &channels);
+    assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
+    for row in [1, 2] {
+        let d = sim.delivery(0, row);
+        sim.settle(0, d, Outcome::Ack);
+    }
+    sim.run();
+    assert_eq!(sim.delivered_rows(0, 0), [1, 2, 3, 4]);
+    // The next rows' keys are held by another system's session.
+    sim.hold_elsewhere("jobs-4");
+    sim.hold_elsewhere("jobs-5");
+    let mark = sim.mark();
+    for row in [3, 4] {
+        let d = sim.delivery(0, row);
+        sim.settle(0, d, Outcome::Ack);
+    }
+    sim.run();
+    let looks = sim.runs_of(0, mark, StatementKind::Candidates).len();
+    let floors: Vec<i64> = sim
+        .floors(0, mark, StatementKind::Candidates)
+        .iter()
+        .filter_map(Value::as_int)
+        .collect();
+    assert!(
+        looks >= 2,
+        "a look found the held keys, then another: {looks} looks"
+    );
+    assert_eq!(
+        floors.len(),
+        looks,
+        "every look starts past the rows taken before it: {floors:?} of {looks} looks"
+    );
+    assert!(floors.iter().all(|&f| f > 2), "{floors:?}");
+    let taken = sim.delivered_rows(0, mark);
+    assert!(
+        taken.contains(&7) && !taken.contains(&5) && !taken.contains(&6),
+        "the rows of free keys past the held ones: {taken:?}"
+    );
+}
+
 /// On SQLite the core hands the adapter one statement at a time: a settlement's statement
 /// waits while a claim's runs, instead of waiting in SQLite's busy handler for the write lock,
 /// and runs as soon as the claim's has answered.

@@ -50,6 +50,10 @@ pub(in crate::broker) struct Claiming {
     /// The look in flight starts at the floor or sets it: it passed over the keys of this
     /// subscription's rows in work alone, the lowest of which is this id.
     floor_look: Option<Option<i64>>,
+    /// Where the claim's first look started (`None`: at the table's start). Its later looks
+    /// start there too: a look from the start would pass every index entry the rows taken
+    /// before it left, which vacuum may not have removed.
+    from: Option<i64>,
 }
 
 /// The most looks past held keys one claim takes after its first: each passes over the keys
@@ -72,6 +76,7 @@ impl Claiming {
             full: false,
             looks: 0,
             floor_look: None,
+            from: None,
         }
     }
 
@@ -110,7 +115,9 @@ impl<R> Broker<R> {
         }
         let database = matches!(a.st.keys, KeyLocks::Database { .. });
         let plain = a.st.candidates.clone();
-        let floor = a.st.candidates_from.is_some() && a.looks == 0;
+        let first_look = a.looks == 0;
+        let first_from = a.from;
+        let floor = a.st.candidates_from.is_some() && first_look;
         // On the database's locks, a look passes over the keys in work in this process and
         // those this claim found held elsewhere: the rows it reads are of keys it may take.
         let mut excluded: Vec<Arc<str>> = if database {
@@ -134,8 +141,12 @@ impl<R> Broker<R> {
         }
         // The first look may start past the rows taken before it, and sets where the next
         // starts, when it passes over the keys of this subscription's rows in work alone.
+        // The claim's later looks start where its first did.
         let held = floor.then(|| self.held_floor(sub, &excluded)).flatten();
-        let from = held.and_then(|_| self.subs[sub.0].floor.start(now));
+        let from = match first_look {
+            true => held.and_then(|_| self.subs[sub.0].floor.start(now)),
+            false => first_from,
+        };
         let statement = match (excluded.len(), from.is_some()) {
             (0, false) => plain,
             (0, true) => self.candidates_for(sub, 0, true).unwrap_or(plain),
@@ -156,6 +167,9 @@ impl<R> Broker<R> {
         if let Some((_, a)) = Self::advisory(&mut self.claims, claim) {
             a.window = limit;
             a.floor_look = held;
+            if first_look {
+                a.from = from;
+            }
         }
         let stage = ClaimStage::Advisory(Stage::Candidates);
         self.claim_execute(claim, conn, statement, binds, stage);
