@@ -21,6 +21,8 @@ struct Bouncer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    /// The application name its clients give: the test's schema.
+    name: String,
 }
 
 impl Drop for Bouncer {
@@ -76,7 +78,7 @@ fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
          auth_file = {auth}\n\
          pool_mode = {mode}\n\
          default_pool_size = 8\n\
-         ignore_startup_parameters = extra_float_digits,application_name\n\
+         ignore_startup_parameters = extra_float_digits\n\
          logfile = {log}\n",
         auth = dir.join("users.txt").display(),
         log = dir.join("pgbouncer.log").display(),
@@ -117,6 +119,7 @@ fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
         child,
         port: listen,
         dir,
+        name: schema.to_owned(),
     }
 }
 
@@ -127,17 +130,49 @@ impl Bouncer {
             .ok()
             .and_then(|c| c.get_user().map(str::to_owned))
             .unwrap_or_else(|| "postgres".to_owned());
-        format!("postgres://{user}@127.0.0.1:{}/bounced", self.port)
+        // PgBouncer sets the client's application name on each server session it lends it,
+        // so the locks the test counts are its own clients'.
+        format!(
+            "postgres://{user}@127.0.0.1:{}/bounced?application_name={}",
+            self.port, self.name
+        )
     }
 }
 
-/// Advisory locks held on the test server's database.
+/// Advisory locks held by server sessions PgBouncer lent the test's clients, which carry the
+/// test's application name (other users of the server are not counted).
 async fn advisory_locks_held(db: &Db) -> i64 {
-    db.count(
-        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory'
-           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    )
-    .await
+    db.advisory_locks().await
+}
+
+/// A lock a client takes through `bouncer` (in session pooling) is counted by
+/// [`advisory_locks_held`], and its release too: the count sees the test's sessions.
+async fn the_count_sees_a_lock_through(bouncer: &Bouncer, db: &Db) {
+    let before = advisory_locks_held(db).await;
+    let (client, connection) = tokio_postgres::connect(&bouncer.url(), tokio_postgres::NoTls)
+        .await
+        .expect("a client connects through PgBouncer");
+    let connection = tokio::spawn(connection);
+    client
+        .simple_query("SELECT pg_advisory_lock(7, 7)")
+        .await
+        .expect("a lock through PgBouncer");
+    assert_eq!(
+        advisory_locks_held(db).await,
+        before + 1,
+        "a lock taken through PgBouncer is counted"
+    );
+    client
+        .simple_query("SELECT pg_advisory_unlock(7, 7)")
+        .await
+        .expect("an unlock through PgBouncer");
+    assert_eq!(
+        advisory_locks_held(db).await,
+        before,
+        "its release is counted"
+    );
+    drop(client);
+    let _ = connection.await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,6 +240,9 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
     running.shutdown().await;
     assert_eq!(db.wait_count("SELECT COUNT(*) FROM videos", 0).await, 0);
     assert_eq!(advisory_locks_held(&db).await, before, "no lock left");
+    // Last, as its client's end resets the session's search path (PgBouncer's
+    // `DISCARD ALL`).
+    the_count_sees_a_lock_through(&bouncer, &db).await;
     drop(bouncer);
     db.finish().await;
 }
@@ -274,6 +312,9 @@ async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
     );
     assert_eq!(db.wait_count("SELECT COUNT(*) FROM invoices", 0).await, 0);
     assert_eq!(advisory_locks_held(&db).await, before, "no mark left");
+    // Last, as its client's end resets the session's search path (PgBouncer's
+    // `DISCARD ALL`).
+    the_count_sees_a_lock_through(&bouncer, &db).await;
     drop(bouncer);
     db.finish().await;
 }
