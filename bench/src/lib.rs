@@ -809,6 +809,13 @@ pub struct RunRecord {
     /// The mean time from issuing a statement (or pool operation) to its reply, by kind,
     /// microseconds (ruststream: from the adapter's `execute` to its reply).
     pub statement_mean_us: BTreeMap<String, u64>,
+    /// The bench process's CPU time (user and system) per settled job, microseconds: the
+    /// client's cost of a job, the side's own and its driver's (a run in child processes,
+    /// `--processes`, counts only the parent's).
+    pub client_cpu_us_per_job: Option<f64>,
+    /// The share of the machine's CPU time that was busy during the run, every process (the
+    /// database's) included: 1.0 is every core busy.
+    pub machine_busy: Option<f64>,
     /// When the run ended, UTC.
     pub date: String,
     /// The machine's CPUs.
@@ -947,6 +954,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 timeline::Sampler::start(&config.database, desc.table, stats.clone()).await?;
             let mut per_process_jobs = None;
             let mut child_memory = None;
+            let cpu_mark = stats::CpuMark::now();
             let elapsed = match side {
                 Side::Baseline | Side::Limit => {
                     let limit = side == Side::Limit;
@@ -971,6 +979,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 }
                 Side::Peer => peer::run(config, stats.clone(), round).await?,
             };
+            let cpu = cpu_mark.and_then(|mark| mark.since(target));
             let timeline = sampler.finish().await;
             bar.finish_and_clear();
             let name = peer::implementation(config, side);
@@ -1047,12 +1056,14 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 statements_per_job: executed as f64 / target as f64,
                 statements,
                 statement_mean_us: stats.mean_us(),
+                client_cpu_us_per_job: cpu.map(|c| c.client_cpu_us_per_job),
+                machine_busy: cpu.and_then(|c| c.machine_busy),
                 date: stats::utc_now(),
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
                 load1: stats::load_average(),
             };
             eprintln!(
-                "round {round} {:<10} {} {} {} W={}{}: {:.0} jobs/s, pickup p50 {} p99 {}, settle p50 {} p99 {}, {} conns, {:.1} statements/job, VmHWM {} KiB",
+                "round {round} {:<10} {} {} {} W={}{}: {:.0} jobs/s, pickup p50 {} p99 {}, settle p50 {} p99 {}, {} conns, {:.1} statements/job, client CPU {} us/job, machine busy {}, VmHWM {} KiB",
                 record.implementation,
                 record.adapter,
                 record.database,
@@ -1070,6 +1081,10 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
                 ms(record.settle_p99_ms),
                 record.peak_connections,
                 record.statements_per_job,
+                num(record.client_cpu_us_per_job),
+                record
+                    .machine_busy
+                    .map_or_else(|| "-".to_owned(), |b| format!("{:.0}%", b * 100.0)),
                 record.peak_memory_kib.unwrap_or(0),
             );
             if config.timeline {

@@ -353,6 +353,64 @@ pub(crate) fn peak_memory_kib() -> Option<u64> {
     })
 }
 
+/// CPU time read at a moment: this process's (user and system, with its threads) and the
+/// machine's busy and total, in clock ticks (`/proc/self/stat`, `/proc/stat`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuMark {
+    process: u64,
+    busy: u64,
+    total: u64,
+}
+
+impl CpuMark {
+    /// Now, where `/proc` can be read.
+    pub(crate) fn now() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The fields after the command's closing parenthesis; utime and stime are the 14th
+        // and 15th of the line, the 12th and 13th after it.
+        let after = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let process = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let machine = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: Vec<u64> = machine
+            .lines()
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let total: u64 = cpu.iter().take(8).sum();
+        let idle = cpu.get(3)? + cpu.get(4).copied().unwrap_or(0);
+        Some(Self {
+            process,
+            busy: total - idle,
+            total,
+        })
+    }
+
+    /// What was used since `self`: this process's CPU in microseconds per job, and the share
+    /// of the machine's CPU time that was busy (every process, the database's included).
+    pub(crate) fn since(self, jobs: u64) -> Option<CpuUse> {
+        let now = Self::now()?;
+        // Clock ticks are 100 a second on Linux (USER_HZ).
+        let us_per_tick = 10_000.0;
+        let total = now.total.checked_sub(self.total)?;
+        Some(CpuUse {
+            client_cpu_us_per_job: (now.process - self.process) as f64 * us_per_tick
+                / jobs.max(1) as f64,
+            machine_busy: (total > 0).then(|| (now.busy - self.busy) as f64 / total as f64),
+        })
+    }
+}
+
+/// CPU used by a run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuUse {
+    pub(crate) client_cpu_us_per_job: f64,
+    pub(crate) machine_busy: Option<f64>,
+}
+
 /// The 1-minute load average, from `/proc/loadavg`.
 pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
