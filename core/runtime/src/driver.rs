@@ -1,9 +1,13 @@
 //! The broker's driver: one task that owns the core's machine, runs its commands through the
 //! adapter, starts handlers, feeds replies, outcomes and time back, and re-arms one timer.
 //!
-//! The commands' futures run on the driver's own task, side by side: a reply is handled, and
-//! the command it lets out is on its way to the database, in one wake-up of that task, with no
-//! hop through a task of its own. Handlers run on tasks of their own.
+//! Each command's future runs on a task of its own and answers the driver through a channel:
+//! on a runtime of several threads the commands' sends, reads and decoding run side by side on
+//! all of them, and the driver's task only decides. (Polled on the driver's task instead, every
+//! statement's I/O ran on one thread at a time: measured at 24 workers on two cores, the
+//! machine's CPU stayed a tenth idle and the advisory form ran 12% slower.) The order of the
+//! commands on one connection is fixed when the core issues them, not by when their tasks run.
+//! Handlers run on tasks of their own.
 //!
 //! A table's subscriptions wake (claim now rather than at their next poll) when this broker
 //! publishes into the table, and when the adapter's listening session hears that another
@@ -479,15 +483,24 @@ impl<A: Adapter> Driver<A> {
                 self.metrics.sent(&command, &self.core);
                 let id = command.id;
                 let run = AssertUnwindSafe(self.adapter.execute(command, lock)).catch_unwind();
+                let (answer, answered) = oneshot::channel();
+                self.exec.spawn(Box::pin(async move {
+                    let _ = answer.send(run.await);
+                }));
                 self.running.push(Box::pin(async move {
-                    // A command whose future panics answers as a failure: the machine waits
-                    // for every reply.
-                    let reply = run.await.unwrap_or_else(|_| {
-                        Reply::Failed(DbError::new(
+                    // A command whose future panics, or whose task was dropped unfinished,
+                    // answers as a failure: the machine waits for every reply.
+                    let reply = match answered.await {
+                        Ok(Ok(reply)) => reply,
+                        Ok(Err(_)) => Reply::Failed(DbError::new(
                             ErrorKind::Other,
                             format!("the command {id} panicked"),
-                        ))
-                    });
+                        )),
+                        Err(_) => Reply::Failed(DbError::new(
+                            ErrorKind::Other,
+                            format!("the command {id} ended unanswered: its task was dropped"),
+                        )),
+                    };
                     (id, reply)
                 }));
             }
