@@ -12,16 +12,18 @@
 //!
 //! `cargo test -p ruststream-sqlx --features tls-rustls --test tls`
 
+#[path = "../../tokio-postgres/tests/support/tls_jobs.rs"]
+mod tls_jobs;
 #[path = "../../tokio-postgres/tests/support/tls_server.rs"]
 mod tls_server;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ruststream_sqlx::prelude::*;
 use ruststream_sqlx::sqlx;
 use sqlx::Connection;
 use sqlx::postgres::PgPoolOptions;
+use tls_jobs::{Job, Seen};
 use tls_server::TlsServer;
 
 /// Rows the test publishes.
@@ -50,35 +52,6 @@ struct TlsJob {
     id: i64,
     #[field(payload)]
     payload: Vec<u8>,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Job {
-    n: u32,
-}
-
-/// Records the messages it handles.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<u32>>>);
-
-impl Seen {
-    fn all(&self) -> Vec<u32> {
-        let mut all = self.0.lock().unwrap().clone();
-        all.sort_unstable();
-        all
-    }
-}
-
-impl Handle<Job> for Seen {
-    async fn handle(
-        &self,
-        job: &Job,
-        _outs: &(),
-        _ctx: &mut Context<'_>,
-    ) -> Result<(), HandlerOutcome> {
-        self.0.lock().unwrap().push(job.n);
-        Ok(())
-    }
 }
 
 async fn count(conn: &mut PgConnection, sql: &'static str) -> i64 {

@@ -11,10 +11,11 @@
 //!
 //! `cargo test -p ruststream-tokio-postgres --features rustls --test tls`
 
+#[path = "support/tls_jobs.rs"]
+mod tls_jobs;
 #[path = "support/tls_server.rs"]
 mod tls_server;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
@@ -22,6 +23,7 @@ use ruststream_tokio_postgres::prelude::*;
 use ruststream_tokio_postgres::rustls;
 use ruststream_tokio_postgres::tokio_postgres::{self, Client};
 use ruststream_tokio_postgres::tokio_postgres_rustls::MakeRustlsConnect;
+use tls_jobs::{Job, Seen};
 use tls_server::TlsServer;
 
 /// Rows the test publishes.
@@ -49,35 +51,6 @@ struct TlsJob {
     id: i64,
     #[field(payload)]
     payload: Vec<u8>,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Job {
-    n: u32,
-}
-
-/// Records the messages it handles.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<u32>>>);
-
-impl Seen {
-    fn all(&self) -> Vec<u32> {
-        let mut all = self.0.lock().unwrap().clone();
-        all.sort_unstable();
-        all
-    }
-}
-
-impl Handle<Job> for Seen {
-    async fn handle(
-        &self,
-        job: &Job,
-        _outs: &(),
-        _ctx: &mut Context<'_>,
-    ) -> Result<(), HandlerOutcome> {
-        self.0.lock().unwrap().push(job.n);
-        Ok(())
-    }
 }
 
 /// A rustls connector that trusts the test CA alone, on rustls's process-wide provider (`ring`,
