@@ -145,7 +145,11 @@ impl<R> Broker<R> {
         }
         d.handling = false;
         let sub = d.sub;
-        self.subs[sub.0].handling -= 1;
+        // A lease holds the row while its statement runs: the worker is free for the next.
+        d.freed = d.lease().is_some();
+        let s = &mut self.subs[sub.0];
+        s.handling -= 1;
+        s.settling += usize::from(d.freed);
         self.hand_ahead(sub);
     }
 

@@ -95,6 +95,10 @@ pub(super) struct Sub {
     pub(super) handling: usize,
     /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     pub(super) prefetch: usize,
+    /// The lease form: rows in work whose handlers have ended and whose settlements (or
+    /// releases) still run. Up to `workers` of them hold no worker's slot, as a handler's
+    /// worker takes its next row while its lease holds the last one until it settles.
+    pub(super) settling: usize,
     /// Slots that claims in flight hold.
     pub(super) claiming: usize,
     pub(super) claims_in_flight: usize,
@@ -192,6 +196,7 @@ impl Sub {
             handed: 0,
             handling: 0,
             prefetch: 0,
+            settling: 0,
             claiming: 0,
             claims_in_flight: 0,
             stopped: false,
@@ -233,16 +238,19 @@ impl Sub {
 
     /// Whether a claim may start while another of the subscription runs.
     ///
-    /// Row lock claims, lease claims and advisory claims on the database's locks run side by
-    /// side: `SKIP LOCKED`, the lease's fence and the key's lock keep two claims from taking
-    /// one row. Row lock claims that count an attempt are counted together, one statement at
-    /// a time, and the counts' marks keep two counts from counting one row ([`CountQueue`]).
+    /// Row lock claims and advisory claims on the database's locks run side by side: `SKIP
+    /// LOCKED` and the key's lock keep two claims from taking one row. Row lock claims that
+    /// count an attempt are counted together, one statement at a time, and the counts' marks
+    /// keep two counts from counting one row ([`CountQueue`]). A lease claim runs alone: it
+    /// takes, just before its statement, a row for every worker that freed while the last
+    /// one ran, where claims side by side would each take a few rows at a statement's cost.
     /// A claim that reads the first due rows only (SQLite's registry, a custom lock) runs
     /// alone, so the first row is read once.
     pub(super) fn side_by_side(&self) -> bool {
-        match self.keys() {
-            None => true,
-            Some(keys) => matches!(keys, KeyLocks::Database { .. }),
+        match (&self.statements.form, self.keys()) {
+            (FormStatements::Lease(_), _) => false,
+            (_, None) => true,
+            (_, Some(keys)) => matches!(keys, KeyLocks::Database { .. }),
         }
     }
 
@@ -266,7 +274,8 @@ impl Sub {
             // the row in work, or take a second.
             return 0;
         }
-        (self.options.workers + self.prefetch).saturating_sub(self.in_work + self.claiming)
+        let held = self.in_work - self.settling.min(self.options.workers);
+        (self.options.workers + self.prefetch).saturating_sub(held + self.claiming)
     }
 
     /// Whether a claim may start now, its time aside.

@@ -541,6 +541,22 @@ impl World {
                     p.handlers.len(),
                     self.config.workers
                 );
+                // Handed and not yet ended: the workers' rows, the rows claimed ahead whose
+                // handlers ended first, and in the lease form up to `workers` more rows
+                // whose settlements run.
+                let settling = if self.form() == Form::Lease {
+                    self.config.workers
+                } else {
+                    0
+                };
+                let handed = p.broker.in_work(p.sub);
+                let bound = self.config.workers + self.config.prefetch + settling;
+                assert!(
+                    handed <= bound,
+                    "{handed} rows handed and not ended, beyond {} workers, {} ahead and {settling} settling",
+                    self.config.workers,
+                    self.config.prefetch
+                );
             }
             Event::Settled { .. } | Event::SettleFailed { .. } | Event::Returned { .. } => {}
             Event::Failed { id, kept, .. } => {

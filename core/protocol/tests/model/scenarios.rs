@@ -621,6 +621,15 @@ impl Sim {
             .collect()
     }
 
+    /// The ops on the connection of `p`'s first command since `since`: one flow's, where a
+    /// claim runs beside it.
+    fn first_flow_ops(&self, p: usize, since: usize) -> Vec<Op> {
+        match self.runs(p, since).first() {
+            Some(first) => self.ops_on(p, first.conn, since),
+            None => Vec::new(),
+        }
+    }
+
     fn ops_on(&self, p: usize, conn: ConnId, since: usize) -> Vec<Op> {
         self.runs(p, since)
             .into_iter()
@@ -1329,7 +1338,7 @@ fn lease_settle_after_the_lease_was_taken_fails_with_lease_lost() {
         sim.settle(0, delivery, Outcome::Ack);
         sim.run();
         assert_eq!(
-            sim.ops(0, mark)[..3],
+            sim.first_flow_ops(0, mark)[..3],
             [Acquire, delete(true), Release],
             "{dialect:?}"
         );
@@ -1382,7 +1391,7 @@ fn lease_ack_marks_processed_at_instead_of_deleting() {
         sim.settle(0, delivery, Outcome::Ack);
         sim.run();
         assert_eq!(
-            sim.ops(0, mark)[..3],
+            sim.first_flow_ops(0, mark)[..3],
             [
                 Acquire,
                 Exec(StatementKind::MarkProcessed { fenced: true }),
@@ -1419,7 +1428,7 @@ fn lease_retry_releases_the_lease_and_the_row_returns() {
         sim.settle(0, delivery, Outcome::Retry);
         sim.run();
         assert_eq!(
-            sim.ops(0, mark)[..3],
+            sim.first_flow_ops(0, mark)[..3],
             [Acquire, Exec(StatementKind::ReleaseLease), Release],
             "{dialect:?}"
         );
@@ -3185,12 +3194,12 @@ fn claim_kind(desc: &TableDesc, dialect: Dialect) -> StatementKind {
 }
 
 /// "Claims of several workers and processes never wait for each other": within one process,
-/// a lease claim and an advisory claim on the database's locks start while another claim of
-/// the subscription is still in flight, as soon as a worker is free.
+/// an advisory claim on the database's locks starts while another claim of the subscription
+/// is still in flight, as soon as a worker is free.
 #[test]
-fn lease_and_advisory_claims_of_one_subscription_run_side_by_side() {
-    for (desc, dialects) in [(lease(), &SERVERS[..]), (advisory(), &SERVERS[..])] {
-        for &dialect in dialects {
+fn advisory_claims_of_one_subscription_run_side_by_side() {
+    for desc in [advisory()] {
+        for dialect in SERVERS {
             // Two workers, a backlog: the first claim takes two rows, both in work.
             let mut sim = Sim::start(dialect, desc, 2, &[0, 1, 2, 3, 4, 5]);
             assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
@@ -3233,6 +3242,98 @@ fn lease_and_advisory_claims_of_one_subscription_run_side_by_side() {
             assert_ne!(rows[0], rows[1], "{dialect:?}: one row, one delivery");
             assert_eq!(sim.in_work(0), 2, "{dialect:?}");
         }
+    }
+}
+
+/// A lease claim runs alone: a worker that frees while it runs waits for it, and the next
+/// claim, at once after it, takes a row for every worker that freed meanwhile. No row is
+/// delivered twice, and nothing waits for the poll.
+#[test]
+fn lease_claims_of_one_subscription_run_one_at_a_time() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, lease(), 2, &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
+        let kind = lease_claim_kind(dialect);
+        sim.hook(move |_, c| {
+            if kind_of(c) == Some(kind) {
+                Intercept::Hold
+            } else {
+                Intercept::Run
+            }
+        });
+        let mark = sim.mark();
+        sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+        sim.run();
+        assert_eq!(sim.procs[0].held.len(), 1, "{dialect:?}: one claim");
+        sim.settle(0, sim.delivery(0, 2), Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.procs[0].held.len(),
+            1,
+            "{dialect:?}: the second worker waits for the claim in flight"
+        );
+        let held_at = sim.now;
+        sim.hook = None;
+        for command in sim.take_held(0) {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        assert_eq!(sim.delivered_rows(0, mark), [3, 4], "{dialect:?}");
+        assert_eq!(sim.in_work(0), 2, "{dialect:?}");
+        assert_eq!(sim.runs_of(0, mark, kind).len(), 2, "{dialect:?}");
+        assert_eq!(
+            sim.delivered_at(0, mark, 4),
+            Some(held_at),
+            "{dialect:?}: the next claim ran at once"
+        );
+    }
+}
+
+/// In the lease form a worker whose settlement runs takes its next row: the lease holds the
+/// settled row until the statement answers. At most `workers` rows settle so beyond the rows
+/// in work. (SQLite runs one statement at a time: there the claim waits for the settlement.)
+#[test]
+fn a_lease_worker_takes_its_next_row_while_its_settlement_runs() {
+    for dialect in SERVERS {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0, 1, 2, 3]);
+        assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
+        sim.hook(|_, c| match &c.action {
+            Action::Execute { statement, .. }
+                if matches!(
+                    statement.kind,
+                    StatementKind::Delete { .. } | StatementKind::SettleLeases(_)
+                ) =>
+            {
+                Intercept::Hold
+            }
+            _ => Intercept::Run,
+        });
+        let mark = sim.mark();
+        sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.delivered_rows(0, mark),
+            [2],
+            "{dialect:?}: the next row while row 1 settles"
+        );
+        assert!(sim.db.rows.contains_key(&1), "{dialect:?}: row 1 not yet");
+        sim.settle(0, sim.delivery(0, 2), Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.delivered_rows(0, mark),
+            [2],
+            "{dialect:?}: two rows settle and one worker: no third"
+        );
+        sim.hook = None;
+        for command in sim.take_held(0) {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        assert!(
+            !sim.db.rows.contains_key(&1) && !sim.db.rows.contains_key(&2),
+            "{dialect:?}: both settled"
+        );
+        assert_eq!(sim.delivered_rows(0, mark), [2, 3], "{dialect:?}");
     }
 }
 
@@ -3774,30 +3875,34 @@ fn a_kept_connection_serves_the_next_flow_and_goes_back_to_the_pool_after_the_li
         assert_eq!(count(&ops, &Release), 0, "{dialect:?}: {ops:?}");
         assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
         assert_eq!(sim.procs[0].broker.held_connections(), 1, "{dialect:?}");
-        // The settlement and the claim after it run on the kept connection.
+        // The settlement runs on the kept connection. The claim beside it, for the worker the
+        // settlement freed, asks the pool, and the settlement's connection, given back while
+        // that acquire waits, goes to the pool, where the acquire finds it.
         let mark = sim.mark();
         sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
         sim.run();
         let ops = sim.ops(0, mark);
-        assert!(
-            !ops.contains(&Acquire) && !ops.contains(&Release),
-            "{dialect:?}: {ops:?}"
-        );
-        assert!(ops.contains(&delete(true)), "{dialect:?}: {ops:?}");
+        assert_eq!(ops[0], delete(true), "{dialect:?}: {ops:?}");
+        assert_eq!(count(&ops, &Acquire), 1, "{dialect:?}: {ops:?}");
+        assert_eq!(count(&ops, &Release), 1, "{dialect:?}: {ops:?}");
         assert_eq!(sim.delivered_rows(0, mark), [2], "{dialect:?}");
-        let conns: BTreeSet<ConnId> = sim.runs(0, 0).iter().map(|r| r.conn).collect();
-        assert_eq!(conns.len(), 1, "{dialect:?}: one connection for everything");
         // Idle: kept for the linger, not a moment less, then given back.
         let mark = sim.mark();
         sim.settle(0, sim.delivery(0, 2), Outcome::Ack);
         sim.run();
         let idle_from = sim.now;
-        assert!(!sim.ops(0, mark).contains(&Release), "{dialect:?}");
+        let kept = sim.procs[0].broker.held_connections();
+        assert!(kept >= 1, "{dialect:?}: {:?}", sim.ops(0, mark));
+        let released = count(&sim.ops(0, mark), &Release);
         assert_eq!(sim.timeout(0), Some(idle_from.plus(CONNECTION_LINGER)));
         sim.advance_to(just_before(idle_from.plus(CONNECTION_LINGER)));
-        assert!(!sim.ops(0, mark).contains(&Release), "{dialect:?}");
+        assert_eq!(count(&sim.ops(0, mark), &Release), released, "{dialect:?}");
         sim.advance_to(idle_from.plus(CONNECTION_LINGER));
-        assert_eq!(count(&sim.ops(0, mark), &Release), 1, "{dialect:?}");
+        assert_eq!(
+            count(&sim.ops(0, mark), &Release),
+            released + kept,
+            "{dialect:?}"
+        );
         assert_eq!(sim.procs[0].broker.held_connections(), 0, "{dialect:?}");
         assert!(sim.db.held_by(1).is_empty(), "{dialect:?}");
     }
@@ -3811,7 +3916,7 @@ fn a_zero_linger_gives_every_connection_back_at_once() {
     sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
     sim.run();
     assert_eq!(
-        sim.ops(0, mark)[..3],
+        sim.first_flow_ops(0, mark),
         [Acquire, delete(true), Release],
         "{:?}",
         sim.ops(0, mark)
@@ -3841,10 +3946,21 @@ fn a_connection_whose_statement_failed_is_closed_not_kept() {
         sim.run();
         let ops = sim.ops(0, mark);
         assert_eq!(
-            ops[..3],
-            [delete(true), Close, Acquire],
+            sim.first_flow_ops(0, mark),
+            [delete(true), Close],
             "{dialect:?}: {ops:?}"
         );
+        // The claim beside it, and every flow after, runs its statements on another.
+        let failed = sim.runs(0, mark)[0].conn;
+        let after = sim.runs(0, mark);
+        assert!(
+            after
+                .iter()
+                .skip(1)
+                .all(|r| r.conn != failed || r.op == Close),
+            "{dialect:?}: {ops:?}"
+        );
+        assert!(ops.contains(&Acquire), "{dialect:?}: {ops:?}");
     }
 }
 

@@ -93,6 +93,9 @@ impl<R> Broker<R> {
             statement = from;
             Some(id)
         });
+        if let Some(c) = self.claims.get_mut(&claim) {
+            c.from_floor = floor.is_some();
+        }
         let binds = statement.binds(|arg| match arg {
             Arg::Until => Value::Int(until.micros()),
             Arg::Limit => Value::Int(limit as i64),
@@ -131,6 +134,8 @@ impl<R> Broker<R> {
                 self.claim_release(claim);
             }
             (Stage::Begin, LeaseClaim::Locking { select, .. }) => {
+                // The workers that freed while the transaction began take rows too.
+                let limit = self.top_up(claim);
                 let binds = select.binds(|arg| match arg {
                     Arg::Limit => Value::Int(limit as i64),
                     _ => Value::Int(now.micros()),

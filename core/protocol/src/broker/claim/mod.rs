@@ -26,6 +26,9 @@ pub(super) struct Claim<R> {
     /// claim runs at once).
     found: usize,
     failed: bool,
+    /// It started past the rows earlier claims took ([`Floor`](super::sub::Floor)): if it
+    /// finds less than it asked for, the next claim, from the table's start, runs at once.
+    from_floor: bool,
     form: ClaimForm<R>,
 }
 
@@ -88,6 +91,7 @@ impl<R> Broker<R> {
                 limit,
                 found: 0,
                 failed: false,
+                from_floor: false,
                 form,
             },
         );
@@ -267,7 +271,7 @@ impl<R> Broker<R> {
         s.claiming -= c.limit;
         s.claims_in_flight -= 1;
         s.last_full = !c.failed && c.found >= c.limit;
-        let next = if s.last_full {
+        let next = if s.last_full || (c.from_floor && !c.failed) {
             now
         } else {
             now.plus(s.options.poll_interval)

@@ -90,6 +90,9 @@ pub(super) struct Delivery {
     pub(super) delivered: bool,
     /// Handed to the runtime, which has not settled or dropped it yet.
     pub(super) handling: bool,
+    /// The lease form: the runtime has settled or dropped it, and its row counts among the
+    /// subscription's [`settling`](super::sub::Sub::settling) until it ends.
+    pub(super) freed: bool,
     /// When its claim took it.
     pub(super) claimed_at: Time,
     /// The attempt its take counted, where the table counts them.
@@ -120,7 +123,7 @@ impl Delivery {
         }
     }
 
-    fn lease(&self) -> Option<&LeaseHold> {
+    pub(super) fn lease(&self) -> Option<&LeaseHold> {
         match &self.held {
             Held::Lease(l) => Some(l),
             Held::RowLock(_) | Held::Advisory { .. } => None,
@@ -285,6 +288,7 @@ impl<R> Broker<R> {
                 settled: false,
                 delivered: running,
                 handling: false,
+                freed: false,
                 claimed_at: now,
                 attempt: taken.attempt,
                 delay: None,

@@ -254,6 +254,7 @@ impl<R> Broker<R> {
         self.settle_done(d.sub, delivery);
         let s = &mut self.subs[d.sub.0];
         s.in_work -= 1;
+        s.settling -= usize::from(d.freed);
         if d.delivered {
             s.handed -= 1;
         }
