@@ -100,9 +100,10 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         }
     }
 
-    /// How many messages may be in work at once (default 1). In the lease form a worker whose
-    /// handler has ended takes its next message while the last one's settlement runs, so up to
-    /// `workers` more rows may be settling, each held by its lease until then.
+    /// How many messages may be in work at once (default 1). In the lease form on PostgreSQL
+    /// and MySQL/MariaDB a worker whose handler has ended takes its next message while the
+    /// last one's settlement runs, so up to `workers` more rows may be settling, each held by
+    /// its lease until then.
     pub fn workers(mut self, workers: NonZeroUsize) -> Self {
         self.options.workers = workers.get();
         self

@@ -58,8 +58,9 @@ pub const PUBLISH_BATCH: usize = 100;
 /// The settings of one subscription.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SubscribeOptions {
-    /// How many messages may be in work at once. In the lease form up to as many more rows
-    /// may be settling: a worker whose handler has ended takes its next row meanwhile.
+    /// How many messages may be in work at once. In the lease form on the servers up to as
+    /// many more rows may be settling: a worker whose handler has ended takes its next row
+    /// meanwhile.
     pub workers: usize,
     /// How long a subscription waits between claims that found nothing.
     pub poll_interval: Duration,

@@ -95,9 +95,10 @@ pub(super) struct Sub {
     pub(super) handling: usize,
     /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     pub(super) prefetch: usize,
-    /// The lease form: rows in work whose handlers have ended and whose settlements (or
-    /// releases) still run. Up to `workers` of them hold no worker's slot, as a handler's
-    /// worker takes its next row while its lease holds the last one until it settles.
+    /// The lease form on the servers: rows in work whose handlers have ended and whose
+    /// settlements (or releases) still run. Up to `workers` of them hold no worker's slot, as
+    /// a handler's worker takes its next row while its lease holds the last one until it
+    /// settles.
     pub(super) settling: usize,
     /// Slots that claims in flight hold.
     pub(super) claiming: usize,
