@@ -3289,12 +3289,8 @@ fn lease_claims_of_one_subscription_run_one_at_a_time() {
     }
 }
 
-/// On SQLite, which runs one statement at a time, a lease worker waits for its settlement: a
-/// claim beside it would only wait for it, on a second connection.
-#[test]
-fn a_lease_worker_on_sqlite_waits_for_its_settlement() {
-    let mut sim = Sim::start(Dialect::Sqlite, lease(), 1, &[0, 1, 2]);
-    assert_eq!(sim.delivered_rows(0, 0), [1]);
+/// Holds the lease form's settlements (a fenced delete, alone or in a batch) unanswered.
+fn hold_lease_settlements(sim: &mut Sim) {
     sim.hook(|_, c| match &c.action {
         Action::Execute { statement, .. }
             if matches!(
@@ -3306,6 +3302,15 @@ fn a_lease_worker_on_sqlite_waits_for_its_settlement() {
         }
         _ => Intercept::Run,
     });
+}
+
+/// On SQLite, which runs one statement at a time, a lease worker waits for its settlement: a
+/// claim beside it would only wait for it, on a second connection.
+#[test]
+fn a_lease_worker_on_sqlite_waits_for_its_settlement() {
+    let mut sim = Sim::start(Dialect::Sqlite, lease(), 1, &[0, 1, 2]);
+    assert_eq!(sim.delivered_rows(0, 0), [1]);
+    hold_lease_settlements(&mut sim);
     let mark = sim.mark();
     sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
     sim.run();
@@ -3332,17 +3337,7 @@ fn a_lease_worker_takes_its_next_row_while_its_settlement_runs() {
     for dialect in SERVERS {
         let mut sim = Sim::start(dialect, lease(), 1, &[0, 1, 2, 3]);
         assert_eq!(sim.delivered_rows(0, 0), [1], "{dialect:?}");
-        sim.hook(|_, c| match &c.action {
-            Action::Execute { statement, .. }
-                if matches!(
-                    statement.kind,
-                    StatementKind::Delete { .. } | StatementKind::SettleLeases(_)
-                ) =>
-            {
-                Intercept::Hold
-            }
-            _ => Intercept::Run,
-        });
+        hold_lease_settlements(&mut sim);
         let mark = sim.mark();
         sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
         sim.run();
