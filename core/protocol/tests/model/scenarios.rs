@@ -3198,50 +3198,42 @@ fn claim_kind(desc: &TableDesc, dialect: Dialect) -> StatementKind {
 /// is still in flight, as soon as a worker is free.
 #[test]
 fn advisory_claims_of_one_subscription_run_side_by_side() {
-    for desc in [advisory()] {
-        for dialect in SERVERS {
-            // Two workers, a backlog: the first claim takes two rows, both in work.
-            let mut sim = Sim::start(dialect, desc, 2, &[0, 1, 2, 3, 4, 5]);
-            assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
-            let kind = claim_kind(&desc, dialect);
-            sim.hook(move |_, c| {
-                if kind_of(c) == Some(kind) {
-                    Intercept::Hold
-                } else {
-                    Intercept::Run
-                }
-            });
-            // One settles: a claim starts for its slot, and hangs.
-            let mark = sim.mark();
-            let first = sim.delivery(0, 1);
-            sim.settle(0, first, Outcome::Ack);
-            sim.run();
-            assert_eq!(
-                sim.procs[0].held.len(),
-                1,
-                "{dialect:?}: one claim in flight"
-            );
-            // The other settles while that claim hangs: a second claim starts beside it.
-            let second = sim.delivery(0, 2);
-            sim.settle(0, second, Outcome::Ack);
-            sim.run();
-            assert_eq!(
-                sim.procs[0].held.len(),
-                2,
-                "{dialect:?} {:?}: a second claim runs beside the first",
-                desc.form()
-            );
-            // Both answer: each takes a row of its own, and no row twice.
-            sim.hook = None;
-            for command in sim.take_held(0) {
-                sim.run_command(0, command);
-            }
-            sim.run();
-            let rows = sim.delivered_rows(0, mark);
-            assert_eq!(rows.len(), 2, "{dialect:?}: {rows:?}");
-            assert_ne!(rows[0], rows[1], "{dialect:?}: one row, one delivery");
-            assert_eq!(sim.in_work(0), 2, "{dialect:?}");
+    let desc = advisory();
+    for dialect in SERVERS {
+        // Two workers, a backlog: the first claim takes two rows, both in work.
+        let mut sim = Sim::start(dialect, desc, 2, &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
+        hold_kind(&mut sim, claim_kind(&desc, dialect));
+        // One settles: a claim starts for its slot, and hangs.
+        let mark = sim.mark();
+        let first = sim.delivery(0, 1);
+        sim.settle(0, first, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.procs[0].held.len(),
+            1,
+            "{dialect:?}: one claim in flight"
+        );
+        // The other settles while that claim hangs: a second claim starts beside it.
+        let second = sim.delivery(0, 2);
+        sim.settle(0, second, Outcome::Ack);
+        sim.run();
+        assert_eq!(
+            sim.procs[0].held.len(),
+            2,
+            "{dialect:?} {:?}: a second claim runs beside the first",
+            desc.form()
+        );
+        // Both answer: each takes a row of its own, and no row twice.
+        sim.hook = None;
+        for command in sim.take_held(0) {
+            sim.run_command(0, command);
         }
+        sim.run();
+        let rows = sim.delivered_rows(0, mark);
+        assert_eq!(rows.len(), 2, "{dialect:?}: {rows:?}");
+        assert_ne!(rows[0], rows[1], "{dialect:?}: one row, one delivery");
+        assert_eq!(sim.in_work(0), 2, "{dialect:?}");
     }
 }
 
@@ -3254,13 +3246,7 @@ fn lease_claims_of_one_subscription_run_one_at_a_time() {
         let mut sim = Sim::start(dialect, lease(), 2, &[0, 1, 2, 3, 4, 5]);
         assert_eq!(sim.delivered_rows(0, 0), [1, 2], "{dialect:?}");
         let kind = lease_claim_kind(dialect);
-        sim.hook(move |_, c| {
-            if kind_of(c) == Some(kind) {
-                Intercept::Hold
-            } else {
-                Intercept::Run
-            }
-        });
+        hold_kind(&mut sim, kind);
         let mark = sim.mark();
         sim.settle(0, sim.delivery(0, 1), Outcome::Ack);
         sim.run();
@@ -3287,6 +3273,17 @@ fn lease_claims_of_one_subscription_run_one_at_a_time() {
             "{dialect:?}: the next claim ran at once"
         );
     }
+}
+
+/// Holds every statement of `kind` unanswered.
+fn hold_kind(sim: &mut Sim, kind: StatementKind) {
+    sim.hook(move |_, c| {
+        if kind_of(c) == Some(kind) {
+            Intercept::Hold
+        } else {
+            Intercept::Run
+        }
+    });
 }
 
 /// Holds the lease form's settlements (a fenced delete, alone or in a batch) unanswered.
