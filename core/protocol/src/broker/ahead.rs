@@ -146,10 +146,10 @@ impl<R> Broker<R> {
         d.handling = false;
         let sub = d.sub;
         // A lease holds the row while its statement runs: the worker is free for the next.
-        // Not on SQLite, which runs one statement at a time: a claim beside the settlement
-        // would only wait for it, on a second connection.
+        // Not behind the gate (SQLite), where statements go out one at a time: a claim beside
+        // the settlement would only wait for it, on a second connection.
+        d.freed = d.lease().is_some() && !self.gate.is_on();
         let s = &mut self.subs[sub.0];
-        d.freed = d.lease().is_some() && s.statements.dialect != crate::dialect::Dialect::Sqlite;
         s.handling -= 1;
         s.settling += usize::from(d.freed);
         self.hand_ahead(sub);

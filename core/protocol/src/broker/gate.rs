@@ -33,6 +33,11 @@ impl Gate {
         }
     }
 
+    /// Whether statements go out one at a time (SQLite).
+    pub(super) fn is_on(&self) -> bool {
+        self.on
+    }
+
     /// `command`, when it may go out now; otherwise it is held back.
     pub(super) fn admit(&mut self, command: Command) -> Option<Command> {
         if !self.on {
