@@ -564,6 +564,31 @@ async fn fill<C: RawConn>(
 }
 
 /// The rows left in `table`.
+/// Deletes every row of `table`; answers how many.
+pub(crate) async fn delete_all(database: &Database, table: &str) -> Result<u64, BoxError> {
+    let sql = format!("DELETE FROM {table}");
+    match database {
+        Database::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            let n = conn.execute(&sql, Vec::new()).await?;
+            conn.close().await?;
+            Ok(n)
+        }
+        Database::MySql(url) => {
+            let mut conn = sqlx::MySqlConnection::connect(url).await?;
+            let n = conn.execute(&sql, Vec::new()).await?;
+            conn.close().await?;
+            Ok(n)
+        }
+        Database::Sqlite(path) => {
+            let mut conn = sqlx::SqliteConnection::connect_with(&sqlite_options(path)).await?;
+            let n = conn.execute(&sql, Vec::new()).await?;
+            conn.close().await?;
+            Ok(n)
+        }
+    }
+}
+
 pub(crate) async fn remaining(database: &Database, table: &str) -> Result<u64, BoxError> {
     let sql = format!("SELECT COUNT(*) AS n FROM {table}");
     let rows = match database {

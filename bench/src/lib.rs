@@ -299,6 +299,10 @@ pub struct Config {
     /// Advisory form: the last keys a session of the bench's own holds through each run
     /// (`--held-keys H`).
     pub held_keys: u64,
+    /// The wake-up scenario: rows inserted and deleted before the samples, after
+    /// `--hold-xmin`'s transaction began, so their index entries stay at the head of the
+    /// table's index (`--dead N`).
+    pub dead: u64,
     /// The arguments as given (without the program's name): a child process gets them again.
     pub args: Vec<String>,
     /// The command line, as `cargo run --release -p ruststream-bench -- ..`.
@@ -314,7 +318,7 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
        ruststream-bench --scenario publish --adapter A --url URL [--jobs N] \
 [--concurrency C,C,..] [--batch B] [--batch-jobs N] [--keys K] [--rounds R] [--json FILE] [--quiet]
        ruststream-bench --scenario wakeup --adapter A --url URL [--form F,F,..] [--jobs N] \
-[--workers W] [--json FILE] [--quiet]
+[--workers W] [--hold-xmin [--dead N]] [--json FILE] [--quiet]
 
 --processes N: the ruststream side as N child processes on the one table, each with W
   workers, their rates summed; the baseline runs N×W tasks (default 1: in this process).
@@ -325,6 +329,8 @@ const USAGE: &str = "usage: ruststream-bench --adapter sqlx|rusqlite|tokio-postg
   the disk (WAL with synchronous NORMAL; default full, SQLite's own).
 --hold-xmin (PostgreSQL): a transaction holds an xid through the whole invocation (BEGIN;
   SELECT txid_current()), so vacuum cannot remove the rows the claims leave behind.
+--dead N (wakeup, with --hold-xmin): N rows inserted and deleted once the transaction holds
+  its xid, so each table's index starts with N entries no scan can pass over for free.
 --runtime current: every side runs on tokio's current-thread runtime (default multi: tokio's
   multi-thread runtime, a worker thread a CPU).
 --timeline: prints each run's rate, claim p99 and (PostgreSQL) dead tuples over time; the
@@ -363,6 +369,7 @@ impl Config {
             processes: 1,
             sqlite_normal: false,
             hold_xmin: false,
+            dead: 0,
             timeline: false,
             current_thread: false,
             hot_keys: 0,
@@ -453,6 +460,7 @@ impl Config {
                 "--quiet" => config.progress = false,
                 "--no-baseline" => config.no_baseline = true,
                 "--hold-xmin" => config.hold_xmin = true,
+                "--dead" => config.dead = number(&value("--dead")?, "--dead")?,
                 "--timeline" => config.timeline = true,
                 "--runtime" => {
                     config.current_thread = match value("--runtime")?.as_str() {
@@ -1180,7 +1188,7 @@ pub async fn run(config: &Config, out: &mut (dyn Write + Send)) -> Result<Summar
 }
 
 /// `--hold-xmin`: a connection whose transaction holds an xid until it is dropped.
-async fn hold_xmin(config: &Config) -> Result<Option<sqlx::PgConnection>, BoxError> {
+pub(crate) async fn hold_xmin(config: &Config) -> Result<Option<sqlx::PgConnection>, BoxError> {
     use sqlx::Connection;
     if !config.hold_xmin {
         return Ok(None);

@@ -106,11 +106,19 @@ pub async fn run_wakeup(config: &Config, out: &mut (dyn Write + Send)) -> Result
     } else {
         config.forms.clone()
     };
+    if config.dead > 0 && !config.hold_xmin {
+        return Err("--dead takes --hold-xmin: without it vacuum may remove the rows".into());
+    }
+    let _xmin = crate::hold_xmin(config).await?;
     let mut records = Vec::new();
     for form in forms {
         let mut of_form = config.clone();
         of_form.form = form;
-        drivers::prepare(&config.database, of_form.table().table, 0, 1).await?;
+        let table = of_form.table().table;
+        drivers::prepare(&config.database, table, config.dead, 1).await?;
+        if config.dead > 0 {
+            drivers::delete_all(&config.database, table).await?;
+        }
         for publisher in [Publisher::SameProcess, Publisher::OtherProcess] {
             let latencies = measure(config, form, publisher).await?;
             records.push(record(config, form, publisher, latencies));

@@ -66,6 +66,8 @@ pub(super) struct Count {
     pub(super) look: usize,
     /// The marks its leader holds, once it handed its rows out.
     pub(super) marks: usize,
+    /// Its statement starts at the subscription's [`Floor`].
+    pub(super) from_floor: bool,
 }
 
 /// The lease form, where the database returns the rows a statement settled: the delivery
@@ -118,38 +120,92 @@ pub(super) struct Sub {
 }
 
 /// Where a claim of a table claimed in id order starts: at the lowest id of the last claim
-/// that found all it asked for, past the index entries of the rows settled before it. A row
-/// below it that is claimable again (retried, or whose lease ran out, or committed late
-/// under a lower id) is found by the next claim from the start, which runs at least every
-/// [`FROM_START_EVERY`], and at once after a claim that found less than it asked for.
+/// (or lower, where a row in work here keeps it), past the index entries of the rows settled
+/// before it. A row below it that is claimable again (retried, or whose lease ran out, or
+/// committed late under a lower id) is found by the next claim from the start, which runs at
+/// least every [`FROM_START_EVERY`], and soon after a claim from the floor that found less
+/// than it asked for: at once while a look from the start is cheap; while it is dear (the
+/// entries of settled rows that vacuum may not remove yet, behind a transaction held open),
+/// the claims keep the floor and look from the start at most a twentieth of the time.
 #[derive(Debug, Default)]
 pub(super) struct Floor {
-    /// The lowest id of the last full claim.
+    /// Where the next claim starts (`None`: at the table's start).
     pub(super) id: Option<i64>,
     /// When the last claim from the start was sent.
-    pub(super) from_start_at: Option<Time>,
+    from_start_at: Option<Time>,
+    /// How long the last look from the start took, from its statement to its answer.
+    from_start_took: Duration,
+    /// A claim from the floor found less than it asked for since the last claim from the
+    /// start was sent: a row below the floor may be claimable again.
+    behind: bool,
 }
 
 /// How long claims may start past the rows earlier claims took before one starts at the
 /// table's beginning again.
 pub(super) const FROM_START_EVERY: Duration = Duration::from_secs(1);
 
+/// A look from the start that takes longer is dear: the claims keep the floor after a short
+/// look, and look from the start [`DEAR_SPACING`] times its length apart.
+pub(super) const DEAR_FROM_START: Duration = Duration::from_millis(5);
+
+/// How many times a dear look from the start's length apart such looks run.
+pub(super) const DEAR_SPACING: u32 = 20;
+
 impl Floor {
     /// The id a claim sent at `now` starts from, or `None` for a claim from the start, which
     /// this records.
     pub(super) fn start(&mut self, now: Time) -> Option<i64> {
         match (self.id, self.from_start_at) {
-            (Some(id), Some(at)) if now < at.plus(FROM_START_EVERY) => Some(id),
+            (Some(id), Some(at)) if now < self.start_again_at(at) => Some(id),
             _ => {
                 self.from_start_at = Some(now);
+                self.behind = false;
                 None
             }
         }
     }
 
-    /// A claim that asked for `asked` rows took the rows of `ids`.
-    pub(super) fn found<'a>(&mut self, ids: impl IntoIterator<Item = &'a Value>, asked: usize) {
-        self.found_above(ids, asked, None);
+    /// When the next claim starts from the start, the last one having been sent at `at`.
+    fn start_again_at(&self, at: Time) -> Time {
+        let every = at.plus(FROM_START_EVERY);
+        if self.behind {
+            at.plus(self.spacing()).min(every)
+        } else {
+            every
+        }
+    }
+
+    /// How far apart looks from the start run after a claim from the floor that came up
+    /// short: not at all while they are cheap.
+    fn spacing(&self) -> Duration {
+        if self.from_start_took > DEAR_FROM_START {
+            self.from_start_took.saturating_mul(DEAR_SPACING)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// When the subscription's next claim runs after one that found less than it asked for,
+    /// where that is sooner than its poll: the claim from the start that finds the rows
+    /// below the floor.
+    pub(super) fn look_behind_at(&self, now: Time) -> Option<Time> {
+        match (self.behind, self.from_start_at) {
+            (true, Some(at)) => Some(self.start_again_at(at).max(now)),
+            (true, None) => Some(now),
+            (false, _) => None,
+        }
+    }
+
+    /// A claim that asked for `asked` rows took the rows of `ids`; it started at the floor
+    /// (`from_floor`) or at the table's start, and its answer came at `now`.
+    pub(super) fn found<'a>(
+        &mut self,
+        ids: impl IntoIterator<Item = &'a Value>,
+        asked: usize,
+        from_floor: bool,
+        now: Time,
+    ) {
+        self.found_above(ids, asked, None, from_floor, now);
     }
 
     /// A claim that asked for `asked` rows found the rows of `ids`, while the rows it passed
@@ -160,7 +216,12 @@ impl Floor {
         ids: impl IntoIterator<Item = &'a Value>,
         asked: usize,
         held: Option<i64>,
+        from_floor: bool,
+        now: Time,
     ) {
+        if !from_floor && let Some(at) = self.from_start_at {
+            self.from_start_took = now.since(at);
+        }
         let mut n = 0;
         let mut lowest: Option<i64> = None;
         for id in ids {
@@ -174,13 +235,23 @@ impl Floor {
                 }
             }
         }
-        self.id = if n >= asked.max(1) {
-            match (lowest, held) {
-                (Some(l), Some(h)) => Some(l.min(h)),
-                (lowest, _) => lowest,
-            }
-        } else {
+        let at = match (lowest, held) {
+            (Some(l), Some(h)) => Some(l.min(h)),
+            (lowest, held) => lowest.or(held),
+        };
+        if n >= asked.max(1) {
+            self.id = at;
+            return;
+        }
+        // The look read every due row past its start: the floor may rise to what it found,
+        // or stay. The rows below it wait for a look from the start.
+        if from_floor {
+            self.behind = true;
+        }
+        self.id = if self.spacing().is_zero() {
             None
+        } else {
+            at.or(self.id)
         };
     }
 }

@@ -51,8 +51,9 @@ pub(in crate::broker) struct Claiming {
     /// subscription's rows in work alone, the lowest of which is this id.
     floor_look: Option<Option<i64>>,
     /// Where the claim's first look started (`None`: at the table's start). Its later looks
-    /// start there too: a look from the start would pass every index entry the rows taken
-    /// before it left, which vacuum may not have removed.
+    /// start there too, or at the floor after a first look from the start: a look from the
+    /// start passes every index entry the rows taken before it left, which vacuum may not
+    /// have removed.
     from: Option<i64>,
 }
 
@@ -141,11 +142,12 @@ impl<R> Broker<R> {
         }
         // The first look may start past the rows taken before it, and sets where the next
         // starts, when it passes over the keys of this subscription's rows in work alone.
-        // The claim's later looks start where its first did.
+        // The claim's later looks start where its first did; after a first look from the
+        // table's start, which read what lies below the floor, at the floor.
         let held = floor.then(|| self.held_floor(sub, &excluded)).flatten();
         let from = match first_look {
             true => held.and_then(|_| self.subs[sub.0].floor.start(now)),
-            false => first_from,
+            false => first_from.or(self.subs[sub.0].floor.id),
         };
         let statement = match (excluded.len(), from.is_some()) {
             (0, false) => plain,
@@ -241,7 +243,11 @@ impl<R> Broker<R> {
                 let rows = rows_of(reply);
                 if let Some(held) = a.floor_look.take() {
                     let ids: Vec<Value> = rows.iter().map(Candidate::id_of).collect();
-                    self.subs[sub.0].floor.found_above(&ids, a.window, held);
+                    let from_floor = a.from.is_some();
+                    let now = self.now;
+                    self.subs[sub.0]
+                        .floor
+                        .found_above(&ids, a.window, held, from_floor, now);
                 }
                 let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
                     return;

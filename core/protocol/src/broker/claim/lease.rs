@@ -126,9 +126,13 @@ impl<R> Broker<R> {
                     .map(|row| Taken::read(row, attempts, 0))
                     .collect();
                 if st.claim_from.is_some() {
-                    self.subs[sub.0]
-                        .floor
-                        .found(taken.iter().map(|t| &t.id), limit);
+                    let from_floor = self.claims.get(&claim).is_some_and(|c| c.from_floor);
+                    self.subs[sub.0].floor.found(
+                        taken.iter().map(|t| &t.id),
+                        limit,
+                        from_floor,
+                        now,
+                    );
                 }
                 self.deliver_leased(claim, taken);
                 self.claim_release(claim);

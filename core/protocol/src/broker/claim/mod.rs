@@ -26,8 +26,7 @@ pub(super) struct Claim<R> {
     /// claim runs at once).
     found: usize,
     failed: bool,
-    /// It started past the rows earlier claims took ([`Floor`](super::sub::Floor)): if it
-    /// finds less than it asked for, the next claim, from the table's start, runs at once.
+    /// It started past the rows earlier claims took ([`Floor`](super::sub::Floor)).
     from_floor: bool,
     form: ClaimForm<R>,
 }
@@ -271,10 +270,13 @@ impl<R> Broker<R> {
         s.claiming -= c.limit;
         s.claims_in_flight -= 1;
         s.last_full = !c.failed && c.found >= c.limit;
-        let next = if s.last_full || (c.from_floor && !c.failed) {
-            now
-        } else {
-            now.plus(s.options.poll_interval)
+        let poll = now.plus(s.options.poll_interval);
+        let next = match (s.last_full, c.failed) {
+            (true, _) => now,
+            (false, true) => poll,
+            // After a claim from the floor that found less than it asked for, the claim
+            // from the start that finds the rows below the floor, where that is sooner.
+            (false, false) => s.floor.look_behind_at(now).map_or(poll, |t| t.min(poll)),
         };
         // A wake that came while the claim ran keeps its earlier time.
         if !s.stopped {

@@ -459,9 +459,11 @@ impl<R> Broker<R> {
                 .collect();
             r.marks = counted.iter().map(|c| c.mark.clone()).collect();
             if st.count_row_from.is_some() {
-                self.subs[sub.0]
-                    .floor
-                    .found(counted.iter().map(|c| &c.id), take);
+                let now = self.now;
+                let s = &mut self.subs[sub.0];
+                let from_floor = s.counts.counting.as_ref().is_some_and(|c| c.from_floor);
+                s.floor
+                    .found(counted.iter().map(|c| &c.id), take, from_floor, now);
             }
             let passed = if counted.len() < take {
                 looked - counted.len()
@@ -794,6 +796,7 @@ impl<R> Broker<R> {
             take,
             look,
             marks: 0,
+            from_floor: false,
         });
         match &st.claim {
             RowLockClaim::Count { count_row, .. } => {
@@ -806,6 +809,9 @@ impl<R> Broker<R> {
                     Some((from, floor)) => (from, floor),
                     None => (count_row, i64::MIN),
                 };
+                if let Some(count) = self.subs[sub.0].counts.counting.as_mut() {
+                    count.from_floor = floor != i64::MIN;
+                }
                 let binds = statement.binds(|arg| match arg {
                     Arg::Limit => Value::Int(look as i64),
                     Arg::Take => Value::Int(take as i64),
