@@ -3681,11 +3681,9 @@ fn advisory_looks_in_id_order_start_past_taken_rows_but_not_past_one_in_work() {
     );
 }
 
-/// A claim whose look from the floor finds only keys held elsewhere looks again at once from
-/// the same floor, not from the table's start: a look from the start passes every index entry
-/// the rows taken before it left, which vacuum may not have removed.
-#[test]
-fn advisory_a_second_look_starts_where_the_first_did() {
+/// Two workers on ten rows of keys of their own (PostgreSQL): rows 1 and 2 handed and
+/// acknowledged, rows 3 and 4 in work, and the claims past them.
+fn advisory_with_rows_3_and_4_in_work() -> Sim {
     let channels = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
     let mut sim = Sim::start(Dialect::Postgres, advisory(), 2, &channels);
     assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
@@ -3695,6 +3693,15 @@ fn advisory_a_second_look_starts_where_the_first_did() {
     }
     sim.run();
     assert_eq!(sim.delivered_rows(0, 0), [1, 2, 3, 4]);
+    sim
+}
+
+/// A claim whose look from the floor finds only keys held elsewhere looks again at once from
+/// the same floor, not from the table's start: a look from the start passes every index entry
+/// the rows taken before it left, which vacuum may not have removed.
+#[test]
+fn advisory_a_second_look_starts_where_the_first_did() {
+    let mut sim = advisory_with_rows_3_and_4_in_work();
     // The next rows' keys are held by another system's session.
     sim.hold_elsewhere("jobs-4");
     sim.hold_elsewhere("jobs-5");
@@ -3733,15 +3740,7 @@ fn advisory_a_second_look_starts_where_the_first_did() {
 /// rows taken before it left.
 #[test]
 fn advisory_a_second_look_after_one_from_the_start_starts_at_the_floor() {
-    let channels = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-    let mut sim = Sim::start(Dialect::Postgres, advisory(), 2, &channels);
-    assert_eq!(sim.delivered_rows(0, 0), [1, 2]);
-    for row in [1, 2] {
-        let d = sim.delivery(0, row);
-        sim.settle(0, d, Outcome::Ack);
-    }
-    sim.run();
-    assert_eq!(sim.delivered_rows(0, 0), [1, 2, 3, 4]);
+    let mut sim = advisory_with_rows_3_and_4_in_work();
     for key in ["jobs-4", "jobs-5", "jobs-6", "jobs-7"] {
         sim.hold_elsewhere(key);
     }
