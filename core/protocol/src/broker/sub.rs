@@ -148,7 +148,8 @@ pub(super) const FROM_START_EVERY: Duration = Duration::from_secs(1);
 /// look, and look from the start [`DEAR_SPACING`] times its length apart.
 pub(super) const DEAR_FROM_START: Duration = Duration::from_millis(5);
 
-/// How many times a dear look from the start's length apart such looks run.
+/// While looks from the start are dear, one starts at least this many times the last one's
+/// length after it.
 pub(super) const DEAR_SPACING: u32 = 20;
 
 impl Floor {
