@@ -563,7 +563,6 @@ async fn fill<C: RawConn>(
     Ok(())
 }
 
-/// The rows left in `table`.
 /// Deletes every row of `table`; answers how many.
 pub(crate) async fn delete_all(database: &Database, table: &str) -> Result<u64, BoxError> {
     let sql = format!("DELETE FROM {table}");
@@ -589,6 +588,7 @@ pub(crate) async fn delete_all(database: &Database, table: &str) -> Result<u64, 
     }
 }
 
+/// The rows left in `table`.
 pub(crate) async fn remaining(database: &Database, table: &str) -> Result<u64, BoxError> {
     let sql = format!("SELECT COUNT(*) AS n FROM {table}");
     let rows = match database {

@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use metrics::{Counter, Gauge, Histogram, Unit};
 use ruststream_core::dialect::{FormStatements, LeaseClaim, RowLockClaim};
@@ -256,11 +256,49 @@ struct Search {
     id_at: Option<usize>,
 }
 
-/// The most rows a subscription remembers the search of; past it, those older than
-/// [`STAMP_AGE`] are forgotten.
+/// The most rows a subscription remembers the search of. Past it the oldest are forgotten,
+/// down to half of it, so the cost of forgetting is spread over the rows found since.
 const STAMPS: usize = 4096;
-/// How long a row found by a search and never handed here is remembered, past [`STAMPS`].
-const STAMP_AGE: Duration = Duration::from_secs(300);
+
+/// Per subscription: when the search that last found each row was sent. A row a search found
+/// and this process never handed (another claim or process took it after the search read it)
+/// stays until it is among the oldest past [`STAMPS`].
+#[derive(Default)]
+struct Stamps {
+    /// Each row's search time, and the order in which the rows were found.
+    sent: HashMap<Value, (Instant, u64)>,
+    next: u64,
+}
+
+impl Stamps {
+    /// A search sent at `at` found the row `id`.
+    fn found(&mut self, id: Value, at: Instant) {
+        self.sent.insert(id, (at, self.next));
+        self.next += 1;
+        if self.sent.len() > STAMPS {
+            self.forget_oldest();
+        }
+    }
+
+    /// Keeps the half of [`STAMPS`] found last.
+    fn forget_oldest(&mut self) {
+        let keep = STAMPS / 2;
+        let mut order: Vec<u64> = self.sent.values().map(|&(_, n)| n).collect();
+        let at = order.len() - keep;
+        let (_, &mut cutoff, _) = order.select_nth_unstable(at);
+        self.sent.retain(|_, &mut (_, n)| n >= cutoff);
+    }
+
+    /// When the search that found `id` was sent, forgetting it.
+    fn take(&mut self, id: &Value) -> Option<Instant> {
+        self.sent.remove(id).map(|(at, _)| at)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sent.len()
+    }
+}
 
 /// What the driver records: the subscriptions' metrics, and what it needs to measure the
 /// claims, deliveries and publishes in flight.
@@ -272,7 +310,7 @@ pub(crate) struct DriverMetrics {
     /// text kept, so the address is not reused).
     owners: HashMap<usize, (Arc<str>, SubId)>,
     /// Per subscription: when the search that last found each row was sent.
-    found: Vec<HashMap<Value, Instant>>,
+    found: Vec<Stamps>,
     work: HashMap<DeliveryId, Work>,
     /// The publishes in flight: their table and how many rows each has.
     publishes: HashMap<PublishId, (&'static str, usize)>,
@@ -287,7 +325,7 @@ impl DriverMetrics {
             .map(|(table, name)| SubMetrics::new(table, name))
             .collect();
         Self {
-            found: subs.iter().map(|_| HashMap::new()).collect(),
+            found: subs.iter().map(|_| Stamps::default()).collect(),
             subs,
             searches: HashMap::new(),
             owners: HashMap::new(),
@@ -337,11 +375,8 @@ impl DriverMetrics {
         let found = &mut self.found[search.sub.0];
         for row in rows {
             if let Some(id) = row.values.get(at).filter(|v| **v != Value::Null) {
-                found.insert(id.clone(), search.sent);
+                found.found(id.clone(), search.sent);
             }
-        }
-        if found.len() > STAMPS {
-            found.retain(|_, sent| sent.elapsed() < STAMP_AGE);
         }
     }
 
@@ -352,7 +387,7 @@ impl DriverMetrics {
             return;
         };
         m.claimed.increment(1);
-        if let Some(sent) = self.found[sub.0].remove(&delivered.id) {
+        if let Some(sent) = self.found[sub.0].take(&delivered.id) {
             m.pickup.record(sent.elapsed());
         }
         self.work.insert(
@@ -520,4 +555,53 @@ fn searches(statements: &Statements) -> Vec<&Statement> {
 /// How many bytes two texts share from their start.
 fn common_start(a: &str, b: &str) -> usize {
     a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{STAMPS, Stamps};
+    use crate::Value;
+
+    /// Rows found and never handed here (another claim took them after the search read them)
+    /// are forgotten oldest first, so the stamps stay within their bound however long the
+    /// service runs, and the newest stay timed.
+    #[test]
+    fn stamps_of_rows_never_handed_stay_bounded_and_the_newest_stay() {
+        let mut stamps = Stamps::default();
+        let start = Instant::now();
+        // Each search finds 100 rows, all stamped with its time.
+        let at = |i: usize| start + Duration::from_micros((i / 100) as u64);
+        let rows = 10 * STAMPS;
+        for i in 0..rows {
+            stamps.found(Value::Int(i as i64), at(i));
+            assert!(
+                stamps.len() <= STAMPS,
+                "{} stamps after {i} rows",
+                stamps.len()
+            );
+        }
+        assert!(stamps.len() >= STAMPS / 2, "{} stamps", stamps.len());
+        let newest = Value::Int(rows as i64 - 1);
+        assert_eq!(stamps.take(&newest), Some(at(rows - 1)));
+        assert_eq!(stamps.take(&newest), None, "taken once");
+        assert_eq!(
+            stamps.take(&Value::Int(0)),
+            None,
+            "the oldest are forgotten"
+        );
+    }
+
+    /// A row found again by a later search is timed from that search.
+    #[test]
+    fn a_row_found_again_is_timed_from_the_later_search() {
+        let mut stamps = Stamps::default();
+        let first = Instant::now();
+        let later = first + Duration::from_millis(5);
+        stamps.found(Value::Int(7), first);
+        stamps.found(Value::Int(7), later);
+        assert_eq!(stamps.len(), 1);
+        assert_eq!(stamps.take(&Value::Int(7)), Some(later));
+    }
 }
