@@ -120,22 +120,8 @@ impl<R> Broker<R> {
         let st = l.st.clone();
         match (stage, &st.claim) {
             (Stage::ClaimLease, _) => {
-                let attempts = self.subs[sub.0].desc.attempt.is_some();
-                let taken: Vec<Taken<R>> = rows_of(reply)
-                    .into_iter()
-                    .map(|row| Taken::read(row, attempts, 0))
-                    .collect();
-                if st.claim_from.is_some() {
-                    let from_floor = self.claims.get(&claim).is_some_and(|c| c.from_floor);
-                    self.subs[sub.0].floor.found(
-                        taken.iter().map(|t| &t.id),
-                        limit,
-                        from_floor,
-                        now,
-                    );
-                }
-                self.deliver_leased(claim, taken);
-                self.claim_release(claim);
+                let in_id_order = st.claim_from.is_some();
+                self.lease_claimed(claim, sub, limit, in_id_order, reply);
             }
             (Stage::Begin, LeaseClaim::Locking { select, .. }) => {
                 // The workers that freed while the transaction began take rows too.
@@ -190,6 +176,31 @@ impl<R> Broker<R> {
             }
             (Stage::Begin, LeaseClaim::Returning { .. }) => {}
         }
+    }
+
+    /// The claim's statement that leased its rows and returned them answered: where the
+    /// table is claimed in id order the floor learns what it found, and the rows go out.
+    fn lease_claimed(
+        &mut self,
+        claim: u64,
+        sub: SubId,
+        limit: usize,
+        in_id_order: bool,
+        reply: Reply<R>,
+    ) {
+        let attempts = self.subs[sub.0].desc.attempt.is_some();
+        let taken: Vec<Taken<R>> = rows_of(reply)
+            .into_iter()
+            .map(|row| Taken::read(row, attempts, 0))
+            .collect();
+        if in_id_order {
+            let now = self.now;
+            let from_floor = self.claims.get(&claim).is_some_and(|c| c.from_floor);
+            let ids = taken.iter().map(|t| &t.id);
+            self.subs[sub.0].floor.found(ids, limit, from_floor, now);
+        }
+        self.deliver_leased(claim, taken);
+        self.claim_release(claim);
     }
 
     /// Delivers the rows a lease claim took, under the lease it wrote. A reply that comes
