@@ -594,6 +594,10 @@ impl<R> Broker<R> {
                     if !s.may_claim() || s.next_claim_at.is_none_or(|t| t > now) {
                         break;
                     }
+                    let gated = self.gate.is_on();
+                    if self.subs[i].gathers(now, gated) {
+                        break;
+                    }
                     let started = self.start_claim(SubId(i));
                     let s = &self.subs[i];
                     // The row lock form takes one row per claim: after a full claim, the
@@ -630,7 +634,10 @@ impl<R> Broker<R> {
                 .again_at
                 .filter(|_| running && s.check.conn.is_none());
             self.timers.set(Timer::Check(SubId(i)), check);
-            let claim = s.next_claim_at.filter(|_| running && s.may_claim());
+            let claim = s
+                .next_claim_at
+                .filter(|_| running && s.may_claim())
+                .map(|t| s.gather_until.map_or(t, |g| t.max(g)));
             self.timers.set(Timer::Claim(SubId(i)), claim);
         }
         self.rearm_maintenance();

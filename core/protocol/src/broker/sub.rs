@@ -108,6 +108,11 @@ pub(super) struct Sub {
     /// Claims no more: the runtime stopped it.
     pub(super) stopped: bool,
     pub(super) next_claim_at: Option<Time>,
+    /// The lease form: until when the claim due waits for the handlers that run
+    /// ([`Sub::gathers`]).
+    pub(super) gather_until: Option<Time>,
+    /// How long the last claim took, from its start to its end.
+    pub(super) claim_took: Duration,
     /// The last claim found all it asked for.
     pub(super) last_full: bool,
     pub(super) counts: CountQueue,
@@ -151,6 +156,9 @@ pub(super) const DEAR_FROM_START: Duration = Duration::from_millis(5);
 /// While looks from the start are dear, one starts at least this many times the last one's
 /// length after it.
 pub(super) const DEAR_SPACING: u32 = 20;
+
+/// The longest a lease claim waits for the handlers that run ([`Sub::gathers`]).
+pub(super) const GATHER_AT_MOST: Duration = Duration::from_millis(2);
 
 impl Floor {
     /// The id a claim sent at `now` starts from, or `None` for a claim from the start, which
@@ -274,6 +282,8 @@ impl Sub {
             claims_in_flight: 0,
             stopped: false,
             next_claim_at: None,
+            gather_until: None,
+            claim_took: Duration::ZERO,
             last_full: false,
             counts: CountQueue::default(),
             settles: SettleQueue::default(),
@@ -349,6 +359,28 @@ impl Sub {
         }
         let held = self.in_work - self.settling.min(self.options.workers);
         (self.options.workers + self.prefetch).saturating_sub(held + self.claiming)
+    }
+
+    /// The lease form on a server: whether the claim due at `now` waits for the handlers
+    /// that run. Claims run one at a time, and each takes a row for every slot free when its
+    /// statement goes; one started as soon as a handler ends takes that handler's row and the
+    /// few that ended during the last claim, and the next claim waits for it, so short
+    /// handlers get their rows a few at a claim's round trip. It waits until every slot is
+    /// free, or for at most half the last claim's time ([`GATHER_AT_MOST`] at most), once: a
+    /// free worker idles for less than the claim it may save.
+    pub(super) fn gathers(&mut self, now: Time, gated: bool) -> bool {
+        let slots = self.options.workers + self.prefetch;
+        let waits = matches!(self.statements.form, FormStatements::Lease(_))
+            && !gated
+            && self.handling > 0
+            && self.free() < slots;
+        if !waits {
+            self.gather_until = None;
+            return false;
+        }
+        let wait = (self.claim_took / 2).min(GATHER_AT_MOST);
+        let until = *self.gather_until.get_or_insert(now.plus(wait));
+        now < until
     }
 
     /// Whether a claim may start now, its time aside.

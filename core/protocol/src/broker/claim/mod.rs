@@ -28,6 +28,8 @@ pub(super) struct Claim<R> {
     failed: bool,
     /// It started past the rows earlier claims took ([`Floor`](super::sub::Floor)).
     from_floor: bool,
+    /// When it started.
+    started: crate::value::Time,
     form: ClaimForm<R>,
 }
 
@@ -76,6 +78,7 @@ impl<R> Broker<R> {
         };
         s.claiming += limit;
         s.claims_in_flight += 1;
+        s.gather_until = None;
         // After a claim that found all it asked for, the next may start as soon as a slot
         // frees, beside this one; otherwise this claim's end decides when the next runs.
         s.next_claim_at = (s.side_by_side() && s.last_full).then_some(self.now);
@@ -91,6 +94,7 @@ impl<R> Broker<R> {
                 found: 0,
                 failed: false,
                 from_floor: false,
+                started: self.now,
                 form,
             },
         );
@@ -269,6 +273,7 @@ impl<R> Broker<R> {
         let s = &mut self.subs[c.sub.0];
         s.claiming -= c.limit;
         s.claims_in_flight -= 1;
+        s.claim_took = now.since(c.started);
         s.last_full = !c.failed && c.found >= c.limit;
         let poll = now.plus(s.options.poll_interval);
         let next = match (s.last_full, c.failed) {
