@@ -1282,6 +1282,121 @@ fn run(config: Config, steps: &[Step]) {
 }
 
 #[test]
+/// MySQL, advisory: a claim locks a key whose row was failed by another process since its look,
+/// and releases it; a claim beside it had passed over the key, as this process was trying its
+/// lock. The key's next row (9, published here) is taken by a claim that runs as soon as they
+/// end, not at the poll.
+fn regression_advisory_take_of_a_row_gone_looks_again_at_once() {
+    let config = Config {
+        dialect: Dialect::MySql,
+        table: Table::Advisory,
+        workers: 2,
+        processes: 3,
+        linger: Duration::from_millis(5),
+        prefetch: 2,
+        max_attempts: None,
+    };
+    run(
+        config,
+        &[
+            Step::Publish {
+                process: 3,
+                channel: 0,
+            },
+            Step::Check,
+            Step::Publish {
+                process: 1,
+                channel: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 1,
+            },
+            Step::Settle {
+                process: 3,
+                handler: 0,
+                outcome: Outcome::Ack,
+                delay_ms: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 0,
+            },
+            Step::Settle {
+                process: 2,
+                handler: 0,
+                outcome: Outcome::Ack,
+                delay_ms: 0,
+            },
+            Step::Run {
+                process: 1,
+                command: 0,
+            },
+            Step::Settle {
+                process: 1,
+                handler: 0,
+                outcome: Outcome::Ack,
+                delay_ms: 0,
+            },
+            Step::Reply {
+                process: 1,
+                reply: 6,
+            },
+            Step::Check,
+            Step::Publish {
+                process: 3,
+                channel: 2,
+            },
+            Step::Run {
+                process: 0,
+                command: 1,
+            },
+            Step::Reply {
+                process: 3,
+                reply: 0,
+            },
+            Step::Publish {
+                process: 0,
+                channel: 0,
+            },
+            Step::Run {
+                process: 0,
+                command: 2,
+            },
+            Step::Run {
+                process: 3,
+                command: 5,
+            },
+            Step::Reply {
+                process: 0,
+                reply: 1,
+            },
+            Step::Settle {
+                process: 0,
+                handler: 0,
+                outcome: Outcome::Ack,
+                delay_ms: 0,
+            },
+            Step::Settle {
+                process: 1,
+                handler: 0,
+                outcome: Outcome::Reject,
+                delay_ms: 0,
+            },
+            Step::Check,
+        ],
+    );
+}
+
+#[test]
 fn regression_row_lock_count_beside_a_failed_leader_keeps_no_mark() {
     let config = Config {
         dialect: Dialect::Postgres,

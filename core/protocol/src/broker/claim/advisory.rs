@@ -270,7 +270,7 @@ impl<R> Broker<R> {
             Stage::Lock => self.key_locked(claim, answer(reply)),
             Stage::Take | Stage::ReadRow => match rows_of(reply).pop() {
                 Some(row) => self.taken(claim, row),
-                None => self.unlock_current(claim),
+                None => self.row_gone(claim),
             },
             Stage::TakeCount => {
                 let AdvisoryTake::CountThenRead { read_row, .. } = &a.st.take else {
@@ -283,7 +283,7 @@ impl<R> Broker<R> {
                         let stage = ClaimStage::Advisory(Stage::ReadRow);
                         self.claim_execute(claim, conn, read_row, binds, stage);
                     }
-                    _ => self.unlock_current(claim),
+                    _ => self.row_gone(claim),
                 }
             }
             Stage::Unlock => {
@@ -300,6 +300,16 @@ impl<R> Broker<R> {
                 }
             }
         }
+    }
+
+    /// The current candidate's row was gone when its key's lock came (settled, failed or
+    /// taken since the look): the key is released, and the key's next row, which no look of
+    /// this claim read, waits for the next claim, which runs as soon as this one ends.
+    fn row_gone(&mut self, claim: u64) {
+        if let Some(c) = self.claims.get_mut(&claim) {
+            c.again = true;
+        }
+        self.unlock_current(claim);
     }
 
     /// The lock of the current candidate's key answered.

@@ -30,6 +30,9 @@ pub(super) struct Claim<R> {
     from_floor: bool,
     /// When it started.
     started: crate::value::Time,
+    /// The next claim runs as soon as this one ends: a row it read went before it could take
+    /// it, and the rows behind it are unread.
+    again: bool,
     form: ClaimForm<R>,
 }
 
@@ -95,6 +98,7 @@ impl<R> Broker<R> {
                 failed: false,
                 from_floor: false,
                 started: self.now,
+                again: false,
                 form,
             },
         );
@@ -276,9 +280,9 @@ impl<R> Broker<R> {
         s.claim_took = now.since(c.started);
         s.last_full = !c.failed && c.found >= c.limit;
         let poll = now.plus(s.options.poll_interval);
-        let next = match (s.last_full, c.failed) {
-            (true, _) => now,
-            (false, true) => poll,
+        let next = match (s.last_full || c.again, c.failed) {
+            (_, true) => poll,
+            (true, false) => now,
             // After a claim from the floor that found less than it asked for, the claim
             // from the start that finds the rows below the floor, where that is sooner.
             (false, false) => s.floor.look_behind_at(now).map_or(poll, |t| t.min(poll)),
