@@ -342,19 +342,8 @@ impl Renderer<'_> {
     /// Counts the attempt of the row whose id is bound, while it is claimable (the advisory
     /// take on MySQL and MariaDB).
     pub(super) fn count_attempt(&self, attempt: &str) -> Statement {
-        let attempt = self.q(attempt);
         let mut s = Sql::new(self.dialect);
-        s.push("UPDATE ")
-            .push(&self.table())
-            .push(" SET ")
-            .push(&attempt)
-            .push(" = COALESCE(")
-            .push(&attempt)
-            .push(", 0) + 1 WHERE ")
-            .push(&self.id())
-            .push(" = ")
-            .arg(Arg::Id);
-        let _ = self.claimable(&mut s, false);
+        self.count_attempt_of_id(&mut s, attempt);
         s.finish(StatementKind::TakeCount, Output::Affected)
     }
 

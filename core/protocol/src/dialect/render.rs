@@ -383,41 +383,48 @@ impl Renderer<'_> {
         let mut s = Sql::new(self.dialect);
         match self.desc.attempt {
             Some(attempt) => {
-                let attempt = self.q(attempt.name);
-                s.push("UPDATE ")
-                    .push(&self.table())
-                    .push(" SET ")
-                    .push(&attempt)
-                    .push(" = COALESCE(")
-                    .push(&attempt)
-                    .push(", 0) + 1 WHERE ")
-                    .push(&self.id())
-                    .push(" = ")
-                    .arg(Arg::Id);
-                let _ = self.claimable(&mut s, false);
+                self.count_attempt_of_id(&mut s, attempt.name);
                 s.push(" RETURNING *");
             }
             None => {
-                s.push("SELECT * FROM ")
-                    .push(&self.table())
-                    .push(" WHERE ")
-                    .push(&self.id())
-                    .push(" = ")
-                    .arg(Arg::Id);
+                self.row_by_id(&mut s);
                 let _ = self.claimable(&mut s, false);
             }
         }
         s.finish(StatementKind::Take, rows)
     }
 
-    pub(super) fn read_row(&self, rows: Output) -> Statement {
-        let mut s = Sql::new(self.dialect);
+    /// `UPDATE <table> SET <attempt> = COALESCE(<attempt>, 0) + 1 WHERE <id> = ?` and the
+    /// claimable conditions: the attempt of the row whose id is bound, counted while it is
+    /// claimable.
+    pub(super) fn count_attempt_of_id(&self, s: &mut Sql, attempt: &str) {
+        let attempt = self.q(attempt);
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&attempt)
+            .push(" = COALESCE(")
+            .push(&attempt)
+            .push(", 0) + 1 WHERE ")
+            .push(&self.id())
+            .push(" = ")
+            .arg(Arg::Id);
+        let _ = self.claimable(s, false);
+    }
+
+    /// `SELECT * FROM <table> WHERE <id> = ?`.
+    fn row_by_id(&self, s: &mut Sql) {
         s.push("SELECT * FROM ")
             .push(&self.table())
             .push(" WHERE ")
             .push(&self.id())
             .push(" = ")
             .arg(Arg::Id);
+    }
+
+    pub(super) fn read_row(&self, rows: Output) -> Statement {
+        let mut s = Sql::new(self.dialect);
+        self.row_by_id(&mut s);
         s.finish(StatementKind::ReadRow, rows)
     }
 
@@ -426,23 +433,10 @@ impl Renderer<'_> {
     fn settle(&self, fence: Option<&str>) -> Statement {
         let fenced = fence.is_some();
         let mut s = Sql::new(self.dialect);
-        let kind = match self.desc.processed_at {
-            Some(processed) => {
-                s.push("UPDATE ")
-                    .push(&self.table())
-                    .push(" SET ")
-                    .push(&self.q(processed.name))
-                    .push(" = ");
-                s.time(Arg::Now);
-                if let Some(lease) = self.desc.locked_until {
-                    s.push(", ").push(&self.q(lease.name)).push(" = NULL");
-                }
-                StatementKind::MarkProcessed { fenced }
-            }
-            None => {
-                s.push("DELETE FROM ").push(&self.table());
-                StatementKind::Delete { fenced }
-            }
+        let kind = if self.settle_start(&mut s) {
+            StatementKind::MarkProcessed { fenced }
+        } else {
+            StatementKind::Delete { fenced }
         };
         s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
         if let Some(lease) = fence {
@@ -451,24 +445,29 @@ impl Renderer<'_> {
         s.finish(kind, Output::Affected)
     }
 
+    /// The start of a settlement: `UPDATE <table> SET <processed_at> = now` (and the lease
+    /// cleared) where the table marks rows processed, answering `true`; `DELETE FROM <table>`
+    /// otherwise.
+    fn settle_start(&self, s: &mut Sql) -> bool {
+        let Some(processed) = self.desc.processed_at else {
+            s.push("DELETE FROM ").push(&self.table());
+            return false;
+        };
+        s.push("UPDATE ")
+            .push(&self.table())
+            .push(" SET ")
+            .push(&self.q(processed.name))
+            .push(" = ");
+        s.time(Arg::Now);
+        if let Some(lease) = self.desc.locked_until {
+            s.push(", ").push(&self.q(lease.name)).push(" = NULL");
+        }
+        true
+    }
+
     pub(super) fn settle_leases(&self, rows: usize, lease_column: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
-        match self.desc.processed_at {
-            Some(processed) => {
-                s.push("UPDATE ")
-                    .push(&self.table())
-                    .push(" SET ")
-                    .push(&self.q(processed.name))
-                    .push(" = ");
-                s.time(Arg::Now);
-                if let Some(lease) = self.desc.locked_until {
-                    s.push(", ").push(&self.q(lease.name)).push(" = NULL");
-                }
-            }
-            None => {
-                s.push("DELETE FROM ").push(&self.table());
-            }
-        }
+        self.settle_start(&mut s);
         let lease = self.q(lease_column);
         s.push(" WHERE ");
         for i in 0..rows {

@@ -23,6 +23,16 @@ fn claims(sim: &Sim, since: usize) -> usize {
     sim.runs_of(0, since, StatementKind::ClaimLease).len()
 }
 
+/// No claim runs since `mark` until `wait` from now has nearly passed; one has by just after.
+fn claim_runs_after(sim: &mut Sim, mark: usize, wait: Duration) {
+    let from = sim.now;
+    let margin = Duration::from_micros(100);
+    sim.advance_to(from.plus(wait - margin));
+    assert_eq!(claims(sim, mark), 0, "still waiting {:?} in", wait - margin);
+    sim.advance_to(from.plus(wait + margin));
+    assert_eq!(claims(sim, mark), 1, "the claim ran by {:?}", wait + margin);
+}
+
 fn settle_rows(sim: &mut Sim, rows: &[i64]) {
     for &row in rows {
         let d = sim.delivery(0, row);
@@ -62,11 +72,7 @@ fn a_lease_claim_waits_for_the_handlers_that_run_and_takes_their_rows_too() {
     // One ends and no other: the claim waits half the last claim's 3 ms, then takes one row.
     let mark = sim.mark();
     settle_rows(&mut sim, &[9]);
-    let ended = sim.now;
-    sim.advance_to(ended.plus(Duration::from_micros(1_400)));
-    assert_eq!(claims(&sim, mark), 0, "still waiting at 1.4 ms");
-    sim.advance_to(ended.plus(Duration::from_micros(1_600)));
-    assert_eq!(claims(&sim, mark), 1, "the claim ran by 1.6 ms");
+    claim_runs_after(&mut sim, mark, Duration::from_micros(1_500));
     assert_eq!(sim.delivered_rows(0, mark), [13]);
 }
 
@@ -84,10 +90,6 @@ fn a_lease_claim_waits_for_the_handlers_two_milliseconds_at_most() {
     assert_eq!(sim.delivered_rows(0, mark), [3, 4]);
     let mark = sim.mark();
     settle_rows(&mut sim, &[3]);
-    let ended = sim.now;
-    sim.advance_to(ended.plus(Duration::from_micros(1_900)));
-    assert_eq!(claims(&sim, mark), 0, "still waiting at 1.9 ms");
-    sim.advance_to(ended.plus(Duration::from_micros(2_100)));
-    assert_eq!(claims(&sim, mark), 1, "the claim ran by 2.1 ms");
+    claim_runs_after(&mut sim, mark, Duration::from_millis(2));
     assert_eq!(sim.delivered_rows(0, mark), [5]);
 }
