@@ -95,6 +95,9 @@ pub(crate) fn column_kind(name: &str) -> ColumnKind {
 
 const ROW: &[&str] = &["id", "attempt", "payload"];
 
+/// A leased row: the row and the expiry its claim wrote.
+const LEASED: &[&str] = &["id", "attempt", "payload", "rs_until"];
+
 /// What the tasks of one baseline run share.
 pub(crate) struct Shared {
     /// The limit loop: the row lock and lease forms' claims batched ([`crate::limit`]); the
@@ -155,11 +158,12 @@ fn bind(statement: &Statement, b: &Binds) -> Vec<Value> {
     statement.binds(|arg| match arg {
         Arg::Id | Arg::IdAt(_) => b.id.clone().unwrap_or(Value::Null),
         Arg::Attempt => Value::Int(b.attempt),
-        Arg::Until | Arg::Fence => Value::Int(b.until),
+        Arg::Fence => Value::Int(b.until),
+        Arg::LeaseFor => Value::Int(LEASE_US),
         Arg::Limit | Arg::Take => Value::Int(b.limit),
         Arg::MarkAt(i) => b.marks.get(i).cloned().unwrap_or(Value::Null),
         Arg::Key => b.key.clone().unwrap_or(Value::Null),
-        Arg::Now | Arg::Due => Value::Int(b.now),
+        Arg::Due => Value::Int(b.now),
         // Padded with the last key: the statement is rendered for a power of two.
         Arg::ExcludedKey(i) => b
             .excluded
@@ -386,23 +390,23 @@ async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, B
     let FormStatements::Lease(f) = &st.form else {
         return Err(wrong_form("lease"));
     };
-    let now = crate::stats::now_us();
     let mut b = Binds {
-        now,
-        until: now + LEASE_US,
         limit: 1,
         ..Binds::default()
     };
+    // The claim reads back the expiry it wrote, by the database's clock: the fence.
     let row = match &f.claim {
-        LeaseClaim::Returning { claim } => {
-            rows(conn, shared, claim, &b, ROW).await?.into_iter().next()
-        }
+        LeaseClaim::Returning { claim } => rows(conn, shared, claim, &b, LEASED)
+            .await?
+            .into_iter()
+            .next(),
         LeaseClaim::Locking { select, mark } => {
             run(conn, shared, &st.begin, &b).await?;
-            let found = rows(conn, shared, select, &b, ROW).await?;
+            let found = rows(conn, shared, select, &b, LEASED).await?;
             match found.into_iter().next() {
                 Some(row) => {
                     b.id = Some(row[0].clone());
+                    b.until = row[3].as_int().unwrap_or_default();
                     let mark = mark.first().ok_or("the core rendered no lease mark")?;
                     run(conn, shared, mark, &b).await?;
                     run(conn, shared, &st.commit, &b).await?;
@@ -419,6 +423,7 @@ async fn lease_once<C: RawConn>(conn: &mut C, shared: &Shared) -> Result<bool, B
         return Ok(false);
     };
     b.id = Some(row[0].clone());
+    b.until = row[3].as_int().unwrap_or_default();
     let ended = handle(shared, &row, shared.work.handler_ms).await;
     run(conn, shared, &f.settle, &b).await?;
     settled(shared, ended);

@@ -511,10 +511,8 @@ fn claim_statement(
 }
 
 fn binds(statement: &Statement, config: &Config) -> Vec<Value> {
-    let now = now_us();
     statement.binds(|arg| match arg {
-        Arg::Now => Value::Int(now),
-        Arg::Until => Value::Int(now + LEASE_US),
+        Arg::LeaseFor => Value::Int(LEASE_US),
         Arg::Limit if statement.kind == ruststream::core::StatementKind::Candidates => {
             Value::Int(2 * config.workers as i64)
         }

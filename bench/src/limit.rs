@@ -144,7 +144,8 @@ fn binds(statement: &Statement, b: B<'_>) -> Vec<Value> {
         Arg::Id => b.ids.first().cloned().unwrap_or(Value::Null),
         Arg::IdAt(i) => b.ids.get(i).cloned().unwrap_or(Value::Null),
         Arg::FenceAt(i) => Value::Int(b.fences.get(i).copied().unwrap_or_default()),
-        Arg::Fence | Arg::Until => Value::Int(b.until),
+        Arg::Fence => Value::Int(b.until),
+        Arg::LeaseFor => Value::Int(LEASE_US),
         Arg::Attempt => Value::Int(b.attempt),
         Arg::Limit | Arg::Take => Value::Int(b.limit as i64),
         Arg::MarkAt(i) => b.marks.get(i).cloned().unwrap_or(Value::Null),
@@ -247,6 +248,9 @@ async fn run<C: RawConn>(
 }
 
 const ROW: &[&str] = &["id", "attempt", "payload"];
+
+/// A leased row: the row and the expiry its claim wrote, by the database's clock.
+const LEASED: &[&str] = &["id", "attempt", "payload", "rs_until"];
 
 /// One job of the row lock form's batched limit loop. `false`: nothing to take.
 pub(crate) async fn row_lock_once<C: RawConn>(
@@ -462,31 +466,21 @@ pub(crate) async fn lease_once<C: RawConn>(
         return Err("the lease form's limit loop ran on another form".into());
     };
     let batch = &shared.batch;
-    let until = crate::stats::now_us() + LEASE_US;
     let claim_conn = &mut *conn;
     let (row, _) = batch
         .row(shared.workers, false, |n| async move {
             let conn = claim_conn;
-            // Each row carries the lease its claim wrote, its fence.
-            let fenced = |rows: Vec<Vec<Value>>| {
-                rows.into_iter()
-                    .map(|mut row| {
-                        row.push(Value::Int(until));
-                        row
-                    })
-                    .collect::<Vec<_>>()
-            };
+            // Each row carries the lease its claim wrote, read back: its fence.
             match &f.claim {
                 LeaseClaim::Returning { claim } => {
                     let b = binds(
                         claim,
                         B {
-                            until,
                             limit: n,
                             ..B::default()
                         },
                     );
-                    rows_alone(conn, shared, claim, b, ROW).await.map(fenced)
+                    rows_alone(conn, shared, claim, b, LEASED).await
                 }
                 LeaseClaim::Locking { select, .. } => {
                     let claimed = async {
@@ -498,16 +492,16 @@ pub(crate) async fn lease_once<C: RawConn>(
                             binds(
                                 select,
                                 B {
-                                    until,
                                     limit: n,
                                     ..B::default()
                                 },
                             ),
-                            ROW,
+                            LEASED,
                         )
                         .await?;
                         if let Some(mark) = f.claim.mark(found.len()) {
                             let ids: Vec<Value> = found.iter().map(|r| r[0].clone()).collect();
+                            let until = found[0][3].as_int().unwrap_or_default();
                             run(
                                 conn,
                                 shared,
@@ -524,7 +518,7 @@ pub(crate) async fn lease_once<C: RawConn>(
                             .await?;
                         }
                         run(conn, shared, &st.commit, Vec::new()).await?;
-                        Ok(fenced(found))
+                        Ok(found)
                     }
                     .await;
                     or_rolled_back(conn, shared, claimed).await
@@ -538,7 +532,7 @@ pub(crate) async fn lease_once<C: RawConn>(
     batch.holding.fetch_add(1, Ordering::SeqCst);
     let ended = crate::baseline::handle(shared, &row, shared.work.handler_ms).await;
     let id = row[0].clone();
-    let until = row.get(3).and_then(Value::as_int).unwrap_or(until);
+    let until = row.get(3).and_then(Value::as_int).unwrap_or_default();
     if !f.settles_together {
         run_alone(
             conn,

@@ -229,9 +229,10 @@ async fn run(command: Command) -> Result<(), String> {
 }
 
 async fn stats(db: &Db, desc: &TableDesc) -> Result<Stats, String> {
+    // The counts read the database's time themselves: the statement binds nothing.
     let statement = Statements::stats(db.dialect(), desc);
     let now = now();
-    let binds = statement.binds(|_| Value::Int(now.micros()));
+    let binds = statement.binds(|_| Value::Null);
     let values = match db.run(&statement, binds).await? {
         Ran::Rows(rows) => rows.into_iter().next().unwrap_or_default(),
         Ran::Affected(_) => Vec::new(),
@@ -443,11 +444,10 @@ async fn change(url: &str, table: &TableArgs, which: &Which, redrive: bool) -> R
             desc.table
         )
     })?;
-    let now = now();
     let binds = statement.binds(|arg| match arg {
         Arg::IdAt(i) => which.ids.get(i).map_or(Value::Null, |id| id_value(id)),
         Arg::ErrorLike => Value::Text(error_like(which.error_contains.as_deref().unwrap_or(""))),
-        _ => Value::Int(now.micros()),
+        _ => Value::Null,
     });
     let n = match db.run(&statement, binds).await? {
         Ran::Affected(n) => n,

@@ -17,9 +17,7 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use ruststream_core::spec::{Column, KeyPart, OrderBy, TableDesc};
-use ruststream_core::{
-    Dialect, FailedRows, Form, Inserts, Publish, Statement, Statements, Time, Value,
-};
+use ruststream_core::{Dialect, FailedRows, Form, Inserts, Publish, Statement, Statements, Value};
 
 const DIALECTS: [Dialect; 4] = [
     Dialect::Postgres,
@@ -313,7 +311,7 @@ fuzz_target!(|input: Input| {
             due: None,
         };
         let rows = vec![row; input.rows.min(3)];
-        if let Ok(publishes) = inserts.statements(&rows, Time(0)) {
+        if let Ok(publishes) = inserts.statements(&rows) {
             all.extend(publishes.into_iter().map(|(statement, _)| statement));
         }
         for statement in &all {

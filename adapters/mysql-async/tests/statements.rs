@@ -5,10 +5,9 @@
 //! The server is `RUSTSTREAM_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`); a test
 //! that cannot reach it fails with a message naming the URL.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row};
+use ruststream_core::dialect::UNTIL;
 use ruststream_core::keys::{MYSQL_LOCK_NAME_MAX, mysql_lock_name};
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
 use ruststream_core::{Arg, Dialect, Output, Statement, StatementKind, Statements, Value};
@@ -19,12 +18,17 @@ fn url() -> String {
     std::env::var("RUSTSTREAM_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
-/// A new session on the test server.
+/// A new session on the test server, in a time zone other than UTC: the queue's times are
+/// UTC by the server's clock (`UTC_TIMESTAMP(6)`), never the session's local time.
 async fn connect() -> Conn {
     let url = url();
-    Conn::from_url(&url).await.unwrap_or_else(|e| {
+    let mut conn = Conn::from_url(&url).await.unwrap_or_else(|e| {
         panic!("cannot reach MySQL/MariaDB at {url} (set RUSTSTREAM_MYSQL_URL): {e}")
-    })
+    });
+    conn.query_drop("SET time_zone = '+05:45'")
+        .await
+        .expect("set the session's time zone");
+    conn
 }
 
 /// A name unique to this test and process, kept for the life of the test.
@@ -32,11 +36,38 @@ fn unique(test: &str) -> &'static str {
     Box::leak(format!("rs_{test}_{}", std::process::id()).into_boxed_str())
 }
 
-fn now_micros() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is past 1970");
-    i64::try_from(since.as_micros()).expect("microseconds fit an i64")
+/// The server's clock, the one every statement of the queue reads: `UTC_TIMESTAMP(6)` of a
+/// statement of the test's own, in microseconds since the Unix epoch.
+async fn server_now(conn: &mut Conn) -> i64 {
+    conn.query_first::<i64, _>(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+    )
+    .await
+    .expect("the server's clock")
+    .expect("a row")
+}
+
+/// Asserts that `t` is the server's clock plus `plus`, read by a statement that ran between
+/// the test's two reads of the clock, `before` and `after`.
+fn assert_server_time(t: i64, before: i64, after: i64, plus: i64, what: &str) {
+    assert!(
+        before + plus <= t && t <= after + plus,
+        "{what}: {t} is not the server's time plus {plus} ({} ..= {})",
+        before + plus,
+        after + plus
+    );
+}
+
+/// Moves a time column of the row `id` to `offset` microseconds from the server's clock: a
+/// lease that ran out or a row that fell due, as the server sees it.
+async fn set_from_server_now(conn: &mut Conn, table: &str, column: &str, id: i64, offset: i64) {
+    let sql = format!(
+        "UPDATE {table} SET {column} = TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(6)) WHERE id = ?"
+    );
+    conn.exec_drop(&sql, (offset, id))
+        .await
+        .unwrap_or_else(|e| panic!("{sql} failed: {e}"));
+    assert_eq!(conn.affected_rows(), 1, "{sql}");
 }
 
 fn params(binds: &[Value]) -> Params {
@@ -129,11 +160,13 @@ async fn drop_table(conn: &mut Conn, quoted: &str) {
         .expect("drop the table");
 }
 
-async fn publish(conn: &mut Conn, s: &Statements, payload: &[u8], due: i64, channel: &str) {
+/// Publishes a row due at `due` (microseconds since the epoch), or, for `None`, at the
+/// server's time of the publish.
+async fn publish(conn: &mut Conn, s: &Statements, payload: &[u8], due: Option<i64>, channel: &str) {
     let publish = &s.publish;
     let values = [
         (Arg::Payload, Value::Bytes(payload.to_vec())),
-        (Arg::Due, Value::Int(due)),
+        (Arg::Due, due.map_or(Value::Null, Value::Int)),
         (Arg::Column("channel"), Value::Text(channel.to_owned())),
     ];
     assert_eq!(execute(conn, publish, &binds(publish, &values)).await, 1);
@@ -229,7 +262,7 @@ async fn row_lock_form() {
         .desc();
     let s = Statements::render(Dialect::MariaDb, &desc, 2);
     for payload in [b"a", b"b"] {
-        publish(&mut a, &s, payload, now_micros(), "x").await;
+        publish(&mut a, &s, payload, None, "x").await;
     }
     // A table whose description names no attempt column locks the first row in one
     // statement; with one, the claim counts first (the test below).
@@ -280,20 +313,12 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         .desc();
     let s = Statements::render(Dialect::MariaDb, &desc, 2);
     for payload in [b"a", b"b"] {
-        publish(&mut a, &s, payload, now_micros(), "x").await;
+        publish(&mut a, &s, payload, None, "x").await;
     }
     let select_id = get(s.of_kind(StatementKind::SelectRowId));
     let count = get(s.of_kind(StatementKind::CountAttempt));
     let lock_by_id = get(s.of_kind(StatementKind::LockRowById));
-    let select = |limit: i64| {
-        binds(
-            select_id,
-            &[
-                (Arg::Now, Value::Int(now_micros())),
-                (Arg::Limit, Value::Int(limit)),
-            ],
-        )
-    };
+    let select = |limit: i64| binds(select_id, &[(Arg::Limit, Value::Int(limit))]);
     let mark_names = |rows: &[Row]| -> Vec<Value> {
         rows.iter()
             .map(|r| Value::Text(text(r, "rs_mark")))
@@ -380,7 +405,6 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
             &[
                 (Arg::Id, Value::Int(id)),
                 (Arg::Attempt, Value::Int(attempt)),
-                (Arg::Now, Value::Int(now_micros())),
             ],
         )
     };
@@ -427,6 +451,7 @@ async fn lease_form() {
     let table = unique("my_lease");
     let mut a = connect().await;
     let mut b = connect().await;
+    let mut clock = connect().await;
     create(&mut a, table).await;
     let workers = 3;
     let desc = *InboxSpec::new(table, Column::new("id").generated())
@@ -437,47 +462,65 @@ async fn lease_form() {
         .due(Column::new("due_at"))
         .desc();
     let s = Statements::render(Dialect::MariaDb, &desc, workers);
-    let now = now_micros();
-    publish(&mut a, &s, b"late", now - 1_000_000, "x").await;
-    publish(&mut a, &s, b"early", now - 2_000_000, "x").await;
-    publish(&mut a, &s, b"third", now - 500_000, "x").await;
-    publish(&mut a, &s, b"future", now + 3_600_000_000, "x").await;
+    let now = server_now(&mut clock).await;
+    publish(&mut a, &s, b"late", Some(now - 1_000_000), "x").await;
+    publish(&mut a, &s, b"early", Some(now - 2_000_000), "x").await;
+    publish(&mut a, &s, b"third", Some(now - 500_000), "x").await;
+    publish(&mut a, &s, b"future", Some(now + 3_600_000_000), "x").await;
     let all: Vec<(i64, Vec<u8>)> = a
         .query(format!("SELECT id, payload FROM {table} ORDER BY id"))
         .await
         .unwrap();
     let id_of = |payload: &[u8]| all.iter().find(|(_, p)| p == payload).unwrap().0;
     let (late, early, third) = (id_of(b"late"), id_of(b"early"), id_of(b"third"));
+    let future = id_of(b"future");
     assert_eq!(
         micros(&mut a, table, "due_at", early).await,
         Some(now - 2_000_000),
         "a published due time keeps its microseconds"
     );
 
+    // The claim's locking read binds the lease's length and reads the expiry by the server's
+    // clock; the mark writes that expiry, the rows' fence.
     let select = get(s.of_kind(StatementKind::SelectLease));
-    let select_at = |now: i64, limit: i64| {
+    let lease = 30_000_000;
+    let select_for = |limit: i64| {
         binds(
             select,
-            &[(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(limit))],
+            &[
+                (Arg::LeaseFor, Value::Int(lease)),
+                (Arg::Limit, Value::Int(limit)),
+            ],
         )
     };
     // A's claim locks the first due row; B's claim, in its own transaction, skips it.
     execute(&mut a, &s.begin, &[]).await;
-    let mine = query(&mut a, select, &select_at(now, 1)).await;
+    let before = server_now(&mut clock).await;
+    let mine = query(&mut a, select, &select_for(1)).await;
+    let after = server_now(&mut clock).await;
     assert_eq!(ids(&mine), vec![early]);
+    let until_a = int(&mine[0], UNTIL);
+    assert_server_time(until_a, before, after, lease, "A's expiry");
     execute(&mut b, &s.begin, &[]).await;
-    let theirs = query(&mut b, select, &select_at(now, 10)).await;
+    let before = server_now(&mut clock).await;
+    let theirs = query(&mut b, select, &select_for(10)).await;
+    let after = server_now(&mut clock).await;
     assert_eq!(
         ids(&theirs),
         vec![late, third],
         "B skips A's locked row and the future one, in claim order"
     );
-    let until = now + 30_000_000;
+    let until = int(&theirs[0], UNTIL);
+    assert!(
+        theirs.iter().all(|r| int(r, UNTIL) == until),
+        "one read of the clock for the claim's rows"
+    );
+    assert_server_time(until, before, after, lease, "B's expiry");
     let mark = s
         .of_kind(StatementKind::MarkLease(2))
         .expect("a statement for two rows");
-    let mark_binds = |ids: &[i64]| {
-        let mut values = vec![(Arg::Until, Value::Int(until))];
+    let mark_binds = |fence: i64, ids: &[i64]| {
+        let mut values = vec![(Arg::Fence, Value::Int(fence))];
         values.extend(
             ids.iter()
                 .enumerate()
@@ -486,7 +529,12 @@ async fn lease_form() {
         values
     };
     assert_eq!(
-        execute(&mut b, mark, &binds(mark, &mark_binds(&[late, third]))).await,
+        execute(
+            &mut b,
+            mark,
+            &binds(mark, &mark_binds(until, &[late, third]))
+        )
+        .await,
         2
     );
     execute(&mut b, &s.commit, &[]).await;
@@ -494,12 +542,16 @@ async fn lease_form() {
         .of_kind(StatementKind::MarkLease(1))
         .expect("a statement for one row");
     assert_eq!(
-        execute(&mut a, mark1, &binds(mark1, &mark_binds(&[early]))).await,
+        execute(&mut a, mark1, &binds(mark1, &mark_binds(until_a, &[early]))).await,
         1
     );
     execute(&mut a, &s.commit, &[]).await;
-    for id in [early, late, third] {
-        assert_eq!(micros(&mut a, table, "locked_until", id).await, Some(until));
+    for (id, fence) in [(early, until_a), (late, until), (third, until)] {
+        assert_eq!(
+            micros(&mut a, table, "locked_until", id).await,
+            Some(fence),
+            "the row holds the expiry its claim read"
+        );
         let row = query(&mut a, &s.read_row, &[Value::Int(id)]).await;
         assert_eq!(int(&row[0], "attempt"), 1, "the claim counts the attempt");
     }
@@ -515,30 +567,42 @@ async fn lease_form() {
     );
 
     execute(&mut a, &s.begin, &[]).await;
-    assert!(query(&mut a, select, &select_at(now, 10)).await.is_empty());
+    assert!(query(&mut a, select, &select_for(10)).await.is_empty());
     execute(&mut a, &s.commit, &[]).await;
 
-    // Extend with the right fence, then with a stale one.
+    // Extend with the right fence, then with a stale one: the expiry moves by the extension.
     let extend = get(s.of_kind(StatementKind::ExtendLease));
-    let until2 = until + 10_000_000;
+    let more = 10_000_000;
     let extend_binds = |id: i64, fence: i64| {
         binds(
             extend,
             &[
-                (Arg::Until, Value::Int(until2)),
+                (Arg::Extend, Value::Int(more)),
                 (Arg::Id, Value::Int(id)),
                 (Arg::Fence, Value::Int(fence)),
             ],
         )
     };
     assert_eq!(execute(&mut a, extend, &extend_binds(late, until)).await, 1);
-    assert_eq!(execute(&mut a, extend, &extend_binds(late, until)).await, 0);
+    let until2 = until + more;
     assert_eq!(
-        execute(&mut a, extend, &extend_binds(early, until + 1)).await,
-        0
+        micros(&mut a, table, "locked_until", late).await,
+        Some(until2)
+    );
+    assert_eq!(execute(&mut a, extend, &extend_binds(late, until)).await, 0);
+    for off in [until_a + 1, until_a - 1] {
+        assert_eq!(
+            execute(&mut a, extend, &extend_binds(early, off)).await,
+            0,
+            "a fence one microsecond off holds nothing"
+        );
+    }
+    assert_eq!(
+        micros(&mut a, table, "locked_until", early).await,
+        Some(until_a)
     );
 
-    // Release, then settle under the fence.
+    // Release, then settle under the fence, marking the row with the server's time.
     let release = get(s.of_kind(StatementKind::ReleaseLease));
     let release_binds = |fence: i64| {
         binds(
@@ -556,28 +620,34 @@ async fn lease_form() {
     let settle_binds = |id: i64, fence: i64| {
         binds(
             settle,
-            &[
-                (Arg::Now, Value::Int(now)),
-                (Arg::Id, Value::Int(id)),
-                (Arg::Fence, Value::Int(fence)),
-            ],
+            &[(Arg::Id, Value::Int(id)), (Arg::Fence, Value::Int(fence))],
         )
     };
     assert_eq!(execute(&mut a, settle, &settle_binds(late, until)).await, 0);
+    let before = server_now(&mut clock).await;
     assert_eq!(
         execute(&mut a, settle, &settle_binds(late, until2)).await,
         1
     );
-    assert_eq!(micros(&mut a, table, "processed_at", late).await, Some(now));
+    let after = server_now(&mut clock).await;
+    let marked = micros(&mut a, table, "processed_at", late)
+        .await
+        .expect("the row is marked");
+    assert_server_time(marked, before, after, 0, "processed_at");
     assert_eq!(micros(&mut a, table, "locked_until", late).await, None);
 
-    // Past every lease: the released row, the expired one and the now-due one; never `late`.
-    let far = until2 + 2 * 3_600_000_000;
+    // Past every lease, by the server's clock: `early`'s runs out and the future row falls
+    // due. The released row, the expired one and the now-due one; never `late`.
+    set_from_server_now(&mut a, table, "locked_until", early, -1).await;
+    set_from_server_now(&mut a, table, "due_at", future, -1).await;
     execute(&mut a, &s.begin, &[]).await;
-    let rest = query(&mut a, select, &select_at(far, 10)).await;
+    let rest = query(&mut a, select, &select_for(10)).await;
     execute(&mut a, &s.rollback, &[]).await;
-    let rest = ids(&rest);
-    assert_eq!(rest.len(), 3, "{rest:?}");
+    let mut rest = ids(&rest);
+    rest.sort_unstable();
+    let mut want = vec![early, third, future];
+    want.sort_unstable();
+    assert_eq!(rest, want);
     assert!(!rest.contains(&late));
     drop_table(&mut a, table).await;
 }
@@ -594,9 +664,8 @@ async fn advisory_form() {
         .payload(Column::new("payload"))
         .desc();
     let s = Statements::render(Dialect::MariaDb, &desc, 2);
-    let now = now_micros();
-    publish(&mut a, &s, b"1", now, "7").await;
-    publish(&mut a, &s, b"2", now, "8").await;
+    publish(&mut a, &s, b"1", None, "7").await;
+    publish(&mut a, &s, b"2", None, "8").await;
     a.query_drop(format!("INSERT INTO {table} (payload) VALUES ('3')"))
         .await
         .unwrap();
@@ -718,38 +787,53 @@ async fn advisory_take_reads_only_claimable_rows() {
         .due(Column::new("due_at"))
         .desc();
     let s = Statements::render(Dialect::MariaDb, &desc, 2);
-    let now = now_micros();
-    publish(&mut conn, &s, b"due", now - 1_000, "").await;
-    publish(&mut conn, &s, b"later", now + 60_000_000, "").await;
+    // A row published without a due time is due at the server's time of the publish; one
+    // due a minute from the server's time is not due yet.
+    let before = server_now(&mut conn).await;
+    publish(&mut conn, &s, b"due", None, "").await;
+    let after = server_now(&mut conn).await;
+    publish(&mut conn, &s, b"later", Some(after + 60_000_000), "").await;
+    let all: Vec<(i64, Vec<u8>)> = conn
+        .query(format!("SELECT id, payload FROM {table} ORDER BY id"))
+        .await
+        .unwrap();
+    let id_of = |payload: &[u8]| all.iter().find(|(_, p)| p == payload).unwrap().0;
+    let (due, later) = (id_of(b"due"), id_of(b"later"));
+    let due_at = micros(&mut conn, table, "due_at", due)
+        .await
+        .expect("a due time");
+    assert_server_time(due_at, before, after, 0, "a row published due now");
     let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(
         &mut conn,
         candidates,
-        &binds(
-            candidates,
-            &[(Arg::Limit, Value::Int(10)), (Arg::Now, Value::Int(now))],
-        ),
+        &binds(candidates, &[(Arg::Limit, Value::Int(10))]),
     )
     .await;
     assert_eq!(rows.len(), 1, "the row not yet due is no candidate");
     let id = int(&rows[0], "rs_id");
+    assert_eq!(id, due);
     assert_eq!(
         rows[0].get::<String, _>("rs_key"),
         Some(format!("row-{id}"))
     );
     let take = get(s.of_kind(StatementKind::Take));
-    let take_binds = binds(
-        take,
-        &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
+    let take_binds = |id: i64| binds(take, &[(Arg::Id, Value::Int(id))]);
+    assert!(
+        query(&mut conn, take, &take_binds(later)).await.is_empty(),
+        "a row not yet due is not taken"
     );
-    assert_eq!(query(&mut conn, take, &take_binds).await.len(), 1);
+    assert_eq!(query(&mut conn, take, &take_binds(id)).await.len(), 1);
     let settle = s.settle();
-    let settled = binds(
-        settle,
-        &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
-    );
+    let settled = binds(settle, &[(Arg::Id, Value::Int(id))]);
+    let before = server_now(&mut conn).await;
     assert_eq!(execute(&mut conn, settle, &settled).await, 1);
-    assert!(query(&mut conn, take, &take_binds).await.is_empty());
+    let after = server_now(&mut conn).await;
+    let marked = micros(&mut conn, table, "processed_at", id)
+        .await
+        .expect("the row is marked");
+    assert_server_time(marked, before, after, 0, "processed_at");
+    assert!(query(&mut conn, take, &take_binds(id)).await.is_empty());
     drop_table(&mut conn, table).await;
 }
 
@@ -791,7 +875,6 @@ async fn quoted_names() {
         .await,
         1
     );
-    let now = now_micros();
     execute(&mut conn, &s.begin, &[]).await;
     let select = get(s.of_kind(StatementKind::SelectLease));
     let rows = query(
@@ -799,12 +882,13 @@ async fn quoted_names() {
         select,
         &binds(
             select,
-            &[(Arg::Now, Value::Int(now)), (Arg::Limit, Value::Int(1))],
+            &[(Arg::LeaseFor, Value::Int(1)), (Arg::Limit, Value::Int(1))],
         ),
     )
     .await;
     assert_eq!(rows.len(), 1);
     let id = int(&rows[0], "i\"d");
+    let until = int(&rows[0], UNTIL);
     let mark = s.of_kind(StatementKind::MarkLease(1)).unwrap();
     assert_eq!(
         execute(
@@ -813,7 +897,7 @@ async fn quoted_names() {
             &binds(
                 mark,
                 &[
-                    (Arg::Until, Value::Int(now)),
+                    (Arg::Fence, Value::Int(until)),
                     (Arg::IdAt(0), Value::Int(id))
                 ]
             )
@@ -822,6 +906,14 @@ async fn quoted_names() {
         1
     );
     execute(&mut conn, &s.commit, &[]).await;
+    let held: Option<i64> = conn
+        .query_first(format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', `lock``ed`) \
+             FROM {quoted}"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(held, Some(until), "the quoted lease column holds the fence");
 
     // A key whose literal holds a quote and a backslash, rendered by the server as written.
     const KEY: &[KeyPart] = &[KeyPart::Literal("it's-\\"), KeyPart::Column("ch`an\"nel")];
@@ -856,33 +948,191 @@ async fn lease_settlements_in_one_statement() {
         .desc();
     assert!(Statements::settle_leases(Dialect::MySql, &desc, 3).is_none());
     let s = Statements::render(Dialect::MariaDb, &desc, 3);
-    let now = now_micros();
     for payload in [b"a", b"b", b"c"] {
-        publish(&mut conn, &s, payload, now - 1_000_000, "x").await;
+        publish(&mut conn, &s, payload, None, "x").await;
     }
-    let until = now + 30_000_000;
-    conn.query_drop(format!(
-        "UPDATE {table} SET locked_until = \
-         TIMESTAMPADD(MICROSECOND, {until}, TIMESTAMP'1970-01-01 00:00:00')"
-    ))
-    .await
-    .unwrap();
-    let held: Vec<i64> = conn
-        .query(format!("SELECT id FROM {table} ORDER BY id"))
-        .await
-        .unwrap();
+    // The three are claimed together: the locking read's expiry is each row's fence.
+    execute(&mut conn, &s.begin, &[]).await;
+    let select = get(s.of_kind(StatementKind::SelectLease));
+    let claimed = query(
+        &mut conn,
+        select,
+        &binds(
+            select,
+            &[
+                (Arg::LeaseFor, Value::Int(30_000_000)),
+                (Arg::Limit, Value::Int(3)),
+            ],
+        ),
+    )
+    .await;
+    let held = ids(&claimed);
     assert_eq!(held.len(), 3);
+    let until = int(&claimed[0], UNTIL);
+    let mark = get(s.of_kind(StatementKind::MarkLease(3)));
+    let mut values = vec![(Arg::Fence, Value::Int(until))];
+    values.extend(
+        held.iter()
+            .enumerate()
+            .map(|(i, id)| (Arg::IdAt(i), Value::Int(*id))),
+    );
+    assert_eq!(execute(&mut conn, mark, &binds(mark, &values)).await, 3);
+    execute(&mut conn, &s.commit, &[]).await;
     let settle = Statements::settle_leases(Dialect::MariaDb, &desc, 3).expect("MariaDB");
-    let fences = [until, until, until + 1];
+    // Each row's fence is the expiry its claim read back; the third's is one microsecond off.
+    let fences: Vec<i64> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, row)| int(row, UNTIL) + i64::from(i == 2))
+        .collect();
     let values = settle.binds(|arg| match arg {
         Arg::IdAt(i) => Value::Int(held[i]),
         Arg::FenceAt(i) => Value::Int(fences[i]),
-        _ => Value::Int(now),
+        other => panic!("no value for {other:?} in {}", settle.sql),
     });
     let mut settled = ids(&query(&mut conn, &settle, &values).await);
     settled.sort_unstable();
     assert_eq!(settled, held[..2], "the third's fence is off");
     let left: Vec<i64> = conn.query(format!("SELECT id FROM {table}")).await.unwrap();
     assert_eq!(left, [held[2]], "only the third is left");
+    drop_table(&mut conn, table).await;
+}
+
+/// A lease claim reads the expiry by the server's clock in its locking read, and the mark
+/// writes exactly that: the row holds it to the microsecond; a fence taken from it holds the
+/// row and one a microsecond off holds nothing; an extension moves the expiry by exactly its
+/// length; a retry makes the row due the delay after the server's time.
+#[tokio::test]
+async fn lease_claim_reads_back_the_expiry_it_wrote() {
+    use ruststream_core::dialect::FormStatements;
+    let table = unique("my_lease_until");
+    let mut conn = connect().await;
+    let mut clock = connect().await;
+    create(&mut conn, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"))
+        .desc();
+    let s = Statements::render(Dialect::MariaDb, &desc, 1);
+    let FormStatements::Lease(f) = &s.form else {
+        panic!("the lease form");
+    };
+    publish(&mut conn, &s, b"x", None, "x").await;
+    let select = get(s.of_kind(StatementKind::SelectLease));
+    let Output::Rows { columns, .. } = &select.output else {
+        panic!("the claim answers rows");
+    };
+    assert_eq!(
+        columns.last().map(|c| c.name),
+        Some(UNTIL),
+        "the expiry is the claim's last column"
+    );
+    let lease = 20_000_000;
+    let select_binds = binds(
+        select,
+        &[
+            (Arg::LeaseFor, Value::Int(lease)),
+            (Arg::Limit, Value::Int(1)),
+        ],
+    );
+    execute(&mut conn, &s.begin, &[]).await;
+    let before = server_now(&mut clock).await;
+    let claimed = query(&mut conn, select, &select_binds).await;
+    let after = server_now(&mut clock).await;
+    assert_eq!(claimed.len(), 1);
+    let id = int(&claimed[0], "id");
+    let until = int(&claimed[0], UNTIL);
+    assert_server_time(until, before, after, lease, "the claim's expiry");
+    let mark = get(f.claim.mark(1));
+    assert_eq!(
+        execute(
+            &mut conn,
+            mark,
+            &binds(
+                mark,
+                &[
+                    (Arg::Fence, Value::Int(until)),
+                    (Arg::IdAt(0), Value::Int(id))
+                ]
+            )
+        )
+        .await,
+        1
+    );
+    execute(&mut conn, &s.commit, &[]).await;
+    assert_eq!(
+        micros(&mut conn, table, "locked_until", id).await,
+        Some(until),
+        "the expiry read back is the one the row holds"
+    );
+
+    let extend = &f.extend;
+    let extend_by = |by: i64, fence: i64| {
+        binds(
+            extend,
+            &[
+                (Arg::Extend, Value::Int(by)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    let more = 7_654_321;
+    for off in [until + 1, until - 1] {
+        assert_eq!(
+            execute(&mut conn, extend, &extend_by(more, off)).await,
+            0,
+            "a fence a microsecond off holds nothing"
+        );
+    }
+    assert_eq!(
+        micros(&mut conn, table, "locked_until", id).await,
+        Some(until)
+    );
+    assert_eq!(execute(&mut conn, extend, &extend_by(more, until)).await, 1);
+    assert_eq!(
+        micros(&mut conn, table, "locked_until", id).await,
+        Some(until + more),
+        "the extension moves the expiry by exactly its length"
+    );
+    assert_eq!(
+        execute(&mut conn, extend, &extend_by(more, until)).await,
+        0,
+        "the old expiry fences nothing"
+    );
+    let until = until + more;
+
+    // A retry under the fence: due the delay after the server's time, the lease cleared.
+    let retry = &f.retry;
+    let retry_in = 3_600_000_000;
+    let retry_binds = |fence: i64| {
+        binds(
+            retry,
+            &[
+                (Arg::RetryIn, Value::Int(retry_in)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+                (Arg::Error, Value::Null),
+            ],
+        )
+    };
+    assert_eq!(execute(&mut conn, retry, &retry_binds(until - 1)).await, 0);
+    let before = server_now(&mut clock).await;
+    assert_eq!(execute(&mut conn, retry, &retry_binds(until)).await, 1);
+    let after = server_now(&mut clock).await;
+    let due = micros(&mut conn, table, "due_at", id)
+        .await
+        .expect("a due time");
+    assert_server_time(due, before, after, retry_in, "the retried row's due time");
+    assert_eq!(micros(&mut conn, table, "locked_until", id).await, None);
+    execute(&mut conn, &s.begin, &[]).await;
+    assert!(
+        query(&mut conn, select, &select_binds).await.is_empty(),
+        "the retried row is not due yet"
+    );
+    execute(&mut conn, &s.rollback, &[]).await;
     drop_table(&mut conn, table).await;
 }

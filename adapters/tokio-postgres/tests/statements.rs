@@ -6,9 +6,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use ruststream_core::dialect::UNTIL;
 use ruststream_core::keys::{POSTGRES_KEY_HASH_SQL, postgres_key_hash};
 use ruststream_core::spec::{Column, InboxSpec, KeyPart, OrderBy};
-use ruststream_core::{Arg, Dialect, Statement, StatementKind, Statements, TableDesc, Value};
+use ruststream_core::{
+    Arg, Dialect, Output, Statement, StatementKind, Statements, TableDesc, Value,
+};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row};
 
@@ -37,15 +40,69 @@ fn unique(test: &str) -> &'static str {
     Box::leak(format!("rs_{test}_{}", std::process::id()).into_boxed_str())
 }
 
-fn now_micros() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is past 1970");
-    i64::try_from(since.as_micros()).expect("microseconds fit an i64")
-}
-
 fn micros_of(t: SystemTime) -> i64 {
     i64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_micros()).unwrap()
+}
+
+/// The server's clock, the one every statement of the queue reads: `statement_timestamp()` of
+/// a statement of the test's own, in microseconds since the Unix epoch.
+async fn server_now(client: &Client) -> i64 {
+    let row = client
+        .query_one("SELECT statement_timestamp() AS t", &[])
+        .await
+        .expect("the server's clock");
+    micros_of(row.get("t"))
+}
+
+/// Asserts that `t` is the server's clock plus `plus`, read by a statement that ran between
+/// the test's two reads of the clock, `before` and `after`.
+fn assert_server_time(t: i64, before: i64, after: i64, plus: i64, what: &str) {
+    assert!(
+        before + plus <= t && t <= after + plus,
+        "{what}: {t} is not the server's time plus {plus} ({} ..= {})",
+        before + plus,
+        after + plus
+    );
+}
+
+/// The last of the columns `statement` answers.
+fn last_column(statement: &Statement) -> Option<&'static str> {
+    match &statement.output {
+        Output::Rows { columns, .. } => columns.last().map(|c| c.name),
+        _ => None,
+    }
+}
+
+/// The lease expiry a claim read back for a row, in microseconds since the epoch.
+fn until_of(row: &Row) -> i64 {
+    row.get::<_, i64>(UNTIL)
+}
+
+/// A time column of the row `id`, read from the table, in microseconds since the epoch.
+async fn stored(client: &Client, table: &str, column: &str, id: i64) -> Option<i64> {
+    client
+        .query_one(
+            &format!("SELECT {column} FROM {table} WHERE id = $1"),
+            &[&id],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("read {column} of row {id}: {e:?}"))
+        .get::<_, Option<SystemTime>>(0)
+        .map(micros_of)
+}
+
+/// Moves a time column of the row `id` to `offset` microseconds from the server's clock: a
+/// lease that ran out or a row that fell due, as the server sees it.
+async fn set_from_server_now(client: &Client, table: &str, column: &str, id: i64, offset: i64) {
+    let sql = format!(
+        "UPDATE {table} SET {column} = statement_timestamp() + CAST($1 AS BIGINT) * INTERVAL '1 microsecond' \
+         WHERE id = $2"
+    );
+    let moved = client
+        .execute(&sql, &[&offset, &id])
+        .await
+        .unwrap_or_else(|e| panic!("{sql} failed: {e:?}"));
+    assert_eq!(moved, 1, "{sql}");
 }
 
 /// A bind for a parameter of type `ty`: PostgreSQL infers a placeholder's type from where it
@@ -157,11 +214,13 @@ async fn drop_table(client: &Client, quoted: &str) {
         .expect("drop the table");
 }
 
-async fn publish(client: &Client, s: &Statements, payload: &[u8], due: i64, channel: &str) {
+/// Publishes a row due at `due` (microseconds since the epoch), or, for `None`, at the
+/// server's time of the publish.
+async fn publish(client: &Client, s: &Statements, payload: &[u8], due: Option<i64>, channel: &str) {
     let publish = &s.publish;
     let values = [
         (Arg::Payload, Value::Bytes(payload.to_vec())),
-        (Arg::Due, Value::Int(due)),
+        (Arg::Due, due.map_or(Value::Null, Value::Int)),
         (Arg::Column("channel"), Value::Text(channel.to_owned())),
     ];
     assert_eq!(execute(client, publish, &binds(publish, &values)).await, 1);
@@ -213,7 +272,7 @@ async fn row_lock_form() {
     assert_eq!(isolation[0].get::<_, String>("isolation"), "read committed");
 
     for payload in [b"a", b"b", b"c"] {
-        publish(&a, &s, payload, now_micros(), "x").await;
+        publish(&a, &s, payload, None, "x").await;
     }
     let all: Vec<i64> = a
         .query(&format!("SELECT id FROM {table} ORDER BY id"), &[])
@@ -298,9 +357,8 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 2);
     for payload in [b"a", b"b", b"c"] {
-        publish(&a, &s, payload, now_micros(), "x").await;
+        publish(&a, &s, payload, None, "x").await;
     }
-    let now = now_micros();
     let count_row = get(s.of_kind(StatementKind::CountRow));
     let lock_by_id = get(s.of_kind(StatementKind::LockRowById));
     let unmark_row = get(s.of_kind(StatementKind::UnmarkRows(1)));
@@ -309,7 +367,6 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     // session holds until the row's lock.
     let count = |client, look: i64, take: i64| async move {
         let values = [
-            (Arg::Now, Value::Int(now)),
             (Arg::Limit, Value::Int(look)),
             (Arg::Take, Value::Int(take)),
         ];
@@ -329,7 +386,6 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
         let values = [
             (Arg::Id, Value::Int(id)),
             (Arg::Attempt, Value::Int(attempt)),
-            (Arg::Now, Value::Int(now)),
         ];
         query(client, lock_by_id, &binds(lock_by_id, &values)).await
     };
@@ -404,11 +460,18 @@ async fn row_lock_form_counts_the_attempt_before_it_locks() {
     );
     assert_eq!(attempt_of(&c, second_id).await, 1, "B's row counted once");
 
-    // A settles by marking the row; a marked row is no longer claimable.
+    // A settles by marking the row at the server's time; a marked row is no longer
+    // claimable.
     let settle = s.settle();
-    let values = [(Arg::Id, Value::Int(first_id)), (Arg::Now, Value::Int(now))];
+    let values = [(Arg::Id, Value::Int(first_id))];
+    let before = server_now(&c).await;
     assert_eq!(execute(&a, settle, &binds(settle, &values)).await, 1);
+    let after = server_now(&c).await;
     execute(&a, &s.commit, &[]).await;
+    let marked = stored(&c, table, "processed_at", first_id)
+        .await
+        .expect("the row is marked");
+    assert_server_time(marked, before, after, 0, "processed_at");
     execute(&a, &s.begin, &[]).await;
     assert!(
         lock(&a, first_id, 1).await.is_empty(),
@@ -433,11 +496,12 @@ async fn lease_form() {
         .due(Column::new("due_at"))
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 4);
-    let now = now_micros();
-    // Due in claim order: the second published is due first. The third is not due yet.
-    publish(&client, &s, b"late", now - 1_000_000, "x").await;
-    publish(&client, &s, b"early", now - 2_000_000, "x").await;
-    publish(&client, &s, b"future", now + 3_600_000_000, "x").await;
+    let now = server_now(&client).await;
+    // Due in claim order: the second published is due first. The third is not due yet, by
+    // the server's clock.
+    publish(&client, &s, b"late", Some(now - 1_000_000), "x").await;
+    publish(&client, &s, b"early", Some(now - 2_000_000), "x").await;
+    publish(&client, &s, b"future", Some(now + 3_600_000_000), "x").await;
     let by_payload = |rows: &[Row], payload: &[u8]| -> i64 {
         rows.iter()
             .find(|r| r.get::<_, Vec<u8>>("payload") == payload)
@@ -450,34 +514,39 @@ async fn lease_form() {
         .unwrap();
     let late = by_payload(&everything, b"late");
     let early = by_payload(&everything, b"early");
-    let due_back = client
-        .query(
-            &format!("SELECT due_at FROM {table} WHERE id = $1"),
-            &[&early],
-        )
-        .await
-        .unwrap();
+    let future = by_payload(&everything, b"future");
     assert_eq!(
-        micros_of(due_back[0].get("due_at")),
-        now - 2_000_000,
+        stored(&client, table, "due_at", early).await,
+        Some(now - 2_000_000),
         "a published due time keeps its microseconds"
     );
 
+    // The claim binds the lease's length; the server writes its own time plus it, and reads
+    // the expiry back, to the microsecond the row holds.
     let claim = get(s.of_kind(StatementKind::ClaimLease));
-    let until = now + 30_000_000;
-    let claim_at = |now: i64, until: i64, limit: i64| {
+    let lease = 30_000_000;
+    let claim_for = |limit: i64| {
         binds(
             claim,
             &[
-                (Arg::Now, Value::Int(now)),
-                (Arg::Until, Value::Int(until)),
+                (Arg::LeaseFor, Value::Int(lease)),
                 (Arg::Limit, Value::Int(limit)),
             ],
         )
     };
-    let claimed = query(&client, claim, &claim_at(now, until, 1)).await;
+    let before = server_now(&client).await;
+    let claimed = query(&client, claim, &claim_for(1)).await;
+    let after = server_now(&client).await;
     assert_eq!(ids(&claimed), vec![early], "the first due row first");
-    let claimed = query(&client, claim, &claim_at(now, until, 10)).await;
+    let until_early = until_of(&claimed[0]);
+    assert_server_time(until_early, before, after, lease, "the lease of early");
+    assert_eq!(
+        stored(&client, table, "locked_until", early).await,
+        Some(until_early)
+    );
+    let before = server_now(&client).await;
+    let claimed = query(&client, claim, &claim_for(10)).await;
+    let after = server_now(&client).await;
     assert_eq!(
         ids(&claimed),
         vec![late],
@@ -489,22 +558,24 @@ async fn lease_form() {
             1,
             "the claim counts the attempt"
         );
-        assert_eq!(micros_of(row.get("locked_until")), until, "the bound lease");
+        assert_eq!(
+            micros_of(row.get("locked_until")),
+            until_of(row),
+            "the expiry read back is the one written"
+        );
+        assert_server_time(until_of(row), before, after, lease, "the lease of late");
     }
-    assert!(
-        query(&client, claim, &claim_at(now, until, 10))
-            .await
-            .is_empty()
-    );
+    let until = until_of(&claimed[0]);
+    assert!(query(&client, claim, &claim_for(10)).await.is_empty());
 
-    // Extend with the right fence, then with a stale one.
+    // Extend with the right fence, then with a stale one: the expiry moves by the extension.
     let extend = get(s.of_kind(StatementKind::ExtendLease));
-    let until2 = until + 10_000_000;
+    let more = 10_000_000;
     let extend_binds = |fence: i64, id: i64| {
         binds(
             extend,
             &[
-                (Arg::Until, Value::Int(until2)),
+                (Arg::Extend, Value::Int(more)),
                 (Arg::Id, Value::Int(id)),
                 (Arg::Fence, Value::Int(fence)),
             ],
@@ -514,23 +585,38 @@ async fn lease_form() {
         execute(&client, extend, &extend_binds(until, late)).await,
         1
     );
+    let until2 = until + more;
+    assert_eq!(
+        stored(&client, table, "locked_until", late).await,
+        Some(until2)
+    );
     assert_eq!(
         execute(&client, extend, &extend_binds(until, late)).await,
         0,
         "the old fence no longer holds the row"
     );
+    for off in [until_early + 1, until_early - 1] {
+        assert_eq!(
+            execute(&client, extend, &extend_binds(off, early)).await,
+            0,
+            "a fence one microsecond off holds nothing"
+        );
+    }
     assert_eq!(
-        execute(&client, extend, &extend_binds(until + 1, early)).await,
-        0,
-        "a fence one microsecond off holds nothing"
+        stored(&client, table, "locked_until", early).await,
+        Some(until_early)
     );
 
-    // The lease of `early` runs out: a later claim takes it again and counts again.
-    let after = until + 1;
-    let again = query(&client, claim, &claim_at(after, after + 30_000_000, 10)).await;
+    // The lease of `early` runs out by the server's clock: a later claim takes it again and
+    // counts again.
+    set_from_server_now(&client, table, "locked_until", early, -1).await;
+    let before = server_now(&client).await;
+    let again = query(&client, claim, &claim_for(10)).await;
+    let after = server_now(&client).await;
     assert_eq!(ids(&again), vec![early]);
     assert_eq!(again[0].get::<_, i32>("attempt"), 2);
-    let fence_early = after + 30_000_000;
+    let fence_early = until_of(&again[0]);
+    assert_server_time(fence_early, before, after, lease, "the new lease of early");
 
     // Release gives the row back at once.
     let release = get(s.of_kind(StatementKind::ReleaseLease));
@@ -551,50 +637,48 @@ async fn lease_form() {
         execute(&client, release, &release_binds(fence_early)).await,
         1
     );
-    let back = query(&client, claim, &claim_at(after, fence_early, 10)).await;
+    let back = query(&client, claim, &claim_for(10)).await;
     assert_eq!(ids(&back), vec![early], "released, the row is claimable");
 
-    // Settle marks `processed_at` under the fence; a marked row is never claimed again.
+    // Settle marks `processed_at` with the server's time under the fence; a marked row is
+    // never claimed again.
     let settle = s.settle();
     let settle_binds = |id: i64, fence: i64| {
         binds(
             settle,
-            &[
-                (Arg::Now, Value::Int(after)),
-                (Arg::Id, Value::Int(id)),
-                (Arg::Fence, Value::Int(fence)),
-            ],
+            &[(Arg::Id, Value::Int(id)), (Arg::Fence, Value::Int(fence))],
         )
     };
     assert_eq!(
         execute(&client, settle, &settle_binds(late, until)).await,
         0
     );
+    let before = server_now(&client).await;
     assert_eq!(
         execute(&client, settle, &settle_binds(late, until2)).await,
         1
     );
-    let marked = client
-        .query(
-            &format!("SELECT processed_at, locked_until FROM {table} WHERE id = $1"),
-            &[&late],
-        )
+    let after = server_now(&client).await;
+    let marked = stored(&client, table, "processed_at", late)
         .await
-        .unwrap();
-    assert_eq!(micros_of(marked[0].get("processed_at")), after);
+        .expect("the row is marked");
+    assert_server_time(marked, before, after, 0, "processed_at");
+    assert_eq!(stored(&client, table, "locked_until", late).await, None);
     assert!(
-        marked[0]
-            .get::<_, Option<SystemTime>>("locked_until")
-            .is_none()
+        query(&client, claim, &claim_for(10)).await.is_empty(),
+        "a held lease, a processed row and a future one"
     );
-    let far = until2 + 3_600_000_000 * 2;
-    let last = query(&client, claim, &claim_at(far, far + 1, 10)).await;
+
+    // Every lease runs out and the future row falls due, by the server's clock.
+    set_from_server_now(&client, table, "locked_until", early, -1).await;
+    set_from_server_now(&client, table, "due_at", future, -1).await;
+    let last = query(&client, claim, &claim_for(10)).await;
     let mut last_ids = ids(&last);
     last_ids.sort_unstable();
     assert!(!last_ids.contains(&late), "a processed row stays settled");
     assert_eq!(
-        last_ids.len(),
-        2,
+        last_ids,
+        [early, future],
         "the released row and the future one, now due"
     );
 
@@ -614,10 +698,9 @@ async fn advisory_form() {
         .payload(Column::new("payload"))
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 2);
-    let now = now_micros();
-    publish(&a, &s, b"1", now, "7").await;
-    publish(&a, &s, b"2", now, "8").await;
-    publish(&a, &s, b"3", now, "7").await;
+    publish(&a, &s, b"1", None, "7").await;
+    publish(&a, &s, b"2", None, "8").await;
+    publish(&a, &s, b"3", None, "7").await;
     a.execute(
         &format!("INSERT INTO {table} (payload) VALUES ('\\x34')"),
         &[],
@@ -629,10 +712,7 @@ async fn advisory_form() {
     let rows = query(
         &a,
         candidates,
-        &binds(
-            candidates,
-            &[(Arg::Limit, Value::Int(10)), (Arg::Now, Value::Int(now))],
-        ),
+        &binds(candidates, &[(Arg::Limit, Value::Int(10))]),
     )
     .await;
     let found: Vec<(i64, Option<String>)> = rows
@@ -675,15 +755,7 @@ async fn advisory_form() {
 
     // A takes the row while it is claimable: the attempt counts and the row reads back.
     let take = get(s.of_kind(StatementKind::Take));
-    let taken = query(
-        &a,
-        take,
-        &binds(
-            take,
-            &[(Arg::Id, Value::Int(first)), (Arg::Now, Value::Int(now))],
-        ),
-    )
-    .await;
+    let taken = query(&a, take, &binds(take, &[(Arg::Id, Value::Int(first))])).await;
     assert_eq!(ids(&taken), vec![first]);
     assert_eq!(taken[0].get::<_, i32>("attempt"), 1);
     assert_eq!(taken[0].get::<_, Vec<u8>>("payload"), b"1");
@@ -706,15 +778,7 @@ async fn advisory_form() {
         query(&b, unlock, &key_binds(unlock, "video_jobs-7")).await,
         "unlocked"
     ));
-    let taken = query(
-        &a,
-        take,
-        &binds(
-            take,
-            &[(Arg::Id, Value::Int(first)), (Arg::Now, Value::Int(now))],
-        ),
-    )
-    .await;
+    let taken = query(&a, take, &binds(take, &[(Arg::Id, Value::Int(first))])).await;
     assert!(taken.is_empty(), "a settled row is taken no more");
 
     drop_table(&a, table).await;
@@ -733,45 +797,58 @@ async fn advisory_take_reads_only_claimable_rows() {
         .due(Column::new("due_at"))
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 2);
-    let now = now_micros();
-    publish(&client, &s, b"due", now - 1_000, "").await;
-    publish(&client, &s, b"later", now + 60_000_000, "").await;
+    // A row published without a due time is due at the server's time of the publish; one
+    // due a minute from the server's time is not due yet.
+    let before = server_now(&client).await;
+    publish(&client, &s, b"due", None, "").await;
+    let after = server_now(&client).await;
+    publish(&client, &s, b"later", Some(after + 60_000_000), "").await;
+    let id_of = |payload: &'static str| {
+        let sql = format!("SELECT id FROM {table} WHERE payload = '{payload}'::bytea");
+        let client = &client;
+        async move { query_scalar(client, &sql).await }
+    };
+    let (due, later) = (id_of("due").await, id_of("later").await);
+    let due_at = stored(&client, table, "due_at", due)
+        .await
+        .expect("a due time");
+    assert_server_time(due_at, before, after, 0, "a row published due now");
     let candidates = get(s.of_kind(StatementKind::Candidates));
     let rows = query(
         &client,
         candidates,
-        &binds(
-            candidates,
-            &[(Arg::Limit, Value::Int(10)), (Arg::Now, Value::Int(now))],
-        ),
+        &binds(candidates, &[(Arg::Limit, Value::Int(10))]),
     )
     .await;
     assert_eq!(rows.len(), 1, "the row not yet due is no candidate");
     let id: i64 = rows[0].get("rs_id");
+    assert_eq!(id, due);
     assert_eq!(rows[0].get::<_, String>("rs_key"), id.to_string());
     let take = get(s.of_kind(StatementKind::Take));
-    let take_binds = || {
-        binds(
-            take,
-            &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))],
-        )
-    };
-    assert_eq!(query(&client, take, &take_binds()).await.len(), 1);
+    let take_binds = |id: i64| binds(take, &[(Arg::Id, Value::Int(id))]);
+    assert!(
+        query(&client, take, &take_binds(later)).await.is_empty(),
+        "a row not yet due is not taken"
+    );
+    assert_eq!(query(&client, take, &take_binds(id)).await.len(), 1);
     let settle = s.settle();
+    let before = server_now(&client).await;
     assert_eq!(
         execute(
             &client,
             settle,
-            &binds(
-                settle,
-                &[(Arg::Id, Value::Int(id)), (Arg::Now, Value::Int(now))]
-            )
+            &binds(settle, &[(Arg::Id, Value::Int(id))])
         )
         .await,
         1
     );
+    let after = server_now(&client).await;
+    let marked = stored(&client, table, "processed_at", id)
+        .await
+        .expect("the row is marked");
+    assert_server_time(marked, before, after, 0, "processed_at");
     assert!(
-        query(&client, take, &take_binds()).await.is_empty(),
+        query(&client, take, &take_binds(id)).await.is_empty(),
         "a processed row is not taken"
     );
     drop_table(&client, table).await;
@@ -896,57 +973,92 @@ async fn schema_and_quoted_names() {
     )
     .await;
     let claim = get(s.of_kind(StatementKind::ClaimLease));
-    let now = now_micros();
+    let before = server_now(&client).await;
     let rows = query(
         &client,
         claim,
         &binds(
             claim,
-            &[
-                (Arg::Now, Value::Int(now)),
-                (Arg::Until, Value::Int(now + 1)),
-                (Arg::Limit, Value::Int(1)),
-            ],
+            &[(Arg::LeaseFor, Value::Int(1)), (Arg::Limit, Value::Int(1))],
         ),
     )
     .await;
+    let after = server_now(&client).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get::<_, i32>("att\"empt"), 1);
+    let until = until_of(&rows[0]);
+    assert_eq!(micros_of(rows[0].get("lock`ed")), until);
+    assert_server_time(until, before, after, 1, "the lease of a quoted column");
     drop_table(&client, &quoted).await;
 }
 
 #[tokio::test]
 async fn times_round_trip_to_the_microsecond() {
-    // The fence compares a stored lease with a bound one: the conversion must be exact.
+    // The fence compares a stored lease with a bound one, read back from a claim: both
+    // conversions must be exact, whatever the session's time zone.
     let client = connect().await;
     let desc = *InboxSpec::new("unused", Column::new("id"))
         .lease(Column::new("locked_until"))
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 1);
-    let base = now_micros();
-    for offset in [
-        0_i64,
-        1,
-        999_999,
-        123_456_789,
-        -1,
-        86_400_000_000 * 365 * 50 + 7,
-    ] {
-        let t = base + offset;
-        let row = client
-            .query_one(
-                "SELECT (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') AS t",
-                &[&t],
-            )
+    let to_micros = |e: &str| {
+        format!(
+            "(CAST(FLOOR(EXTRACT(EPOCH FROM {e})) AS BIGINT) * 1000000 + \
+             CAST(EXTRACT(MICROSECONDS FROM {e}) AS BIGINT) % 1000000)"
+        )
+    };
+    let base = server_now(&client).await;
+    for zone in ["UTC", "Asia/Kathmandu", "America/St_Johns"] {
+        client
+            .batch_execute(&format!("SET TIME ZONE '{zone}'"))
             .await
             .unwrap();
-        assert_eq!(micros_of(row.get("t")), t);
+        for offset in [
+            0_i64,
+            1,
+            999_999,
+            123_456_789,
+            -1,
+            86_400_000_000 * 365 * 50 + 7,
+        ] {
+            let t = base + offset;
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT x AS t, {} AS m FROM (SELECT (TIMESTAMPTZ 'epoch' + \
+                         CAST($1 AS BIGINT) * INTERVAL '1 microsecond') AS x) AS v",
+                        to_micros("x")
+                    ),
+                    &[&t],
+                )
+                .await
+                .unwrap();
+            assert_eq!(micros_of(row.get("t")), t, "{zone}");
+            assert_eq!(row.get::<_, i64>("m"), t, "{zone}: read back");
+        }
     }
+    let extend = get(s.of_kind(StatementKind::ExtendLease));
+    let fence = extend
+        .args
+        .iter()
+        .position(|a| *a == Arg::Fence)
+        .expect("the extension is fenced")
+        + 1;
     assert!(
-        get(s.of_kind(StatementKind::ExtendLease))
-            .sql
-            .contains("(TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')"),
-        "the statements use the conversion checked here"
+        extend.sql.contains(&format!(
+            "(TIMESTAMPTZ 'epoch' + CAST(${fence} AS BIGINT) * INTERVAL '1 microsecond')"
+        )),
+        "the statements use the conversion checked here: {}",
+        extend.sql
+    );
+    let claim = get(s.of_kind(StatementKind::ClaimLease));
+    assert!(
+        claim.sql.contains(&format!(
+            "{} AS {UNTIL}",
+            to_micros("\"unused\".\"locked_until\"")
+        )),
+        "the claim reads the expiry back as checked here: {}",
+        claim.sql
     );
 }
 
@@ -971,20 +1083,17 @@ async fn lease_settlements_in_one_statement() {
             *spec.desc()
         };
         let s = Statements::render(Dialect::Postgres, &desc, 3);
-        let now = now_micros();
         for payload in [b"a", b"b", b"c"] {
-            publish(&client, &s, payload, now - 1_000_000, "x").await;
+            publish(&client, &s, payload, None, "x").await;
         }
         let claim = get(s.of_kind(StatementKind::ClaimLease));
-        let until = now + 30_000_000;
         let claimed = query(
             &client,
             claim,
             &binds(
                 claim,
                 &[
-                    (Arg::Now, Value::Int(now)),
-                    (Arg::Until, Value::Int(until)),
+                    (Arg::LeaseFor, Value::Int(30_000_000)),
                     (Arg::Limit, Value::Int(3)),
                 ],
             ),
@@ -992,14 +1101,22 @@ async fn lease_settlements_in_one_statement() {
         .await;
         let held = ids(&claimed);
         assert_eq!(held.len(), 3);
+        // Each row's fence is the expiry its claim read back; the third's is one
+        // microsecond off.
+        let fences: Vec<i64> = claimed
+            .iter()
+            .enumerate()
+            .map(|(i, row)| until_of(row) + i64::from(i == 2))
+            .collect();
         let settle = Statements::settle_leases(Dialect::Postgres, &desc, 3).expect("PostgreSQL");
-        let fences = [until, until, until + 1];
         let values = settle.binds(|arg| match arg {
             Arg::IdAt(i) => Value::Int(held[i]),
             Arg::FenceAt(i) => Value::Int(fences[i]),
-            _ => Value::Int(now),
+            other => panic!("no value for {other:?} in {}", settle.sql),
         });
+        let before = server_now(&client).await;
         let settled = query(&client, &settle, &values).await;
+        let after = server_now(&client).await;
         let mut settled = ids(&settled);
         settled.sort_unstable();
         assert_eq!(
@@ -1031,6 +1148,12 @@ async fn lease_settlements_in_one_statement() {
                 .await
                 .unwrap();
             assert_eq!(cleared[0].get::<_, i64>("n"), 2);
+            for id in &held[..2] {
+                let marked = stored(&client, table, "processed_at", *id)
+                    .await
+                    .expect("the row is marked");
+                assert_server_time(marked, before, after, 0, "processed_at");
+            }
         }
         drop_table(&client, table).await;
     }
@@ -1051,23 +1174,18 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
         .desc();
     let s = Statements::render(Dialect::Postgres, &desc, 4);
     for payload in [b"a", b"b", b"c", b"d", b"e"] {
-        publish(&a, &s, payload, now_micros(), "x").await;
+        publish(&a, &s, payload, None, "x").await;
     }
     let FormStatements::RowLock(f) = &s.form else {
         panic!("the row lock form");
     };
     let count_row = get(s.of_kind(StatementKind::CountRow));
-    let now = now_micros();
     let rows = query(
         &a,
         count_row,
         &binds(
             count_row,
-            &[
-                (Arg::Now, Value::Int(now)),
-                (Arg::Limit, Value::Int(3)),
-                (Arg::Take, Value::Int(3)),
-            ],
+            &[(Arg::Limit, Value::Int(3)), (Arg::Take, Value::Int(3))],
         ),
     )
     .await;
@@ -1087,7 +1205,6 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
         &binds(
             from,
             &[
-                (Arg::Now, Value::Int(now)),
                 (Arg::Limit, Value::Int(5)),
                 (Arg::Take, Value::Int(5)),
                 (Arg::Floor, Value::Int(floor)),
@@ -1109,4 +1226,135 @@ async fn row_lock_counts_several_rows_at_once_and_from_an_id() {
         .get::<_, i64>(0);
     assert_eq!(marks, 5, "a mark for each counted row");
     drop_table(&a, table).await;
+}
+
+/// A lease claim reads back the expiry the server wrote, to the microsecond the row holds: a
+/// fence taken from it holds the row and one a microsecond off holds nothing; an extension
+/// moves the expiry by exactly its length; a retry makes the row due the delay after the
+/// server's time.
+#[tokio::test]
+async fn lease_claim_reads_back_the_expiry_it_wrote() {
+    use ruststream_core::dialect::FormStatements;
+    let table = unique("pg_lease_until");
+    let client = connect().await;
+    create(&client, table).await;
+    let desc = *InboxSpec::new(table, Column::new("id").generated())
+        .payload(Column::new("payload"))
+        .attempt(Column::new("attempt").generated())
+        .lease(Column::new("locked_until"))
+        .processed_at(Column::new("processed_at"))
+        .due(Column::new("due_at"))
+        .desc();
+    let s = Statements::render(Dialect::Postgres, &desc, 1);
+    let FormStatements::Lease(f) = &s.form else {
+        panic!("the lease form");
+    };
+    publish(&client, &s, b"x", None, "x").await;
+    let claim = get(s.of_kind(StatementKind::ClaimLease));
+    assert_eq!(
+        last_column(claim),
+        Some(UNTIL),
+        "the expiry is the claim's last column"
+    );
+    let lease = 20_000_000;
+    let before = server_now(&client).await;
+    let claimed = query(
+        &client,
+        claim,
+        &binds(
+            claim,
+            &[
+                (Arg::LeaseFor, Value::Int(lease)),
+                (Arg::Limit, Value::Int(1)),
+            ],
+        ),
+    )
+    .await;
+    let after = server_now(&client).await;
+    assert_eq!(claimed.len(), 1);
+    let id: i64 = claimed[0].get("id");
+    let until = until_of(&claimed[0]);
+    assert_eq!(
+        stored(&client, table, "locked_until", id).await,
+        Some(until),
+        "the expiry read back is the one the row holds"
+    );
+    assert_server_time(until, before, after, lease, "the claim's expiry");
+
+    let extend = &f.extend;
+    let extend_by = |by: i64, fence: i64| {
+        binds(
+            extend,
+            &[
+                (Arg::Extend, Value::Int(by)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+            ],
+        )
+    };
+    let more = 7_654_321;
+    for off in [until + 1, until - 1] {
+        assert_eq!(
+            execute(&client, extend, &extend_by(more, off)).await,
+            0,
+            "a fence a microsecond off holds nothing"
+        );
+    }
+    assert_eq!(
+        stored(&client, table, "locked_until", id).await,
+        Some(until)
+    );
+    assert_eq!(execute(&client, extend, &extend_by(more, until)).await, 1);
+    assert_eq!(
+        stored(&client, table, "locked_until", id).await,
+        Some(until + more),
+        "the extension moves the expiry by exactly its length"
+    );
+    assert_eq!(
+        execute(&client, extend, &extend_by(more, until)).await,
+        0,
+        "the old expiry fences nothing"
+    );
+    let until = until + more;
+
+    // A retry under the fence: due the delay after the server's time, the lease cleared.
+    let retry = &f.retry;
+    let retry_in = 3_600_000_000;
+    let retry_binds = |fence: i64| {
+        binds(
+            retry,
+            &[
+                (Arg::RetryIn, Value::Int(retry_in)),
+                (Arg::Id, Value::Int(id)),
+                (Arg::Fence, Value::Int(fence)),
+                (Arg::Error, Value::Null),
+            ],
+        )
+    };
+    assert_eq!(execute(&client, retry, &retry_binds(until - 1)).await, 0);
+    let before = server_now(&client).await;
+    assert_eq!(execute(&client, retry, &retry_binds(until)).await, 1);
+    let after = server_now(&client).await;
+    let due = stored(&client, table, "due_at", id)
+        .await
+        .expect("a due time");
+    assert_server_time(due, before, after, retry_in, "the retried row's due time");
+    assert_eq!(stored(&client, table, "locked_until", id).await, None);
+    assert!(
+        query(
+            &client,
+            claim,
+            &binds(
+                claim,
+                &[
+                    (Arg::LeaseFor, Value::Int(lease)),
+                    (Arg::Limit, Value::Int(1)),
+                ],
+            ),
+        )
+        .await
+        .is_empty(),
+        "the retried row is not due yet"
+    );
+    drop_table(&client, table).await;
 }

@@ -6,7 +6,13 @@
 //! ([`Output`]). An adapter binds `statement.args` as the core fills them and reads the reply as
 //! `statement.output` says; it writes no SQL of its own.
 //!
-//! Times enter statements as bind parameters, microseconds since the Unix epoch, converted per
+//! One clock decides every time the queue writes into a row or compares with one: the
+//! database's (PostgreSQL `statement_timestamp()`, MySQL and MariaDB `UTC_TIMESTAMP(6)`,
+//! SQLite `'now'`). The core binds durations (a lease, a retry's delay, a retention's age),
+//! never a time of its process, so a process whose clock is off neither takes a row another
+//! holds nor leases one for longer. A lease claim reads the expiry it wrote back
+//! ([`UNTIL`]): the fence of the row's later statements. The times a user gives (a due
+//! time, a schedule's ticks) are bound as microseconds since the Unix epoch, converted per
 //! dialect: PostgreSQL `timestamptz`, MySQL and MariaDB `DATETIME(6)` (UTC), SQLite `INTEGER`
 //! microseconds.
 //!
@@ -35,6 +41,7 @@ mod schema;
 mod statement;
 mod stats;
 
+pub use claims::UNTIL;
 pub use failed::{FailedRows, error_like};
 pub use maintenance::{
     MaintenanceKind, PERIODIC_TABLE, PeriodicStatements, RetentionStatements, periodic_table_ddl,
@@ -305,7 +312,7 @@ pub struct LeaseStatements {
     /// Marks a row failed while this process's lease holds it, where the table keeps failed
     /// rows.
     pub fail: Option<Statement>,
-    /// Returns a row to the queue at [`Arg::RetryAt`] while this process's lease holds it:
+    /// Returns a row to the queue [`Arg::RetryIn`] from now while this process's lease holds it:
     /// writes the due column and clears the lease, or without a due column writes the lease's
     /// expiry; and the error, where the table has the column.
     pub retry: Statement,
@@ -501,7 +508,7 @@ impl Statements {
 
     /// The lease form: the settlement of `rows` rows as done in one statement, each fenced
     /// by its own lease, returning the ids it settled, so that a lease lost among them is
-    /// told apart. Arguments: [`Arg::IdAt`] and [`Arg::FenceAt`] for each row, [`Arg::Now`].
+    /// told apart. Arguments: [`Arg::IdAt`] and [`Arg::FenceAt`] for each row.
     /// `None` where the database cannot return the rows such a statement wrote (MySQL; on
     /// MariaDB, the `processed_at` mark, an `UPDATE`) or for a form without leases.
     pub fn settle_leases(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
@@ -538,8 +545,8 @@ impl Statements {
 
     /// Returns the failed rows `which` selects to the queue: clears their `failed_at` and
     /// error, counts their attempts from zero, makes them due now and clears a lease. `None`
-    /// for a table that keeps no failed rows. Arguments: [`Arg::Now`], and [`Arg::IdAt`] or
-    /// [`Arg::ErrorLike`] as `which` says.
+    /// for a table that keeps no failed rows. Arguments: [`Arg::IdAt`] or [`Arg::ErrorLike`]
+    /// as `which` says.
     pub fn redrive(dialect: Dialect, desc: &TableDesc, which: FailedRows) -> Option<Statement> {
         desc.failed_at
             .map(|failed| Renderer { dialect, desc }.redrive(failed.name, which))

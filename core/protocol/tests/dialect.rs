@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ruststream_core::dialect::{AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim};
+use ruststream_core::dialect::{
+    AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim, UNTIL,
+};
 use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy, Payload,
     Processed, own,
@@ -24,6 +26,38 @@ const DIALECTS: [Dialect; 4] = [
     Dialect::MariaDb,
     Dialect::Sqlite,
 ];
+
+/// The database's clock, as each dialect reads it: every time a statement writes into a row
+/// or compares with one.
+const PG_NOW: &str = "statement_timestamp()";
+const MY_NOW: &str = "UTC_TIMESTAMP(6)";
+const LITE_NOW: &str =
+    "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
+
+/// A PostgreSQL time as microseconds since the Unix epoch, exact before PostgreSQL 14 too.
+fn pg_micros(expr: &str) -> String {
+    format!(
+        "(CAST(FLOOR(EXTRACT(EPOCH FROM {expr})) AS BIGINT) * 1000000 + CAST(EXTRACT(MICROSECONDS FROM {expr}) AS BIGINT) % 1000000)"
+    )
+}
+
+/// A MySQL or MariaDB time as microseconds since the Unix epoch.
+fn my_micros(expr: &str) -> String {
+    format!("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {expr})")
+}
+
+/// A bound time (microseconds since the Unix epoch) as a PostgreSQL `timestamptz`: `$n`.
+fn pg_time(n: u32) -> String {
+    format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')")
+}
+
+/// The PostgreSQL time `base` plus bound microseconds `$n`.
+fn pg_plus(base: &str, n: u32) -> String {
+    format!("({base} + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')")
+}
+
+/// A bound time as a MySQL or MariaDB `DATETIME(6)`.
+const MY_TIME: &str = "TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')";
 
 const ROW_LOCK: InboxSpec<(Payload, Attempt)> =
     InboxSpec::new("jobs", Column::new("id").generated())
@@ -135,12 +169,10 @@ const FAILING_ADVISORY: InboxSpec<(Advisory, Attempt, Payload, Failed)> =
         .payload(Column::new("payload"))
         .failed(Column::new("failed_at"));
 
-/// The statements of failed rows and delayed retries, per form, in PostgreSQL and MySQL.
+/// The statements of failed rows and delayed retries, per form, in PostgreSQL and MySQL: the
+/// failed mark is the database's time, a retry's due time the database's time plus a delay.
 #[test]
 fn failed_rows_and_delayed_retries() {
-    let pg =
-        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
-    let my = "TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')";
     let row_lock = |d| Statements::render(d, FAILING_ROW_LOCK.desc(), 1);
     let FormStatements::RowLock(f) = row_lock(Dialect::Postgres).form else {
         panic!("row lock");
@@ -148,24 +180,20 @@ fn failed_rows_and_delayed_retries() {
     assert_eq!(
         &*f.fail.as_ref().unwrap().sql,
         format!(
-            r#"UPDATE "jobs" SET "failed_at" = {}, "error" = COALESCE($2, "error") WHERE "id" = $3"#,
-            pg(1)
+            r#"UPDATE "jobs" SET "failed_at" = {PG_NOW}, "error" = COALESCE($1, "error") WHERE "id" = $2"#
         )
     );
-    assert_eq!(
-        &*f.fail.as_ref().unwrap().args,
-        &[Arg::Now, Arg::Error, Arg::Id]
-    );
+    assert_eq!(&*f.fail.as_ref().unwrap().args, &[Arg::Error, Arg::Id]);
     assert_eq!(
         &*f.retry.as_ref().unwrap().sql,
         format!(
             r#"UPDATE "jobs" SET "due_at" = {}, "error" = COALESCE($2, "error") WHERE "id" = $3"#,
-            pg(1)
+            pg_plus(PG_NOW, 1)
         )
     );
     assert_eq!(
         &*f.retry.as_ref().unwrap().args,
-        &[Arg::RetryAt, Arg::Error, Arg::Id]
+        &[Arg::RetryIn, Arg::Error, Arg::Id]
     );
     // The claim passes over failed rows.
     let RowLockClaim::Count { count_row, .. } = &f.claim else {
@@ -174,7 +202,7 @@ fn failed_rows_and_delayed_retries() {
     assert!(
         count_row
             .sql
-            .contains(r#""failed_at" IS NULL AND "due_at" <= "#),
+            .contains(&format!(r#""failed_at" IS NULL AND "due_at" <= {PG_NOW} "#)),
         "{}",
         count_row.sql
     );
@@ -184,8 +212,19 @@ fn failed_rows_and_delayed_retries() {
     assert_eq!(
         &*f.fail.as_ref().unwrap().sql,
         format!(
-            "UPDATE `jobs` SET `failed_at` = {my}, `error` = COALESCE(?, `error`) WHERE `id` = ?"
+            "UPDATE `jobs` SET `failed_at` = {MY_NOW}, `error` = COALESCE(?, `error`) WHERE `id` = ?"
         )
+    );
+    assert_eq!(&*f.fail.as_ref().unwrap().args, &[Arg::Error, Arg::Id]);
+    assert_eq!(
+        &*f.retry.as_ref().unwrap().sql,
+        format!(
+            "UPDATE `jobs` SET `due_at` = TIMESTAMPADD(MICROSECOND, ?, {MY_NOW}), `error` = COALESCE(?, `error`) WHERE `id` = ?"
+        )
+    );
+    assert_eq!(
+        &*f.retry.as_ref().unwrap().args,
+        &[Arg::RetryIn, Arg::Error, Arg::Id]
     );
     // The lease form: fenced; a retry without a due column writes the lease's expiry.
     let FormStatements::Lease(f) =
@@ -196,22 +235,25 @@ fn failed_rows_and_delayed_retries() {
     assert_eq!(
         &*f.fail.as_ref().unwrap().sql,
         format!(
-            r#"UPDATE "jobs" SET "failed_at" = {}, "error" = COALESCE($2, "error"), "locked_until" = NULL WHERE "id" = $3 AND "locked_until" = {}"#,
-            pg(1),
-            pg(4)
+            r#"UPDATE "jobs" SET "failed_at" = {PG_NOW}, "error" = COALESCE($1, "error"), "locked_until" = NULL WHERE "id" = $2 AND "locked_until" = {}"#,
+            pg_time(3)
         )
+    );
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().args,
+        &[Arg::Error, Arg::Id, Arg::Fence]
     );
     assert_eq!(
         &*f.retry.sql,
         format!(
             r#"UPDATE "jobs" SET "locked_until" = {}, "error" = COALESCE($2, "error") WHERE "id" = $3 AND "locked_until" = {}"#,
-            pg(1),
-            pg(4)
+            pg_plus(PG_NOW, 1),
+            pg_time(4)
         )
     );
     assert_eq!(
         &*f.retry.args,
-        &[Arg::RetryAt, Arg::Error, Arg::Id, Arg::Fence]
+        &[Arg::RetryIn, Arg::Error, Arg::Id, Arg::Fence]
     );
     // With a due column: the due time, and the lease cleared.
     let FormStatements::Lease(f) = Statements::render(Dialect::Sqlite, LEASE.desc(), 1).form else {
@@ -219,8 +261,11 @@ fn failed_rows_and_delayed_retries() {
     };
     assert_eq!(
         &*f.retry.sql,
-        r#"UPDATE "jobs" SET "due_at" = ?1, "locked_until" = NULL WHERE "id" = ?2 AND "locked_until" = ?3"#
+        format!(
+            r#"UPDATE "jobs" SET "due_at" = ({LITE_NOW} + ?1), "locked_until" = NULL WHERE "id" = ?2 AND "locked_until" = ?3"#
+        )
     );
+    assert_eq!(&*f.retry.args, &[Arg::RetryIn, Arg::Id, Arg::Fence]);
     assert!(f.fail.is_none(), "no failed_at, no failed mark");
     // The advisory form without a due or an error column writes no retry.
     let FormStatements::Advisory(f) =
@@ -231,8 +276,9 @@ fn failed_rows_and_delayed_retries() {
     assert!(f.retry.is_none());
     assert_eq!(
         &*f.fail.as_ref().unwrap().sql,
-        format!("UPDATE `video_jobs` SET `failed_at` = {my} WHERE `id` = ?")
+        format!("UPDATE `video_jobs` SET `failed_at` = {MY_NOW} WHERE `id` = ?")
     );
+    assert_eq!(&*f.fail.as_ref().unwrap().args, &[Arg::Id]);
     assert!(
         f.candidates.sql.contains("`failed_at` IS NULL"),
         "{}",
@@ -243,17 +289,27 @@ fn failed_rows_and_delayed_retries() {
 /// Redrive and the deletion of failed rows: all, by id, by the error's text.
 #[test]
 fn redrive_and_delete_of_failed_rows() {
-    let pg =
-        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
     let desc = FAILING_ROW_LOCK.desc();
     let all = Statements::redrive(Dialect::Postgres, desc, FailedRows::All).unwrap();
     assert_eq!(
         &*all.sql,
         format!(
-            r#"UPDATE "jobs" SET "failed_at" = NULL, "error" = NULL, "attempt" = 0, "due_at" = {} WHERE "failed_at" IS NOT NULL"#,
-            pg(1)
+            r#"UPDATE "jobs" SET "failed_at" = NULL, "error" = NULL, "attempt" = 0, "due_at" = {PG_NOW} WHERE "failed_at" IS NOT NULL"#
         )
     );
+    assert!(
+        all.args.is_empty(),
+        "due at the database's time: {:?}",
+        all.args
+    );
+    let ids = Statements::redrive(Dialect::Sqlite, desc, FailedRows::Ids(2)).unwrap();
+    assert_eq!(
+        &*ids.sql,
+        format!(
+            r#"UPDATE "jobs" SET "failed_at" = NULL, "error" = NULL, "attempt" = 0, "due_at" = {LITE_NOW} WHERE "failed_at" IS NOT NULL AND "id" IN (?1, ?2)"#
+        )
+    );
+    assert_eq!(&*ids.args, &[Arg::IdAt(0), Arg::IdAt(1)]);
     let ids = Statements::delete_failed(Dialect::MySql, desc, FailedRows::Ids(2)).unwrap();
     assert_eq!(
         &*ids.sql,
@@ -629,58 +685,80 @@ fn sqlite_refuses_the_row_lock_form() {
     }
 }
 
+/// The rows a lease claim reads: the id, the attempt, then the expiry its lease got by the
+/// database's clock.
+fn claimed_columns(attempt: bool) -> Output {
+    let mut columns = vec![OutColumn::new("id", ColumnType::Id)];
+    if attempt {
+        columns.push(OutColumn::new("attempt", ColumnType::Int));
+    }
+    columns.push(OutColumn::new("rs_until", ColumnType::Int));
+    Output::Rows {
+        columns: columns.into(),
+        raw: true,
+    }
+}
+
 #[test]
 fn postgres_lease_statements() {
+    assert_eq!(UNTIL, "rs_until");
     let s = render(Dialect::Postgres, &LEASE);
-    let t =
-        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
+    // The lease is the database's time plus a bound duration, and its expiry is read back.
     assert_eq!(
         sql(&s.claim_lease),
         format!(
-            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} AND ("locked_until" IS NULL OR "locked_until" <= {}) ORDER BY "due_at" ASC, "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = {}, "attempt" = COALESCE("attempt", 0) + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*"#,
-            t(1),
-            t(1),
-            t(3)
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {PG_NOW} AND ("locked_until" IS NULL OR "locked_until" <= {PG_NOW}) ORDER BY "due_at" ASC, "id" ASC LIMIT $1 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = {}, "attempt" = COALESCE("attempt", 0) + 1 FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*, {} AS rs_until"#,
+            pg_plus(PG_NOW, 2),
+            pg_micros(r#""jobs"."locked_until""#)
         )
     );
     assert_eq!(
         &*s.claim_lease.as_ref().unwrap().args,
-        &[Arg::Now, Arg::Limit, Arg::Until]
+        &[Arg::Limit, Arg::LeaseFor]
     );
+    assert_eq!(
+        s.claim_lease.as_ref().unwrap().output,
+        claimed_columns(true)
+    );
+    // An extension moves the expiry the row holds, fenced by it.
     assert_eq!(
         sql(&s.extend_lease),
         format!(
             r#"UPDATE "jobs" SET "locked_until" = {} WHERE "id" = $2 AND "locked_until" = {}"#,
-            t(1),
-            t(3)
+            pg_plus(r#""locked_until""#, 1),
+            pg_time(3)
         )
     );
     assert_eq!(
         &*s.extend_lease.as_ref().unwrap().args,
-        &[Arg::Until, Arg::Id, Arg::Fence]
+        &[Arg::Extend, Arg::Id, Arg::Fence]
     );
     assert_eq!(
         sql(&s.release_lease),
         format!(
             r#"UPDATE "jobs" SET "locked_until" = NULL WHERE "id" = $1 AND "locked_until" = {}"#,
-            t(2)
+            pg_time(2)
         )
+    );
+    assert_eq!(
+        &*s.release_lease.as_ref().unwrap().args,
+        &[Arg::Id, Arg::Fence]
     );
     assert_eq!(
         &*s.settle.sql,
         format!(
-            r#"UPDATE "jobs" SET "processed_at" = {}, "locked_until" = NULL WHERE "id" = $2 AND "locked_until" = {}"#,
-            t(1),
-            t(3)
+            r#"UPDATE "jobs" SET "processed_at" = {PG_NOW}, "locked_until" = NULL WHERE "id" = $1 AND "locked_until" = {}"#,
+            pg_time(2)
         )
     );
     assert_eq!(s.settle.kind, StatementKind::MarkProcessed { fenced: true });
-    assert_eq!(&*s.settle.args, &[Arg::Now, Arg::Id, Arg::Fence]);
+    assert_eq!(&*s.settle.args, &[Arg::Id, Arg::Fence]);
+    // A row published without a due time is due at the database's time.
     assert_eq!(
         &*s.publish.sql,
         format!(
-            r#"WITH rs_published AS (INSERT INTO "jobs" ("payload", "due_at") VALUES ($1, {}) RETURNING 1) SELECT pg_notify('ruststream', 'jobs') FROM rs_published"#,
-            t(2)
+            r#"WITH rs_published AS (INSERT INTO "jobs" ("payload", "due_at") VALUES ($1, COALESCE({}, {PG_NOW})) RETURNING 1) SELECT pg_notify('ruststream', 'jobs') FROM rs_published"#,
+            pg_time(2)
         )
     );
     assert_eq!(&*s.publish.args, &[Arg::Payload, Arg::Due]);
@@ -693,22 +771,29 @@ fn postgres_lease_statements() {
 
 #[test]
 fn mysql_lease_statements() {
-    let t = "TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')";
+    let t = MY_TIME;
     for dialect in [Dialect::MySql, Dialect::MariaDb] {
         let s = render(dialect, &LEASE);
         assert!(
             s.claim_lease.is_none(),
             "{dialect:?} has no UPDATE .. RETURNING"
         );
+        // The locking read reads the expiry the database's clock gives the lease; the mark
+        // writes that expiry, bound back as the fence.
         assert_eq!(
             sql(&s.select_lease),
             format!(
-                "SELECT * FROM `jobs` WHERE `processed_at` IS NULL AND `due_at` <= {t} AND (`locked_until` IS NULL OR `locked_until` <= {t}) ORDER BY `due_at` ASC, `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"
+                "SELECT `jobs`.*, {} AS rs_until FROM `jobs` WHERE `processed_at` IS NULL AND `due_at` <= {MY_NOW} AND (`locked_until` IS NULL OR `locked_until` <= {MY_NOW}) ORDER BY `due_at` ASC, `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED",
+                my_micros(&format!("TIMESTAMPADD(MICROSECOND, ?, {MY_NOW})"))
             )
         );
         assert_eq!(
             &*s.select_lease.as_ref().unwrap().args,
-            &[Arg::Now, Arg::Now, Arg::Limit]
+            &[Arg::LeaseFor, Arg::Limit]
+        );
+        assert_eq!(
+            s.select_lease.as_ref().unwrap().output,
+            claimed_columns(true)
         );
         assert_eq!(
             &*s.mark_lease(2).unwrap().sql,
@@ -718,24 +803,30 @@ fn mysql_lease_statements() {
         );
         assert_eq!(
             &*s.mark_lease(2).unwrap().args,
-            &[Arg::Until, Arg::IdAt(0), Arg::IdAt(1)]
+            &[Arg::Fence, Arg::IdAt(0), Arg::IdAt(1)]
         );
         assert_eq!(
             sql(&s.extend_lease),
             format!(
-                "UPDATE `jobs` SET `locked_until` = {t} WHERE `id` = ? AND `locked_until` = {t}"
+                "UPDATE `jobs` SET `locked_until` = TIMESTAMPADD(MICROSECOND, ?, `locked_until`) WHERE `id` = ? AND `locked_until` = {t}"
             )
+        );
+        assert_eq!(
+            &*s.extend_lease.as_ref().unwrap().args,
+            &[Arg::Extend, Arg::Id, Arg::Fence]
         );
         assert_eq!(
             &*s.settle.sql,
             format!(
-                "UPDATE `jobs` SET `processed_at` = {t}, `locked_until` = NULL WHERE `id` = ? AND `locked_until` = {t}"
+                "UPDATE `jobs` SET `processed_at` = {MY_NOW}, `locked_until` = NULL WHERE `id` = ? AND `locked_until` = {t}"
             )
         );
+        assert_eq!(&*s.settle.args, &[Arg::Id, Arg::Fence]);
         assert_eq!(
             &*s.publish.sql,
-            format!("INSERT INTO `jobs` (`payload`, `due_at`) VALUES (?, {t})")
+            format!("INSERT INTO `jobs` (`payload`, `due_at`) VALUES (?, COALESCE({t}, {MY_NOW}))")
         );
+        assert_eq!(&*s.publish.args, &[Arg::Payload, Arg::Due]);
     }
 }
 
@@ -744,11 +835,25 @@ fn sqlite_lease_statements() {
     let s = render(Dialect::Sqlite, &LEASE);
     assert_eq!(
         sql(&s.claim_lease),
-        r#"UPDATE "jobs" SET "locked_until" = ?1, "attempt" = COALESCE("attempt", 0) + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= ?2 AND ("locked_until" IS NULL OR "locked_until" <= ?2) ORDER BY "due_at" ASC, "id" ASC LIMIT ?3) RETURNING *"#
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = ({LITE_NOW} + ?1), "attempt" = COALESCE("attempt", 0) + 1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE "processed_at" IS NULL AND "due_at" <= {LITE_NOW} AND ("locked_until" IS NULL OR "locked_until" <= {LITE_NOW}) ORDER BY "due_at" ASC, "id" ASC LIMIT ?2) RETURNING *, "locked_until" AS rs_until"#
+        )
+    );
+    assert_eq!(
+        &*s.claim_lease.as_ref().unwrap().args,
+        &[Arg::LeaseFor, Arg::Limit]
+    );
+    assert_eq!(
+        s.claim_lease.as_ref().unwrap().output,
+        claimed_columns(true)
     );
     assert_eq!(
         sql(&s.extend_lease),
-        r#"UPDATE "jobs" SET "locked_until" = ?1 WHERE "id" = ?2 AND "locked_until" = ?3"#
+        r#"UPDATE "jobs" SET "locked_until" = ("locked_until" + ?1) WHERE "id" = ?2 AND "locked_until" = ?3"#
+    );
+    assert_eq!(
+        &*s.extend_lease.as_ref().unwrap().args,
+        &[Arg::Extend, Arg::Id, Arg::Fence]
     );
     assert_eq!(
         sql(&s.release_lease),
@@ -756,7 +861,16 @@ fn sqlite_lease_statements() {
     );
     assert_eq!(
         &*s.settle.sql,
-        r#"UPDATE "jobs" SET "processed_at" = ?1, "locked_until" = NULL WHERE "id" = ?2 AND "locked_until" = ?3"#
+        format!(
+            r#"UPDATE "jobs" SET "processed_at" = {LITE_NOW}, "locked_until" = NULL WHERE "id" = ?1 AND "locked_until" = ?2"#
+        )
+    );
+    assert_eq!(&*s.settle.args, &[Arg::Id, Arg::Fence]);
+    assert_eq!(
+        &*s.publish.sql,
+        format!(
+            r#"INSERT INTO "jobs" ("payload", "due_at") VALUES (?1, COALESCE(?2, {LITE_NOW}))"#
+        )
     );
     let plain = render(Dialect::Sqlite, &LEASE_PLAIN);
     assert_eq!(
@@ -766,7 +880,17 @@ fn sqlite_lease_statements() {
     assert_eq!(plain.settle.kind, StatementKind::Delete { fenced: true });
     assert_eq!(
         sql(&plain.claim_lease),
-        r#"UPDATE "jobs" SET "locked_until" = ?1 WHERE "id" IN (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= ?2) ORDER BY "id" ASC LIMIT ?3) RETURNING *"#
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = ({LITE_NOW} + ?1) WHERE "id" IN (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= {LITE_NOW}) ORDER BY "id" ASC LIMIT ?2) RETURNING *, "locked_until" AS rs_until"#
+        )
+    );
+    assert_eq!(
+        &*plain.claim_lease.as_ref().unwrap().args,
+        &[Arg::LeaseFor, Arg::Limit]
+    );
+    assert_eq!(
+        plain.claim_lease.as_ref().unwrap().output,
+        claimed_columns(false)
     );
 }
 
@@ -807,23 +931,21 @@ fn postgres_advisory_statements() {
     assert!(s.lock_row.is_none() && s.isolation.is_none() && s.claim_lease.is_none());
 
     let plain = render(Dialect::Postgres, &ADVISORY_PLAIN);
-    let t =
-        |n: u32| format!("(TIMESTAMPTZ 'epoch' + CAST(${n} AS BIGINT) * INTERVAL '1 microsecond')");
     assert_eq!(
         sql(&plain.candidates),
         format!(
-            r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" WHERE "processed_at" IS NULL AND "due_at" <= {} ORDER BY "due_at" ASC, "id" ASC LIMIT $2"#,
-            t(1)
+            r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" WHERE "processed_at" IS NULL AND "due_at" <= {PG_NOW} ORDER BY "due_at" ASC, "id" ASC LIMIT $1"#
         )
     );
+    assert_eq!(&*plain.candidates.as_ref().unwrap().args, &[Arg::Limit]);
     assert_eq!(
         sql(&plain.take),
         format!(
-            r#"SELECT * FROM "video_jobs" WHERE "id" = $1 AND "processed_at" IS NULL AND "due_at" <= {}"#,
-            t(2)
+            r#"SELECT * FROM "video_jobs" WHERE "id" = $1 AND "processed_at" IS NULL AND "due_at" <= {PG_NOW}"#
         ),
         "without an attempt column the take reads the row while it is claimable"
     );
+    assert_eq!(&*plain.take.as_ref().unwrap().args, &[Arg::Id]);
 }
 
 #[test]
@@ -848,8 +970,11 @@ fn mysql_advisory_statements() {
         let plain = render(dialect, &ADVISORY_PLAIN);
         assert_eq!(
             sql(&plain.take),
-            "SELECT * FROM `video_jobs` WHERE `id` = ? AND `processed_at` IS NULL AND `due_at` <= TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00')"
+            format!(
+                "SELECT * FROM `video_jobs` WHERE `id` = ? AND `processed_at` IS NULL AND `due_at` <= {MY_NOW}"
+            )
         );
+        assert_eq!(&*plain.take.as_ref().unwrap().args, &[Arg::Id]);
         assert!(plain.take_count.is_none());
     }
 }
@@ -947,14 +1072,22 @@ fn schema_qualified_names() {
 
 #[test]
 fn custom_order() {
+    let pg = render(Dialect::Postgres, &ORDER);
     assert_eq!(
-        sql(&render(Dialect::Postgres, &ORDER).lock_row),
-        r#"SELECT * FROM "jobs" WHERE "due_at" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') ORDER BY "priority" DESC, "due_at" ASC, "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
+        sql(&pg.lock_row),
+        format!(
+            r#"SELECT * FROM "jobs" WHERE "due_at" <= {PG_NOW} ORDER BY "priority" DESC, "due_at" ASC, "id" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"#
+        )
     );
+    assert!(pg.lock_row.as_ref().unwrap().args.is_empty());
+    let maria = render(Dialect::MariaDb, &ORDER);
     assert_eq!(
-        sql(&render(Dialect::MariaDb, &ORDER).lock_row),
-        "SELECT * FROM `jobs` WHERE `due_at` <= TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00') ORDER BY `priority` DESC, `due_at` ASC, `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+        sql(&maria.lock_row),
+        format!(
+            "SELECT * FROM `jobs` WHERE `due_at` <= {MY_NOW} ORDER BY `priority` DESC, `due_at` ASC, `id` ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+        )
     );
+    assert!(maria.lock_row.as_ref().unwrap().args.is_empty());
     const BY_ID_DESC: InboxSpec<(Payload, Lease)> =
         InboxSpec::new("jobs", Column::new("id").generated())
             .payload(Column::new("payload"))
@@ -962,7 +1095,7 @@ fn custom_order() {
             .order(&[OrderBy::desc("id")]);
     let s = render(Dialect::Sqlite, &BY_ID_DESC);
     assert!(
-        sql(&s.claim_lease).contains(r#"ORDER BY "id" DESC LIMIT ?3"#),
+        sql(&s.claim_lease).contains(r#"ORDER BY "id" DESC LIMIT ?2) RETURNING"#),
         "an order that names the id is not extended: {}",
         sql(&s.claim_lease)
     );
@@ -1031,7 +1164,25 @@ fn names_with_quote_characters_are_escaped() {
     let pg = render(Dialect::Postgres, &QUOTED);
     assert_eq!(
         sql(&pg.claim_lease),
-        r#"WITH rs_claim AS (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')) ORDER BY "i""d" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "odd""na`me" SET "lock`ed" = (TIMESTAMPTZ 'epoch' + CAST($3 AS BIGINT) * INTERVAL '1 microsecond'), "att""empt" = COALESCE("att""empt", 0) + 1 FROM rs_claim WHERE "odd""na`me"."i""d" = rs_claim."i""d" RETURNING "odd""na`me".*"#
+        format!(
+            r#"WITH rs_claim AS (SELECT "i""d" FROM "odd""na`me" WHERE ("lock`ed" IS NULL OR "lock`ed" <= {PG_NOW}) ORDER BY "i""d" ASC LIMIT $1 FOR UPDATE SKIP LOCKED) UPDATE "odd""na`me" SET "lock`ed" = {}, "att""empt" = COALESCE("att""empt", 0) + 1 FROM rs_claim WHERE "odd""na`me"."i""d" = rs_claim."i""d" RETURNING "odd""na`me".*, {} AS rs_until"#,
+            pg_plus(PG_NOW, 2),
+            pg_micros(r#""odd""na`me"."lock`ed""#)
+        )
+    );
+    let my = render(Dialect::MariaDb, &QUOTED);
+    assert_eq!(
+        sql(&my.select_lease),
+        format!(
+            "SELECT `odd\"na``me`.*, {} AS rs_until FROM `odd\"na``me` WHERE (`lock``ed` IS NULL OR `lock``ed` <= {MY_NOW}) ORDER BY `i\"d` ASC LIMIT ? FOR UPDATE SKIP LOCKED",
+            my_micros(&format!("TIMESTAMPADD(MICROSECOND, ?, {MY_NOW})"))
+        )
+    );
+    assert_eq!(
+        sql(&my.extend_lease),
+        format!(
+            "UPDATE `odd\"na``me` SET `lock``ed` = TIMESTAMPADD(MICROSECOND, ?, `lock``ed`) WHERE `i\"d` = ? AND `lock``ed` = {MY_TIME}"
+        )
     );
     let my = render(Dialect::MySql, &QUOTED);
     assert_eq!(
@@ -1209,65 +1360,57 @@ fn args_are_the_ones_each_statement_needs() {
                         StatementKind::ListColumns => {
                             matches!(arg, Arg::TableName | Arg::Schema)
                         }
-                        StatementKind::LockRow => matches!(arg, Arg::Now | Arg::Limit),
-                        StatementKind::Candidates => {
-                            matches!(arg, Arg::Now | Arg::Limit | Arg::Floor)
-                        }
+                        // The claims compare with the database's clock: they bind no time.
+                        StatementKind::LockRow => false,
+                        StatementKind::Candidates => matches!(arg, Arg::Limit | Arg::Floor),
                         StatementKind::ClaimLease => {
-                            matches!(arg, Arg::Now | Arg::Limit | Arg::Until | Arg::Floor)
+                            matches!(arg, Arg::Limit | Arg::LeaseFor | Arg::Floor)
                         }
-                        StatementKind::SelectLease => {
-                            matches!(arg, Arg::Now | Arg::Limit | Arg::Until)
-                        }
+                        StatementKind::SelectLease => matches!(arg, Arg::Limit | Arg::LeaseFor),
+                        // MySQL and MariaDB write the expiry their locking read read.
                         StatementKind::MarkLease(n) => {
-                            matches!(arg, Arg::Until) || matches!(arg, Arg::IdAt(i) if *i < n)
+                            matches!(arg, Arg::Fence) || matches!(arg, Arg::IdAt(i) if *i < n)
                         }
                         StatementKind::ExtendLease => {
-                            matches!(arg, Arg::Until | Arg::Id | Arg::Fence)
+                            matches!(arg, Arg::Extend | Arg::Id | Arg::Fence)
                         }
                         StatementKind::ReleaseLease => matches!(arg, Arg::Id | Arg::Fence),
                         StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
                         StatementKind::ReadRow => *arg == Arg::Id,
                         StatementKind::CountAttempt => matches!(arg, Arg::IdAt(_)),
                         StatementKind::CountRow => {
-                            matches!(arg, Arg::Now | Arg::Limit | Arg::Take | Arg::Floor)
+                            matches!(arg, Arg::Limit | Arg::Take | Arg::Floor)
                         }
-                        StatementKind::SelectRowId => matches!(arg, Arg::Now | Arg::Limit),
+                        StatementKind::SelectRowId => *arg == Arg::Limit,
                         StatementKind::MarkRows(n) | StatementKind::UnmarkRows(n) => {
                             matches!(arg, Arg::MarkAt(i) if *i < n)
                         }
-                        StatementKind::LockRowById => {
-                            matches!(arg, Arg::Id | Arg::Attempt | Arg::Now)
-                        }
+                        StatementKind::LockRowById => matches!(arg, Arg::Id | Arg::Attempt),
                         StatementKind::LockRowByIdUnmarking => {
-                            matches!(arg, Arg::Id | Arg::Attempt | Arg::Now | Arg::MarkAt(0))
+                            matches!(arg, Arg::Id | Arg::Attempt | Arg::MarkAt(0))
                         }
-                        StatementKind::Take | StatementKind::TakeCount => {
-                            matches!(arg, Arg::Id | Arg::Now)
-                        }
+                        StatementKind::Take | StatementKind::TakeCount => *arg == Arg::Id,
                         StatementKind::Delete { fenced }
                         | StatementKind::MarkProcessed { fenced } => {
-                            matches!(arg, Arg::Id | Arg::Now) || fenced && *arg == Arg::Fence
+                            *arg == Arg::Id || fenced && *arg == Arg::Fence
                         }
                         StatementKind::Publish => {
                             matches!(arg, Arg::Id | Arg::Payload | Arg::Due | Arg::Column(_))
                         }
                         StatementKind::SettleLeases(n) => {
-                            *arg == Arg::Now
-                                || matches!(arg, Arg::IdAt(i) | Arg::FenceAt(i) if *i < n)
+                            matches!(arg, Arg::IdAt(i) | Arg::FenceAt(i) if *i < n)
                         }
                         StatementKind::Fail { fenced } => {
-                            matches!(arg, Arg::Id | Arg::Now | Arg::Error)
-                                || fenced && *arg == Arg::Fence
+                            matches!(arg, Arg::Id | Arg::Error) || fenced && *arg == Arg::Fence
                         }
                         StatementKind::RetryLater { fenced } => {
-                            matches!(arg, Arg::Id | Arg::RetryAt | Arg::Error)
+                            matches!(arg, Arg::Id | Arg::RetryIn | Arg::Error)
                                 || fenced && *arg == Arg::Fence
                         }
                         StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
-                            matches!(arg, Arg::Now | Arg::IdAt(_) | Arg::ErrorLike)
+                            matches!(arg, Arg::IdAt(_) | Arg::ErrorLike)
                         }
-                        StatementKind::Stats => *arg == Arg::Now,
+                        StatementKind::Stats => false,
                         StatementKind::ListFailed => {
                             matches!(arg, Arg::Id | Arg::Floor | Arg::Limit)
                         }
@@ -1301,6 +1444,110 @@ fn args_are_the_ones_each_statement_needs() {
                         | StatementKind::ReleaseLease
                 ) {
                     assert!(st.args.contains(&Arg::Fence), "fenced: {what}");
+                }
+                // Each duration is bound where the database's time is moved by it.
+                let duration = match st.kind {
+                    StatementKind::ClaimLease | StatementKind::SelectLease => Some(Arg::LeaseFor),
+                    StatementKind::ExtendLease => Some(Arg::Extend),
+                    // Without a due column or a lease a retry writes only the error.
+                    StatementKind::RetryLater { .. }
+                        if desc.due.is_some() || desc.locked_until.is_some() =>
+                    {
+                        Some(Arg::RetryIn)
+                    }
+                    _ => None,
+                };
+                if let Some(duration) = duration {
+                    assert_eq!(
+                        st.args.iter().filter(|a| **a == duration).count(),
+                        1,
+                        "binds {duration:?} once: {what}"
+                    );
+                }
+                if st.kind == StatementKind::MarkLease(1) {
+                    assert!(
+                        st.args.contains(&Arg::Fence),
+                        "writes the expiry read: {what}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every claim decides whether a row is due and whether its lease ran out by the database's
+/// clock; no statement binds a time of the process, only the times a row holds (a fence) or a
+/// user gave (a due time).
+#[test]
+fn times_are_the_database_clock() {
+    for (name, desc) in descs() {
+        for dialect in DIALECTS {
+            let s = Flat::of(Statements::render(dialect, &desc, 2));
+            let now = match dialect {
+                Dialect::Postgres => PG_NOW,
+                Dialect::MySql | Dialect::MariaDb => MY_NOW,
+                Dialect::Sqlite => LITE_NOW,
+            };
+            for st in s.all() {
+                let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
+                let claims = matches!(
+                    st.kind,
+                    StatementKind::LockRow
+                        | StatementKind::CountRow
+                        | StatementKind::SelectRowId
+                        | StatementKind::LockRowById
+                        | StatementKind::LockRowByIdUnmarking
+                        | StatementKind::ClaimLease
+                        | StatementKind::SelectLease
+                        | StatementKind::Candidates
+                        | StatementKind::Take
+                        | StatementKind::TakeCount
+                );
+                if claims {
+                    if let Some(due) = desc.due {
+                        let due = dialect.quote(due.name);
+                        assert!(
+                            st.sql.contains(&format!("{due} <= {now}")),
+                            "due by the database's clock: {what}"
+                        );
+                    }
+                    if let Some(lease) = desc.locked_until {
+                        let lease = dialect.quote(lease.name);
+                        assert!(
+                            st.sql
+                                .contains(&format!("({lease} IS NULL OR {lease} <= {now})")),
+                            "a lease run out by the database's clock: {what}"
+                        );
+                    }
+                }
+                // A bound time is converted once per placeholder: count the conversions.
+                let times = st
+                    .args
+                    .iter()
+                    .filter(|a| matches!(a, Arg::Fence | Arg::FenceAt(_) | Arg::Due | Arg::Tick))
+                    .count();
+                let conversions = match dialect {
+                    Dialect::Postgres => Some(st.sql.matches("(TIMESTAMPTZ 'epoch' + ").count()),
+                    Dialect::MySql | Dialect::MariaDb => Some(st.sql.matches(MY_TIME).count()),
+                    Dialect::Sqlite => None,
+                };
+                if let Some(conversions) = conversions {
+                    assert_eq!(
+                        conversions, times,
+                        "only fences and due times bound: {what}"
+                    );
+                }
+                let (marks, writes_now) = match st.kind {
+                    StatementKind::MarkProcessed { .. } => (desc.processed_at, true),
+                    StatementKind::Fail { .. } => (desc.failed_at, true),
+                    _ => (None, false),
+                };
+                if writes_now {
+                    let mark = dialect.quote(marks.expect("the mark's column").name);
+                    assert!(
+                        st.sql.contains(&format!(" SET {mark} = {now}")),
+                        "marked at the database's time: {what}"
+                    );
                 }
             }
         }
@@ -1564,21 +1811,31 @@ fn statements_match_the_form() {
             if let Some(lock) = &s.lock_row_by_id {
                 assert_eq!(&lock.args[..2], &[Arg::Id, Arg::Attempt], "{what}");
             }
-            for st in [
-                &s.lock_row,
-                &s.lock_row_by_id,
-                &s.claim_lease,
-                &s.select_lease,
-                &s.take,
-                &s.read_row,
-            ]
-            .into_iter()
-            .flatten()
+            for st in [&s.lock_row, &s.lock_row_by_id, &s.take, &s.read_row]
+                .into_iter()
+                .flatten()
             {
                 assert_eq!(
                     st.output,
                     Output::Rows {
                         columns: row_columns.clone().into(),
+                        raw: true
+                    },
+                    "{what}, {:?}",
+                    st.kind
+                );
+            }
+            // A lease claim reads the expiry it gave each row, by the database's clock, last.
+            let claimed: Vec<OutColumn> = row_columns
+                .iter()
+                .copied()
+                .chain([OutColumn::new(UNTIL, ColumnType::Int)])
+                .collect();
+            for st in [&s.claim_lease, &s.select_lease].into_iter().flatten() {
+                assert_eq!(
+                    st.output,
+                    Output::Rows {
+                        columns: claimed.clone().into(),
                         raw: true
                     },
                     "{what}, {:?}",
@@ -1607,7 +1864,7 @@ fn mark_lease_for_each_batch_size_on_mysql_and_mariadb_only() {
                     let st = s.mark_lease(n).expect("a statement for every batch size");
                     assert_eq!(st.kind, StatementKind::MarkLease(n));
                     assert_eq!(st.output, Output::Affected);
-                    let mut args = vec![Arg::Until];
+                    let mut args = vec![Arg::Fence];
                     args.extend((0..n).map(Arg::IdAt));
                     assert_eq!(&*st.args, &args[..], "{}", st.sql);
                     let list = vec!["?"; n].join(", ");
@@ -1912,15 +2169,27 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     );
     // The processed_at mark clears the lease too.
     let pg = three(Dialect::Postgres, &marked).expect("PostgreSQL");
-    assert!(
-        pg.sql.starts_with(
-            "UPDATE \"jobs\" SET \"processed_at\" = (TIMESTAMPTZ 'epoch' + CAST($1 AS \
-             BIGINT) * INTERVAL '1 microsecond'), \"locked_until\" = NULL WHERE (\"id\" = $2"
-        ),
-        "{}",
-        pg.sql
+    assert_eq!(
+        &*pg.sql,
+        format!(
+            r#"UPDATE "jobs" SET "processed_at" = {PG_NOW}, "locked_until" = NULL WHERE ("id" = $1 AND "locked_until" = {}) OR ("id" = $3 AND "locked_until" = {}) OR ("id" = $5 AND "locked_until" = {}) RETURNING "id""#,
+            pg_time(2),
+            pg_time(4),
+            pg_time(6)
+        )
     );
-    assert!(three(Dialect::Sqlite, &marked).is_some());
+    assert_eq!(
+        pg.args, st.args,
+        "the mark is the database's time: no time bound"
+    );
+    let lite = three(Dialect::Sqlite, &marked).expect("SQLite");
+    assert_eq!(
+        &*lite.sql,
+        format!(
+            r#"UPDATE "jobs" SET "processed_at" = {LITE_NOW}, "locked_until" = NULL WHERE ("id" = ?1 AND "locked_until" = ?2) OR ("id" = ?3 AND "locked_until" = ?4) OR ("id" = ?5 AND "locked_until" = ?6) RETURNING "id""#
+        )
+    );
+    assert_eq!(lite.args, st.args);
     // Neither MySQL nor MariaDB's UPDATE returns the rows it wrote; MySQL's DELETE neither.
     assert!(three(Dialect::MySql, &plain).is_none());
     assert!(three(Dialect::MySql, &marked).is_none());
@@ -2054,13 +2323,13 @@ fn candidates_pass_over_excluded_keys() {
     let due = Statements::candidates_excluding(Dialect::Postgres, ADVISORY_PLAIN.desc(), 1)
         .expect("the advisory form");
     assert_eq!(due.sql.matches(" WHERE ").count(), 1, "{}", due.sql);
-    assert!(
-        due.sql.contains(
-            " <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') AND "
-        ),
-        "{}",
-        due.sql
+    assert_eq!(
+        &*due.sql,
+        format!(
+            r#"SELECT "id" AS rs_id, ('video_jobs-' || CAST("channel" AS TEXT)) AS rs_key FROM "video_jobs" WHERE "processed_at" IS NULL AND "due_at" <= {PG_NOW} AND ('video_jobs-' || COALESCE(CAST("channel" AS TEXT), '')) NOT IN ($1) ORDER BY "due_at" ASC, "id" ASC LIMIT $2"#
+        )
     );
+    assert_eq!(&*due.args, &[Arg::ExcludedKey(0), Arg::Limit]);
     // Without keys to pass over, the plain candidates.
     for dialect in DIALECTS {
         let s = Flat::of(Statements::render(dialect, ADVISORY.desc(), 2));
@@ -2077,21 +2346,35 @@ fn candidates_pass_over_excluded_keys() {
 /// not.
 #[test]
 fn claims_in_id_order_can_start_at_an_id() {
-    let lease_of = |dialect, desc: &TableDesc| match Statements::render(dialect, desc, 2).form {
-        FormStatements::Lease(f) => f.claim_from.as_ref().map(|s| s.sql.to_string()),
+    let lease_from = |dialect, desc: &TableDesc| match Statements::render(dialect, desc, 2).form {
+        FormStatements::Lease(f) => f.claim_from.clone(),
         _ => panic!("the lease form"),
     };
+    let lease_of = |dialect, desc: &TableDesc| lease_from(dialect, desc).map(|s| s.sql.to_string());
     let row_lock_of = |dialect, desc: &TableDesc| match Statements::render(dialect, desc, 2).form {
         FormStatements::RowLock(f) => f.count_row_from.as_ref().map(|s| s.sql.to_string()),
         _ => panic!("the row lock form"),
     };
+    let pg = lease_from(Dialect::Postgres, LEASE_PLAIN.desc()).expect("claimed in id order");
     assert_eq!(
-        lease_of(Dialect::Postgres, LEASE_PLAIN.desc()).as_deref(),
-        Some(
-            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')) AND "id" >= $2 ORDER BY "id" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = (TIMESTAMPTZ 'epoch' + CAST($4 AS BIGINT) * INTERVAL '1 microsecond') FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*"#
+        &*pg.sql,
+        format!(
+            r#"WITH rs_claim AS (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= {PG_NOW}) AND "id" >= $1 ORDER BY "id" ASC LIMIT $2 FOR UPDATE SKIP LOCKED) UPDATE "jobs" SET "locked_until" = {} FROM rs_claim WHERE "jobs"."id" = rs_claim."id" RETURNING "jobs".*, {} AS rs_until"#,
+            pg_plus(PG_NOW, 3),
+            pg_micros(r#""jobs"."locked_until""#)
         )
     );
-    assert!(lease_of(Dialect::Sqlite, LEASE_PLAIN.desc()).is_some());
+    assert_eq!(&*pg.args, &[Arg::Floor, Arg::Limit, Arg::LeaseFor]);
+    assert_eq!(pg.kind, StatementKind::ClaimLease);
+    assert_eq!(pg.output, claimed_columns(false));
+    let lite = lease_from(Dialect::Sqlite, LEASE_PLAIN.desc()).expect("claimed in id order");
+    assert_eq!(
+        &*lite.sql,
+        format!(
+            r#"UPDATE "jobs" SET "locked_until" = ({LITE_NOW} + ?1) WHERE "id" IN (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" <= {LITE_NOW}) AND "id" >= ?2 ORDER BY "id" ASC LIMIT ?3) RETURNING *, "locked_until" AS rs_until"#
+        )
+    );
+    assert_eq!(&*lite.args, &[Arg::LeaseFor, Arg::Floor, Arg::Limit]);
     assert_eq!(lease_of(Dialect::MariaDb, LEASE_PLAIN.desc()), None);
     assert_eq!(
         lease_of(Dialect::Postgres, LEASE.desc()),
@@ -2145,21 +2428,20 @@ fn outbox_inserts_bind_each_row_and_refuse_unknown_columns() {
         columns: vec![("channel", Value::Text(k.into()))],
         due: None,
     };
-    let now = Time(1_000_000);
     let mut inserts = Inserts::new(Dialect::Postgres, *ADVISORY.desc());
-    let one = inserts.statements(&[row("a")], now).expect("one row");
+    let one = inserts.statements(&[row("a")]).expect("one row");
     assert_eq!(one.len(), 1);
     let (statement, binds) = &one[0];
     assert!(statement.sql.contains("pg_notify"), "{}", statement.sql);
     assert!(binds.contains(&Value::Text("a".into())), "{binds:?}");
     let many: Vec<Publish> = (0..PUBLISH_BATCH + 1).map(|_| row("b")).collect();
-    let statements = inserts.statements(&many, now).expect("many rows");
+    let statements = inserts.statements(&many).expect("many rows");
     assert_eq!(statements.len(), 2, "{} rows a statement", PUBLISH_BATCH);
     let misspelt = Publish {
         columns: vec![("chanel", Value::Text("a".into()))],
         ..row("a")
     };
-    match inserts.statements(&[misspelt], now) {
+    match inserts.statements(&[misspelt]) {
         Err(BrokerError::UnknownColumn {
             table,
             column,
@@ -2175,12 +2457,46 @@ fn outbox_inserts_bind_each_row_and_refuse_unknown_columns() {
         ..row("a")
     };
     assert!(matches!(
-        inserts.statements(&[missing], now),
+        inserts.statements(&[missing]),
         Err(BrokerError::MissingValue {
             table: "video_jobs",
             column: "channel"
         })
     ));
+    // A row without a due time binds NULL, and the statement makes it due at the database's
+    // time; a row with one binds it.
+    let mut inserts = Inserts::new(Dialect::Postgres, *LEASE.desc());
+    let later = Publish {
+        due: Some(Time(5_000_000)),
+        ..Publish::default()
+    };
+    let rows = inserts
+        .statements(&[Publish::default(), later])
+        .expect("two rows");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (statement, binds) = &rows[0];
+    assert!(
+        statement.sql.contains(&format!(
+            "VALUES ($1, COALESCE({}, {PG_NOW})), ($3, COALESCE({}, {PG_NOW}))",
+            pg_time(2),
+            pg_time(4)
+        )),
+        "{}",
+        statement.sql
+    );
+    assert_eq!(
+        &*statement.args,
+        &[Arg::Payload, Arg::Due, Arg::Payload, Arg::Due]
+    );
+    assert_eq!(
+        binds,
+        &[
+            Value::Bytes(Vec::new()),
+            Value::Null,
+            Value::Bytes(Vec::new()),
+            Value::Int(5_000_000)
+        ]
+    );
 }
 
 /// A table that deduplicates its publishes: the insert writes the unique columns and passes
@@ -2222,7 +2538,7 @@ fn deduplicated_publishes() {
     };
     let mut inserts = Inserts::new(Dialect::Postgres, desc);
     let statements = inserts
-        .statements(&[row(1), row(2), row(1)], Time(0))
+        .statements(&[row(1), row(2), row(1)])
         .expect("three rows");
     assert_eq!(statements.len(), 3, "one statement a row");
     assert_eq!(inserts.published(&[1, 1, 0]).skipped, [2]);

@@ -133,9 +133,9 @@ fn retention_takes_its_lock_deletes_in_batches_until_one_is_short_then_unlocks()
             Did::Release,
         ]
     );
-    // Each delete binds its cutoff: now less the mark's age.
-    assert_eq!(seen[2].1, [Value::Int(now.micros() - 3600 * SECOND)]);
-    assert_eq!(seen[5].1, [Value::Int(now.micros() - 86_400 * SECOND)]);
+    // Each delete binds the mark's age: the database's clock decides what is that old.
+    assert_eq!(seen[2].1, [Value::Int(3600 * SECOND)]);
+    assert_eq!(seen[5].1, [Value::Int(86_400 * SECOND)]);
     assert_eq!(
         events(&mut broker),
         [Maintained::Retention {
@@ -240,7 +240,7 @@ fn retention_statements_per_dialect() {
     let pg = Statements::retention(Dialect::Postgres, desc, 1000);
     assert_eq!(
         &*pg.delete_processed.unwrap().sql,
-        "DELETE FROM \"jobs\" WHERE \"id\" IN (SELECT \"id\" FROM \"jobs\" WHERE \"processed_at\" < (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond') LIMIT 1000) AND \"processed_at\" < (TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')"
+        "DELETE FROM \"jobs\" WHERE \"id\" IN (SELECT \"id\" FROM \"jobs\" WHERE \"processed_at\" < (statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 microsecond') LIMIT 1000) AND \"processed_at\" < (statement_timestamp() - CAST($1 AS BIGINT) * INTERVAL '1 microsecond')"
     );
     assert_eq!(
         &*pg.try_lock.unwrap().sql,
@@ -249,7 +249,7 @@ fn retention_statements_per_dialect() {
     let maria = Statements::retention(Dialect::MariaDb, desc, 500);
     assert_eq!(
         &*maria.delete_failed.unwrap().sql,
-        "DELETE FROM `jobs` WHERE `failed_at` < TIMESTAMPADD(MICROSECOND, ?, TIMESTAMP'1970-01-01 00:00:00') ORDER BY `id` LIMIT 500"
+        "DELETE FROM `jobs` WHERE `failed_at` < TIMESTAMPADD(MICROSECOND, 0 - ?, UTC_TIMESTAMP(6)) ORDER BY `id` LIMIT 500"
     );
     assert!(maria.try_lock.unwrap().sql.starts_with("SELECT GET_LOCK("));
     assert!(
@@ -263,7 +263,7 @@ fn retention_statements_per_dialect() {
     assert!(sqlite.try_lock.is_none() && sqlite.unlock.is_none());
     assert_eq!(
         &*sqlite.delete_processed.unwrap().sql,
-        "DELETE FROM \"jobs\" WHERE \"id\" IN (SELECT \"id\" FROM \"jobs\" WHERE \"processed_at\" < ?1 LIMIT 7) AND \"processed_at\" < ?1"
+        "DELETE FROM \"jobs\" WHERE \"id\" IN (SELECT \"id\" FROM \"jobs\" WHERE \"processed_at\" < ((CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000) - ?1) LIMIT 7) AND \"processed_at\" < ((CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000) - ?1)"
     );
     assert!(
         Statements::retention(Dialect::Postgres, DELETING.desc(), 10)
@@ -328,6 +328,11 @@ impl Ticks for EverySecond {
             ..Publish::default()
         })
     }
+}
+
+/// The state table's answer: the schedule's last tick and the database's time.
+fn state(last_tick: i64, read_at: i64) -> Reply<()> {
+    rows(vec![Value::Int(last_tick), Value::Int(read_at)])
 }
 
 fn job(catch_up: usize) -> PeriodicJob {
@@ -403,18 +408,22 @@ fn a_periodic_job_reads_its_last_tick_catches_up_then_publishes_each_tick_in_its
             },
         ]
     );
-    // The next tick, on its timer: one transaction, no read of the state.
+    // The next tick, on its timer: the state and the database's time read again, then one
+    // transaction.
     assert_eq!(broker.poll_timeout(), Some(Time(11 * SECOND)));
     let at = Time(11 * SECOND + 1);
     broker.handle_timeout(at);
-    let seen = run_all(&mut broker, at, |action| {
-        (kind(action) == Some(MaintenanceKind::Advance)).then_some(Reply::Affected(1))
+    let seen = run_all(&mut broker, at, |action| match kind(action) {
+        Some(MaintenanceKind::ReadState) => Some(state(10 * SECOND, at.micros())),
+        Some(MaintenanceKind::Advance) => Some(Reply::Affected(1)),
+        _ => None,
     });
     let order: Vec<Did> = seen.iter().map(|(d, _)| d.clone()).collect();
     assert_eq!(
         order,
         [
             Did::Acquire,
+            m(MaintenanceKind::ReadState),
             Did::Run(StatementKind::Begin),
             m(MaintenanceKind::Advance),
             Did::Run(StatementKind::Publish),
@@ -422,7 +431,7 @@ fn a_periodic_job_reads_its_last_tick_catches_up_then_publishes_each_tick_in_its
             Did::Release,
         ]
     );
-    assert_eq!(seen[2].1[0], Value::Int(11 * SECOND));
+    assert_eq!(seen[3].1[0], Value::Int(11 * SECOND));
     assert_eq!(broker.poll_timeout(), Some(Time(12 * SECOND)));
 }
 
@@ -461,8 +470,10 @@ fn a_periodic_run_that_fails_closes_its_connection_and_tries_the_tick_again() {
     let retry = broker.poll_timeout().expect("it tries again");
     assert_eq!(retry, Time(21 * SECOND));
     broker.handle_timeout(retry);
-    let seen = run_all(&mut broker, retry, |action| {
-        (kind(action) == Some(MaintenanceKind::Advance)).then_some(Reply::Affected(1))
+    let seen = run_all(&mut broker, retry, |action| match kind(action) {
+        Some(MaintenanceKind::ReadState) => Some(state(19 * SECOND, retry.micros())),
+        Some(MaintenanceKind::Advance) => Some(Reply::Affected(1)),
+        _ => None,
     });
     let advanced: Vec<Value> = seen
         .iter()
@@ -570,8 +581,10 @@ fn a_periodic_job_without_catch_up_publishes_no_missed_tick_but_each_tick_from_t
     assert_eq!(broker.poll_timeout(), Some(Time(11 * SECOND)));
     let at = Time(11 * SECOND);
     broker.handle_timeout(at);
-    let seen = run_all(&mut broker, at, |action| {
-        (kind(action) == Some(MaintenanceKind::Advance)).then_some(Reply::Affected(1))
+    let seen = run_all(&mut broker, at, |action| match kind(action) {
+        Some(MaintenanceKind::ReadState) => Some(state(SECOND, at.micros())),
+        Some(MaintenanceKind::Advance) => Some(Reply::Affected(1)),
+        _ => None,
     });
     let advanced: Vec<Value> = seen
         .iter()
@@ -579,4 +592,40 @@ fn a_periodic_job_without_catch_up_publishes_no_missed_tick_but_each_tick_from_t
         .map(|(_, binds)| binds[0].clone())
         .collect();
     assert_eq!(advanced, [Value::Int(11 * SECOND)]);
+}
+
+/// The database's clock decides which ticks are due; the process's only when to look. A
+/// process whose clock runs 45 s ahead publishes no tick early, and one 45 s behind none
+/// late: each looks again when the next tick is due by the database's clock.
+#[test]
+fn a_periodic_job_publishes_each_tick_by_the_database_clock() {
+    let off = 45 * SECOND;
+    for skew in [off, -off] {
+        // The database's time is 10.5 s; the process's clock reads 10.5 s + skew.
+        let db = 10 * SECOND + SECOND / 2;
+        let now = Time(db + skew);
+        let mut broker: Broker<()> = Broker::new(Dialect::Postgres);
+        broker.set_connection_linger(Duration::ZERO);
+        broker.periodic(job(5), now).unwrap();
+        let mut advanced = Vec::new();
+        run_all(&mut broker, now, |action| match kind(action) {
+            Some(MaintenanceKind::ReadState) => Some(state(9 * SECOND, db)),
+            Some(MaintenanceKind::Advance) => {
+                let Action::Execute { binds, .. } = action else {
+                    unreachable!()
+                };
+                advanced.push(binds[0].clone());
+                Some(Reply::Affected(1))
+            }
+            _ => None,
+        });
+        assert_eq!(
+            advanced,
+            [Value::Int(10 * SECOND)],
+            "skew {skew}: only the tick due by the database's clock"
+        );
+        // The next tick, 11 s by the database's clock: looked at when the process's clock
+        // reads 11 s + skew.
+        assert_eq!(broker.poll_timeout(), Some(Time(11 * SECOND + skew)));
+    }
 }

@@ -14,8 +14,8 @@
 //! process did ([`Adapter::listen`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::channel::{mpsc, oneshot};
 use futures::stream::{BoxStream, FuturesUnordered};
@@ -36,13 +36,20 @@ use crate::outcome::HandlerOutcome;
 use crate::retry::Failure;
 use crate::subscriber::Subscription;
 
-/// The wall clock, as the core reads time.
+/// The clock the core's timers read: monotonic, so a wall clock set back or forward moves no
+/// timer, counted from the wall clock's reading when the process first asked. No time a
+/// statement writes or compares comes from it: those are the database's.
 pub fn now() -> Time {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0);
-    Time(i64::try_from(micros).unwrap_or(i64::MAX))
+    static START: OnceLock<(Instant, i64)> = OnceLock::new();
+    let (start, wall) = START.get_or_init(|| {
+        let micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        (Instant::now(), i64::try_from(micros).unwrap_or(i64::MAX))
+    });
+    let elapsed = i64::try_from(start.elapsed().as_micros()).unwrap_or(i64::MAX);
+    Time(wall.saturating_add(elapsed))
 }
 
 pub(crate) enum Input {

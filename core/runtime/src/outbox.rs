@@ -55,11 +55,10 @@ impl<T: InboxTable> Outbox<T> {
             .into_iter()
             .map(|message| message.into_row().map(Message::into_publish))
             .collect::<Result<Vec<_>, PublishError>>()?;
-        let now = crate::driver::now();
         self.inserts
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .statements(&rows, now)
+            .statements(&rows)
             .map_err(PublishError::Invalid)
     }
 
@@ -72,8 +71,8 @@ impl<T: InboxTable> Outbox<T> {
             .unwrap_or_else(|e| e.into_inner())
             .dialect();
         let statement = Statements::stats(dialect, T::TABLE.table_desc());
-        let now = crate::driver::now();
-        let binds = statement.binds(|_| Value::Int(now.micros()));
+        // The statement reads the database's time itself: it binds nothing.
+        let binds = statement.binds(|_| Value::Null);
         (statement, binds)
     }
 

@@ -194,6 +194,10 @@ struct Periodic {
     /// The last tick published (by any process) that this job knows of; `None` until it has
     /// read the state table.
     cursor: Option<Time>,
+    /// The database's clock less this process's, as the last read of the state table saw
+    /// it: the database's time decides which ticks are due; this process's clock only when
+    /// to look again.
+    offset: i64,
     /// When the next run starts; `None` while one runs, or when the schedule has ended.
     next_at: Option<Time>,
     run: Run,
@@ -218,6 +222,13 @@ impl Periodic {
             }
         }
         out
+    }
+
+    /// When, by this process's clock, the first tick after `cursor` that is still to come
+    /// at the database's time `db_now` is due; `None` when the schedule has ended.
+    fn next_look(&self, cursor: Time, db_now: Time) -> Option<Time> {
+        let tick = self.job.ticks.after(cursor.max(db_now))?;
+        Some(Time(tick.0.saturating_sub(self.offset)))
     }
 
     fn task_name(&self) -> Arc<str> {
@@ -305,6 +316,7 @@ impl<R> Broker<R> {
             inserts: Inserts::new(self.dialect, job.table),
             job,
             cursor: None,
+            offset: 0,
             next_at: Some(now),
             run: Run::default(),
             ticks: VecDeque::new(),
@@ -334,9 +346,9 @@ impl<R> Broker<R> {
             p.run = Run::default();
             if let Some(cursor) = p.cursor {
                 // A wake-up publishes its own tick, whatever the catch-up at the start.
-                p.ticks = p.due(cursor, now, p.job.catch_up.max(1));
-                if p.ticks.is_empty() {
-                    p.next_at = p.job.ticks.after(cursor.max(now));
+                let db_now = Time(now.0.saturating_add(p.offset));
+                if p.due(cursor, db_now, 1).is_empty() {
+                    p.next_at = p.next_look(cursor, db_now);
                     continue;
                 }
             }
@@ -491,7 +503,6 @@ impl<R> Broker<R> {
     /// run: unlock and give the connection back.
     fn retain_next(&mut self, i: usize, mut stage: Option<MaintenanceStage>) {
         let task = Task::Retain(i);
-        let now = self.now;
         let running = self.state == State::Running;
         let r = &self.maintenance.retainers[i];
         while let Some(s) = stage {
@@ -502,12 +513,10 @@ impl<R> Broker<R> {
                 _ => (r.retention.failed, &r.statements.delete_failed),
             };
             if let (Some(age), Some(statement), true) = (age, statement, running) {
-                let cutoff = Time(
-                    now.0
-                        .saturating_sub(i64::try_from(age.as_micros()).unwrap_or(i64::MAX)),
-                );
+                // Old enough by the database's clock.
+                let age = i64::try_from(age.as_micros()).unwrap_or(i64::MAX);
                 let statement = statement.clone();
-                let binds = statement.binds(|_| Value::Int(cutoff.micros()));
+                let binds = statement.binds(|_| Value::Int(age));
                 return self.maintenance_execute(task, statement, binds, s);
             }
             stage =
@@ -521,19 +530,25 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The schedule's last tick, read from the state table: the ticks due from it on, or a
-    /// failed run where its row has none.
+    /// The schedule's last tick and the database's time, read from the state table: the
+    /// ticks due from it on by the database's clock, or a failed run where its row has none.
     fn periodic_read_state(&mut self, i: usize, reply: &Reply<R>) {
         let task = Task::Periodic(i);
         let now = self.now;
         let p = &mut self.maintenance.periodic[i];
-        let last = match reply {
-            Reply::Rows(rows) => rows.first().and_then(|row| match row.values.first() {
-                Some(Value::Int(micros)) => Some(Time(*micros)),
-                _ => None,
+        let (last, read_at) = match reply {
+            Reply::Rows(rows) => rows.first().map_or((None, None), |row| {
+                let int = |i: usize| match row.values.get(i) {
+                    Some(Value::Int(micros)) => Some(Time(*micros)),
+                    _ => None,
+                };
+                (int(0), int(1))
             }),
-            _ => None,
+            _ => (None, None),
         };
+        if let Some(read_at) = read_at {
+            p.offset = read_at.micros().saturating_sub(now.micros());
+        }
         let Some(last) = last else {
             p.run.error = Some(DbError::new(
                 ErrorKind::Other,
@@ -544,8 +559,15 @@ impl<R> Broker<R> {
             ));
             return self.maintenance_send(task, Action::Release, MaintenanceStage::Release);
         };
-        p.cursor = Some(last);
-        p.ticks = p.due(last, now, p.job.catch_up);
+        // The first run publishes the ticks missed while no process ran, as many as its
+        // catch-up says; a later one at least its own.
+        let limit = match p.cursor {
+            None => p.job.catch_up,
+            Some(_) => p.job.catch_up.max(1),
+        };
+        let db_now = Time(now.0.saturating_add(p.offset));
+        p.cursor = Some(p.cursor.map_or(last, |c| c.max(last)));
+        p.ticks = p.due(last, db_now, limit);
         self.periodic_next_tick(i);
     }
 
@@ -563,15 +585,15 @@ impl<R> Broker<R> {
                 let binds = schedule_binds(&insert, &p.job.name, now);
                 self.maintenance_execute(task, insert, binds, MaintenanceStage::InsertState);
             }
-            MaintenanceStage::InsertState => {
+            // Every run reads the last tick and the database's time again.
+            MaintenanceStage::InsertState
+            | MaintenanceStage::Acquire
+            | MaintenanceStage::CreateTable => {
                 let read = p.statements.read_state.clone();
                 let binds = schedule_binds(&read, &p.job.name, now);
                 self.maintenance_execute(task, read, binds, MaintenanceStage::ReadState);
             }
             MaintenanceStage::ReadState => self.periodic_read_state(i, &reply),
-            MaintenanceStage::Acquire | MaintenanceStage::CreateTable => {
-                self.periodic_next_tick(i);
-            }
             MaintenanceStage::Begin => {
                 let Some((tick, _)) = &p.tick else {
                     return;
@@ -627,7 +649,6 @@ impl<R> Broker<R> {
     /// Opens the next tick's transaction, or ends the run.
     fn periodic_next_tick(&mut self, i: usize) {
         let task = Task::Periodic(i);
-        let now = self.now;
         loop {
             let p = &mut self.maintenance.periodic[i];
             let tick = match p.ticks.pop_front() {
@@ -641,7 +662,7 @@ impl<R> Broker<R> {
                 .ticks
                 .row(tick)
                 .map_err(|why| why.to_string())
-                .and_then(|row| p.inserts.statements(&[row], now).map_err(|e| e.to_string()));
+                .and_then(|row| p.inserts.statements(&[row]).map_err(|e| e.to_string()));
             match inserts {
                 Ok(inserts) => {
                     p.tick = Some((tick, inserts.into()));
@@ -707,7 +728,8 @@ impl<R> Broker<R> {
                             .push_back(Event::Maintained(Maintained::Failed { task, error }));
                     }
                     None => {
-                        p.next_at = p.job.ticks.after(p.cursor.unwrap_or(now).max(now));
+                        let db_now = Time(now.0.saturating_add(p.offset));
+                        p.next_at = p.next_look(p.cursor.unwrap_or(db_now), db_now);
                     }
                 }
             }

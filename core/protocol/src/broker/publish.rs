@@ -118,7 +118,7 @@ impl Publisher {
     /// The binds of `row` for the single-row insert. A column the row names that the insert
     /// does not write (a misspelt name, a column the table's key does not read) fails the
     /// publish, naming it.
-    fn binds(&self, row: &Publish, now: Time) -> Result<Vec<Value>, BrokerError> {
+    fn binds(&self, row: &Publish) -> Result<Vec<Value>, BrokerError> {
         let writes = |name: &str| {
             self.statement
                 .args
@@ -148,7 +148,8 @@ impl Publisher {
                 Value::Null
             }),
             Arg::Payload => Value::Bytes(row.payload.clone()),
-            Arg::Due => Value::Int(row.due.unwrap_or(now).micros()),
+            // No due time: the statement makes the row due at the database's time.
+            Arg::Due => row.due.map_or(Value::Null, |due| Value::Int(due.micros())),
             Arg::Column(name) => row
                 .columns
                 .iter()
@@ -265,16 +266,15 @@ impl Inserts {
     }
 
     /// The statements that write `rows`, each with its binds, in order; a row due at no time of
-    /// its own is due at `now`. Fails, naming the table and column, for a row that gives no
+    /// its own is due at the database's time when it is written. Fails, naming the table and column, for a row that gives no
     /// value for a column the table needs or names one the insert does not write.
     pub fn statements(
         &mut self,
         rows: &[Publish],
-        now: Time,
     ) -> Result<Vec<(Statement, Vec<Value>)>, BrokerError> {
         let binds = rows
             .iter()
-            .map(|row| self.publisher.binds(row, now))
+            .map(|row| self.publisher.binds(row))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.publisher.inserts(self.dialect, binds, false).into())
     }
@@ -295,7 +295,7 @@ impl<R> Broker<R> {
             .ok_or(BrokerError::Unknown("publisher"))?;
         let binds = rows
             .iter()
-            .map(|row| p.binds(row, now))
+            .map(|row| p.binds(row))
             .collect::<Result<Vec<_>, _>>()?;
         // PostgreSQL: a notification commits one at a time with the other notifying
         // transactions of the database, so a publisher notifies at most once per

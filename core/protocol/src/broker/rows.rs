@@ -11,29 +11,33 @@ use std::sync::Arc;
 use crate::types::{Reply, Row};
 use crate::value::Value;
 
-/// A row a claim took: its id, the attempt the take counted, and the driver's row.
+/// A row a claim took: its id, the attempt the take counted, the lease's expiry a lease claim
+/// wrote (by the database's clock), and the driver's row.
 #[derive(Debug)]
 pub(super) struct Taken<R> {
     pub(super) id: Value,
     pub(super) attempt: Option<i64>,
+    pub(super) until: Option<i64>,
     pub(super) raw: Option<R>,
 }
 
 impl<R> Taken<R> {
-    /// Reads a taken row; `attempts`: the table has an attempt column, read second. `add` is
-    /// what the statement's count adds to the attempt it read (MySQL's lease claim reads the
-    /// rows before it counts them).
+    /// Reads a taken row; `attempts`: the table has an attempt column, read second; a lease
+    /// claim's expiry comes last. `add` is what the statement's count adds to the attempt it
+    /// read (MySQL's lease claim reads the rows before it counts them).
     pub(super) fn read(row: Row<R>, attempts: bool, add: i64) -> Self {
         let mut values = row.values.into_iter();
         let id = values.next().unwrap_or(Value::Null);
-        let attempt = values
-            .next()
-            .filter(|_| attempts)
-            .and_then(|v| v.as_int())
-            .map(|a| a + add);
+        let attempt = if attempts {
+            values.next().and_then(|v| v.as_int()).map(|a| a + add)
+        } else {
+            None
+        };
+        let until = values.next().and_then(|v| v.as_int());
         Self {
             id,
             attempt,
+            until,
             raw: row.raw,
         }
     }

@@ -1,7 +1,9 @@
 //! The claims' statements: the row lock form's lock, count and lock by id, the lease form's
 //! claim and marks, and the start of a claim at an id in a table claimed in id order.
 
-use super::{Arg, ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind, named};
+use super::{
+    Arg, ColumnType, Dialect, OutColumn, Output, Renderer, Sql, Statement, StatementKind, named,
+};
 
 /// The column a row lock count reads each row's mark from.
 const MARK: &str = "rs_mark";
@@ -347,10 +349,17 @@ impl Renderer<'_> {
         s.finish(StatementKind::TakeCount, Output::Affected)
     }
 
-    pub(super) fn lease_set(&self, s: &mut Sql, lease: &str) {
+    /// ` SET <lease> = <the database's time + LeaseFor>` where `fence` is unset, or
+    /// ` = <Fence>` (MySQL and MariaDB: the expiry their claim read from the database), and
+    /// the attempt counted.
+    pub(super) fn lease_set(&self, s: &mut Sql, lease: &str, fence: bool) {
         let lease = self.q(lease);
         s.push(" SET ").push(&lease).push(" = ");
-        s.time(Arg::Until);
+        if fence {
+            s.time(Arg::Fence);
+        } else {
+            s.db_now_plus(Arg::LeaseFor);
+        }
         if let Some(attempt) = self.desc.attempt {
             let attempt = self.q(attempt.name);
             s.push(", ")
@@ -367,16 +376,28 @@ impl Renderer<'_> {
 
     pub(super) fn claim_lease_from(&self, rows: Output, lease: &str, floor: bool) -> Statement {
         let mut s = Sql::new(self.dialect);
+        let rows = with_until(rows);
+        let column = match self.dialect {
+            Dialect::Postgres => format!("{}.{}", self.table(), self.q(lease)),
+            _ => self.q(lease),
+        };
+        let until = format!(
+            ", {} AS {UNTIL}",
+            super::statement::micros(self.dialect, &column)
+        );
         if self.dialect == Dialect::Postgres {
             self.locked_ids(&mut s, floor);
             s.push("UPDATE ").push(&self.table());
-            self.lease_set(&mut s, lease);
+            self.lease_set(&mut s, lease, false);
             self.join_locked_ids(&mut s);
-            s.push(" RETURNING ").push(&self.table()).push(".*");
+            s.push(" RETURNING ")
+                .push(&self.table())
+                .push(".*")
+                .push(&until);
             return s.finish(StatementKind::ClaimLease, rows);
         }
         s.push("UPDATE ").push(&self.table());
-        self.lease_set(&mut s, lease);
+        self.lease_set(&mut s, lease, false);
         s.push(" WHERE ")
             .push(&self.id())
             .push(" IN (SELECT ")
@@ -391,25 +412,35 @@ impl Renderer<'_> {
         if self.dialect == Dialect::Postgres {
             s.push(" FOR UPDATE SKIP LOCKED");
         }
-        s.push(") RETURNING *");
+        s.push(") RETURNING *").push(&until);
         s.finish(StatementKind::ClaimLease, rows)
     }
 
+    /// MySQL and MariaDB: the claim's locking read, which also reads the expiry its leases
+    /// get by the database's clock; the mark writes it.
     pub(super) fn select_lease(&self, rows: Output) -> Statement {
         let mut s = Sql::new(self.dialect);
-        s.push("SELECT * FROM ").push(&self.table());
+        s.push("SELECT ").push(&self.table()).push(".*, ");
+        let mut until = Sql::new(self.dialect);
+        until.db_now_plus(Arg::LeaseFor);
+        s.push(&super::statement::micros(self.dialect, &until.text));
+        s.args.extend(until.args);
+        s.push(" AS ")
+            .push(UNTIL)
+            .push(" FROM ")
+            .push(&self.table());
         let _ = self.claimable(&mut s, true);
         self.order(&mut s);
         s.push(" LIMIT ")
             .arg(Arg::Limit)
             .push(" FOR UPDATE SKIP LOCKED");
-        s.finish(StatementKind::SelectLease, rows)
+        s.finish(StatementKind::SelectLease, with_until(rows))
     }
 
     pub(super) fn mark_lease(&self, n: usize, lease: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ").push(&self.table());
-        self.lease_set(&mut s, lease);
+        self.lease_set(&mut s, lease, true);
         s.push(" WHERE ").push(&self.id()).push(" IN (");
         for i in 0..n {
             if i > 0 {
@@ -419,5 +450,24 @@ impl Renderer<'_> {
         }
         s.push(")");
         s.finish(StatementKind::MarkLease(n), Output::Affected)
+    }
+}
+
+/// The column a lease claim reads its rows' expiry from, in microseconds since the Unix epoch
+/// by the database's clock: the fence of every later statement on the row.
+pub const UNTIL: &str = "rs_until";
+
+/// A claim's rows with the lease's expiry read last.
+fn with_until(rows: Output) -> Output {
+    match rows {
+        Output::Rows { columns, raw } => {
+            let mut columns = columns.to_vec();
+            columns.push(OutColumn::new(UNTIL, ColumnType::Int));
+            Output::Rows {
+                columns: columns.into(),
+                raw,
+            }
+        }
+        other => other,
     }
 }

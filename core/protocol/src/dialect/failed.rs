@@ -52,7 +52,7 @@ impl Renderer<'_> {
             .push(" SET ")
             .push(&self.q(failed.name))
             .push(" = ");
-        s.time(Arg::Now);
+        s.db_now();
         self.set_error(&mut s, false);
         if let Some(lease) = self.desc.locked_until {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
@@ -78,7 +78,7 @@ impl Renderer<'_> {
         let mut first = true;
         if let Some(due) = self.desc.due {
             s.push(" SET ").push(&self.q(due.name)).push(" = ");
-            s.time(Arg::RetryAt);
+            s.db_now_plus(Arg::RetryIn);
             first = false;
         }
         if let Some(lease) = self.desc.locked_until {
@@ -86,7 +86,7 @@ impl Renderer<'_> {
                 .push(&self.q(lease.name))
                 .push(" = ");
             if first {
-                s.time(Arg::RetryAt);
+                s.db_now_plus(Arg::RetryIn);
             } else {
                 s.push("NULL");
             }
@@ -157,7 +157,7 @@ impl Renderer<'_> {
         }
         if let Some(due) = self.desc.due {
             s.push(", ").push(&self.q(due.name)).push(" = ");
-            s.time(Arg::Now);
+            s.db_now();
         }
         if let Some(lease) = self.desc.locked_until {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");

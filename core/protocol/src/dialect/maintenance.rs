@@ -20,6 +20,7 @@
 //! MySQL's and MariaDB's `last_tick` holds UTC, SQLite's microseconds since the Unix epoch, as
 //! every time the queue writes.
 
+use super::statement::{db_now, micros};
 use super::{Arg, ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind, named};
 use crate::spec::TableDesc;
 
@@ -34,10 +35,10 @@ pub enum MaintenanceKind {
     TryLock,
     /// Retention: releases the table's retention lock: a row of `unlocked`.
     Unlock,
-    /// Retention: deletes up to a batch of rows marked processed before [`Arg::Cutoff`]:
+    /// Retention: deletes up to a batch of rows marked processed more than [`Arg::Age`] ago:
     /// rows affected.
     DeleteProcessed,
-    /// Retention: deletes up to a batch of rows marked failed before [`Arg::Cutoff`]: rows
+    /// Retention: deletes up to a batch of rows marked failed more than [`Arg::Age`] ago: rows
     /// affected.
     DeleteFailed,
     /// Periodic jobs: creates [`PERIODIC_TABLE`] where it is missing.
@@ -45,8 +46,8 @@ pub enum MaintenanceKind {
     /// Periodic jobs: writes a schedule's row ([`Arg::Schedule`], last tick [`Arg::Tick`])
     /// where it is missing: rows affected.
     InsertState,
-    /// Periodic jobs: a schedule's last tick, in microseconds since the Unix epoch: a row of
-    /// `last_tick`.
+    /// Periodic jobs: a schedule's last tick and the database's time, in microseconds since
+    /// the Unix epoch: a row of `last_tick` and `read_at`.
     ReadState,
     /// Periodic jobs: moves a schedule's last tick to [`Arg::Tick`] where it is still behind
     /// it: rows affected, 1 where this transaction publishes the tick.
@@ -63,10 +64,10 @@ pub struct RetentionStatements {
     pub try_lock: Option<Statement>,
     /// Releases the lock [`RetentionStatements::try_lock`] took.
     pub unlock: Option<Statement>,
-    /// Deletes up to the batch of rows marked processed before [`Arg::Cutoff`], where the
+    /// Deletes up to the batch of rows marked processed more than [`Arg::Age`] ago, where the
     /// table marks them.
     pub delete_processed: Option<Statement>,
-    /// Deletes up to the batch of rows marked failed before [`Arg::Cutoff`], where the table
+    /// Deletes up to the batch of rows marked failed more than [`Arg::Age`] ago, where the table
     /// keeps failed rows.
     pub delete_failed: Option<Statement>,
 }
@@ -142,7 +143,7 @@ fn retention_lock(dialect: Dialect, table: &str, lock: bool) -> Option<Statement
 }
 
 impl Renderer<'_> {
-    /// Deletes up to `batch` rows whose `column` is before [`Arg::Cutoff`], each statement
+    /// Deletes up to `batch` rows whose `column` is more than [`Arg::Age`] old, each statement
     /// its own short transaction. PostgreSQL and SQLite select the batch's ids in a subquery
     /// and check the mark again in the delete, so that a row changed meanwhile (a redrive
     /// clears `failed_at`) is kept; MySQL and MariaDB delete with `ORDER BY .. LIMIT`.
@@ -162,17 +163,17 @@ impl Renderer<'_> {
                     .push(" WHERE ")
                     .push(&column)
                     .push(" < ");
-                s.time(Arg::Cutoff);
+                s.db_now_minus(Arg::Age);
                 s.push(" LIMIT ")
                     .push(&batch.to_string())
                     .push(") AND ")
                     .push(&column)
                     .push(" < ");
-                s.time(Arg::Cutoff);
+                s.db_now_minus(Arg::Age);
             }
             Dialect::MySql | Dialect::MariaDb => {
                 s.push(&column).push(" < ");
-                s.time(Arg::Cutoff);
+                s.db_now_minus(Arg::Age);
                 s.push(" ORDER BY ")
                     .push(&id)
                     .push(" LIMIT ")
@@ -225,20 +226,13 @@ pub(super) fn periodic(dialect: Dialect) -> PeriodicStatements {
         insert.push(" ON CONFLICT (name) DO NOTHING");
     }
 
+    // With the database's time, which decides which ticks are due.
     let mut read = Sql::new(dialect);
-    read.push("SELECT ");
-    match dialect {
-        Dialect::Postgres => {
-            read.push("CAST(FLOOR(EXTRACT(EPOCH FROM last_tick) * 1000000) AS BIGINT)");
-        }
-        Dialect::MySql | Dialect::MariaDb => {
-            read.push("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', last_tick)");
-        }
-        Dialect::Sqlite => {
-            read.push("last_tick");
-        }
-    }
-    read.push(" AS last_tick FROM ")
+    read.push("SELECT ")
+        .push(&micros(dialect, "last_tick"))
+        .push(" AS last_tick, ")
+        .push(&micros(dialect, db_now(dialect)))
+        .push(" AS read_at FROM ")
         .push(&table)
         .push(" WHERE name = ")
         .arg(Arg::Schedule);
@@ -267,7 +261,7 @@ pub(super) fn periodic(dialect: Dialect) -> PeriodicStatements {
         insert_state: insert.finish(kind(MaintenanceKind::InsertState), Output::Affected),
         read_state: read.finish(
             kind(MaintenanceKind::ReadState),
-            named(&[("last_tick", ColumnType::Int)]),
+            named(&[("last_tick", ColumnType::Int), ("read_at", ColumnType::Int)]),
         ),
         begin: begin.finish(StatementKind::Begin, Output::Nothing),
         advance: advance.finish(kind(MaintenanceKind::Advance), Output::Affected),

@@ -169,7 +169,8 @@ impl Renderer<'_> {
         columns.into()
     }
 
-    /// `WHERE` and the conditions under which a row is claimable at `Now`, or nothing;
+    /// `WHERE` and the conditions under which a row is claimable now, by the database's
+    /// clock, or nothing;
     /// answers whether it wrote a condition.
     pub(super) fn claimable(&self, s: &mut Sql, first: bool) -> bool {
         let mut wrote = false;
@@ -184,7 +185,7 @@ impl Renderer<'_> {
         }
         if let Some(due) = self.desc.due {
             s.push(lead).push(&self.q(due.name)).push(" <= ");
-            s.time(Arg::Now);
+            s.db_now();
             lead = " AND ";
             wrote = true;
         }
@@ -196,7 +197,7 @@ impl Renderer<'_> {
                 .push(" IS NULL OR ")
                 .push(&lease)
                 .push(" <= ");
-            s.time(Arg::Now).push(")");
+            s.db_now().push(")");
             wrote = true;
         }
         wrote
@@ -276,7 +277,7 @@ impl Renderer<'_> {
             .push(" SET ")
             .push(&lease)
             .push(" = ");
-        s.time(Arg::Until);
+        s.time_plus(&lease, Arg::Extend);
         s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
         self.fence(&mut s, lease_column);
         s.finish(StatementKind::ExtendLease, Output::Affected)
@@ -445,7 +446,7 @@ impl Renderer<'_> {
         s.finish(kind, Output::Affected)
     }
 
-    /// The start of a settlement: `UPDATE <table> SET <processed_at> = now` (and the lease
+    /// The start of a settlement: `UPDATE <table> SET <processed_at> = <the database's time>` (and the lease
     /// cleared) where the table marks rows processed, answering `true`; `DELETE FROM <table>`
     /// otherwise.
     fn settle_start(&self, s: &mut Sql) -> bool {
@@ -458,7 +459,7 @@ impl Renderer<'_> {
             .push(" SET ")
             .push(&self.q(processed.name))
             .push(" = ");
-        s.time(Arg::Now);
+        s.db_now();
         if let Some(lease) = self.desc.locked_until {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
         }
@@ -567,7 +568,10 @@ impl Renderer<'_> {
                         s.push(", ");
                     }
                     if *arg == Arg::Due {
+                        // A row published without a due time is due at the database's time.
+                        s.push("COALESCE(");
                         s.time_placeholder(Arg::Due, true);
+                        s.push(", ").db_now().push(")");
                     } else {
                         s.fresh_arg(*arg);
                     }

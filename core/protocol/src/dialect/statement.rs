@@ -15,11 +15,12 @@ pub enum Arg {
     Attempt,
     /// The `n`th id of a batch.
     IdAt(usize),
-    /// The current time.
-    Now,
-    /// A new lease expiry.
-    Until,
-    /// The lease expiry this process wrote, which proves it still holds the row.
+    /// How long a lease runs, in microseconds: a claim writes the database's time plus this.
+    LeaseFor,
+    /// How far an extension moves a held lease's expiry, in microseconds.
+    Extend,
+    /// The lease expiry the row holds for this process (read back from its claim), which
+    /// proves it still holds the row.
     Fence,
     /// The `n`th fence of a batch: the lease expiry of the `n`th id.
     FenceAt(usize),
@@ -43,8 +44,9 @@ pub enum Arg {
     /// The `n`th key an advisory claim passes over: in work in this process, or found held
     /// elsewhere.
     ExcludedKey(usize),
-    /// When a retried row is due again (a time).
-    RetryAt,
+    /// How long a retried row waits before it is due again, in microseconds from the
+    /// database's time.
+    RetryIn,
     /// The text of the error a settlement records, or `NULL` to keep the one the row has.
     Error,
     /// A `LIKE` pattern the error text of the failed rows must match, escaped with `!`
@@ -54,8 +56,9 @@ pub enum Arg {
     Floor,
     /// The `n`th mark of a row lock count: the key or name its count read for a row.
     MarkAt(usize),
-    /// Retention: the time before which a row's mark makes it old enough to delete.
-    Cutoff,
+    /// Retention: how old a row's mark must be for the row to be deleted, in microseconds
+    /// before the database's time.
+    Age,
     /// Periodic jobs: a tick of a schedule (a time).
     Tick,
     /// Periodic jobs: a schedule's name.
@@ -438,6 +441,58 @@ impl Sql {
         self.time_placeholder(arg, false)
     }
 
+    /// The database's clock, read once per statement: every time the queue writes into a row
+    /// or compares with one is measured by it, so no process's clock decides whether a row
+    /// is held or due. SQLite reads the clock of the machine it runs on, to the millisecond.
+    pub(super) fn db_now(&mut self) -> &mut Self {
+        let now = db_now(self.dialect);
+        self.push(now)
+    }
+
+    /// The database's clock plus `arg` microseconds.
+    pub(super) fn db_now_plus(&mut self, arg: Arg) -> &mut Self {
+        self.time_plus(db_now(self.dialect), arg)
+    }
+
+    /// The database's clock minus `arg` microseconds.
+    pub(super) fn db_now_minus(&mut self, arg: Arg) -> &mut Self {
+        match self.dialect {
+            Dialect::Postgres => self
+                .push("(statement_timestamp() - CAST(")
+                .arg(arg)
+                .push(" AS BIGINT) * INTERVAL '1 microsecond')"),
+            Dialect::MySql | Dialect::MariaDb => self
+                .push("TIMESTAMPADD(MICROSECOND, 0 - ")
+                .arg(arg)
+                .push(", UTC_TIMESTAMP(6))"),
+            Dialect::Sqlite => self
+                .push("(")
+                .push(db_now(Dialect::Sqlite))
+                .push(" - ")
+                .arg(arg)
+                .push(")"),
+        }
+    }
+
+    /// The time expression `base` plus `arg` microseconds.
+    pub(super) fn time_plus(&mut self, base: &str, arg: Arg) -> &mut Self {
+        match self.dialect {
+            Dialect::Postgres => self
+                .push("(")
+                .push(base)
+                .push(" + CAST(")
+                .arg(arg)
+                .push(" AS BIGINT) * INTERVAL '1 microsecond')"),
+            Dialect::MySql | Dialect::MariaDb => self
+                .push("TIMESTAMPADD(MICROSECOND, ")
+                .arg(arg)
+                .push(", ")
+                .push(base)
+                .push(")"),
+            Dialect::Sqlite => self.push("(").push(base).push(" + ").arg(arg).push(")"),
+        }
+    }
+
     pub(super) fn time_placeholder(&mut self, arg: Arg, fresh: bool) -> &mut Self {
         match self.dialect {
             Dialect::Postgres => self
@@ -459,5 +514,33 @@ impl Sql {
             args: self.args.into(),
             output,
         }
+    }
+}
+
+/// The database's clock in `dialect`, as a time of the queue's columns: PostgreSQL's
+/// `statement_timestamp()`, MySQL's and MariaDB's `UTC_TIMESTAMP(6)` (the columns hold UTC),
+/// SQLite's `'now'` in microseconds since the Unix epoch (rounded to the millisecond it has).
+pub(super) const fn db_now(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "statement_timestamp()",
+        Dialect::MySql | Dialect::MariaDb => "UTC_TIMESTAMP(6)",
+        Dialect::Sqlite => {
+            "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+        }
+    }
+}
+
+/// A time expression of `dialect` as microseconds since the Unix epoch, exactly: a fence
+/// read this way compares equal with the column once bound back.
+pub(super) fn micros(dialect: Dialect, expr: &str) -> String {
+    match dialect {
+        // Both parts are exact where `EXTRACT` answers a double (before PostgreSQL 14).
+        Dialect::Postgres => format!(
+            "(CAST(FLOOR(EXTRACT(EPOCH FROM {expr})) AS BIGINT) * 1000000 + CAST(EXTRACT(MICROSECONDS FROM {expr}) AS BIGINT) % 1000000)"
+        ),
+        Dialect::MySql | Dialect::MariaDb => {
+            format!("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {expr})")
+        }
+        Dialect::Sqlite => expr.to_owned(),
     }
 }

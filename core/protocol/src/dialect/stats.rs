@@ -12,7 +12,8 @@ impl Statements {
     /// One statement that reads `desc`'s counts ([`Stats`]): the rows due, scheduled, held by a
     /// lease, failed and processed, each counted up to [`STATS_CAP`] rows, and the oldest
     /// due time. Each count is a subquery that the claim index (or a mark's index) answers, so
-    /// its cost is bounded by the cap, not by the table. Arguments: [`Arg::Now`].
+    /// its cost is bounded by the cap, not by the table, and the database's time it read them at.
+    /// Arguments: none.
     pub fn stats(dialect: Dialect, desc: &TableDesc) -> Statement {
         Renderer { dialect, desc }.stats()
     }
@@ -33,25 +34,20 @@ impl Statements {
 }
 
 /// The columns of [`Statements::stats`]' one row.
-const STATS_COLUMNS: [(&str, ColumnType); 6] = [
+const STATS_COLUMNS: [(&str, ColumnType); 7] = [
     ("due", ColumnType::Int),
     ("scheduled", ColumnType::Int),
     ("in_work", ColumnType::Int),
     ("failed", ColumnType::Int),
     ("processed", ColumnType::Int),
     ("oldest_due", ColumnType::Int),
+    ("read_at", ColumnType::Int),
 ];
 
 impl Renderer<'_> {
     /// A time expression as microseconds since the Unix epoch.
     fn micros(&self, expr: &str) -> String {
-        match self.dialect {
-            Dialect::Postgres => format!("CAST(EXTRACT(EPOCH FROM {expr}) * 1000000 AS BIGINT)"),
-            Dialect::MySql | Dialect::MariaDb => {
-                format!("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {expr})")
-            }
-            Dialect::Sqlite => expr.to_owned(),
-        }
+        super::statement::micros(self.dialect, expr)
     }
 
     /// `(SELECT COUNT(*) FROM (SELECT 1 FROM t <cond> LIMIT cap) c) AS name`: `cond` writes
@@ -93,7 +89,7 @@ impl Renderer<'_> {
                     s.push(" AND ");
                 }
                 s.push(&self.q(due.name)).push(" > ");
-                s.time(Arg::Now);
+                s.db_now();
             }),
             None => {
                 s.push("0 AS scheduled");
@@ -107,7 +103,7 @@ impl Renderer<'_> {
                     s.push(" AND ");
                 }
                 s.push(&self.q(lease.name)).push(" > ");
-                s.time(Arg::Now);
+                s.db_now();
             }),
             None => {
                 s.push("NULL AS in_work");
@@ -145,6 +141,9 @@ impl Renderer<'_> {
                 s.push("NULL AS oldest_due");
             }
         }
+        // The ages are the database's: the counts' time is its clock's.
+        let now = self.micros(super::statement::db_now(self.dialect));
+        s.push(", ").push(&now).push(" AS read_at");
         s.finish(StatementKind::Stats, super::named(&STATS_COLUMNS))
     }
 
@@ -203,7 +202,8 @@ impl Renderer<'_> {
 }
 
 impl Stats {
-    /// The counts in the one row of [`Statements::stats`], read at `at`.
+    /// The counts in the one row of [`Statements::stats`], read at the database's time it
+    /// answers, or at `at` where it answers none.
     pub fn from_values(table: &'static str, values: &[Value], at: Time) -> Result<Self, String> {
         let int = |i: usize| -> Result<Option<i64>, String> {
             match values.get(i) {
@@ -226,7 +226,7 @@ impl Stats {
             failed: count(3)?,
             processed: count(4)?,
             oldest_due: int(5)?.map(Time),
-            at,
+            at: int(6)?.map_or(at, Time),
         })
     }
 }
@@ -282,7 +282,13 @@ mod tests {
     #[test]
     fn postgres_counts_each_state_up_to_the_cap() {
         let s = Statements::stats(Dialect::Postgres, &LEASE);
-        let now = "(TIMESTAMPTZ 'epoch' + CAST($1 AS BIGINT) * INTERVAL '1 microsecond')";
+        let now = "statement_timestamp()";
+        let micros = |e: &str| {
+            format!(
+                "(CAST(FLOOR(EXTRACT(EPOCH FROM {e})) AS BIGINT) * 1000000 + CAST(EXTRACT(MICROSECONDS FROM {e}) AS BIGINT) % 1000000)"
+            )
+        };
+        let (oldest, read_at) = (micros("\"due_at\""), micros(now));
         let cap = STATS_CAP + 1;
         assert_eq!(
             &*s.sql,
@@ -292,10 +298,11 @@ mod tests {
                  (SELECT COUNT(*) FROM (SELECT 1 AS one FROM \"jobs\" WHERE \"done_at\" IS NULL AND \"failed_at\" IS NULL AND \"locked_until\" > {now} LIMIT {cap}) in_work_rows) AS in_work, \
                  (SELECT COUNT(*) FROM (SELECT 1 AS one FROM \"jobs\" WHERE \"failed_at\" IS NOT NULL LIMIT {cap}) failed_rows) AS failed, \
                  (SELECT COUNT(*) FROM (SELECT 1 AS one FROM \"jobs\" WHERE \"done_at\" IS NOT NULL LIMIT {cap}) processed_rows) AS processed, \
-                 (SELECT CAST(EXTRACT(EPOCH FROM \"due_at\") * 1000000 AS BIGINT) FROM \"jobs\" WHERE \"done_at\" IS NULL AND \"failed_at\" IS NULL AND \"due_at\" <= {now} AND (\"locked_until\" IS NULL OR \"locked_until\" <= {now}) ORDER BY \"due_at\" ASC LIMIT 1) AS oldest_due"
+                 (SELECT {oldest} FROM \"jobs\" WHERE \"done_at\" IS NULL AND \"failed_at\" IS NULL AND \"due_at\" <= {now} AND (\"locked_until\" IS NULL OR \"locked_until\" <= {now}) ORDER BY \"due_at\" ASC LIMIT 1) AS oldest_due, \
+                 {read_at} AS read_at"
             )
         );
-        assert!(s.args.iter().all(|a| *a == Arg::Now));
+        assert!(s.args.is_empty(), "the counts bind no time: {:?}", s.args);
     }
 
     #[test]

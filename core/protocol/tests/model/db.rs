@@ -73,6 +73,11 @@ pub struct Db {
     pub deleted: std::collections::BTreeSet<i64>,
     /// How often the effect a handler wrote for a row in a lent transaction committed.
     pub effects: BTreeMap<i64, u32>,
+    /// The database's clock, in microseconds since the Unix epoch: every time a statement
+    /// writes or compares is read from it, never from a bind.
+    pub clock: i64,
+    /// The leases extensions moved: from an expiry to the one that replaced it.
+    pub moved: BTreeMap<(i64, i64), i64>,
 }
 
 /// The type a server names a column of `desc` by, as the usual schema declares it: a time
@@ -376,6 +381,8 @@ impl Db {
                     Value::Int(id)
                 } else if Some(c.name) == desc.attempt.map(|a| a.name) {
                     Value::Int(row.attempt)
+                } else if c.name == ruststream_core::dialect::UNTIL {
+                    row.locked_until.map_or(Value::Null, Value::Int)
                 } else {
                     panic!("the model has no column `{}`", c.name)
                 }
@@ -423,15 +430,8 @@ impl Db {
                 i64::MIN
             }
         };
-        // A table with no due, lease or processed column renders no time into its claims.
-        let now_or_none = || {
-            statement
-                .args
-                .iter()
-                .position(|x| *x == Arg::Now)
-                .and_then(|i| binds[i].as_int())
-                .unwrap_or(0)
-        };
+        // Every time is the database's own.
+        let clock = self.clock;
         let in_tx = self.sessions[&sess].in_tx;
         *self.executed.entry(statement.kind).or_default() += 1;
         match statement.kind {
@@ -496,7 +496,7 @@ impl Db {
             )])]),
             StatementKind::LockRow => {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
-                let now = now_or_none();
+                let now = clock;
                 let id = self
                     .ordered(desc, now)
                     .into_iter()
@@ -510,7 +510,7 @@ impl Db {
                 }
             }
             StatementKind::CountRow | StatementKind::SelectRowId => {
-                let now = now_or_none();
+                let now = clock;
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 assert!(limit >= 1, "a count of no rows");
                 let floor = floor();
@@ -555,7 +555,7 @@ impl Db {
             StatementKind::LockRowById | StatementKind::LockRowByIdUnmarking => {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
                 let id = int(Arg::Id);
-                let now = now_or_none();
+                let now = clock;
                 let attempt = int(Arg::Attempt);
                 // `SKIP LOCKED`: a row another transaction holds (a count that looks at it) is
                 // passed over, and the claim tries again.
@@ -627,8 +627,8 @@ impl Db {
                 Reply::Affected(affected)
             }
             StatementKind::ClaimLease => {
-                let now = now_or_none();
-                let until = int(Arg::Until);
+                let now = clock;
+                let until = clock + int(Arg::LeaseFor);
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 let floor = floor();
                 let ids: Vec<i64> = self
@@ -653,7 +653,7 @@ impl Db {
             }
             StatementKind::SelectLease => {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
-                let now = now_or_none();
+                let now = clock;
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 let ids: Vec<i64> = self
                     .ordered(desc, now)
@@ -662,14 +662,20 @@ impl Db {
                     .take(limit)
                     .collect();
                 let mut rows = Vec::new();
+                // The expiry the leases get, read with the rows.
+                let until = clock + int(Arg::LeaseFor);
                 for id in ids {
                     self.row_locks.insert(id, sess);
-                    rows.push(self.row_reply(desc, id, &statement.output));
+                    let mut row = self.row_reply(desc, id, &statement.output);
+                    if let Some(last) = row.values.last_mut() {
+                        *last = Value::Int(until);
+                    }
+                    rows.push(row);
                 }
                 Reply::Rows(rows)
             }
             StatementKind::MarkLease(n) => {
-                let until = int(Arg::Until);
+                let until = int(Arg::Fence);
                 let mut affected = 0;
                 for i in 0..n {
                     let id = int(Arg::IdAt(i));
@@ -698,7 +704,9 @@ impl Db {
                     return Reply::Affected(0);
                 }
                 let until = if statement.kind == StatementKind::ExtendLease {
-                    Some(int(Arg::Until))
+                    let until = fence + int(Arg::Extend);
+                    self.moved.insert((id, fence), until);
+                    Some(until)
                 } else {
                     None
                 };
@@ -706,7 +714,7 @@ impl Db {
                 Reply::Affected(1)
             }
             StatementKind::Candidates => {
-                let now = now_or_none();
+                let now = clock;
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 // The keys the claim passes over: none of their rows is a candidate.
                 let excluded: Vec<&Value> = statement
@@ -765,7 +773,7 @@ impl Db {
             }
             StatementKind::Take | StatementKind::TakeCount => {
                 let id = int(Arg::Id);
-                let now = now_or_none();
+                let now = clock;
                 let claimable = self
                     .rows
                     .get(&id)
@@ -808,7 +816,7 @@ impl Db {
                 if matches!(statement.kind, StatementKind::Delete { .. }) {
                     self.write(sess, id, |r| *r = None);
                 } else {
-                    let now = int(Arg::Now);
+                    let now = clock;
                     let lease = desc.locked_until.is_some();
                     self.write(sess, id, |r| {
                         let r = r.as_mut().expect("row");
@@ -840,9 +848,9 @@ impl Db {
                     })
                     .flatten();
                 let fail = matches!(statement.kind, StatementKind::Fail { .. });
-                let now = if fail { int(Arg::Now) } else { 0 };
+                let now = clock;
                 let retry_at = (!fail && (desc.due.is_some() || desc.locked_until.is_some()))
-                    .then(|| int(Arg::RetryAt));
+                    .then(|| clock + int(Arg::RetryIn));
                 let (due, lease) = (desc.due.is_some(), desc.locked_until.is_some());
                 self.write(sess, id, |r| {
                     let r = r.as_mut().expect("row");
@@ -864,7 +872,7 @@ impl Db {
                 Reply::Affected(1)
             }
             StatementKind::Stats => {
-                let now = now_or_none();
+                let now = clock;
                 let open = |r: &DbRow| {
                     (desc.processed_at.is_none() || r.processed_at.is_none())
                         && (desc.failed_at.is_none() || r.failed_at.is_none())
@@ -901,6 +909,7 @@ impl Db {
                         (Some(_), Some(t)) => Value::Int(t),
                         _ => Value::Null,
                     },
+                    Value::Int(clock),
                 ])])
             }
             StatementKind::ListFailed => {
@@ -976,7 +985,7 @@ impl Db {
                     .collect();
                 let redrive = matches!(statement.kind, StatementKind::Redrive(_));
                 let now = if redrive && desc.due.is_some() {
-                    int(Arg::Now)
+                    clock
                 } else {
                     0
                 };
@@ -1010,7 +1019,7 @@ impl Db {
                     if desc.processed_at.is_none() {
                         self.write(sess, id, |r| *r = None);
                     } else {
-                        let now = int(Arg::Now);
+                        let now = clock;
                         self.write(sess, id, |r| {
                             let r = r.as_mut().expect("row");
                             r.processed_at = Some(now);
@@ -1053,10 +1062,9 @@ impl Db {
                     let channel = of(Arg::Column("channel"))
                         .and_then(Value::as_int)
                         .unwrap_or(0);
+                    // A row published without a due time is due at the database's time.
                     let due = if desc.due.is_some() {
-                        of(Arg::Due)
-                            .and_then(Value::as_int)
-                            .expect("an integer bind")
+                        of(Arg::Due).and_then(Value::as_int).unwrap_or(clock)
                     } else {
                         0
                     };

@@ -1,10 +1,12 @@
 //! Model-based tests of the broker machine: several processes, each a `Broker`, run against one
 //! in-memory database under random interleavings of statements and replies, failed
-//! statements, lost connections, crashed processes, dropped deliveries and shutdowns. After
-//! every step the invariants of the design hold:
+//! statements, lost connections, crashed processes, dropped deliveries and shutdowns, each
+//! process's clock off the database's by up to three leases either way (the database keeps
+//! its own). After every step the invariants of the design hold:
 //!
-//! - a row is in work with at most one delivery; in the advisory form, a key is in work with at
-//!   most one delivery, across every process;
+//! - a row is in work with at most one delivery (in the lease form, while its lease holds by
+//!   the database's clock); in the advisory form, a key is in work with at most one delivery,
+//!   across every process;
 //! - a delivery is handed out only while its row or key is held, and its attempt is the row's;
 //! - every claimed row ends settled or returns to the queue: after the chaos, a clean process
 //!   drains every row that was not settled;
@@ -101,7 +103,14 @@ struct Config {
     prefetch: usize,
     /// The attempt budget, on tables that keep failed rows.
     max_attempts: Option<u32>,
+    /// How far each slot's clock runs ahead of the database's (behind where negative), in
+    /// microseconds: by more than a lease, so that no process's clock may decide whether a
+    /// row is held.
+    skew: [i64; 4],
 }
+
+/// Every process's clock reads the database's.
+const NO_SKEW: [i64; 4] = [0; 4];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Table {
@@ -203,6 +212,9 @@ struct Handler {
     key: Option<String>,
     /// The session that held the row or the key when the message was delivered.
     holder: Option<SessId>,
+    /// The lease form: the expiry the row held when the message was delivered, by the
+    /// database's clock.
+    lease: Option<i64>,
 }
 
 struct Process {
@@ -400,7 +412,10 @@ impl World {
             return false;
         }
         match self.form() {
-            Form::Lease => false,
+            // Until its lease runs out by the database's clock, extensions included.
+            Form::Lease => handler
+                .lease
+                .is_some_and(|until| self.lease_until(handler.row, until) > self.now.micros()),
             Form::Advisory
                 if self.config.dialect == Dialect::Sqlite && self.config.table != Table::Custom =>
             {
@@ -410,6 +425,15 @@ impl World {
                 self.holder_of(slot, handler.row, handler.key.as_deref()) == Some(h)
             }),
         }
+    }
+
+    /// The expiry of the lease written as `until` on `row`, after the extensions that moved
+    /// it.
+    fn lease_until(&self, row: i64, mut until: i64) -> i64 {
+        while let Some(&next) = self.db.moved.get(&(row, until)) {
+            until = next;
+        }
+        until
     }
 
     fn on_event(&mut self, slot: usize, event: Event<i64>) {
@@ -531,7 +555,15 @@ impl World {
                         }
                     }
                 }
-                let handler = Handler { row, key, holder };
+                let lease = (self.form() == Form::Lease)
+                    .then(|| self.db.rows[&row].locked_until)
+                    .flatten();
+                let handler = Handler {
+                    row,
+                    key,
+                    holder,
+                    lease,
+                };
                 self.processes[slot].handlers.insert(d.delivery, handler);
                 // At most `workers` in work, rows claimed ahead or not.
                 let p = &self.processes[slot];
@@ -575,9 +607,10 @@ impl World {
             Event::LeaseLost { .. } | Event::Error { .. } => {}
             // The runtime wakes the publisher's own subscriptions once the row is written.
             Event::Published { result, .. } => {
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if result.is_ok() && !p.shutdown {
-                    p.broker.wake(p.sub, self.now);
+                    p.broker.wake(p.sub, now);
                 }
             }
             Event::Ready { .. } => {}
@@ -705,6 +738,7 @@ impl World {
                     .conns
                     .get(&command.conn)
                     .unwrap_or_else(|| panic!("{} was never acquired", command.conn));
+                self.db.clock = self.now.micros();
                 self.db
                     .execute(self.config.dialect, &self.desc, sess, statement, binds)
             }
@@ -722,14 +756,20 @@ impl World {
         self.processes[slot].replies.push((command.id, reply));
     }
 
+    /// The time by the clock of the process in `slot`.
+    fn local(&self, slot: usize) -> Time {
+        Time(self.now.0 + self.config.skew[slot % self.config.skew.len()])
+    }
+
     fn deliver_reply(&mut self, slot: usize, index: usize) {
+        let now = self.local(slot);
         let p = &mut self.processes[slot];
         if p.replies.is_empty() {
             return;
         }
         let (id, reply) = p.replies.remove(index % p.replies.len());
         p.sql_outstanding.remove(&id);
-        p.broker.handle_reply(id, reply, self.now);
+        p.broker.handle_reply(id, reply, now);
         self.pump(slot);
     }
 
@@ -828,6 +868,7 @@ impl World {
                 delay_ms,
             } => {
                 let slot = process % slots;
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if p.handlers.is_empty() {
                     return;
@@ -850,11 +891,12 @@ impl World {
                 if delay_ms > 0 {
                     settlement = settlement.delay(Duration::from_millis(delay_ms));
                 }
-                p.broker.settle_with(id, settlement, self.now);
+                p.broker.settle_with(id, settlement, now);
                 self.pump(slot);
             }
             Step::Drop { process, handler } => {
                 let slot = process % slots;
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if p.handlers.is_empty() {
                     return;
@@ -865,11 +907,12 @@ impl World {
                     .nth(handler % p.handlers.len())
                     .expect("a handler");
                 p.handlers.remove(&id);
-                p.broker.drop_delivery(id, self.now);
+                p.broker.drop_delivery(id, now);
                 self.pump(slot);
             }
             Step::Lend { process, handler } => {
                 let slot = process % slots;
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if p.handlers.is_empty() {
                     return;
@@ -879,18 +922,19 @@ impl World {
                     .keys()
                     .nth(handler % p.handlers.len())
                     .expect("a handler");
-                p.broker.lend_transaction(id, self.now);
+                p.broker.lend_transaction(id, now);
                 self.pump(slot);
             }
             Step::Advance { millis } => {
                 self.now = self.now.plus(Duration::from_millis(millis));
                 for slot in 0..slots {
+                    let now = self.local(slot);
                     let due = self.processes[slot]
                         .broker
                         .poll_timeout()
-                        .is_some_and(|t| t <= self.now);
+                        .is_some_and(|t| t <= now);
                     if due {
-                        self.processes[slot].broker.handle_timeout(self.now);
+                        self.processes[slot].broker.handle_timeout(now);
                         self.pump(slot);
                     }
                 }
@@ -905,25 +949,24 @@ impl World {
                 self.tried[slot].clear();
                 self.ids[slot] = self.next_id;
                 self.next_id += 1;
-                self.processes[slot] = start(self.desc, self.config, self.now);
+                self.processes[slot] = start(self.desc, self.config, self.local(slot));
                 self.pump(slot);
             }
             Step::Shutdown { process } => {
                 let slot = process % slots;
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if p.shutdown {
                     return;
                 }
                 p.shutdown = true;
                 p.held_at_shutdown = p.handlers.len();
-                p.broker.shutdown(self.now);
+                p.broker.shutdown(now);
                 self.pump(slot);
                 // A publisher kept past the shutdown writes nothing.
                 let rows = self.db.rows.len();
                 let p = &mut self.processes[slot];
-                let refused = p
-                    .broker
-                    .publish(p.publisher, publish(&self.desc, 0), self.now);
+                let refused = p.broker.publish(p.publisher, publish(&self.desc, 0), now);
                 assert_eq!(refused, Err(BrokerError::Closed));
                 assert_eq!(self.db.rows.len(), rows);
             }
@@ -933,6 +976,7 @@ impl World {
                 rows,
             } => {
                 let slot = process % slots;
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if p.shutdown {
                     let (locks, before) = (self.db.advisory.clone(), self.db.next_id);
@@ -945,13 +989,14 @@ impl World {
                 }
                 let batch = (0..rows).map(|_| publish(&self.desc, channel)).collect();
                 p.broker
-                    .publish_all(p.publisher, batch, self.now)
+                    .publish_all(p.publisher, batch, now)
                     .expect("a running broker publishes");
-                p.broker.wake(p.sub, self.now);
+                p.broker.wake(p.sub, now);
                 self.pump(slot);
             }
             Step::Publish { process, channel } => {
                 let slot = process % slots;
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
                 if p.shutdown {
                     let (locks, rows) = (self.db.advisory.clone(), self.db.next_id);
@@ -961,9 +1006,9 @@ impl World {
                     return;
                 }
                 p.broker
-                    .publish(p.publisher, publish(&self.desc, channel), self.now)
+                    .publish(p.publisher, publish(&self.desc, channel), now)
                     .expect("a running broker publishes");
-                p.broker.wake(p.sub, self.now);
+                p.broker.wake(p.sub, now);
                 self.pump(slot);
             }
         }
@@ -1031,9 +1076,10 @@ impl World {
                     self.deliver_reply(slot, 0);
                     progressed = true;
                 }
+                let now = self.local(slot);
                 let p = &mut self.processes[slot];
-                if !p.closed && p.broker.poll_timeout().is_some_and(|t| t <= self.now) {
-                    p.broker.handle_timeout(self.now);
+                if !p.closed && p.broker.poll_timeout().is_some_and(|t| t <= now) {
+                    p.broker.handle_timeout(now);
                     self.pump(slot);
                     progressed = true;
                 }
@@ -1108,12 +1154,13 @@ impl World {
             self.db.kill(sess);
         }
         for slot in 0..self.processes.len() {
+            let now = self.local(slot);
             let p = &mut self.processes[slot];
             // Handlers still running when the service stops are abandoned.
             if !p.shutdown {
                 p.shutdown = true;
                 p.held_at_shutdown = p.handlers.len();
-                p.broker.shutdown(self.now);
+                p.broker.shutdown(now);
                 self.pump(slot);
             }
         }
@@ -1147,7 +1194,8 @@ impl World {
     fn drain(&mut self) {
         self.now = self.now.plus(LEASE_TIME * 2);
         let slot = self.processes.len();
-        self.processes.push(start(self.desc, self.config, self.now));
+        let now = self.local(slot);
+        self.processes.push(start(self.desc, self.config, now));
         self.ids.push(self.next_id);
         self.looked.push(Vec::new());
         self.tried.push(BTreeMap::new());
@@ -1157,10 +1205,11 @@ impl World {
             self.check_no_loss();
             let p = &mut self.processes[slot];
             if let Some(&id) = p.handlers.keys().next() {
+                let now = Time(self.now.0 + self.config.skew[slot % 4]);
                 let h = p.handlers.remove(&id).expect("a handler");
                 *self.settled.entry(h.row).or_default() += 1;
                 self.acked.insert(h.row);
-                p.broker.settle(id, Outcome::Ack, self.now);
+                p.broker.settle(id, Outcome::Ack, now);
                 self.pump(slot);
                 continue;
             }
@@ -1182,13 +1231,14 @@ impl World {
                 self.check_no_loss();
                 return;
             }
+            let skew = self.local(slot).0 - self.now.0;
             let p = &mut self.processes[slot];
             let next = p
                 .broker
                 .poll_timeout()
                 .expect("a subscription with rows left polls");
-            self.now = self.now.max(next);
-            p.broker.handle_timeout(self.now);
+            self.now = self.now.max(Time(next.0 - skew));
+            p.broker.handle_timeout(Time(self.now.0 + skew));
             self.pump(slot);
         }
         panic!("rows never drained: {:?}", self.db.rows);
@@ -1240,15 +1290,22 @@ fn configs(table: Table) -> impl Strategy<Value = Config> {
         prop_oneof![Just(Duration::ZERO), Just(CONNECTION_LINGER)],
         prop_oneof![2 => Just(0usize), 1 => 1..4usize],
         prop_oneof![Just(None), (1..4u32).prop_map(Some)],
+        skews(),
     )
         .prop_map(
-            move |(dialect, workers, processes, linger, prefetch, max_attempts)| Config {
+            move |(dialect, workers, processes, linger, prefetch, max_attempts, skew)| Config {
                 dialect,
                 table,
                 workers,
                 linger,
                 prefetch,
                 max_attempts: max_attempts.filter(|_| table.desc().failed_at.is_some()),
+                // SQLite's clock is its process's machine's.
+                skew: if dialect == Dialect::Sqlite {
+                    NO_SKEW
+                } else {
+                    skew
+                },
                 // One process serves a SQLite database.
                 processes: if dialect == Dialect::Sqlite {
                     1
@@ -1257,6 +1314,15 @@ fn configs(table: Table) -> impl Strategy<Value = Config> {
                 },
             },
         )
+}
+
+/// Clocks off the database's by up to three leases either way, or in step.
+fn skews() -> impl Strategy<Value = [i64; 4]> {
+    let lease = i64::try_from(LEASE_TIME.as_micros()).expect("fits");
+    prop_oneof![
+        1 => Just(NO_SKEW),
+        3 => prop::array::uniform4(-3 * lease..3 * lease),
+    ]
 }
 
 fn run(config: Config, steps: &[Step]) {
@@ -1295,6 +1361,7 @@ fn regression_advisory_take_of_a_row_gone_looks_again_at_once() {
         linger: Duration::from_millis(5),
         prefetch: 2,
         max_attempts: None,
+        skew: NO_SKEW,
     };
     run(
         config,
@@ -1406,6 +1473,7 @@ fn regression_row_lock_count_beside_a_failed_leader_keeps_no_mark() {
         linger: Duration::from_millis(5),
         prefetch: 0,
         max_attempts: None,
+        skew: NO_SKEW,
     };
     run(
         config,
@@ -1523,6 +1591,7 @@ fn regression_row_lock_lock_waiting_for_a_count_keeps_its_mark() {
         linger: Duration::from_millis(5),
         prefetch: 1,
         max_attempts: None,
+        skew: NO_SKEW,
     };
     run(
         config,
@@ -1689,6 +1758,7 @@ fn regression_row_lock_counted_row_taken_in_the_gap() {
         linger: Duration::ZERO,
         prefetch: 0,
         max_attempts: None,
+        skew: NO_SKEW,
     };
     run(
         config,
@@ -1877,16 +1947,20 @@ fn liveness_configs() -> impl Strategy<Value = Config> {
         1..4usize,
         prop_oneof![Just(Duration::ZERO), Just(CONNECTION_LINGER)],
         prop_oneof![2 => Just(0usize), 1 => 1..3usize],
+        skews(),
     )
-        .prop_map(|(dialect, workers, processes, linger, prefetch)| Config {
-            dialect,
-            table: Table::Advisory,
-            workers,
-            processes,
-            linger,
-            prefetch,
-            max_attempts: None,
-        })
+        .prop_map(
+            |(dialect, workers, processes, linger, prefetch, skew)| Config {
+                dialect,
+                table: Table::Advisory,
+                workers,
+                processes,
+                linger,
+                prefetch,
+                max_attempts: None,
+                skew,
+            },
+        )
 }
 
 proptest! {

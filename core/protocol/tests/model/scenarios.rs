@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::db::{Db, DbRow, NULL_CHANNEL, SessId, lock_arg};
 
+mod clock;
 mod failures;
 mod gather;
 mod lend;
@@ -238,6 +239,9 @@ struct Proc {
     alive: bool,
     /// Its timers do not fire (a stalled process).
     paused: bool,
+    /// How far its clock runs ahead of the database's (behind where negative), in
+    /// microseconds.
+    skew: i64,
 }
 
 struct Sim {
@@ -322,10 +326,17 @@ impl Sim {
 
     /// A new process with the subscription and a publisher; its check's commands wait.
     fn spawn(&mut self) -> usize {
+        self.spawn_skewed(Duration::ZERO, true)
+    }
+
+    /// [`Sim::spawn`] of a process whose clock runs `skew` ahead of the database's (`ahead`)
+    /// or behind it.
+    fn spawn_skewed(&mut self, skew: Duration, ahead: bool) -> usize {
+        let skew = i64::try_from(skew.as_micros()).expect("fits") * if ahead { 1 } else { -1 };
         let mut broker = Broker::new(self.dialect);
         broker.set_connection_linger(self.linger);
         let sub = broker
-            .subscribe(self.desc, self.options(), self.now)
+            .subscribe(self.desc, self.options(), Time(self.now.0 + skew))
             .expect("subscribes");
         let publisher = broker.publisher(self.desc).expect("a publisher");
         self.procs.push(Proc {
@@ -339,6 +350,7 @@ impl Sim {
             closed: BTreeSet::new(),
             alive: true,
             paused: false,
+            skew,
         });
         let p = self.procs.len() - 1;
         self.poll(p);
@@ -436,10 +448,14 @@ impl Sim {
             reply: reply.clone(),
             at: self.now,
         }));
-        self.procs[p]
-            .broker
-            .handle_reply(command.id, reply, self.now);
+        let now = self.local(p);
+        self.procs[p].broker.handle_reply(command.id, reply, now);
         self.poll(p);
+    }
+
+    /// The time by `p`'s clock.
+    fn local(&self, p: usize) -> Time {
+        Time(self.now.0 + self.procs[p].skew)
     }
 
     /// Runs a command on the database, as an adapter would.
@@ -485,6 +501,7 @@ impl Sim {
                     .conns
                     .get(&command.conn)
                     .unwrap_or_else(|| panic!("{} was never acquired", command.conn));
+                self.db.clock = self.now.micros();
                 self.db.execute(dialect, &desc, sess, statement, binds)
             }
             Action::Lock { key, .. } => {
@@ -503,22 +520,24 @@ impl Sim {
     /// Moves the clock to `target`, firing every timer due on the way, each at its time.
     fn advance_to(&mut self, target: Time) {
         for _ in 0..100_000 {
+            // Each process's timers are by its own clock: the database's time they fall at.
             let next = self
                 .procs
                 .iter()
                 .filter(|p| p.alive && !p.paused)
-                .filter_map(|p| p.broker.poll_timeout())
+                .filter_map(|p| p.broker.poll_timeout().map(|t| Time(t.0 - p.skew)))
                 .min();
             match next {
                 Some(t) if t <= target => {
                     self.now = self.now.max(t);
                     for p in 0..self.procs.len() {
+                        let now = self.local(p);
                         let proc = &self.procs[p];
                         let due = proc.alive
                             && !proc.paused
-                            && proc.broker.poll_timeout().is_some_and(|t| t <= self.now);
+                            && proc.broker.poll_timeout().is_some_and(|t| t <= now);
                         if due {
-                            self.procs[p].broker.handle_timeout(self.now);
+                            self.procs[p].broker.handle_timeout(now);
                             self.poll(p);
                         }
                     }
@@ -539,7 +558,8 @@ impl Sim {
 
     /// Fires a process's timers now, whatever `poll_timeout` says, and runs.
     fn fire(&mut self, p: usize) {
-        self.procs[p].broker.handle_timeout(self.now);
+        let now = self.local(p);
+        self.procs[p].broker.handle_timeout(now);
         self.poll(p);
         self.run();
     }
@@ -551,23 +571,26 @@ impl Sim {
     // ----- inputs: each polls, none runs -----
 
     fn settle(&mut self, p: usize, delivery: DeliveryId, outcome: Outcome) {
-        self.procs[p].broker.settle(delivery, outcome, self.now);
+        let now = self.local(p);
+        self.procs[p].broker.settle(delivery, outcome, now);
         self.poll(p);
     }
 
     fn drop_delivery(&mut self, p: usize, delivery: DeliveryId) {
-        self.procs[p].broker.drop_delivery(delivery, self.now);
+        let now = self.local(p);
+        self.procs[p].broker.drop_delivery(delivery, now);
         self.poll(p);
     }
 
     fn shutdown(&mut self, p: usize) {
-        self.procs[p].broker.shutdown(self.now);
+        let now = self.local(p);
+        self.procs[p].broker.shutdown(now);
         self.poll(p);
     }
 
     fn wake(&mut self, p: usize) {
-        let sub = self.procs[p].sub;
-        self.procs[p].broker.wake(sub, self.now);
+        let (sub, now) = (self.procs[p].sub, self.local(p));
+        self.procs[p].broker.wake(sub, now);
         self.poll(p);
     }
 
@@ -588,7 +611,8 @@ impl Sim {
     fn publish(&mut self, p: usize, channel: i64) -> Result<PublishId, BrokerError> {
         let publisher = self.procs[p].publisher;
         let row = self.message(channel);
-        let result = self.procs[p].broker.publish(publisher, row, self.now);
+        let now = self.local(p);
+        let result = self.procs[p].broker.publish(publisher, row, now);
         self.poll(p);
         result
     }
@@ -1259,8 +1283,10 @@ fn lease_is_extended_every_extend_every_while_in_work() {
             Value::Int(T0.plus(LEASE_TIME).micros()),
             "{dialect:?}: fenced by the lease it wrote"
         );
+        // Moved by the time since the claim: a lease past the database's time.
         let until = T0.plus(EXTEND).plus(LEASE_TIME).micros();
-        assert_eq!(extend.bind(Arg::Until), Value::Int(until));
+        let by = i64::try_from(EXTEND.as_micros()).expect("fits");
+        assert_eq!(extend.bind(Arg::Extend), Value::Int(by));
         assert_eq!(sim.row(1).locked_until, Some(until), "{dialect:?}");
         sim.advance_to(T0.plus(EXTEND * 2));
         assert_eq!(sim.executed(StatementKind::ExtendLease), 2, "{dialect:?}");

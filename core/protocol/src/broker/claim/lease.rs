@@ -1,16 +1,19 @@
 //! The lease form's claim: write an expiry into the first claimable rows, counting their
 //! attempts, and deliver them under it. PostgreSQL and SQLite do it in one `UPDATE ..
 //! RETURNING`; MySQL and MariaDB lock and read the rows, then write the leases, in one
-//! transaction.
+//! transaction. The expiry is the database's time plus the lease, read back from the claim:
+//! it fences the row's later statements; this process's clock only estimates when it runs
+//! out, from when the claim's statement left.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::dialect::{Arg, LeaseClaim, LeaseStatements};
+use crate::dialect::{Arg, LeaseClaim, LeaseStatements, UNTIL};
 use crate::types::{ConnId, Event, Reply, SubId};
 use crate::value::{DbError, ErrorKind, Time, Value};
 
 use super::super::Broker;
+use super::super::delivery::Leased;
 use super::super::rows::{Taken, rows_of};
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
 
@@ -28,8 +31,9 @@ pub(in crate::broker) enum Stage {
 #[derive(Debug)]
 pub(in crate::broker) struct Claiming<R> {
     st: Arc<LeaseStatements>,
-    /// The expiry the claim wrote.
-    until: Option<Time>,
+    /// When the statement that writes the leases left: the lease runs out no sooner than
+    /// a lease's length after it, by this process's clock.
+    sent_at: Option<Time>,
     /// MySQL and MariaDB: the rows locked and read, whose leases are being written.
     pub(super) taken: Vec<Taken<R>>,
 }
@@ -38,7 +42,7 @@ impl<R> Claiming<R> {
     pub(super) fn new(st: &Arc<LeaseStatements>) -> Self {
         Self {
             st: st.clone(),
-            until: None,
+            sent_at: None,
             taken: Vec::new(),
         }
     }
@@ -86,8 +90,8 @@ impl<R> Broker<R> {
         };
         let mut statement = statement.clone();
         let from = l.st.claim_from.clone();
-        let until = now.plus(self.subs[sub.0].options.lease);
-        l.until = Some(until);
+        l.sent_at = Some(now);
+        let lease_for = micros_of(self.subs[sub.0].options.lease);
         let floor = from.and_then(|from| {
             let id = self.subs[sub.0].floor.start(now)?;
             statement = from;
@@ -97,10 +101,9 @@ impl<R> Broker<R> {
             c.from_floor = floor.is_some();
         }
         let binds = statement.binds(|arg| match arg {
-            Arg::Until => Value::Int(until.micros()),
+            Arg::LeaseFor => Value::Int(lease_for),
             Arg::Limit => Value::Int(limit as i64),
-            Arg::Floor => Value::Int(floor.unwrap_or(i64::MIN)),
-            _ => Value::Int(now.micros()),
+            _ => Value::Int(floor.unwrap_or(i64::MIN)),
         });
         let stage = ClaimStage::Lease(Stage::ClaimLease);
         self.claim_execute(claim, conn, statement, binds, stage);
@@ -126,10 +129,14 @@ impl<R> Broker<R> {
             (Stage::Begin, LeaseClaim::Locking { select, .. }) => {
                 // The workers that freed while the transaction began take rows too.
                 let limit = self.top_up(claim);
+                let lease_for = micros_of(self.subs[sub.0].options.lease);
                 let binds = select.binds(|arg| match arg {
                     Arg::Limit => Value::Int(limit as i64),
-                    _ => Value::Int(now.micros()),
+                    _ => Value::Int(lease_for),
                 });
+                if let Some((_, _, l)) = Self::lease(&mut self.claims, claim) {
+                    l.sent_at = Some(now);
+                }
                 let stage = ClaimStage::Lease(Stage::SelectLease);
                 self.claim_execute(claim, conn, select.clone(), binds, stage);
             }
@@ -142,22 +149,22 @@ impl<R> Broker<R> {
                     self.claim_fixed(claim, conn, Fixed::Commit, ClaimStage::Lease(Stage::Commit));
                     return;
                 };
-                let until = now.plus(self.subs[sub.0].options.lease);
-                // The rows are read before their attempts are counted.
+                // The rows are read before their attempts are counted, with the expiry their
+                // leases get: the database's time when the read ran, plus the lease.
                 let attempts = self.subs[sub.0].desc.attempt.is_some();
                 let taken: Vec<Taken<R>> = rows
                     .into_iter()
                     .map(|row| Taken::read(row, attempts, 1))
                     .collect();
+                let until = taken.first().and_then(|t| t.until).unwrap_or_default();
                 let binds = mark.binds(|arg| match arg {
                     Arg::IdAt(i) => taken[i].id.clone(),
-                    _ => Value::Int(until.micros()),
+                    _ => Value::Int(until),
                 });
                 let Some((_, _, l)) = Self::lease(&mut self.claims, claim) else {
                     return;
                 };
                 l.taken = taken;
-                l.until = Some(until);
                 self.claim_execute(
                     claim,
                     conn,
@@ -213,15 +220,15 @@ impl<R> Broker<R> {
         };
         c.found = rows.len();
         let sub = c.sub;
-        let until = match &c.form {
-            ClaimForm::Lease(l) => l.until,
+        let sent_at = match &c.form {
+            ClaimForm::Lease(l) => l.sent_at,
             ClaimForm::RowLock(_) | ClaimForm::Advisory(_) => None,
         };
-        let Some(until) = until else {
+        let Some(since) = sent_at else {
             debug_assert!(rows.is_empty(), "rows taken without a lease");
             return;
         };
-        if now >= until {
+        if now >= since.plus(self.subs[sub.0].options.lease) {
             let table = self.subs[sub.0].desc.table;
             self.events.push_back(Event::Error {
                 sub,
@@ -236,7 +243,23 @@ impl<R> Broker<R> {
             return;
         }
         for taken in rows {
-            self.deliver(sub, taken, None, None, Some(until));
+            // A row without the expiry its claim wrote cannot be fenced: it waits out its
+            // lease.
+            let Some(fence) = taken.until.map(Time) else {
+                let table = self.subs[sub.0].desc.table;
+                let error = DbError::new(
+                    ErrorKind::Other,
+                    format!("table `{table}`: a lease claim answered a row without `{UNTIL}`"),
+                );
+                self.events.push_back(Event::Error { sub, error });
+                continue;
+            };
+            self.deliver(sub, taken, None, None, Some(Leased { fence, since }));
         }
     }
+}
+
+/// A duration in whole microseconds, as a statement binds it.
+pub(in crate::broker) fn micros_of(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }

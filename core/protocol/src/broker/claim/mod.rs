@@ -13,6 +13,7 @@ use crate::value::{DbError, ErrorKind, Value};
 use super::{Broker, Step};
 
 pub(super) use advisory::Stage as AdvisoryStage;
+pub(super) use lease::micros_of;
 
 /// A claim in flight. `R` rows wait in the lease form's state until the claim can deliver
 /// them.

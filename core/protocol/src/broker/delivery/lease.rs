@@ -7,12 +7,12 @@
 
 use crate::dialect::{Arg, Statement, Statements};
 use crate::types::{Action, ConnId, DeliveryId, Event, Outcome, Reply, SettleError, SubId};
-use crate::value::Value;
+use crate::value::{Time, Value};
 
 use super::super::Broker;
 use super::super::options::{DEADLOCK_RERUNS, SETTLE_BATCH};
 use super::super::rows::{affected_any, first_column};
-use super::{DeliveryStage, DeliveryState, Ending};
+use super::{DeliveryStage, DeliveryState, Ending, Leased};
 
 impl<R> Broker<R> {
     /// A lease delivery ends: a settlement or a release of the lease, each on a connection of
@@ -96,13 +96,19 @@ impl<R> Broker<R> {
             && !self.subs[sub.0].settles.waiting.is_empty();
         match d.ending {
             None => {
-                let until = now.plus(self.subs[sub.0].options.lease);
+                // The row's expiry moves by the time passed since the statement that wrote
+                // it left: a lease's length past the database's time, read by no clock here.
+                let by = now.micros().saturating_sub(l.since.micros()).max(0);
                 let binds = st.extend.binds(|arg| match arg {
                     Arg::Id => id.clone(),
                     Arg::Fence => Value::Int(fence.micros()),
-                    _ => Value::Int(until.micros()),
+                    _ => Value::Int(by),
                 });
-                let stage = DeliveryStage::Extend { until };
+                let moved = Leased {
+                    fence: Time(fence.micros().saturating_add(by)),
+                    since: now,
+                };
+                let stage = DeliveryStage::Extend(moved);
                 self.delivery_execute(delivery, conn, &st.extend, binds, stage);
             }
             Some(Ending::Settle(Outcome::Ack)) if batched => {
@@ -133,17 +139,20 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The extension answered: the lease holds until `until`, or it was lost.
-    pub(super) fn extended(&mut self, delivery: DeliveryId, until: crate::Time, reply: &Reply<R>) {
+    /// The extension answered: the lease holds, moved as `moved` says, or it was lost.
+    pub(super) fn extended(&mut self, delivery: DeliveryId, moved: Leased, reply: &Reply<R>) {
         let now = self.now;
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        let extend_every = self.subs[d.sub.0].options.extend_every;
+        let options = &self.subs[d.sub.0].options;
+        let (lease, extend_every) = (options.lease, options.extend_every);
         let held = affected_any(reply);
         if let Some(l) = d.lease_mut() {
             if held {
-                l.fence = Some(until);
+                l.fence = Some(moved.fence);
+                l.since = moved.since;
+                l.expires = moved.since.plus(lease);
                 l.extend_at = Some(now.plus(extend_every));
             } else {
                 l.lost = true;
@@ -293,7 +302,6 @@ impl<R> Broker<R> {
     /// Settles `delivery` and the settlements waiting behind it, up to [`SETTLE_BATCH`], in
     /// one statement on `conn`.
     fn settle_batch(&mut self, delivery: DeliveryId, conn: ConnId) {
-        let now = self.now;
         let Some(sub) = self.deliveries.get(delivery).map(|d| d.sub) else {
             return;
         };
@@ -319,7 +327,7 @@ impl<R> Broker<R> {
         let binds = statement.binds(|arg| match arg {
             Arg::IdAt(i) => ids[i].clone(),
             Arg::FenceAt(i) => Value::Int(fences[i].micros()),
-            _ => Value::Int(now.micros()),
+            _ => Value::Null,
         });
         if let Some(l) = self
             .deliveries

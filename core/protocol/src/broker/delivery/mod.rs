@@ -49,12 +49,28 @@ pub(super) enum Held {
     },
 }
 
+/// A lease a claim wrote: the expiry in the row, by the database's clock, and when the
+/// statement that wrote it left, by this process's clock.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::broker) struct Leased {
+    /// The expiry the row holds: it fences every later statement on the row.
+    pub(in crate::broker) fence: Time,
+    /// When the statement that wrote it left: the lease runs a lease's length from about
+    /// then, and no sooner.
+    pub(in crate::broker) since: Time,
+}
+
 /// A lease a delivery holds.
 #[derive(Debug)]
 pub(super) struct LeaseHold {
     st: Arc<LeaseStatements>,
-    /// The expiry this process wrote last.
+    /// The expiry the row holds for this process, by the database's clock.
     fence: Option<Time>,
+    /// When, by this process's clock, the lease runs out at the soonest.
+    expires: Time,
+    /// When, by this process's clock, the statement that wrote the fence left: an extension
+    /// moves the expiry by the time passed since.
+    since: Time,
     /// When the lease is extended next.
     extend_at: Option<Time>,
     /// The lease ran out while in work: another delivery may have the row.
@@ -137,10 +153,11 @@ impl Delivery {
         }
     }
 
-    /// The lease form: whether its lease ran out, was lost, or is gone by `now`.
+    /// The lease form: whether its lease ran out, was lost, or is gone by `now` (this
+    /// process's clock).
     pub(super) fn lease_gone(&self, now: Time) -> bool {
         self.lease()
-            .is_some_and(|l| l.lost || l.fence.is_none_or(|until| until <= now))
+            .is_some_and(|l| l.lost || l.fence.is_none() || l.expires <= now)
     }
 
     /// The lease form: when its lease is next extended.
@@ -235,9 +252,8 @@ pub(super) enum DeliveryStage {
     Acquire,
     /// The lease form: the connection of a transaction lent to the handler.
     LendAcquire,
-    Extend {
-        until: Time,
-    },
+    /// The lease form: the extension that moves the expiry to `fence`, sent at `since`.
+    Extend(Leased),
     Settle,
     /// The lease form: the settlement of this delivery and of its batch in one statement.
     SettleBatch,
@@ -259,21 +275,21 @@ pub(super) enum DeliveryStage {
 
 impl<R> Broker<R> {
     /// A row a claim took, held as its form holds it: by the claim's connection `conn` (row
-    /// lock; advisory lock, with its `key`), or by the lease that runs out at `fence`.
+    /// lock; advisory lock, with its `key`), or by the lease the claim wrote.
     pub(super) fn deliver(
         &mut self,
         sub: SubId,
         taken: Taken<R>,
         conn: Option<ConnId>,
         key: Option<Arc<str>>,
-        fence: Option<Time>,
+        lease: Option<Leased>,
     ) {
         let id = DeliveryId(self.next_delivery);
         self.next_delivery += 1;
         let now = self.now;
         let running = self.state == State::Running;
         self.subs[sub.0].in_work += 1;
-        let held = self.held_for(sub, key.clone(), fence);
+        let held = self.held_for(sub, key.clone(), lease);
         self.deliveries.insert(
             id,
             Delivery {
@@ -407,9 +423,9 @@ impl<R> Broker<R> {
         true
     }
 
-    /// How a row of `sub` is held: by its key, or by the lease that runs out at `fence`
-    /// (extended once `extend_every` has passed since it was written).
-    fn held_for(&self, sub: SubId, key: Option<Arc<str>>, fence: Option<Time>) -> Held {
+    /// How a row of `sub` is held: by its key, or by the lease its claim wrote (extended
+    /// once `extend_every` has passed since its statement left).
+    fn held_for(&self, sub: SubId, key: Option<Arc<str>>, lease: Option<Leased>) -> Held {
         let s = &self.subs[sub.0];
         match &s.statements.form {
             FormStatements::RowLock(st) => Held::RowLock(st.clone()),
@@ -418,13 +434,13 @@ impl<R> Broker<R> {
                 key: key.unwrap_or_else(|| Arc::from("")),
             },
             FormStatements::Lease(st) => {
-                let early = s.options.lease.saturating_sub(s.options.extend_every);
-                let early = i64::try_from(early.as_micros()).unwrap_or(i64::MAX);
+                let since = lease.map_or(self.now, |l| l.since);
                 Held::Lease(LeaseHold {
                     st: st.clone(),
-                    fence,
-                    extend_at: fence
-                        .map(|until| Time(until.micros().saturating_sub(early)).max(self.now)),
+                    fence: lease.map(|l| l.fence),
+                    expires: since.plus(s.options.lease),
+                    since,
+                    extend_at: lease.map(|l| l.since.plus(s.options.extend_every).max(self.now)),
                     lost: false,
                     batch: Vec::new(),
                     reruns: 0,

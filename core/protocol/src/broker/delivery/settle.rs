@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::types::{Action, DeliveryId, Event, Outcome, SettleError, Settlement};
 use crate::value::{Time, Value};
 
+use super::super::claim::micros_of;
 use super::super::options::{DROP_GRACE, MAX_ERROR_LEN, MAX_RETRY_DELAY};
 use super::super::{Broker, State, Step};
 use super::{DeliveryState, Ending, Held};
@@ -55,27 +56,26 @@ impl<R> Broker<R> {
         outcome
     }
 
-    /// The binds of a settlement's statement: the row's id, its lease's `fence`, the time,
-    /// the retry's due time and the error.
+    /// The binds of a settlement's statement: the row's id, its lease's `fence`, the retry's
+    /// delay and the error.
     pub(in crate::broker) fn settle_binds(
         &self,
         delivery: DeliveryId,
         statement: &crate::Statement,
         fence: Time,
     ) -> Vec<Value> {
-        let now = self.now;
         let Some(d) = self.deliveries.get(delivery) else {
             return Vec::new();
         };
         statement.binds(|arg| match arg {
             crate::Arg::Id => d.id.clone(),
             crate::Arg::Fence => Value::Int(fence.micros()),
-            crate::Arg::RetryAt => Value::Int(now.plus(d.delay.unwrap_or_default()).micros()),
+            crate::Arg::RetryIn => Value::Int(micros_of(d.delay.unwrap_or_default())),
             crate::Arg::Error => d
                 .error
                 .as_deref()
                 .map_or(Value::Null, |e| Value::Text(e.to_owned())),
-            _ => Value::Int(now.micros()),
+            _ => Value::Null,
         })
     }
 

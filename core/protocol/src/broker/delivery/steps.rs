@@ -52,7 +52,7 @@ impl<R> Broker<R> {
         match stage {
             DeliveryStage::Acquire => self.lease_acquired(delivery),
             DeliveryStage::LendAcquire => self.lend_acquired(delivery),
-            DeliveryStage::Extend { until } => self.extended(delivery, until, &reply),
+            DeliveryStage::Extend(lease) => self.extended(delivery, lease, &reply),
             DeliveryStage::Settle if lease => self.lease_settled(delivery, &reply),
             DeliveryStage::Settle => self.held_settled(delivery),
             DeliveryStage::SettleBatch => self.batch_settled(delivery, reply),

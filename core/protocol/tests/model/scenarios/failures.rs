@@ -37,10 +37,9 @@ fn cases() -> Vec<(Form, Dialect)> {
 }
 
 impl Sim {
-    fn settle_with(&mut self, p: usize, delivery: DeliveryId, settlement: Settlement) {
-        self.procs[p]
-            .broker
-            .settle_with(delivery, settlement, self.now);
+    pub(super) fn settle_with(&mut self, p: usize, delivery: DeliveryId, settlement: Settlement) {
+        let now = self.local(p);
+        self.procs[p].broker.settle_with(delivery, settlement, now);
         self.poll(p);
     }
 
@@ -164,10 +163,18 @@ fn a_delayed_retry_is_not_claimed_before_its_time() {
         };
         let retry = only(sim.runs_of(0, mark, kind));
         assert_eq!(
-            retry.bind(Arg::RetryAt),
-            Value::Int(at.plus(delay).micros()),
-            "{form:?} {dialect:?}"
+            retry.bind(Arg::RetryIn),
+            Value::Int(i64::try_from(delay.as_micros()).expect("fits")),
+            "{form:?} {dialect:?}: the delay, from the database's time"
         );
+        // Due again the delay after the database's time of the statement.
+        let row = sim.row(1);
+        let written = if due {
+            row.due
+        } else {
+            row.locked_until.unwrap_or_default()
+        };
+        assert_eq!(written, at.plus(delay).micros(), "{form:?} {dialect:?}");
         assert_eq!(
             sim.row(1).error.as_deref(),
             Some(ERROR),
@@ -603,9 +610,10 @@ fn long_errors_and_delays_are_cut() {
             fenced: form == Form::Lease,
         };
         let retry = only(sim.runs_of(0, mark, kind));
+        let _ = at;
         assert_eq!(
-            retry.bind(Arg::RetryAt),
-            Value::Int(at.plus(ruststream_core::MAX_RETRY_DELAY).micros())
+            retry.bind(Arg::RetryIn),
+            Value::Int(i64::try_from(ruststream_core::MAX_RETRY_DELAY.as_micros()).expect("fits"))
         );
     }
 }
