@@ -17,6 +17,18 @@
 //!   first is 1, unless a fault (a kill, a killed session, a restart) fell between the two
 //!   starts (before the first): a take that a fault cut short spends its attempt. No handler
 //!   runs past the budget.
+//! - **A retry waits its delay.** Where the subscriptions retry after a delay (not
+//!   retry_storm's immediate retries), a row's next delivery after one that ended in a retry
+//!   starts no sooner than that delivery's end plus the delay (less [`RETRY_SLACK_US`]): the
+//!   retry's due time is written after the handler ended, by the database's clock, and the
+//!   claim compares with that clock. Not where a fault hit the retrying process (a kill, a
+//!   killed session of its, its death) or the server (a restart) between the two starts,
+//!   since the row may then return without the retry's due time; not where the two overlap
+//!   (the check above judges that); in the lease form not where the second starts a lease
+//!   after the first (the lease ran out before the retry was written). The times of the log
+//!   are the machine's clock, which the database's shares (each child brings its own clock
+//!   back to it, clock_skew included). A process whose own clock decided the due time would
+//!   fail this: 45 s behind, it would make the row due at once.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -106,6 +118,8 @@ pub struct Input<'a> {
     pub lease_us: i64,
     /// When the first service started.
     pub start_us: i64,
+    /// The subscriptions' retry delay, in µs (0: retries are due at once, nothing to check).
+    pub retry_delay_us: i64,
 }
 
 /// What the check found.
@@ -130,6 +144,10 @@ pub struct Report {
 /// How far apart two starts must be, beyond the lease, for the lease form to excuse their
 /// overlap: the lease is written at the claim, a moment before the handler starts.
 const LEASE_SLACK_US: i64 = 500_000;
+
+/// How much sooner than its retry's delay a row's next delivery may start: the rounding of
+/// the times the log and the server hold.
+pub const RETRY_SLACK_US: i64 = 5_000;
 
 /// Whether a fault of one of `kinds` (sorted by `from_us`) overlaps `[from, to]`.
 fn fault_in(faults: &[Fault], from: i64, to: i64, kinds: &[FaultKind]) -> bool {
@@ -203,6 +221,51 @@ fn overlaps(what: &str, list: &[&Delivery], input: &Input<'_>, report: &mut Repo
         let end = end_of(d, input.ended).unwrap_or(i64::MAX);
         if latest.is_none_or(|(_, e)| end > e) {
             latest = Some((d, end));
+        }
+    }
+}
+
+/// Checks that each retry of one row (its deliveries, sorted by start) waited the retry delay.
+fn retry_waits(job: i64, list: &[&Delivery], input: &Input<'_>, report: &mut Report) {
+    if input.retry_delay_us <= 0 {
+        return;
+    }
+    for pair in list.windows(2) {
+        let (before, d) = (pair[0], pair[1]);
+        let (Some(end), Some(Outcome::Retry)) = (
+            before.end_us,
+            before.outcome.as_deref().and_then(Outcome::parse),
+        ) else {
+            continue;
+        };
+        // An overlap is the other check's; the lease may have run out under a long handler.
+        if d.start_us < end
+            || (input.form == Form::Lease
+                && d.start_us - before.start_us >= input.lease_us - LEASE_SLACK_US)
+        {
+            continue;
+        }
+        // The retrying process (or a session of its, or the server) hit in between: the row
+        // may have returned without the retry written.
+        let hit = fault_where(input.faults, before.start_us, d.start_us, |f| {
+            f.kind == FaultKind::Restart || f.spawn.is_none_or(|s| s == before.spawn)
+        }) || input
+            .ended
+            .get(&before.spawn)
+            .is_some_and(|&gone| gone <= d.start_us);
+        if hit {
+            continue;
+        }
+        let waited = d.start_us - end;
+        if waited < input.retry_delay_us - RETRY_SLACK_US {
+            report.violations.push(format!(
+                "job {job}: {} started {:.1} ms after {} ended in a retry, before the retry \
+                 delay of {} ms",
+                describe(d, input.ended),
+                waited as f64 / 1000.0,
+                describe(before, input.ended),
+                input.retry_delay_us / 1000
+            ));
         }
     }
 }
@@ -365,6 +428,9 @@ pub fn check(input: &Input<'_>) -> Report {
         }
     }
 
+    for (job, list) in &by_job {
+        retry_waits(*job, list, input, &mut report);
+    }
     for (key, list) in &by_key {
         overlaps(&format!("key {key}"), list, input, &mut report);
     }
@@ -404,6 +470,18 @@ mod tests {
         ended: &[(i64, i64)],
         faults: &[Fault],
     ) -> Report {
+        run_with_delay(form, jobs, remaining, log, ended, faults, 0)
+    }
+
+    fn run_with_delay(
+        form: Form,
+        jobs: &[(i64, i64)],
+        remaining: &[RowState],
+        log: &[Delivery],
+        ended: &[(i64, i64)],
+        faults: &[Fault],
+        retry_delay_us: i64,
+    ) -> Report {
         let ended: HashMap<i64, i64> = ended.iter().copied().collect();
         check(&Input {
             jobs,
@@ -415,6 +493,7 @@ mod tests {
             max_attempts: 3,
             lease_us: 2_000_000,
             start_us: 0,
+            retry_delay_us,
         })
     }
 
@@ -572,5 +651,63 @@ mod tests {
         assert!(v[1].starts_with("job 2: failed with a rejection, but"));
         assert!(v[2].starts_with("job 4: still queued"));
         assert_eq!(report.exhausted, 1);
+    }
+
+    #[test]
+    fn a_retry_must_wait_its_delay_unless_a_fault_hit_the_retrying_process() {
+        let jobs = [(1, 1)];
+        let delay = 100_000;
+        // Attempt 2 starts 40 ms after attempt 1 retried (a process whose clock is behind
+        // wrote the due time in the past).
+        let soon = [
+            d(1, 1, 1, 0, Some(50_000), "retry"),
+            d(2, 1, 2, 90_000, Some(150_000), "ack"),
+        ];
+        for form in Form::ALL {
+            let report = run_with_delay(form, &jobs, &[], &soon, &[], &[], delay);
+            assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+            assert!(
+                report.violations[0].contains("before the retry delay of 100 ms"),
+                "{:?}",
+                report.violations
+            );
+        }
+        // No delay to wait (retry_storm): nothing to check.
+        let report = run_with_delay(Form::Lease, &jobs, &[], &soon, &[], &[], 0);
+        assert_eq!(report.violations, Vec::<String>::new());
+        // Waited the delay, less the slack.
+        let waited = [
+            d(1, 1, 1, 0, Some(50_000), "retry"),
+            d(2, 1, 2, 150_000 - RETRY_SLACK_US, Some(200_000), "ack"),
+        ];
+        let report = run_with_delay(Form::RowLock, &jobs, &[], &waited, &[], &[], delay);
+        assert_eq!(report.violations, Vec::<String>::new());
+        // The retrying process's session killed, or the process gone, in between.
+        let cut = Fault {
+            from_us: 60_000,
+            to_us: 61_000,
+            kind: FaultKind::SessionKill,
+            spawn: Some(1),
+        };
+        let report = run_with_delay(Form::RowLock, &jobs, &[], &soon, &[], &[cut], delay);
+        assert_eq!(report.violations, Vec::<String>::new());
+        let report = run_with_delay(Form::RowLock, &jobs, &[], &soon, &[(1, 60_000)], &[], delay);
+        assert_eq!(report.violations, Vec::<String>::new());
+        // Another process's session explains nothing.
+        let other = Fault {
+            spawn: Some(2),
+            ..cut
+        };
+        let report = run_with_delay(Form::RowLock, &jobs, &[], &soon, &[], &[other], delay);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+        // The lease form: a start a lease after the first's (the lease ran out first).
+        let late = [
+            d(1, 1, 1, 0, Some(1_960_000), "retry"),
+            d(2, 1, 2, 2_000_000, Some(2_100_000), "ack"),
+        ];
+        let report = run_with_delay(Form::Lease, &jobs, &[], &late, &[], &[], delay);
+        assert_eq!(report.violations, Vec::<String>::new());
+        let report = run_with_delay(Form::RowLock, &jobs, &[], &late, &[], &[], delay);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     }
 }

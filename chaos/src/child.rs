@@ -7,7 +7,13 @@
 //! attempt, key, pid, start time) and the end time and outcome before it answers. The outcome
 //! is [`plan::outcome`] of the job and attempt.
 //!
-//! Standard output carries two lines for the parent: `ready` once the broker started, and
+//! The times it records are its wall clock's less `--clock-offset-us`: clock_skew sets a
+//! child's wall clock off by that much (libfaketime), and the log's times stay on the one
+//! clock of the machine, comparable across processes and with the parent's.
+//!
+//! Standard output carries three lines for the parent: `clock wall_us=N` first (the child's
+//! wall clock, uncorrected, in µs since the epoch: the parent checks that the skew it set is
+//! in effect), `ready` once the broker started, and
 //! `closed locks_released=N connections_closed=N` after the shutdown.
 
 use std::num::NonZeroUsize;
@@ -81,9 +87,14 @@ pub struct ChildArgs {
     /// How long the handlers in work may take to finish at shutdown, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub shutdown_ms: u64,
+    /// How far this process's wall clock is off the machine's, in µs (ahead when positive):
+    /// subtracted from every time the handlers record.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub clock_offset_us: i64,
 }
 
-/// Microseconds since the Unix epoch, by the wall clock the processes of one machine share.
+/// Microseconds since the Unix epoch, by this process's wall clock (the machine's, unless
+/// clock_skew set it off: a child records [`Recorder::now`]).
 pub fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -281,6 +292,14 @@ struct Recorder {
     pid: i64,
     mode: Mode,
     handler_ms: u64,
+    clock_offset_us: i64,
+}
+
+impl Recorder {
+    /// The time to record: this process's wall clock brought back to the machine's.
+    fn now(&self) -> i64 {
+        now_us() - self.clock_offset_us
+    }
 }
 
 impl Handle<IgnoredAny, (), (), InboxContext> for Recorder {
@@ -290,7 +309,7 @@ impl Handle<IgnoredAny, (), (), InboxContext> for Recorder {
         _outs: &(),
         ctx: &mut Context<'_, InboxContext>,
     ) -> Result<(), HandlerOutcome> {
-        let start_us = now_us();
+        let start_us = self.now();
         let info = ctx.kind().info();
         let job = info.id.as_int().unwrap_or(-1);
         let attempt = info.attempt.unwrap_or(-1);
@@ -313,7 +332,7 @@ impl Handle<IgnoredAny, (), (), InboxContext> for Recorder {
             tokio::time::sleep(work).await;
         }
         let outcome = plan::outcome(self.mode, job, attempt);
-        self.log.end(self.spawn, seq, now_us(), outcome).await;
+        self.log.end(self.spawn, seq, self.now(), outcome).await;
         match outcome {
             Outcome::Ack => Ok(()),
             Outcome::Retry => Err(HandlerOutcome::retry()),
@@ -403,9 +422,10 @@ where
         pid: i64::from(std::process::id()),
         mode: args.mode,
         handler_ms: args.handler_ms,
+        clock_offset_us: args.clock_offset_us,
     };
     let policy = match args.mode {
-        Mode::Normal => RetryPolicy::fixed(Duration::from_millis(100)),
+        Mode::Normal => RetryPolicy::fixed(args.mode.retry_delay()),
         Mode::Storm => RetryPolicy::immediate(),
     };
     let jobs = subscriber("chaos", recorder)
@@ -454,6 +474,8 @@ where
 /// The child's `main`: exit code 0 after a graceful shutdown, 3 when the broker did not start,
 /// 5 when the log could not be written.
 pub async fn main(args: ChildArgs) -> std::process::ExitCode {
+    // The wall clock as this process sees it, for the parent to compare with its own.
+    println!("clock wall_us={}", now_us());
     // The handler goes in first: a SIGTERM during the start stops the service once started.
     let stop = stopped(ruststream::termination());
     let log = match Log::open(&args) {

@@ -25,9 +25,22 @@
 //! - attempts are exact: a row's attempts rise at each start, and without a fault in between
 //!   (a kill, a killed session, a restart) they are consecutive; no handler runs past the
 //!   budget;
+//! - a retry waits its delay: a row's next delivery after one that retried starts no sooner
+//!   than that one's end plus the delay (100 ms; not in retry_storm, whose retries are due at
+//!   once), unless a fault hit the retrying process or the server in between;
 //! - the services exit in time on SIGTERM, and nothing of theirs is left on the server: no
 //!   session of the run's database, no advisory lock (PostgreSQL) or `GET_LOCK` lock
 //!   (MySQL/MariaDB), no open transaction.
+//!
+//! The scenarios (`--scenario`): `repeated_kills` (a process SIGKILLed and started again every
+//! second), `db_restart` (a throwaway PostgreSQL restarted twice), `backend_kill` (sessions
+//! killed on the server), `pool_exhaustion` (starved pools), `retry_storm` (most rows retried
+//! at once), `idle_in_tx` (a transaction held open for the whole run) and `clock_skew` (two
+//! processes whose wall clocks libfaketime sets off the machine's, the first 45 s ahead and the
+//! second 45 s behind, the monotonic clock left alone; each child subtracts its skew from the
+//! times it records, so the log stays on one clock, and the parent checks from the child's
+//! first line that the skew is in effect). clock_skew needs libfaketime (Debian's
+//! `libfaketime` package) and a lease shorter than the skew.
 //!
 //! Each run prints one line: scenario, adapter, database, form, jobs, processes, faults,
 //! elapsed, jobs/s, verdict and the first violations. The program exits non-zero when any run
@@ -92,17 +105,22 @@ pub enum Scenario {
     /// A transaction held open elsewhere for the whole run.
     #[value(name = "idle_in_tx")]
     IdleInTx,
+    /// Two processes whose wall clocks are set wrong through libfaketime: the first 45 s
+    /// ahead of the machine's, the second 45 s behind.
+    #[value(name = "clock_skew")]
+    ClockSkew,
 }
 
 impl Scenario {
     /// Every scenario, in the order a round runs them.
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::RepeatedKills,
         Scenario::DbRestart,
         Scenario::BackendKill,
         Scenario::PoolExhaustion,
         Scenario::RetryStorm,
         Scenario::IdleInTx,
+        Scenario::ClockSkew,
     ];
 
     /// The scenario's name on the command line and in the result line.
@@ -114,6 +132,7 @@ impl Scenario {
             Scenario::PoolExhaustion => "pool_exhaustion",
             Scenario::RetryStorm => "retry_storm",
             Scenario::IdleInTx => "idle_in_tx",
+            Scenario::ClockSkew => "clock_skew",
         }
     }
 }

@@ -16,6 +16,20 @@ pub enum Mode {
     Storm,
 }
 
+/// The delay of a retry in the normal mode (`RetryPolicy::fixed`).
+pub const RETRY_DELAY: Duration = Duration::from_millis(100);
+
+impl Mode {
+    /// The delay a retried row waits before its next attempt: [`RETRY_DELAY`] in the normal
+    /// mode, none in the storm (`RetryPolicy::immediate`).
+    pub fn retry_delay(self) -> Duration {
+        match self {
+            Mode::Normal => RETRY_DELAY,
+            Mode::Storm => Duration::ZERO,
+        }
+    }
+}
+
 /// A handler's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {

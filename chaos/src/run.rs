@@ -2,6 +2,7 @@
 //! printing one result line.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +28,13 @@ const EXIT_WITHIN: Duration = Duration::from_secs(20);
 const LEAVE_WITHIN: Duration = Duration::from_secs(10);
 /// How long a service may take to start.
 const START_WITHIN: Duration = Duration::from_secs(60);
+/// clock_skew: how far the wall clocks of its processes are set off the machine's, in µs:
+/// the first ahead, the second behind (and so on, in turn).
+const SKEW_US: i64 = 45_000_000;
+/// clock_skew: how far a child's clock, as the parent reads it, may be off the skew set.
+const SKEW_TOLERANCE_US: i64 = 5_000_000;
+/// libfaketime's library for multithreaded programs, as Debian's `libfaketime` installs it.
+const FAKETIME_LIB: &str = "libfaketimeMT.so.1";
 
 /// One process's settings.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +42,8 @@ struct Slot {
     workers: usize,
     pool: usize,
     drain: usize,
+    /// How far its wall clock is set off the machine's, in µs (0: not at all).
+    skew_us: i64,
 }
 
 /// A service process the parent started.
@@ -45,10 +55,19 @@ struct Proc {
     _stdin: Option<ChildStdin>,
     pid: u32,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The child's `clock wall_us=N` line: its wall clock, and the parent's as it read the
+    /// line.
+    clock: Arc<Mutex<Option<(i64, i64)>>>,
     stderr: Arc<Mutex<String>>,
 }
 
 impl Proc {
+    /// How far the child's wall clock is off the parent's, in µs, as its first line says
+    /// (a little less than that, by the line's way through the pipe).
+    fn skew_seen(&self) -> Option<i64> {
+        lock(&self.clock).map(|(child, parent)| child - parent)
+    }
+
     fn ready(&self) -> bool {
         lock(&self.lines).iter().any(|l| l == "ready")
     }
@@ -82,11 +101,79 @@ struct Common {
     handler_ms: u64,
     lease_ms: u64,
     max_attempts: u32,
+    /// libfaketime's library, where a process's clock is set off (clock_skew).
+    faketime: Option<PathBuf>,
+}
+
+/// libfaketime's library for multithreaded programs: in Debian's multiarch directory
+/// (`/usr/lib/x86_64-linux-gnu/faketime/` here), else where a build from source puts it.
+fn faketime_lib() -> Result<PathBuf, BoxError> {
+    let arch = std::env::consts::ARCH;
+    let mut dirs = vec![PathBuf::from(format!("/usr/lib/{arch}-linux-gnu/faketime"))];
+    // The multiarch triplets that differ from `{arch}-linux-gnu` (arm-linux-gnueabihf,
+    // powerpc64le-linux-gnu, ..): this architecture's only.
+    let mut others: Vec<PathBuf> = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(arch) && name.contains("-linux-")
+        })
+        .map(|e| e.path().join("faketime"))
+        .collect();
+    others.sort();
+    others.retain(|d| *d != dirs[0]);
+    dirs.extend(others);
+    dirs.extend(
+        [
+            "/usr/lib/faketime",
+            "/usr/lib64/faketime",
+            "/usr/local/lib/faketime",
+        ]
+        .map(PathBuf::from),
+    );
+    dirs.iter()
+        .map(|dir| dir.join(FAKETIME_LIB))
+        .find(|lib| lib.is_file())
+        .ok_or_else(|| {
+            format!(
+                "clock_skew needs libfaketime, which is not installed: no {FAKETIME_LIB} in {} \
+                 (install the Debian package libfaketime: apt-get install libfaketime)",
+                dirs.iter()
+                    .map(|d| d.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+            .into()
+        })
 }
 
 fn spawn_proc(common: &Common, spawn: i64, slot_no: usize, slot: Slot) -> Result<Proc, BoxError> {
     let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if slot.skew_us != 0 {
+        // The wall clock set off by the skew; the monotonic clock (the timers, the pools'
+        // timeouts) left as it is.
+        let lib = common
+            .faketime
+            .as_ref()
+            .ok_or("a clock skew without libfaketime")?;
+        let preload = match std::env::var_os("LD_PRELOAD") {
+            Some(before) if !before.is_empty() => {
+                let mut both = lib.clone().into_os_string();
+                both.push(":");
+                both.push(before);
+                both
+            }
+            _ => lib.clone().into_os_string(),
+        };
+        command
+            .env("LD_PRELOAD", preload)
+            .env("FAKETIME", faketime_spec(slot.skew_us))
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    }
+    let mut child = command
         .arg("child")
         .args(["--target", common.target.name()])
         .args(["--form", common.form.name()])
@@ -97,6 +184,8 @@ fn spawn_proc(common: &Common, spawn: i64, slot_no: usize, slot: Slot) -> Result
         .args(["--workers", &slot.workers.to_string()])
         .args(["--pool", &slot.pool.to_string()])
         .args(["--drain", &slot.drain.to_string()])
+        // The child brings the times it records back to the machine's clock.
+        .arg(format!("--clock-offset-us={}", slot.skew_us))
         .args([
             "--mode",
             match common.mode {
@@ -115,12 +204,21 @@ fn spawn_proc(common: &Common, spawn: i64, slot_no: usize, slot: Slot) -> Result
         .spawn()?;
     let pid = child.id().ok_or("the child has no pid")?;
     let lines = Arc::new(Mutex::new(Vec::new()));
+    let clock = Arc::new(Mutex::new(None));
     let stderr = Arc::new(Mutex::new(String::new()));
     if let Some(out) = child.stdout.take() {
         let lines = lines.clone();
+        let clock = clock.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(out).lines();
             while let Ok(Some(line)) = reader.next_line().await {
+                let read_us = now_us();
+                if let Some(wall) = line
+                    .strip_prefix("clock wall_us=")
+                    .and_then(|v| v.parse::<i64>().ok())
+                {
+                    lock(&clock).get_or_insert((wall, read_us));
+                }
                 lock(&lines).push(line);
             }
         });
@@ -154,8 +252,18 @@ fn spawn_proc(common: &Common, spawn: i64, slot_no: usize, slot: Slot) -> Result
         _stdin: stdin,
         pid,
         lines,
+        clock,
         stderr,
     })
+}
+
+/// libfaketime's `FAKETIME` of a skew: `+45s`, `-45s` (whole seconds; µs otherwise).
+fn faketime_spec(skew_us: i64) -> String {
+    if skew_us % 1_000_000 == 0 {
+        format!("{:+}s", skew_us / 1_000_000)
+    } else {
+        format!("{:+.6}s", skew_us as f64 / 1e6)
+    }
 }
 
 /// What a run found.
@@ -264,16 +372,26 @@ fn slots(args: &RunArgs, scenario: Scenario) -> Vec<Slot> {
                 workers,
                 pool: 2,
                 drain: 0,
+                skew_us: 0,
             },
             Scenario::PoolExhaustion => Slot {
                 workers,
                 pool: workers,
                 drain: 4.min(workers.saturating_sub(1)),
+                skew_us: 0,
+            },
+            // Ahead, behind, ahead, ..
+            Scenario::ClockSkew => Slot {
+                workers,
+                pool: workers + 2,
+                drain: 0,
+                skew_us: if i % 2 == 0 { SKEW_US } else { -SKEW_US },
             },
             _ => Slot {
                 workers,
                 pool: workers + 2,
                 drain: 0,
+                skew_us: 0,
             },
         })
         .collect()
@@ -288,6 +406,9 @@ struct Faults {
     kills: usize,
     session_kills: usize,
     restarts: usize,
+    /// clock_skew: how far each process's wall clock was off the parent's as it started, in
+    /// µs, as the parent saw it (none: it did not say).
+    skews_seen: Vec<Option<i64>>,
 }
 
 async fn run_one(
@@ -335,6 +456,23 @@ async fn drive(
     cluster: &Option<Cluster>,
 ) -> Result<Outcome, BoxError> {
     let tag = db.name.clone();
+    let slots = slots(args, scenario);
+    let faketime = if slots.iter().any(|s| s.skew_us != 0) {
+        // The skew must be longer than a lease: a process that judged leases by its own clock,
+        // ahead by more than a lease, would take rows another still holds; with a longer
+        // lease it would not, and the scenario would prove nothing of the leases.
+        if args.lease_ms.saturating_mul(1000) >= SKEW_US.unsigned_abs() {
+            return Err(format!(
+                "clock_skew sets clocks {}s off: --lease-ms {} must be shorter",
+                SKEW_US / 1_000_000,
+                args.lease_ms
+            )
+            .into());
+        }
+        Some(faketime_lib()?)
+    } else {
+        None
+    };
     let database = db_label(db).await;
     db.create_tables(form == Form::Lease).await?;
     db.publish(args.jobs, args.keys).await?;
@@ -371,8 +509,8 @@ async fn drive(
         handler_ms: args.handler_ms,
         lease_ms: args.lease_ms,
         max_attempts: args.max_attempts,
+        faketime,
     };
-    let slots = slots(args, scenario);
     let mut violations: Vec<String> = Vec::new();
     let mut faults = Faults::default();
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -399,6 +537,26 @@ async fn drive(
             return Err(format!("spawn {} did not start: {}", p.spawn, p.stderr_tail()).into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // clock_skew: each process's wall clock is off by its skew, else the run proves nothing.
+    for p in procs.iter().filter(|p| slots[p.slot].skew_us != 0) {
+        let want = slots[p.slot].skew_us;
+        let seen = p.skew_seen();
+        faults.skews_seen.push(seen);
+        match seen {
+            Some(seen) if (seen - want).abs() <= SKEW_TOLERANCE_US => {}
+            Some(seen) => violations.push(format!(
+                "spawn {}: its wall clock is {:+.3}s off the machine's, not the {} set through \
+                 libfaketime: the skew is not in effect",
+                p.spawn,
+                seen as f64 / 1e6,
+                faketime_spec(want)
+            )),
+            None => violations.push(format!(
+                "spawn {}: it did not report its wall clock (the skew cannot be checked)",
+                p.spawn
+            )),
+        }
     }
 
     // The faults, until the table is drained or the bound passes.
@@ -610,6 +768,7 @@ async fn drive(
         max_attempts: i64::from(args.max_attempts),
         lease_us: args.lease_ms as i64 * 1000,
         start_us,
+        retry_delay_us: common.mode.retry_delay().as_micros() as i64,
     });
     violations.extend(report.violations.iter().cloned());
     Ok(line(
@@ -705,6 +864,15 @@ fn line(
         }
         Scenario::RetryStorm => "retry=immediate".to_owned(),
         Scenario::IdleInTx => "held_tx=1".to_owned(),
+        Scenario::ClockSkew => {
+            let set: Vec<String> = slots.iter().map(|s| faketime_spec(s.skew_us)).collect();
+            let seen: Vec<String> = faults
+                .skews_seen
+                .iter()
+                .map(|s| s.map_or("none".to_owned(), |s| format!("{:+.2}s", s as f64 / 1e6)))
+                .collect();
+            format!("skew={} skew_seen={}", set.join(","), seen.join(","))
+        }
     };
     let secs = elapsed.as_secs_f64();
     let verdict = if violations.is_empty() {
