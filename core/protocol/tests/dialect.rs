@@ -34,11 +34,9 @@ const MY_NOW: &str = "UTC_TIMESTAMP(6)";
 const LITE_NOW: &str =
     "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
 
-/// A PostgreSQL time as microseconds since the Unix epoch, exact before PostgreSQL 14 too.
+/// A PostgreSQL time as microseconds since the Unix epoch.
 fn pg_micros(expr: &str) -> String {
-    format!(
-        "(CAST(FLOOR(EXTRACT(EPOCH FROM {expr})) AS BIGINT) * 1000000 + CAST(EXTRACT(MICROSECONDS FROM {expr}) AS BIGINT) % 1000000)"
-    )
+    format!("CAST(EXTRACT(EPOCH FROM {expr}) * 1000000 AS BIGINT)")
 }
 
 /// A MySQL or MariaDB time as microseconds since the Unix epoch.

@@ -534,10 +534,9 @@ pub(super) const fn db_now(dialect: Dialect) -> &'static str {
 /// read this way compares equal with the column once bound back.
 pub(super) fn micros(dialect: Dialect, expr: &str) -> String {
     match dialect {
-        // Both parts are exact where `EXTRACT` answers a double (before PostgreSQL 14).
-        Dialect::Postgres => format!(
-            "(CAST(FLOOR(EXTRACT(EPOCH FROM {expr})) AS BIGINT) * 1000000 + CAST(EXTRACT(MICROSECONDS FROM {expr}) AS BIGINT) % 1000000)"
-        ),
+        // `EXTRACT` answers a numeric from PostgreSQL 14 on, exact; before, a double, whose
+        // rounding stays under half a microsecond for times before 2041.
+        Dialect::Postgres => format!("CAST(EXTRACT(EPOCH FROM {expr}) * 1000000 AS BIGINT)"),
         Dialect::MySql | Dialect::MariaDb => {
             format!("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {expr})")
         }
