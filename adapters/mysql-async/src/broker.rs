@@ -14,7 +14,7 @@ use ruststream::adapter::{
 use ruststream::exec::BoxFuture;
 use ruststream_core::server::{self, Server};
 use ruststream_core::spec::{Described, Features, MySql, ValidOn};
-use ruststream_core::{Command, Dialect, Reply};
+use ruststream_core::{Command, Dialect, ErrorKind, Reply};
 use tokio::runtime::Handle;
 
 use crate::conn::Lender;
@@ -92,9 +92,11 @@ impl PoolSource for Source {
                 .spawn(probe(pool.clone(), target.clone(), self.acquire_timeout))
                 .await
                 .unwrap_or_else(|e| {
-                    Err(format!("MySQL/MariaDB at {target}: the probe failed: {e}"))
+                    Err(AdapterError::new(format!(
+                        "MySQL/MariaDB at {target}: the probe failed: {e}"
+                    )))
                 });
-            let dialect = probed.map_err(AdapterError::new)?;
+            let dialect = probed?;
             let lender = Lender {
                 pool,
                 runtime,
@@ -259,28 +261,34 @@ fn build_pool(opts: Opts) -> Pool {
 }
 
 /// Takes a connection and reads the server's version: the dialect, or why not.
-async fn probe(pool: Pool, target: String, timeout: Duration) -> Result<Dialect, String> {
+async fn probe(pool: Pool, target: String, timeout: Duration) -> Result<Dialect, AdapterError> {
+    let failed = |error: &mysql_async::Error, what: String| {
+        AdapterError::of(crate::value::db_error(error).kind, what)
+    };
     let mut conn = match tokio::time::timeout(timeout, pool.get_conn()).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(error)) => {
-            return Err(format!(
-                "cannot connect to MySQL/MariaDB at {target}: {error}"
-            ));
+            let what = format!("cannot connect to MySQL/MariaDB at {target}: {error}");
+            return Err(failed(&error, what));
         }
         Err(_) => {
-            return Err(format!(
-                "MySQL/MariaDB at {target} gave no connection within {timeout:?}"
+            return Err(AdapterError::of(
+                ErrorKind::ConnectionLost,
+                format!("MySQL/MariaDB at {target} gave no connection within {timeout:?}"),
             ));
         }
     };
-    let version: Option<String> = conn
-        .query_first("SELECT VERSION()")
-        .await
-        .map_err(|e| format!("MySQL/MariaDB at {target}: SELECT VERSION() failed: {e}"))?;
-    let version = version
-        .ok_or_else(|| format!("MySQL/MariaDB at {target}: SELECT VERSION() answered no row"))?;
+    let version: Option<String> = conn.query_first("SELECT VERSION()").await.map_err(|e| {
+        let what = format!("MySQL/MariaDB at {target}: SELECT VERSION() failed: {e}");
+        failed(&e, what)
+    })?;
+    let version = version.ok_or_else(|| {
+        AdapterError::new(format!(
+            "MySQL/MariaDB at {target}: SELECT VERSION() answered no row"
+        ))
+    })?;
     server::dialect_of(Server::MySql, &version)
-        .map_err(|e| format!("MySQL/MariaDB at {target}: {e}"))
+        .map_err(|e| AdapterError::new(format!("MySQL/MariaDB at {target}: {e}")))
 }
 
 impl Adapter for MySqlAsyncBroker {

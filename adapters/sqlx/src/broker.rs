@@ -10,7 +10,7 @@ use ruststream::adapter::{
 };
 use ruststream::exec::BoxFuture;
 use ruststream_core::spec::{Described, Features, ValidOn};
-use ruststream_core::{Command, DbError, Dialect, Reply};
+use ruststream_core::{Command, DbError, Dialect, ErrorKind, Reply};
 use sqlx::pool::PoolOptions;
 use sqlx::{ConnectOptions, Connection, Pool};
 
@@ -91,7 +91,10 @@ impl<DB: SqlxDatabase> PoolSource for Source<DB> {
                 .connect_with(options)
                 .await
                 .map_err(|e| {
-                    AdapterError::new(format!("cannot connect to {} at {target}: {e}", DB::NAME))
+                    AdapterError::of(
+                        start_kind::<DB>(&e),
+                        format!("cannot connect to {} at {target}: {e}", DB::NAME),
+                    )
                 })
         })
     }
@@ -106,10 +109,13 @@ impl<DB: SqlxDatabase> PoolSource for Source<DB> {
         Box::pin(async move {
             let target = self.target();
             let mut conn = pool.acquire().await.map_err(|e| {
-                AdapterError::new(format!(
-                    "cannot take a connection of the {} pool of {target}: {e}",
-                    DB::NAME
-                ))
+                AdapterError::of(
+                    start_kind::<DB>(&e),
+                    format!(
+                        "cannot take a connection of the {} pool of {target}: {e}",
+                        DB::NAME
+                    ),
+                )
             })?;
             let dialect = DB::dialect(&mut conn)
                 .await
@@ -325,3 +331,12 @@ pub type SqlxPublisher<T, DB> = ruststream::Publisher<T, SqlxBroker<DB>>;
 /// Why a publish, or a start by hand, of a [`SqlxBroker`] did not happen: `Closed`, `Encode`,
 /// `Invalid`, `Db`, `Start` ([`ruststream::Error`]).
 pub type SqlxBrokerError = ruststream::Error;
+
+/// The kind of a start's failure: as the driver's error maps, but a SQLite file that cannot
+/// open stays so (there is no server to come up).
+fn start_kind<DB: SqlxDatabase>(error: &sqlx::Error) -> ErrorKind {
+    match DB::error_kind(error) {
+        ErrorKind::ConnectionLost if DB::PUBLISH_DIALECT == Dialect::Sqlite => ErrorKind::Config,
+        kind => kind,
+    }
+}

@@ -75,6 +75,7 @@ fn common_kind(error: &sqlx::Error) -> Option<ErrorKind> {
         | sqlx::Error::WorkerCrashed => ErrorKind::ConnectionLost,
         sqlx::Error::PoolClosed | sqlx::Error::PoolTimedOut => ErrorKind::PoolClosed,
         sqlx::Error::ColumnNotFound(_) => ErrorKind::UndefinedColumn,
+        sqlx::Error::Configuration(_) => ErrorKind::Config,
         sqlx::Error::Database(_) => return None,
         _ => ErrorKind::Other,
     })

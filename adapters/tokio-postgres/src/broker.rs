@@ -131,9 +131,7 @@ impl PoolSource for Source {
                     "the tokio-postgres broker of {target} runs on tokio: start it inside a tokio runtime"
                 ))
             })?;
-            check_server(&pool, &target)
-                .await
-                .map_err(AdapterError::new)?;
+            check_server(&pool, &target).await?;
             let lender = Lender {
                 pool,
                 runtime,
@@ -448,20 +446,29 @@ fn build_pool(
 }
 
 /// Takes a connection of the pool and checks that the server takes the forms.
-async fn check_server(pool: &Pool, target: &str) -> Result<(), String> {
+async fn check_server(pool: &Pool, target: &str) -> Result<(), AdapterError> {
     let client = pool.get().await.map_err(|e| {
         // The pool's error alone says "db error": name the server's refusal, or the TLS
         // or I/O failure, as the core's errors do.
         let error = crate::error::pool_error(&e);
-        format!(
-            "cannot connect to PostgreSQL at {target}: {}",
-            error.message
+        AdapterError::of(
+            error.kind,
+            format!(
+                "cannot connect to PostgreSQL at {target}: {}",
+                error.message
+            ),
         )
     })?;
     let messages = client
         .simple_query("SHOW server_version_num")
         .await
-        .map_err(|e| format!("PostgreSQL at {target} does not answer: {e}"))?;
+        .map_err(|e| {
+            let error = crate::error::db_error(&e);
+            AdapterError::of(
+                error.kind,
+                format!("PostgreSQL at {target} does not answer: {e}"),
+            )
+        })?;
     let version = messages.iter().find_map(|m| match m {
         tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
         _ => None,
@@ -469,7 +476,7 @@ async fn check_server(pool: &Pool, target: &str) -> Result<(), String> {
     match version {
         Some(version) => server::dialect_of(Server::Postgres, version)
             .map(drop)
-            .map_err(|e| format!("PostgreSQL at {target}: {e}")),
+            .map_err(|e| AdapterError::new(format!("PostgreSQL at {target}: {e}"))),
         None => Ok(()),
     }
 }

@@ -33,6 +33,7 @@ pub mod stats;
 mod types;
 mod value;
 
+pub use broker::start_retry_delay;
 pub use broker::{
     Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, Inserts, MAX_ERROR_LEN,
     MAX_RETRY_DELAY, MissingIndex, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish,

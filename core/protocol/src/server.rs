@@ -188,6 +188,10 @@ fn postgres_version(text: &str) -> Option<(u32, u32, u32)> {
 /// | `42703` undefined column; `42S22` (MySQL's) | [`ErrorKind::UndefinedColumn`] |
 /// | `57014` query canceled (`statement_timeout`, or a cancel request) | [`ErrorKind::Timeout`] |
 /// | class `08` connection exception; `57P01` admin shutdown, `57P02` crash shutdown, `57P03` cannot connect now | [`ErrorKind::ConnectionLost`] |
+/// | `28000` invalid authorization, `28P01` invalid password | [`ErrorKind::Authentication`] |
+/// | `42501` insufficient privilege | [`ErrorKind::Privilege`] |
+/// | `42P05` duplicate prepared statement, `26000` invalid statement name | [`ErrorKind::PreparedStatement`] |
+/// | `3D000` invalid catalog name (no such database) | [`ErrorKind::Config`] |
 /// | anything else | [`ErrorKind::Other`] |
 pub fn sqlstate_kind(sqlstate: &str) -> ErrorKind {
     match sqlstate {
@@ -195,6 +199,10 @@ pub fn sqlstate_kind(sqlstate: &str) -> ErrorKind {
         "42P01" | "42S02" => ErrorKind::UndefinedTable,
         "42703" | "42S22" => ErrorKind::UndefinedColumn,
         "57014" => ErrorKind::Timeout,
+        "28000" | "28P01" => ErrorKind::Authentication,
+        "42501" => ErrorKind::Privilege,
+        "42P05" | "26000" => ErrorKind::PreparedStatement,
+        "3D000" => ErrorKind::Config,
         "57P01" | "57P02" | "57P03" => ErrorKind::ConnectionLost,
         code if code.starts_with("08") => ErrorKind::ConnectionLost,
         _ => ErrorKind::Other,
@@ -211,6 +219,9 @@ pub fn sqlstate_kind(sqlstate: &str) -> ErrorKind {
 /// | 1054 `ER_BAD_FIELD_ERROR` | [`ErrorKind::UndefinedColumn`] |
 /// | 1317 `ER_QUERY_INTERRUPTED` (`KILL QUERY`), 3024 `ER_QUERY_TIMEOUT` (MySQL's `max_execution_time`), 1969 `ER_STATEMENT_TIMEOUT` (MariaDB's `max_statement_time`) | [`ErrorKind::Timeout`] |
 /// | 1053 `ER_SERVER_SHUTDOWN`, 1927 `ER_CONNECTION_KILLED` (MariaDB), 4031 `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL), 1158..1161 network read and write errors; 2006 `CR_SERVER_GONE_ERROR` and 2013 `CR_SERVER_LOST` (the client library's) | [`ErrorKind::ConnectionLost`] |
+/// | 1045 `ER_ACCESS_DENIED_ERROR`, 1044 `ER_DBACCESS_DENIED_ERROR`, 1698 `ER_ACCESS_DENIED_NO_PASSWORD_ERROR` | [`ErrorKind::Authentication`] |
+/// | 1142 `ER_TABLEACCESS_DENIED_ERROR`, 1143 `ER_COLUMNACCESS_DENIED_ERROR`, 1227 `ER_SPECIFIC_ACCESS_DENIED_ERROR` | [`ErrorKind::Privilege`] |
+/// | 1049 `ER_BAD_DB_ERROR` | [`ErrorKind::Config`] |
 ///
 /// 1317 is what `KILL QUERY` raises in the session it interrupts: the statement ends, and the
 /// session and its transaction stay, as after PostgreSQL's cancel request (`57014`), so both
@@ -223,6 +234,9 @@ pub fn mysql_error_kind(number: u16, sqlstate: Option<&str>) -> ErrorKind {
         1054 => ErrorKind::UndefinedColumn,
         1317 | 3024 | 1969 => ErrorKind::Timeout,
         1053 | 1927 | 4031 | 1158..=1161 | 2006 | 2013 => ErrorKind::ConnectionLost,
+        1045 | 1044 | 1698 => ErrorKind::Authentication,
+        1142 | 1143 | 1227 => ErrorKind::Privilege,
+        1049 => ErrorKind::Config,
         _ => sqlstate.map_or(ErrorKind::Other, sqlstate_kind),
     }
 }
@@ -363,6 +377,12 @@ mod tests {
             ("57P03", ErrorKind::ConnectionLost),
             ("08006", ErrorKind::ConnectionLost),
             ("08S01", ErrorKind::ConnectionLost),
+            ("28P01", ErrorKind::Authentication),
+            ("28000", ErrorKind::Authentication),
+            ("42501", ErrorKind::Privilege),
+            ("42P05", ErrorKind::PreparedStatement),
+            ("26000", ErrorKind::PreparedStatement),
+            ("3D000", ErrorKind::Config),
             ("42601", ErrorKind::Other),
             ("23505", ErrorKind::Other),
             ("55P03", ErrorKind::Other),
@@ -380,6 +400,10 @@ mod tests {
             (1205, Some("HY000"), ErrorKind::Serialization),
             (1146, Some("42S02"), ErrorKind::UndefinedTable),
             (1054, Some("42S22"), ErrorKind::UndefinedColumn),
+            (1045, Some("28000"), ErrorKind::Authentication),
+            (1044, Some("42000"), ErrorKind::Authentication),
+            (1142, Some("42000"), ErrorKind::Privilege),
+            (1049, Some("42000"), ErrorKind::Config),
             (1317, Some("70100"), ErrorKind::Timeout),
             (3024, Some("HY000"), ErrorKind::Timeout),
             (1969, Some("70100"), ErrorKind::Timeout),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::dialect::Statement;
-use crate::value::{DbError, Value};
+use crate::value::{DbError, ErrorKind, Value};
 
 macro_rules! id {
     ($(#[$doc:meta])* $name:ident($inner:ty)) => {
@@ -283,6 +283,19 @@ pub enum CheckError {
         /// The Rust types that decode the column.
         hint: &'static str,
     },
+    /// A statement of the check failed with an error that waiting cannot cure: the server
+    /// refused the user, a privilege is missing, a setting names what the server lacks, or a
+    /// prepared statement clashed with another client's (a pooler in transaction pooling).
+    #[error(
+        "table `{table}`: the start's check failed, and trying again cannot help: {error}{}",
+        hint(error)
+    )]
+    Refused {
+        /// The table.
+        table: &'static str,
+        /// The statement's error.
+        error: DbError,
+    },
     /// PostgreSQL's isolation level is stricter than read committed, where the row lock form
     /// fails with serialization errors.
     #[error(
@@ -439,6 +452,19 @@ pub enum Event<R> {
         /// What it read, or why it read nothing.
         result: Result<TableRead, DbError>,
     },
+    /// A statement of the subscription's check failed with an error that may pass (a
+    /// refused or lost connection, a pool that gave none, a time limit): the check runs again
+    /// after `again_in`, which grows with each failure.
+    StartRetry {
+        /// The subscription.
+        sub: crate::SubId,
+        /// The statement's error.
+        error: DbError,
+        /// How many times in a row the check failed.
+        failures: u32,
+        /// When the check runs again.
+        again_in: std::time::Duration,
+    },
     /// A claim or a release failed; the subscription goes on.
     Error {
         /// The subscription.
@@ -511,4 +537,16 @@ pub enum TableRead {
     Stats(crate::stats::Stats),
     /// Failed rows, in id order.
     Failed(Vec<crate::stats::FailedRow>),
+}
+
+/// What a refused check's error asks of the operator, where its kind says.
+fn hint(error: &DbError) -> &'static str {
+    match error.kind {
+        ErrorKind::PreparedStatement => {
+            " (a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server session, where another client's prepared statements live: connect to PostgreSQL directly, through session pooling, or turn the driver's statement cache off)"
+        }
+        ErrorKind::Authentication => " (check the user and password of the URL)",
+        ErrorKind::Privilege => " (grant the service's user what the statement needs)",
+        _ => "",
+    }
 }

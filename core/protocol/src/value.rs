@@ -145,8 +145,33 @@ pub enum ErrorKind {
     UndefinedColumn,
     /// The statement ran past a time limit.
     Timeout,
+    /// The server refused the user or its password.
+    Authentication,
+    /// The user may not do what the statement asks (`GRANT` missing).
+    Privilege,
+    /// A prepared statement of the session clashed with one of another client's: a pooler in
+    /// transaction pooling hands each transaction to any server session.
+    PreparedStatement,
+    /// A setting names what the server does not have: an unknown database, a malformed URL.
+    Config,
     /// Anything else.
     Other,
+}
+
+impl ErrorKind {
+    /// Whether the failure stays until someone changes the server or the service: waiting
+    /// and trying again cannot cure it.
+    pub const fn is_permanent(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::UndefinedTable
+                | ErrorKind::UndefinedColumn
+                | ErrorKind::Authentication
+                | ErrorKind::Privilege
+                | ErrorKind::PreparedStatement
+                | ErrorKind::Config
+        )
+    }
 }
 
 /// A database error, as an adapter reports it to the core.

@@ -7,7 +7,7 @@ use futures::channel::oneshot;
 use futures::stream::BoxStream;
 use std::any::Any;
 
-use ruststream_core::{Command, ConnId, DbError, Dialect, Reply};
+use ruststream_core::{Command, ConnId, DbError, Dialect, ErrorKind, Reply};
 
 use crate::exec::BoxFuture;
 
@@ -32,13 +32,23 @@ pub type Notifications = BoxStream<'static, Result<String, DbError>>;
 pub struct AdapterError {
     /// What went wrong, naming the URL, the setting or the table at fault.
     pub message: String,
+    /// What kind of failure: the start tries again after one that may pass (a refused or
+    /// lost connection), and fails at once on one that cannot ([`ErrorKind::is_permanent`]).
+    pub kind: ErrorKind,
 }
 
 impl AdapterError {
-    /// An error with this message.
+    /// An error of a setting (a URL that does not parse, a server too old): the start fails
+    /// at once.
     pub fn new(message: impl Into<String>) -> Self {
+        Self::of(ErrorKind::Config, message)
+    }
+
+    /// An error of this kind, as the driver's error maps to it.
+    pub fn of(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            kind,
         }
     }
 }

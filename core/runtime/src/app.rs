@@ -12,6 +12,7 @@ use crate::adapter::Adapter;
 use crate::error::StartError;
 use crate::exec::{BoxFuture, Executor};
 use crate::handle::{BrokerHandle, BrokerScope, IntoBroker, RunningBroker};
+use crate::start::StopSignal;
 use crate::state::States;
 
 /// An error of a startup hook.
@@ -52,6 +53,7 @@ trait StartBroker: Send {
         self: Box<Self>,
         exec: Arc<dyn Executor>,
         states: States,
+        stop: StopSignal,
     ) -> BoxFuture<Result<Box<dyn Running>, StartError>>;
 }
 
@@ -71,13 +73,14 @@ impl<A: Adapter> StartBroker for Pending<A> {
         self: Box<Self>,
         exec: Arc<dyn Executor>,
         states: States,
+        stop: StopSignal,
     ) -> BoxFuture<Result<Box<dyn Running>, StartError>> {
         Box::pin(async move {
             let mut subscriptions = self.scope.subscriptions;
             for subscription in &mut subscriptions {
                 subscription.fill_states(&states);
             }
-            let running = self.handle.start(subscriptions, exec).await?;
+            let running = self.handle.start_until(subscriptions, exec, stop).await?;
             Ok(Box::new(Arc::new(running)) as Box<dyn Running>)
         })
     }
@@ -227,25 +230,41 @@ impl RustStream {
 
     /// Runs until `stop` completes, then shuts down gracefully: the subscriptions stop
     /// claiming, the handlers in work finish (up to the shutdown timeout), then every broker
-    /// shuts down and closes what it opened.
+    /// shuts down and closes what it opened. A stop that comes while the service starts ends
+    /// the start (within the shutdown timeout) and answers `Ok`.
     pub async fn run_until(self, stop: impl Future<Output = ()> + Send) -> Result<(), RunError> {
         let exec = self.executor.clone().unwrap_or_else(crate::exec::current);
         let info = self.info;
-        for hook in self.hooks {
-            hook().await.map_err(RunError::Startup)?;
-        }
-        let mut running: Vec<Box<dyn Running>> = Vec::new();
-        for broker in self.brokers {
-            match broker.start(exec.clone(), self.states.clone()).await {
-                Ok(r) => running.push(r),
-                Err(error) => {
-                    for r in running {
-                        r.shutdown().await;
+        let timeout = self.shutdown_timeout;
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let signal: StopSignal = Some(stop_rx.shared());
+        let stop = stop.fuse();
+        futures::pin_mut!(stop);
+        let starting =
+            Self::start_all(self.hooks, self.brokers, &exec, &self.states, signal).fuse();
+        futures::pin_mut!(starting);
+        let started = futures::select_biased! {
+            started = starting => started,
+            () = stop => {
+                // The start ends where it is: what it opened closes.
+                let _ = stop_tx.send(());
+                futures::select_biased! {
+                    started = starting => {
+                        if let Ok(running) = started {
+                            for r in running {
+                                r.shutdown().await;
+                            }
+                        }
                     }
-                    return Err(error.into());
+                    () = exec.sleep(timeout).fuse() => {
+                        tracing::warn!(?timeout, "the start did not end within the shutdown timeout");
+                    }
                 }
+                tracing::info!(name = info.name, "service stopped before it started");
+                return Ok(());
             }
-        }
+        };
+        let mut running = started?;
         tracing::info!(name = info.name, version = info.version, "service started");
         for hook in self.started {
             exec.spawn(Box::pin(async move {
@@ -266,11 +285,45 @@ impl RustStream {
                 tracing::warn!(timeout = ?self.shutdown_timeout, "handlers still in work at the shutdown timeout");
             }
         }
-        for r in running {
+        for r in running.drain(..) {
             r.shutdown().await;
         }
         tracing::info!(name = info.name, "service stopped");
         Ok(())
+    }
+
+    /// Runs the startup hooks, then starts each broker; a failure shuts down the brokers
+    /// started before it.
+    async fn start_all(
+        hooks: Vec<Hook>,
+        brokers: Vec<Box<dyn StartBroker>>,
+        exec: &Arc<dyn Executor>,
+        states: &States,
+        stop: StopSignal,
+    ) -> Result<Vec<Box<dyn Running>>, RunError> {
+        for hook in hooks {
+            let run = hook().map(|r| r.map_err(RunError::Startup));
+            futures::select_biased! {
+                () = crate::start::stopped(&stop).fuse() => return Err(StartError::Stopped.into()),
+                ran = run.fuse() => ran?,
+            }
+        }
+        let mut running: Vec<Box<dyn Running>> = Vec::new();
+        for broker in brokers {
+            match broker
+                .start(exec.clone(), states.clone(), stop.clone())
+                .await
+            {
+                Ok(r) => running.push(r),
+                Err(error) => {
+                    for r in running {
+                        r.shutdown().await;
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+        Ok(running)
     }
 }
 

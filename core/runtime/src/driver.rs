@@ -34,6 +34,7 @@ use crate::listen::{self, Notice};
 use crate::metrics::DriverMetrics;
 use crate::outcome::HandlerOutcome;
 use crate::retry::Failure;
+use crate::start::StopSignal;
 use crate::subscriber::Subscription;
 
 /// The clock the core's timers read: monotonic, so a wall clock set back or forward moves no
@@ -154,6 +155,7 @@ pub(crate) async fn start<A: Adapter>(
     subs: Vec<Subscription<A>>,
     exec: Arc<dyn Executor>,
     state: Arc<Mutex<HandleState>>,
+    stop: StopSignal,
 ) -> Result<Started, StartError> {
     {
         let state = state.lock().expect("the handle's state is never poisoned");
@@ -161,7 +163,8 @@ pub(crate) async fn start<A: Adapter>(
             return Err(StartError::AlreadyStarted);
         }
     }
-    let dialect: Dialect = adapter.start().await?;
+    let tables = crate::start::tables_named(subs.iter().map(|s| s.desc.table));
+    let dialect: Dialect = crate::start::open(&*adapter, &tables, &exec, &stop).await?;
     let mut core = Broker::new(dialect);
     let now = now();
     for sub in &subs {
@@ -182,18 +185,13 @@ pub(crate) async fn start<A: Adapter>(
     let notices = if subs.is_empty() {
         None
     } else {
-        let probed = match listen::probe(&*adapter, dialect, &exec).await {
-            listen::Probe::NotListening => None,
-            listen::Probe::Later => Some(None),
-            listen::Probe::Heard(session) => Some(Some(session)),
-            listen::Probe::Deaf => {
+        match listening(&adapter, dialect, &exec, &stop).await {
+            Ok(notices) => notices,
+            Err(error) => {
                 adapter.close().await;
-                return Err(StartError::ListenerHearsNothing {
-                    waited: listen::PROBE_WAIT,
-                });
+                return Err(error);
             }
-        };
-        probed.and_then(|first| listen::notices(adapter.clone(), exec.clone(), first))
+        }
     };
     let metrics = DriverMetrics::new(subs.iter().map(|s| (s.desc.table, s.name)));
     let driver = Driver {
@@ -221,21 +219,47 @@ pub(crate) async fn start<A: Adapter>(
         let counts = driver.run().await;
         let _ = closed_tx.send(counts);
     }));
-    if not_ready > 0 {
-        match ready_rx.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                let _ = tx.unbounded_send(Input::Shutdown);
-                let _ = closed_rx.await;
-                return Err(StartError::Check(error));
-            }
-            Err(_) => return Err(StartError::AlreadyStarted),
-        }
-    }
-    Ok(Started {
+    let started = Started {
         tx,
         closed: closed_rx,
-    })
+    };
+    if not_ready == 0 {
+        return Ok(started);
+    }
+    let ready = ready_rx.map(Ok::<_, StartError>);
+    let error = match crate::start::or_stopped(ready, &stop).await {
+        Ok(Ok(Ok(()))) => return Ok(started),
+        Ok(Ok(Err(error))) => StartError::Check(error),
+        Ok(Err(_)) => return Err(StartError::AlreadyStarted),
+        // Stopped while the checks run.
+        Err(stopped) => stopped,
+    };
+    // The broker shuts down what it opened.
+    let _ = started.tx.unbounded_send(Input::Shutdown);
+    let _ = started.closed.await;
+    Err(error)
+}
+
+/// The notices of other processes' publishes, where the adapter listens and its session
+/// heard the start's probe; `None` where it does not listen.
+async fn listening<A: Adapter>(
+    adapter: &Arc<A>,
+    dialect: Dialect,
+    exec: &Arc<dyn Executor>,
+    stop: &StopSignal,
+) -> Result<Option<BoxStream<'static, Notice>>, StartError> {
+    let probe = listen::probe(&**adapter, dialect, exec).map(Ok);
+    let first = match crate::start::or_stopped(probe, stop).await? {
+        listen::Probe::NotListening => return Ok(None),
+        listen::Probe::Later => None,
+        listen::Probe::Heard(session) => Some(session),
+        listen::Probe::Deaf => {
+            return Err(StartError::ListenerHearsNothing {
+                waited: listen::PROBE_WAIT,
+            });
+        }
+    };
+    Ok(listen::notices(adapter.clone(), exec.clone(), first))
 }
 
 impl<A: Adapter> Driver<A> {
@@ -640,6 +664,33 @@ impl<A: Adapter> Driver<A> {
         }
     }
 
+    /// A subscription's check failed: for good (the start fails), or on an error that may pass
+    /// (it runs again). Either is reported where the operator sees it.
+    fn start_event(&mut self, event: Event<A::Row>) {
+        match event {
+            Event::CheckFailed { sub, error } => {
+                let name = self.subs[sub.0].name;
+                crate::retry::visible_error(&format!("subscription `{name}`: {error}"));
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(Err(error));
+                }
+            }
+            Event::StartRetry {
+                sub,
+                error,
+                failures,
+                again_in,
+            } => {
+                let s = &self.subs[sub.0];
+                crate::retry::visible_error(&format!(
+                    "subscription `{}` on table `{}` cannot start: {error}; trying again in {again_in:?} ({failures} in a row)",
+                    s.name, s.desc.table
+                ));
+            }
+            _ => {}
+        }
+    }
+
     fn event(&mut self, event: Event<A::Row>) -> Option<ClosedCounts> {
         match event {
             Event::Ready { sub } => {
@@ -651,12 +702,7 @@ impl<A: Adapter> Driver<A> {
                     let _ = ready.send(Ok(()));
                 }
             }
-            Event::CheckFailed { sub, error } => {
-                tracing::error!(subscription = self.subs[sub.0].name, "{error}");
-                if let Some(ready) = self.ready.take() {
-                    let _ = ready.send(Err(error));
-                }
-            }
+            Event::CheckFailed { .. } | Event::StartRetry { .. } => self.start_event(event),
             Event::Delivered(delivered) => self.hand(delivered),
             Event::Failed {
                 sub,

@@ -61,4 +61,7 @@ pub enum StartError {
     /// The broker was started twice.
     #[error("the broker is already started or closed")]
     AlreadyStarted,
+    /// The service was stopped (SIGTERM, SIGINT) before the broker had started.
+    #[error("the service was stopped before the broker started")]
+    Stopped,
 }

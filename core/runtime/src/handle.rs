@@ -69,11 +69,22 @@ impl<A: Adapter> BrokerHandle<A> {
         subscriptions: Vec<Subscription<A>>,
         executor: Arc<dyn Executor>,
     ) -> Result<RunningBroker<A>, StartError> {
+        self.start_until(subscriptions, executor, None).await
+    }
+
+    /// [`BrokerHandle::start`], ended by `stop` in any phase of the start.
+    pub(crate) async fn start_until(
+        &self,
+        subscriptions: Vec<Subscription<A>>,
+        executor: Arc<dyn Executor>,
+        stop: crate::start::StopSignal,
+    ) -> Result<RunningBroker<A>, StartError> {
         let started = driver::start(
             self.adapter.clone(),
             subscriptions,
             executor,
             self.state.clone(),
+            stop,
         )
         .await?;
         Ok(RunningBroker {

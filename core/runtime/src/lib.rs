@@ -36,6 +36,7 @@ mod outbox;
 mod outcome;
 mod retry;
 mod route;
+mod start;
 mod state;
 mod subscriber;
 mod table;

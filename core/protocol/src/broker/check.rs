@@ -143,11 +143,21 @@ impl<R> Broker<R> {
         let table = self.subs[sub.0].desc.table;
         if error.kind == ErrorKind::UndefinedTable {
             self.check_failed(sub, CheckError::MissingTable { table });
+        } else if error.kind.is_permanent() {
+            self.check_failed(sub, CheckError::Refused { table, error });
         } else {
-            // A passing failure: the check runs again after a poll interval.
+            // A passing failure: the check runs again, later after each failure in a row.
             let s = &mut self.subs[sub.0];
-            s.check.again_at = Some(self.now.plus(s.options.poll_interval));
-            self.events.push_back(Event::Error { sub, error });
+            s.check.failures = s.check.failures.saturating_add(1);
+            let again_in = start_retry_delay(s.check.failures);
+            s.check.again_at = Some(self.now.plus(again_in));
+            let failures = s.check.failures;
+            self.events.push_back(Event::StartRetry {
+                sub,
+                error,
+                failures,
+                again_in,
+            });
         }
         if matches!(stage, CheckStage::Acquire) {
             self.conns.forget(conn);
@@ -329,8 +339,19 @@ impl<R> Broker<R> {
         s.check.conn = None;
         if s.state == SubState::Checking && s.check.again_at.is_none() && running {
             s.state = SubState::Ready;
+            s.check.failures = 0;
             if !s.stopped {
                 s.next_claim_at = Some(now);
+            }
+            if s.desc.failed_at.is_none() {
+                let table = s.desc.table;
+                let message = format!(
+                    "table `{table}` keeps no failed rows: rows that fail are retried forever; add a failed_at column (`#[field(failed_at)]`, `.failed(..)`) to keep them"
+                );
+                self.events.push_back(Event::Warning {
+                    sub,
+                    message: message.into(),
+                });
             }
             self.events.push_back(Event::Ready { sub });
         }
@@ -508,4 +529,20 @@ fn type_mismatch(
         }
     }
     None
+}
+
+/// The first wait of a check that failed on a passing error; each failure in a row doubles it,
+/// up to [`START_RETRY_MAX`].
+pub(super) const START_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The longest wait between two tries of a check.
+pub(super) const START_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a start waits after its `failures`th failure in a row on an error that may pass:
+/// a second, doubling up to a minute.
+pub fn start_retry_delay(failures: u32) -> std::time::Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    START_RETRY_FIRST
+        .saturating_mul(1 << doublings)
+        .min(START_RETRY_MAX)
 }

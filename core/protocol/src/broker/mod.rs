@@ -43,6 +43,7 @@ pub use options::{
 
 use ahead::Ahead;
 use check::CheckStage;
+pub use check::start_retry_delay;
 use claim::{Claim, ClaimStage};
 use conns::Conns;
 use delivery::{Deliveries, DeliveryStage, DeliveryState, Ending};

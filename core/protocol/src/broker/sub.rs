@@ -25,6 +25,8 @@ pub(super) struct CheckState {
     pub(super) conn: Option<ConnId>,
     /// When a check that failed on a passing error runs again.
     pub(super) again_at: Option<Time>,
+    /// How many times in a row the check failed on a passing error.
+    pub(super) failures: u32,
     /// MySQL and MariaDB: the database's name, for lock names.
     pub(super) database: Option<String>,
     /// The session check: the probe key's lock argument, and whether a second connection

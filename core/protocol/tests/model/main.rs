@@ -604,7 +604,7 @@ impl World {
             | Event::Maintained(_)
             | Event::Warning { .. }
             | Event::Read { .. } => {}
-            Event::LeaseLost { .. } | Event::Error { .. } => {}
+            Event::LeaseLost { .. } | Event::Error { .. } | Event::StartRetry { .. } => {}
             // The runtime wakes the publisher's own subscriptions once the row is written.
             Event::Published { result, .. } => {
                 let now = self.local(slot);

@@ -3073,9 +3073,9 @@ fn check_missing_table() {
 }
 
 /// A passing failure (the pool gives no connection) is not a verdict: the check runs again
-/// after the poll interval, and not before.
+/// after a second, and not before, and each failure in a row doubles the wait.
 #[test]
-fn check_passing_failure_retries_after_the_poll_interval() {
+fn check_passing_failure_retries_after_a_wait_that_doubles() {
     for dialect in ALL {
         let desc = if dialect == Dialect::Sqlite {
             advisory()
@@ -3084,10 +3084,10 @@ fn check_passing_failure_retries_after_the_poll_interval() {
         };
         let mut sim = Sim::new(dialect, desc, 1);
         sim.insert(0);
-        let mut failed = false;
+        let mut failed = 0;
         sim.hook(move |_, c| {
-            if !failed && c.action == Action::Acquire {
-                failed = true;
+            if failed < 3 && c.action == Action::Acquire {
+                failed += 1;
                 Intercept::Answer(Reply::Failed(DbError::new(
                     ErrorKind::PoolClosed,
                     "no connection in time",
@@ -3099,20 +3099,97 @@ fn check_passing_failure_retries_after_the_poll_interval() {
         let p = sim.spawn();
         sim.run();
         let sub = sim.procs[p].sub;
-        assert!(matches!(
-            sim.events(p, 0).as_slice(),
-            [Event::Error { sub: s, error }] if *s == sub && error.kind == ErrorKind::PoolClosed
-        ));
-        assert_eq!(sim.timeout(p), Some(T0.plus(POLL)), "{dialect:?}");
-        sim.advance_to(just_before(T0.plus(POLL)));
+        let retries = |sim: &Sim| -> Vec<(u32, Duration)> {
+            sim.events(p, 0)
+                .into_iter()
+                .filter_map(|e| match e {
+                    Event::StartRetry {
+                        sub: s,
+                        error,
+                        failures,
+                        again_in,
+                    } if s == sub && error.kind == ErrorKind::PoolClosed => {
+                        Some((failures, again_in))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(retries(&sim), [(1, Duration::from_secs(1))], "{dialect:?}");
+        let first = Duration::from_secs(1);
+        assert_eq!(sim.timeout(p), Some(T0.plus(first)), "{dialect:?}");
+        sim.advance_to(just_before(T0.plus(first)));
         assert_eq!(sim.ops(p, 0), [Acquire], "{dialect:?}: not before");
-        sim.advance_to(T0.plus(POLL));
+        // Tries at 1 s and 3 s fail too; the one at 7 s starts.
+        sim.advance_to(T0.plus(Duration::from_secs(7)));
+        assert_eq!(
+            retries(&sim),
+            [
+                (1, Duration::from_secs(1)),
+                (2, Duration::from_secs(2)),
+                (3, Duration::from_secs(4))
+            ],
+            "{dialect:?}"
+        );
         assert!(
             sim.events(p, 0).contains(&Event::Ready { sub }),
             "{dialect:?}"
         );
+        let ready = Duration::from_secs(7);
         assert_eq!(sim.delivered_rows(p, 0), [1], "{dialect:?}");
-        assert_eq!(sim.delivered_at(p, 0, 1), Some(T0.plus(POLL)));
+        assert_eq!(sim.delivered_at(p, 0, 1), Some(T0.plus(ready)));
+    }
+}
+
+/// An error that waiting cannot cure (a refused password, a missing privilege, a prepared
+/// statement another client's session holds) fails the start at once, naming the table and
+/// the error, and the check does not run again.
+#[test]
+fn check_failure_that_cannot_pass_fails_the_start_at_once() {
+    let cases = [
+        (ErrorKind::Authentication, "password authentication failed"),
+        (ErrorKind::Privilege, "permission denied for table jobs"),
+        (
+            ErrorKind::PreparedStatement,
+            "prepared statement \"sqlx_s_1\" already exists",
+        ),
+        (ErrorKind::Config, "database \"nope\" does not exist"),
+    ];
+    for (kind, message) in cases {
+        let mut sim = Sim::new(Dialect::Postgres, row_lock(), 1);
+        sim.insert(0);
+        sim.hook(move |_, c| match kind_of(c) {
+            Some(StatementKind::ListColumns) => {
+                Intercept::Answer(Reply::Failed(DbError::new(kind, message)))
+            }
+            _ => Intercept::Run,
+        });
+        let p = sim.spawn();
+        sim.run();
+        let failed: Vec<String> = sim
+            .events(p, 0)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::CheckFailed { error, .. } => Some(error.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failed.len(), 1, "{kind:?}: {failed:?}");
+        assert!(
+            failed[0].contains("table `jobs`") && failed[0].contains(message),
+            "{kind:?}: {}",
+            failed[0]
+        );
+        if kind == ErrorKind::PreparedStatement {
+            assert!(failed[0].contains("transaction pooling"), "{}", failed[0]);
+        }
+        sim.advance(Duration::from_secs(120));
+        assert_eq!(
+            sim.runs_of(p, 0, StatementKind::ListColumns).len(),
+            1,
+            "{kind:?}: no second try"
+        );
+        assert_eq!(sim.procs[p].broker.held_connections(), 0);
     }
 }
 

@@ -16,7 +16,15 @@ fn advisory_due() -> TableDesc {
         .desc()
 }
 
+/// The warnings about the table's indexes.
 fn warnings(sim: &Sim, p: usize) -> Vec<String> {
+    all_warnings(sim, p)
+        .into_iter()
+        .filter(|m| !m.contains("keeps no failed rows"))
+        .collect()
+}
+
+fn all_warnings(sim: &Sim, p: usize) -> Vec<String> {
     sim.events(p, 0)
         .into_iter()
         .filter_map(|e| match e {
@@ -24,6 +32,37 @@ fn warnings(sim: &Sim, p: usize) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// A table without `failed_at` is warned about once, as its subscription starts: its rows
+/// that fail are retried forever. A table that keeps failed rows is not.
+#[test]
+fn a_table_without_failed_at_is_warned_about_once_at_the_start() {
+    for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+        let mut sim = Sim::start(dialect, lease(), 1, &[0, 1]);
+        sim.advance(POLL * 3);
+        let warned: Vec<String> = all_warnings(&sim, 0)
+            .into_iter()
+            .filter(|m| m.contains("keeps no failed rows"))
+            .collect();
+        assert_eq!(warned.len(), 1, "{dialect:?}: {warned:?}");
+        assert!(
+            warned[0].contains("table `jobs`") && warned[0].contains("failed_at"),
+            "{}",
+            warned[0]
+        );
+        let kept = *InboxSpec::new("jobs", Column::new("id").generated())
+            .payload(Column::new("payload"))
+            .lease(Column::new("locked_until"))
+            .failed(Column::new("failed_at"))
+            .desc();
+        let sim = Sim::start(dialect, kept, 1, &[0]);
+        assert!(
+            all_warnings(&sim, 0).is_empty(),
+            "{dialect:?}: {:?}",
+            all_warnings(&sim, 0)
+        );
+    }
 }
 
 /// Without a claim index the subscription starts and says so, naming the table and the
