@@ -252,6 +252,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms [$harness] reject_keeps_the_row_failed: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] undecodable_rows_fail: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] delayed_retry_waits: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] failing_row_waits_its_delay: advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] max_attempts_fails_the_row: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] crashing_worker_fails_its_row: lease Lease, advisory Advisory, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] panics_and_timeouts_retry: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);

@@ -108,6 +108,7 @@ macro_rules! __suite_tables {
             reject_keeps_the_row_failed RejectKeepsTheRowFailed failing;
             undecodable_rows_fail UndecodableRowsFail failing;
             delayed_retry_waits DelayedRetryWaits failing;
+            failing_row_waits_its_delay FailingRowWaitsItsDelay delete;
             max_attempts_fails_the_row MaxAttemptsFailsTheRow failing;
             crashing_worker_fails_its_row CrashingWorkerFailsItsRow failing;
             panics_and_timeouts_retry PanicsAndTimeoutsRetry failing;

@@ -279,6 +279,74 @@ where
     println!("{cx}: retried with a delay of {DELAY:?}, back after {waited:?}");
 }
 
+/// A row that fails every time, on a table with nowhere to keep it failed or to write its
+/// delay (no `failed_at`, no due column: the shape of the spec's own tables), waits each
+/// retry's delay in the process: its attempts follow the retry policy, not a loop, and the
+/// rows behind it, of its key too, are served meanwhile.
+pub async fn failing_row_waits_its_delay<R: Rows, H: Runs<R::FailingRowWaitsItsDelay>>(
+    harness: &H,
+    form: Form,
+    test: &TestName,
+) -> Verdict {
+    body!(Waits => waits_in);
+    run::<H, R::FailingRowWaitsItsDelay, _>(harness, form, test, Waits).await
+}
+
+async fn waits_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    const DELAY: Duration = Duration::from_millis(800);
+    const RUN: Duration = Duration::from_secs(4);
+    let recorder = Recorder::new(|seen| async move {
+        match seen.n {
+            1 => Err(HandlerOutcome::reject().with_error("a poison row")),
+            _ => Ok(()),
+        }
+    });
+    let setup = Setup {
+        policy: Some(RetryPolicy::fixed(DELAY)),
+        ..Setup::default()
+    };
+    let broker = cx.broker();
+    let publisher = broker.publisher::<T>();
+    let service = cx.service(&broker, failing::<T>(&recorder, setup), SHUTDOWN);
+    let started = Instant::now();
+    let stop = async {
+        // Every row on one key: the poison row first.
+        for n in 1..=4 {
+            cx.publish(&publisher, n, 0).await;
+        }
+        cx.until("the rows behind the poison row are served", || async {
+            cx.count("1=1").await == 1
+        })
+        .await;
+        sleep(RUN.saturating_sub(started.elapsed())).await;
+    };
+    service.run_until(stop).await.expect("the service runs");
+    let elapsed = started.elapsed();
+    let attempts = recorder.pairs().iter().filter(|(n, _)| *n == 1).count();
+    // One attempt at once, then one per delay at most.
+    let most = 2 + usize::try_from(elapsed.as_millis() / DELAY.as_millis()).unwrap_or(usize::MAX);
+    assert!(
+        (2..=most).contains(&attempts),
+        "{cx}: the poison row was taken {attempts} times in {elapsed:?} with a delay of {DELAY:?}: {:?}",
+        recorder.pairs()
+    );
+    for n in 2..=4 {
+        assert!(
+            recorder.saw(n),
+            "{cx}: row {n} is served behind the poison row"
+        );
+    }
+    assert_eq!(
+        cx.count("id = 1").await,
+        1,
+        "{cx}: the poison row stays, as its table keeps no failed rows"
+    );
+    println!("{cx}: the poison row taken {attempts} times in {elapsed:?}");
+}
+
 /// `max_attempts(3)`: a row that is retried every time is handed at attempts 1 to 3, then
 /// its fourth take fails it without the handler, with an error that says so.
 pub async fn max_attempts_fails_the_row<R: Rows, H: Runs<R::MaxAttemptsFailsTheRow>>(

@@ -42,8 +42,8 @@ pub use crash::{
 };
 pub use failures::{
     crashing_worker_fails_its_row, delayed_retry_waits, failed_rows_redriven_or_deleted,
-    max_attempts_fails_the_row, panics_and_timeouts_retry, reject_keeps_the_row_failed,
-    role_fields_checked_at_start, undecodable_rows_fail,
+    failing_row_waits_its_delay, max_attempts_fails_the_row, panics_and_timeouts_retry,
+    reject_keeps_the_row_failed, role_fields_checked_at_start, undecodable_rows_fail,
 };
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
 pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};

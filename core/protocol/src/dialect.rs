@@ -423,7 +423,7 @@ impl Statements {
     /// A row lock table in SQLite, which has no row locks, renders the form's statements all
     /// the same; a subscription to it is refused before it renders anything.
     pub fn render(dialect: Dialect, desc: &TableDesc, batch: usize) -> Statements {
-        let r = Renderer { dialect, desc };
+        let r = Renderer::new(dialect, desc);
         let rows = Output::Rows {
             columns: r.row_columns(),
             raw: true,
@@ -480,7 +480,7 @@ impl Statements {
     /// table whose rows have no column to write (every column filled by the database), which
     /// takes one row per statement: `DEFAULT VALUES` writes one row.
     pub fn publish_rows(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
-        let r = Renderer { dialect, desc };
+        let r = Renderer::new(dialect, desc);
         (rows > 0 && !r.publish_columns().is_empty())
             .then(|| r.publish_n(rows, dialect == Dialect::Postgres))
     }
@@ -490,7 +490,7 @@ impl Statements {
     /// publisher that notified a moment ago leaves the next notification to a
     /// [`Statements::notify`] after its inserts. `None` as for [`Statements::publish_rows`].
     pub fn publish_quiet(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
-        let r = Renderer { dialect, desc };
+        let r = Renderer::new(dialect, desc);
         (rows == 1 || (rows > 1 && !r.publish_columns().is_empty()))
             .then(|| r.publish_n(rows, false))
     }
@@ -515,7 +515,7 @@ impl Statements {
         let lease = desc
             .locked_until
             .filter(|_| rows > 0 && Self::settles_leases_together(dialect, desc))?;
-        Some(Renderer { dialect, desc }.settle_leases(rows, lease.name))
+        Some(Renderer::new(dialect, desc).settle_leases(rows, lease.name))
     }
 
     /// The advisory lock form: the candidates of a claim that passes over the rows of
@@ -528,7 +528,51 @@ impl Statements {
     ) -> Option<Statement> {
         desc.advisory
             .is_some()
-            .then(|| Renderer { dialect, desc }.candidates(excluded, false))
+            .then(|| Renderer::new(dialect, desc).candidates(excluded, false))
+    }
+
+    /// The candidates that pass over `keys` keys and `ids` rows ([`Arg::ExcludedId`] `0..ids`:
+    /// rows that failed in this process and wait their delay), from [`Arg::Floor`] on where
+    /// `from` is set and the table allows it. `None` for another form.
+    pub fn candidates_passing(
+        dialect: Dialect,
+        desc: &TableDesc,
+        keys: usize,
+        ids: usize,
+        from: bool,
+    ) -> Option<Statement> {
+        let mut r = Renderer::new(dialect, desc);
+        r.exclude_ids = ids;
+        let applies = desc.advisory.is_some() && (!from || r.advisory_floor());
+        applies.then(|| r.candidates(keys, from))
+    }
+
+    /// The row lock form: the claim's first statement (the lock of the first claimable row,
+    /// or with an attempt column its count: PostgreSQL's from [`Arg::Floor`] on where `floor`
+    /// is set) passing over `ids` rows ([`Arg::ExcludedId`] `0..ids`): rows that failed in this
+    /// process and wait their delay, on a table with nowhere to write it. `None` for another
+    /// form.
+    pub fn row_lock_claim_passing(
+        dialect: Dialect,
+        desc: &TableDesc,
+        ids: usize,
+        floor: bool,
+    ) -> Option<Statement> {
+        if desc.advisory.is_some() || desc.locked_until.is_some() {
+            return None;
+        }
+        let mut r = Renderer::new(dialect, desc);
+        r.exclude_ids = ids;
+        Some(match (desc.attempt, dialect) {
+            (None, _) => r.lock_row(Output::Rows {
+                columns: r.row_columns(),
+                raw: true,
+            }),
+            (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => {
+                r.count_row(attempt.name, floor)
+            }
+            (Some(attempt), Dialect::MySql | Dialect::MariaDb) => r.select_row_id(attempt.name),
+        })
     }
 
     /// The candidates that pass over `excluded` keys and start at [`Arg::Floor`], where the
@@ -539,7 +583,7 @@ impl Statements {
         desc: &TableDesc,
         excluded: usize,
     ) -> Option<Statement> {
-        let r = Renderer { dialect, desc };
+        let r = Renderer::new(dialect, desc);
         r.advisory_floor().then(|| r.candidates(excluded, true))
     }
 
@@ -549,7 +593,7 @@ impl Statements {
     /// as `which` says.
     pub fn redrive(dialect: Dialect, desc: &TableDesc, which: FailedRows) -> Option<Statement> {
         desc.failed_at
-            .map(|failed| Renderer { dialect, desc }.redrive(failed.name, which))
+            .map(|failed| Renderer::new(dialect, desc).redrive(failed.name, which))
     }
 
     /// Deletes the failed rows `which` selects. `None` for a table that keeps no failed
@@ -560,7 +604,7 @@ impl Statements {
         which: FailedRows,
     ) -> Option<Statement> {
         desc.failed_at
-            .map(|failed| Renderer { dialect, desc }.delete_failed(failed.name, which))
+            .map(|failed| Renderer::new(dialect, desc).delete_failed(failed.name, which))
     }
 
     /// Retention of `desc`'s rows marked processed or failed: its lock (on the servers) and

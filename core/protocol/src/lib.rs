@@ -33,7 +33,6 @@ pub mod stats;
 mod types;
 mod value;
 
-pub use broker::start_retry_delay;
 pub use broker::{
     Broker, BrokerError, CONNECTION_LINGER, DROP_GRACE, FailedRowsOf, Inserts, MAX_ERROR_LEN,
     MAX_RETRY_DELAY, MissingIndex, NOTIFY_EVERY, PING_AHEAD_AFTER, PUBLISH_BATCH, Publish,
@@ -43,6 +42,7 @@ pub use broker::{
     MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH,
     RETENTION_EVERY, Retention, Ticks,
 };
+pub use broker::{WAITING_MAX, start_retry_delay};
 pub use dialect::{
     Arg, ColumnType, Ddl, Dialect, FailedRows, NOTIFY_CHANNEL, OutColumn, Output, Statement,
     StatementKind, Statements, error_like, notification_names, serves_claims,

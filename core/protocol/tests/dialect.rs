@@ -2558,3 +2558,60 @@ fn deduplicated_publishes() {
         })
     ));
 }
+
+/// The claims that pass over rows waiting their delay in the process: the first claimable
+/// rows but those ids, one placeholder each, in every claim that picks rows; none in a form
+/// that writes the delay into its lease.
+#[test]
+fn claims_pass_over_the_rows_waiting_their_delay() {
+    let plain =
+        Statements::row_lock_claim_passing(Dialect::Postgres, ROW_LOCK_PLAIN.desc(), 2, false)
+            .expect("a row lock claim");
+    assert_eq!(plain.kind, StatementKind::LockRow);
+    assert_eq!(
+        &*plain.sql,
+        "SELECT * FROM \"jobs\" WHERE \"id\" NOT IN ($1, $2) ORDER BY \"id\" ASC LIMIT 1 FOR UPDATE SKIP LOCKED"
+    );
+    assert_eq!(&*plain.args, &[Arg::ExcludedId(0), Arg::ExcludedId(1)]);
+    let count = Statements::row_lock_claim_passing(Dialect::Postgres, ROW_LOCK.desc(), 1, true)
+        .expect("a row lock count");
+    assert_eq!(count.kind, StatementKind::CountRow);
+    assert!(
+        count
+            .sql
+            .contains("FROM \"jobs\" WHERE \"id\" NOT IN ($1) AND \"id\" >= $2 ORDER BY"),
+        "{}",
+        count.sql
+    );
+    let my = Statements::row_lock_claim_passing(Dialect::MySql, ROW_LOCK.desc(), 2, false)
+        .expect("a MySQL count");
+    assert_eq!(my.kind, StatementKind::SelectRowId);
+    assert!(
+        my.sql
+            .contains("WHERE `id` NOT IN (?, ?) AND IS_FREE_LOCK("),
+        "{}",
+        my.sql
+    );
+    assert_eq!(&my.args[..2], &[Arg::ExcludedId(0), Arg::ExcludedId(1)]);
+    for dialect in DIALECTS {
+        let look = Statements::candidates_passing(dialect, ADVISORY.desc(), 1, 2, false)
+            .expect("candidates");
+        assert_eq!(look.kind, StatementKind::Candidates);
+        let ids = look
+            .args
+            .iter()
+            .filter(|a| matches!(a, Arg::ExcludedId(_)))
+            .count();
+        let keys = look
+            .args
+            .iter()
+            .filter(|a| matches!(a, Arg::ExcludedKey(_)))
+            .count();
+        assert_eq!((ids, keys), (2, 1), "{dialect:?}: {}", look.sql);
+        assert!(look.sql.contains(" NOT IN ("), "{dialect:?}: {}", look.sql);
+        assert!(
+            Statements::row_lock_claim_passing(dialect, LEASE.desc(), 1, false).is_none(),
+            "{dialect:?}: the lease form writes the delay into its lease"
+        );
+    }
+}

@@ -223,48 +223,37 @@ impl RustStream {
         self.info
     }
 
-    /// Runs until SIGINT or SIGTERM, then shuts down gracefully.
+    /// Runs until SIGINT or SIGTERM, then shuts down gracefully. A signal that comes while the
+    /// service starts (its hooks, a start that still tries again) ends the start, what it
+    /// opened closes within the shutdown timeout, and it answers `Ok`.
     pub async fn run(self) -> Result<(), RunError> {
-        self.run_until(termination()).await
+        self.run_with(Some(Box::pin(termination())), termination())
+            .await
     }
 
     /// Runs until `stop` completes, then shuts down gracefully: the subscriptions stop
     /// claiming, the handlers in work finish (up to the shutdown timeout), then every broker
-    /// shuts down and closes what it opened. A stop that comes while the service starts ends
-    /// the start (within the shutdown timeout) and answers `Ok`.
+    /// shuts down and closes what it opened. `stop` is polled once the service has started, so
+    /// it may publish through the brokers; [`RustStream::run`] stops a start too.
     pub async fn run_until(self, stop: impl Future<Output = ()> + Send) -> Result<(), RunError> {
+        self.run_with(None, stop).await
+    }
+
+    /// [`RustStream::run_until`], whose start `abort` ends where given.
+    async fn run_with(
+        self,
+        abort: Option<BoxFuture<()>>,
+        stop: impl Future<Output = ()> + Send,
+    ) -> Result<(), RunError> {
         let exec = self.executor.clone().unwrap_or_else(crate::exec::current);
         let info = self.info;
         let timeout = self.shutdown_timeout;
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let signal: StopSignal = Some(stop_rx.shared());
-        let stop = stop.fuse();
-        futures::pin_mut!(stop);
-        let starting =
-            Self::start_all(self.hooks, self.brokers, &exec, &self.states, signal).fuse();
-        futures::pin_mut!(starting);
-        let started = futures::select_biased! {
-            started = starting => started,
-            () = stop => {
-                // The start ends where it is: what it opened closes.
-                let _ = stop_tx.send(());
-                futures::select_biased! {
-                    started = starting => {
-                        if let Ok(running) = started {
-                            for r in running {
-                                r.shutdown().await;
-                            }
-                        }
-                    }
-                    () = exec.sleep(timeout).fuse() => {
-                        tracing::warn!(?timeout, "the start did not end within the shutdown timeout");
-                    }
-                }
-                tracing::info!(name = info.name, "service stopped before it started");
-                return Ok(());
-            }
+        let starting = (self.hooks, self.brokers);
+        let started = Self::start_or_abort(starting, &exec, &self.states, abort, timeout).await?;
+        let Some(running) = started else {
+            tracing::info!(name = info.name, "service stopped before it started");
+            return Ok(());
         };
-        let mut running = started?;
         tracing::info!(name = info.name, version = info.version, "service started");
         for hook in self.started {
             exec.spawn(Box::pin(async move {
@@ -285,11 +274,48 @@ impl RustStream {
                 tracing::warn!(timeout = ?self.shutdown_timeout, "handlers still in work at the shutdown timeout");
             }
         }
-        for r in running.drain(..) {
+        for r in running {
             r.shutdown().await;
         }
         tracing::info!(name = info.name, "service stopped");
         Ok(())
+    }
+
+    /// Starts the service, ended where `abort` completes first: what the start opened closes
+    /// (within `timeout`), and it answers `None`.
+    async fn start_or_abort(
+        (hooks, brokers): (Vec<Hook>, Vec<Box<dyn StartBroker>>),
+        exec: &Arc<dyn Executor>,
+        states: &States,
+        abort: Option<BoxFuture<()>>,
+        timeout: Duration,
+    ) -> Result<Option<Vec<Box<dyn Running>>>, RunError> {
+        let Some(abort) = abort else {
+            return Self::start_all(hooks, brokers, exec, states, None)
+                .await
+                .map(Some);
+        };
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let signal = Some(stop_rx.shared());
+        let starting = Self::start_all(hooks, brokers, exec, states, signal).fuse();
+        futures::pin_mut!(starting);
+        futures::select_biased! {
+            started = starting => return started.map(Some),
+            () = abort.fuse() => {}
+        }
+        // The start ends where it is: what it opened closes.
+        let _ = stop_tx.send(());
+        futures::select_biased! {
+            started = starting => {
+                for r in started.into_iter().flatten() {
+                    r.shutdown().await;
+                }
+            }
+            () = exec.sleep(timeout).fuse() => {
+                tracing::warn!(?timeout, "the start did not end within the shutdown timeout");
+            }
+        }
+        Ok(None)
     }
 
     /// Runs the startup hooks, then starts each broker; a failure shuts down the brokers

@@ -15,6 +15,7 @@
 //! | `ruststream_returned_total` | counter | `table`, `subscription` | deliveries that left work without a settlement taking effect: dropped, ended by the shutdown, their lease lost, or their settlement's statement failed; the row returns to the queue (at once, or when its lease runs out) |
 //! | `ruststream_in_work` | gauge | `table`, `subscription` | rows handed to the handler and not yet settled or returned, in this process |
 //! | `ruststream_claimed_ahead` | gauge | `table`, `subscription` | rows the subscription claimed ahead (`prefetch`) and holds for its next free worker |
+//! | `ruststream_waiting` | gauge | `table`, `subscription` | rows that failed in this process on a table with nowhere to write their retry's delay (no due or lease column), which its claims pass over until the delay ends |
 //! | `ruststream_claim_duration_seconds` | histogram | `table`, `subscription` | each claim's search of the table for claimable rows: from the statement sent to the database's answer, whether it found rows or not (the row lock form's `SELECT .. FOR UPDATE SKIP LOCKED` or its count of attempts, the lease form's `UPDATE .. RETURNING` or its `SELECT .. FOR UPDATE`, the advisory lock form's candidates) |
 //! | `ruststream_pickup_seconds` | histogram | `table`, `subscription` | from the claim's search that found the row (the statement sent; the last such search, where several read the row) to the handler starting: the claim's statements, the lock or take of the row, and the wait of a row claimed ahead for a free worker. The time the row was due in the table before that claim is not included: the claim reads no due or publish time. A subscription remembers the searches of the 2,048 to 4,096 rows found last: a row handed after more were found has no sample |
 //! | `ruststream_handler_duration_seconds` | histogram | `table`, `subscription` | from the handler starting to its outcome (a panic or a timeout ends it too) |
@@ -56,6 +57,8 @@ pub const RETURNED: &str = "ruststream_returned_total";
 pub const IN_WORK: &str = "ruststream_in_work";
 /// `ruststream_claimed_ahead`: rows claimed ahead, waiting for a free worker.
 pub const CLAIMED_AHEAD: &str = "ruststream_claimed_ahead";
+/// `ruststream_waiting`: rows that wait their retry's delay in this process.
+pub const WAITING: &str = "ruststream_waiting";
 /// `ruststream_claim_duration_seconds`: each claim's search of the table.
 pub const CLAIM_DURATION: &str = "ruststream_claim_duration_seconds";
 /// `ruststream_pickup_seconds`: from the claim's search that found a row to its handler's start.
@@ -111,6 +114,11 @@ pub fn describe() {
         CLAIMED_AHEAD,
         Unit::Count,
         "Rows claimed ahead, waiting for a free worker."
+    );
+    metrics::describe_gauge!(
+        WAITING,
+        Unit::Count,
+        "Rows that wait their retry's delay in this process, passed over by its claims."
     );
     metrics::describe_histogram!(
         CLAIM_DURATION,
@@ -179,6 +187,7 @@ struct SubMetrics {
     returned: Counter,
     in_work: Gauge,
     ahead: Gauge,
+    waiting: Gauge,
     claim: Histogram,
     pickup: Histogram,
     handler: Histogram,
@@ -205,6 +214,7 @@ impl SubMetrics {
             returned: metrics::counter!(RETURNED, TABLE => table, SUBSCRIPTION => subscription),
             in_work: metrics::gauge!(IN_WORK, TABLE => table, SUBSCRIPTION => subscription),
             ahead: metrics::gauge!(CLAIMED_AHEAD, TABLE => table, SUBSCRIPTION => subscription),
+            waiting: metrics::gauge!(WAITING, TABLE => table, SUBSCRIPTION => subscription),
             claim: metrics::histogram!(
                 CLAIM_DURATION,
                 TABLE => table,
@@ -236,6 +246,7 @@ impl SubMetrics {
         }
         m.in_work.set(0.0);
         m.ahead.set(0.0);
+        m.waiting.set(0.0);
         m
     }
 }
@@ -471,6 +482,7 @@ impl DriverMetrics {
         for (i, m) in self.subs.iter().enumerate() {
             m.in_work.set(core.in_work(SubId(i)) as f64);
             m.ahead.set(core.claimed_ahead(SubId(i)) as f64);
+            m.waiting.set(core.waiting(SubId(i)) as f64);
         }
     }
 

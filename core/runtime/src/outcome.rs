@@ -44,14 +44,14 @@ impl HandlerOutcome {
     /// Not now: the row returns to the queue, its attempt counted, after the subscriber's
     /// retry policy's delay for this attempt (exponential with jitter unless set otherwise).
     /// The delay is written into the table's due column, or in the lease form into the
-    /// lease; a table with neither returns the row at once.
+    /// lease; on a table with neither, this process passes the row over until then.
     pub const fn retry() -> Self {
         Self::of(Outcome::Retry)
     }
 
     /// Not now, and not before `delay` has passed: a retry whose delay replaces the retry
-    /// policy's. Needs a due column, or the lease form, to wait in; a table with neither
-    /// returns the row at once.
+    /// policy's. On a table with no due column, outside the lease form, the row waits in this
+    /// process, whose claims pass it over until then.
     pub const fn retry_in(delay: Duration) -> Self {
         Self {
             outcome: Outcome::Retry,

@@ -12,7 +12,8 @@ use ruststream_core::Value;
 ///
 /// The default waits 1 s after the first attempt, then 2 s, 4 s, .. up to an hour, with a
 /// jitter of 20 %. The delay is written into the table's due column (or, in the lease form
-/// without one, into the lease); a table with neither returns a retried row at once. On a
+/// without one, into the lease); on a table with neither, the process that retried the row
+/// passes it over until its delay ends. On a
 /// table without an attempt column every retry waits the first attempt's delay. A delay is
 /// at most [`MAX_RETRY_DELAY`](ruststream_core::MAX_RETRY_DELAY).
 ///

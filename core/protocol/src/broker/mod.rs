@@ -22,6 +22,7 @@ mod rows;
 mod session;
 mod sub;
 mod timers;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -57,6 +58,7 @@ pub use publish::Inserts;
 use publish::{PublishFlow, PublishStage, Publisher};
 use sub::{Sub, SubState};
 use timers::{Timer, Timers};
+pub use waiting::WAITING_MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -230,6 +232,12 @@ impl<R> Broker<R> {
     /// How many messages of a subscription are in work.
     pub fn in_work(&self, sub: SubId) -> usize {
         self.subs.get(sub.0).map_or(0, |s| s.handed)
+    }
+
+    /// How many rows failed in this process on a subscription's table with nowhere to write
+    /// their retry's delay, and wait it here while the claims pass over them.
+    pub fn waiting(&self, sub: SubId) -> usize {
+        self.subs.get(sub.0).map_or(0, |s| s.waiting.len())
     }
 
     /// How many rows a subscription claimed ahead and holds for its next free worker

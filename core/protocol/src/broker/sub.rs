@@ -122,6 +122,10 @@ pub(super) struct Sub {
     /// The advisory lock form: the candidates that pass over `n` keys, by `n` and whether
     /// they start at the floor.
     pub(super) excluding: BTreeMap<(usize, bool), Statement>,
+    /// The rows that failed here and wait their delay in memory.
+    pub(super) waiting: super::waiting::Waiting,
+    /// The claim statements that pass over the waiting rows, by kind and how many.
+    pub(super) passing: BTreeMap<(super::waiting::Passing, usize), Statement>,
     /// Where the next claim may start, in a table claimed in id order.
     pub(super) floor: Floor,
 }
@@ -290,6 +294,8 @@ impl Sub {
             counts: CountQueue::default(),
             settles: SettleQueue::default(),
             excluding: BTreeMap::new(),
+            waiting: super::waiting::Waiting::default(),
+            passing: BTreeMap::new(),
             floor: Floor::default(),
         };
         // A claim that reads the first due rows alone takes one row at a time: none ahead.

@@ -187,7 +187,7 @@ impl Renderer<'_> {
 /// Renders the retention statements of `desc` in `dialect`, deleting up to `batch` rows per
 /// statement.
 pub(super) fn retention(dialect: Dialect, desc: &TableDesc, batch: usize) -> RetentionStatements {
-    let r = Renderer { dialect, desc };
+    let r = Renderer::new(dialect, desc);
     let batch = batch.max(1);
     RetentionStatements {
         try_lock: retention_lock(dialect, desc.table, true),

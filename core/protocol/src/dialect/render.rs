@@ -15,6 +15,18 @@ use super::{
 pub(super) struct Renderer<'a> {
     pub(super) dialect: Dialect,
     pub(super) desc: &'a TableDesc,
+    /// How many ids the claimable conditions leave out ([`Arg::ExcludedId`]).
+    pub(super) exclude_ids: usize,
+}
+
+impl<'a> Renderer<'a> {
+    pub(super) fn new(dialect: Dialect, desc: &'a TableDesc) -> Self {
+        Self {
+            dialect,
+            desc,
+            exclude_ids: 0,
+        }
+    }
 }
 
 impl Renderer<'_> {
@@ -198,6 +210,18 @@ impl Renderer<'_> {
                 .push(&lease)
                 .push(" <= ");
             s.db_now().push(")");
+            lead = " AND ";
+            wrote = true;
+        }
+        if self.exclude_ids > 0 {
+            s.push(lead).push(&self.id()).push(" NOT IN (");
+            for i in 0..self.exclude_ids {
+                if i > 0 {
+                    s.push(", ");
+                }
+                s.arg(Arg::ExcludedId(i));
+            }
+            s.push(")");
             wrote = true;
         }
         wrote

@@ -44,6 +44,9 @@ pub enum Arg {
     /// The `n`th key an advisory claim passes over: in work in this process, or found held
     /// elsewhere.
     ExcludedKey(usize),
+    /// The `n`th id of a row a claim passes over: one that failed in this process and waits
+    /// its retry's delay, on a table with nowhere to write it.
+    ExcludedId(usize),
     /// How long a retried row waits before it is due again, in microseconds from the
     /// database's time.
     RetryIn,

@@ -15,7 +15,7 @@ impl Statements {
     /// its cost is bounded by the cap, not by the table, and the database's time it read them at.
     /// Arguments: none.
     pub fn stats(dialect: Dialect, desc: &TableDesc) -> Statement {
-        Renderer { dialect, desc }.stats()
+        Renderer::new(dialect, desc).stats()
     }
 
     /// Reads up to [`Arg::Limit`] failed rows, in id order, from the first id after
@@ -29,7 +29,7 @@ impl Statements {
         by_id: bool,
     ) -> Option<Statement> {
         let failed = desc.failed_at?;
-        Some(Renderer { dialect, desc }.list_failed(failed.name, after, by_id))
+        Some(Renderer::new(dialect, desc).list_failed(failed.name, after, by_id))
     }
 }
 

@@ -324,12 +324,12 @@ impl Db {
             && (desc.locked_until.is_none() || row.locked_until.is_none_or(|t| t <= now))
     }
 
-    /// Claimable rows in claim order: due, then id.
-    fn ordered(&self, desc: &TableDesc, now: i64) -> Vec<i64> {
+    /// Claimable rows in claim order, but those `passed` over: due, then id.
+    fn ordered(&self, desc: &TableDesc, now: i64, passed: &[i64]) -> Vec<i64> {
         let mut ids: Vec<(i64, i64)> = self
             .rows
             .iter()
-            .filter(|(_, r)| self.claimable(desc, r, now))
+            .filter(|(id, r)| self.claimable(desc, r, now) && !passed.contains(id))
             .map(|(id, r)| (if desc.due.is_some() { r.due } else { 0 }, *id))
             .collect();
         ids.sort();
@@ -432,6 +432,14 @@ impl Db {
         };
         // Every time is the database's own.
         let clock = self.clock;
+        // The rows a claim passes over: they wait their delay in the claiming process.
+        let passed: Vec<i64> = statement
+            .args
+            .iter()
+            .zip(binds)
+            .filter(|(a, _)| matches!(a, Arg::ExcludedId(_)))
+            .filter_map(|(_, v)| v.as_int())
+            .collect();
         let in_tx = self.sessions[&sess].in_tx;
         *self.executed.entry(statement.kind).or_default() += 1;
         match statement.kind {
@@ -498,7 +506,7 @@ impl Db {
                 assert!(in_tx, "FOR UPDATE outside a transaction");
                 let now = clock;
                 let id = self
-                    .ordered(desc, now)
+                    .ordered(desc, now, &passed)
                     .into_iter()
                     .find(|id| !self.locked_by_other(*id, sess));
                 match id {
@@ -518,7 +526,7 @@ impl Db {
                 // before its LIMIT; PostgreSQL's CTE locks them and passes them over after.
                 let select = statement.kind == StatementKind::SelectRowId;
                 let ids: Vec<i64> = self
-                    .ordered(desc, now)
+                    .ordered(desc, now, &passed)
                     .into_iter()
                     .filter(|id| *id >= floor && !self.locked_by_other(*id, sess))
                     .filter(|id| !select || !self.marks.contains_key(id))
@@ -632,7 +640,7 @@ impl Db {
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 let floor = floor();
                 let ids: Vec<i64> = self
-                    .ordered(desc, now)
+                    .ordered(desc, now, &passed)
                     .into_iter()
                     .filter(|id| *id >= floor && !self.locked_by_other(*id, sess))
                     .take(limit)
@@ -656,7 +664,7 @@ impl Db {
                 let now = clock;
                 let limit = usize::try_from(int(Arg::Limit)).expect("a limit");
                 let ids: Vec<i64> = self
-                    .ordered(desc, now)
+                    .ordered(desc, now, &passed)
                     .into_iter()
                     .filter(|id| !self.locked_by_other(*id, sess))
                     .take(limit)
@@ -725,7 +733,7 @@ impl Db {
                     .map(|(_, v)| v)
                     .collect();
                 Reply::Rows(
-                    self.ordered(desc, now)
+                    self.ordered(desc, now, &passed)
                         .into_iter()
                         .filter(|id| {
                             let key = Value::Text(render_key(desc, *id, &self.rows[id]));

@@ -269,6 +269,9 @@ struct World {
     inserted: BTreeMap<i64, (u64, Option<usize>)>,
     /// The other system's session that holds keys.
     foreign: Option<SessId>,
+    /// By row: until when (the database's clock) a retry's delay may keep it in a process,
+    /// on a table with nowhere to write it.
+    waits_until: BTreeMap<i64, i64>,
 }
 
 /// The process number of the other system whose session holds keys.
@@ -329,6 +332,7 @@ impl World {
             released: BTreeMap::new(),
             inserted: BTreeMap::new(),
             foreign: None,
+            waits_until: BTreeMap::new(),
         };
         for _ in 0..config.processes {
             world.processes.push(start(desc, config, now));
@@ -480,11 +484,15 @@ impl World {
                     .unwrap_or_else(|| panic!("row {row} delivered but not in the table"));
                 if self.desc.advisory.is_some() {
                     assert_eq!(key.as_deref(), Some(key_text(db_row.channel).as_str()));
-                    // No row overtakes an earlier row of its key that is still queued.
-                    let earlier = self.db.rows.range(..row).find(|(_, r)| {
+                    // No row overtakes an earlier row of its key that is still queued, but one
+                    // that waits its retry's delay in a process (a table with nowhere to
+                    // write it).
+                    let now = self.now.micros();
+                    let earlier = self.db.rows.range(..row).find(|(id, r)| {
                         r.channel == db_row.channel
                             && r.processed_at.is_none()
                             && r.failed_at.is_none()
+                            && self.waits_until.get(id).is_none_or(|until| *until <= now)
                     });
                     assert!(
                         earlier.is_none(),
@@ -890,6 +898,8 @@ impl World {
                 let mut settlement = Settlement::new(outcome).error(format!("error of {}", h.row));
                 if delay_ms > 0 {
                     settlement = settlement.delay(Duration::from_millis(delay_ms));
+                    let until = self.now.plus(Duration::from_millis(delay_ms)).micros();
+                    self.waits_until.insert(h.row, until);
                 }
                 p.broker.settle_with(id, settlement, now);
                 self.pump(slot);

@@ -16,6 +16,7 @@ use crate::types::{Action, ConnId, Reply, SubId};
 use crate::value::Value;
 
 use super::super::rows::{Candidate, Taken, affected_any, answer, rows_of};
+use super::super::waiting::{Passing, excluded_id};
 use super::super::{Broker, State};
 use super::{Claim, ClaimForm, ClaimStage};
 
@@ -149,22 +150,31 @@ impl<R> Broker<R> {
             true => held.and_then(|_| self.subs[sub.0].floor.start(now)),
             false => first_from.or(self.subs[sub.0].floor.id),
         };
-        let statement = match (excluded.len(), from.is_some()) {
-            (0, false) => plain,
-            (0, true) => self.candidates_for(sub, 0, true).unwrap_or(plain),
-            (n, from) => self
-                .candidates_for(sub, n.next_power_of_two(), from)
-                .unwrap_or(plain),
+        let keys = match excluded.len() {
+            0 => 0,
+            n => n.next_power_of_two(),
         };
-        let binds = statement.binds(|arg| match arg {
-            Arg::Limit => Value::Int(limit as i64),
-            Arg::Floor => Value::Int(from.unwrap_or(i64::MIN)),
-            // Padded with the last key: the statement is rendered for a power of two.
-            Arg::ExcludedKey(i) => excluded
-                .get(i)
-                .or(excluded.last())
-                .map_or(Value::Null, |k| Value::Text(k.to_string())),
-            _ => Value::Int(now.micros()),
+        let statement = match (keys, from.is_some()) {
+            (0, false) => plain,
+            (keys, from) => self.candidates_for(sub, keys, from).unwrap_or(plain),
+        };
+        // The look passes over the rows that wait their delay in this process too.
+        let passing = Passing::Candidates {
+            keys,
+            from: from.is_some(),
+        };
+        let (statement, ids) = self.passing(sub, passing, statement);
+        let binds = statement.binds(|arg| {
+            excluded_id(arg, &ids).unwrap_or(match arg {
+                Arg::Limit => Value::Int(limit as i64),
+                Arg::Floor => Value::Int(from.unwrap_or(i64::MIN)),
+                // Padded with the last key: the statement is rendered for a power of two.
+                Arg::ExcludedKey(i) => excluded
+                    .get(i)
+                    .or(excluded.last())
+                    .map_or(Value::Null, |k| Value::Text(k.to_string())),
+                _ => Value::Null,
+            })
         });
         if let Some((_, a)) = Self::advisory(&mut self.claims, claim) {
             a.window = limit;

@@ -288,6 +288,8 @@ impl<R> Broker<R> {
             // from the start that finds the rows below the floor, where that is sooner.
             (false, false) => s.floor.look_behind_at(now).map_or(poll, |t| t.min(poll)),
         };
+        // A row that waits its delay here is looked for again when the delay ends.
+        let next = s.waiting.next_end().map_or(next, |t| t.max(now).min(next));
         // A wake that came while the claim ran keeps its earlier time.
         if !s.stopped {
             s.next_claim_at = Some(s.next_claim_at.map_or(next, |t| t.min(next)));

@@ -31,6 +31,7 @@ use crate::types::{ConnId, Reply, Row, SubId};
 use crate::value::{Time, Value};
 
 use super::super::rows::{Counted, Taken, rows_of};
+use super::super::waiting::{Passing, excluded_id};
 use super::super::{Broker, State};
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
 
@@ -131,6 +132,8 @@ impl<R> Broker<R> {
         }
     }
 
+    /// Runs the claim's first statement (the lock of the first row, or MySQL's count), passing
+    /// over the rows that wait their delay in this process.
     fn row_lock_execute(
         &mut self,
         claim: u64,
@@ -139,18 +142,18 @@ impl<R> Broker<R> {
         stage: Stage,
         limit: usize,
     ) {
-        let now = self.now;
-        let binds = statement.binds(|arg| match arg {
-            Arg::Limit => Value::Int(limit as i64),
-            _ => Value::Int(now.micros()),
+        let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
+            return;
+        };
+        let passing = Passing::RowLock { floor: false };
+        let (statement, ids) = self.passing(sub, passing, statement.clone());
+        let binds = statement.binds(|arg| {
+            excluded_id(arg, &ids).unwrap_or(match arg {
+                Arg::Limit => Value::Int(limit as i64),
+                _ => Value::Null,
+            })
         });
-        self.claim_execute(
-            claim,
-            conn,
-            statement.clone(),
-            binds,
-            ClaimStage::RowLock(stage),
-        );
+        self.claim_execute(claim, conn, statement, binds, ClaimStage::RowLock(stage));
     }
 
     fn row_lock_fixed(&mut self, claim: u64, conn: ConnId, which: Fixed, stage: Stage) {

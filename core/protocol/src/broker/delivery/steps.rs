@@ -265,7 +265,18 @@ impl<R> Broker<R> {
         // once: the row, or the next row of the key, waits for no poll.
         let retried = d.ending == Some(Ending::Settle(Outcome::Retry));
         let waits = d.delay.filter(|t| !t.is_zero() && retried && d.settled);
-        if let Some(delay) = waits.filter(|_| d.paced && !s.stopped) {
+        // A table with nowhere to write the delay: the row waits it here, and the claims
+        // pass over it meanwhile.
+        let nowhere = s.desc.due.is_none() && s.desc.locked_until.is_none();
+        let held = waits
+            .filter(|_| nowhere && !s.stopped)
+            .is_some_and(|delay| {
+                let until = self.now.plus(delay);
+                s.waiting.hold(d.id.clone(), until)
+            });
+        if held {
+            s.next_claim_at = Some(self.now);
+        } else if let Some(delay) = waits.filter(|_| d.paced && !s.stopped) {
             // A failure that returned at once: the next claim, which would take it again,
             // waits its delay or the poll, whichever comes first, unless a claim comes sooner.
             let next = self.now.plus(delay.min(s.options.poll_interval));

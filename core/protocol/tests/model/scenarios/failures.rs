@@ -618,40 +618,52 @@ fn long_errors_and_delays_are_cut() {
     }
 }
 
-/// A rejection on a table that keeps no failed rows and has no column to write a delay into
-/// returns the row at once; its delay paces the next claim instead (up to the poll), so a row
-/// that keeps failing is not taken again in a tight loop.
+/// A failure on a table with nowhere to write its delay (no due and no lease column) waits
+/// its delay in the process: the claims pass over the row until then, so it is not taken
+/// again sooner, while the row behind it (of the same key, in the advisory form) goes on.
 #[test]
-fn a_returned_failure_with_nowhere_to_wait_paces_the_next_claim() {
+fn a_failure_with_nowhere_to_wait_waits_its_delay_while_the_rows_behind_go_on() {
     for (form, dialect) in [
         (Form::RowLock, Dialect::Postgres),
+        (Form::RowLock, Dialect::MySql),
         (Form::Advisory, Dialect::MariaDb),
+        (Form::Advisory, Dialect::Postgres),
         (Form::Advisory, Dialect::Sqlite),
     ] {
-        let mut desc = failing(form, false);
-        desc.failed_at = None;
-        let mut sim = Sim::start(dialect, desc, 1, &[0]);
-        let delivery = sim.delivery(0, 1);
-        let mark = sim.mark();
-        let at = sim.now;
-        let delay = Duration::from_secs(30);
-        sim.settle_with(0, delivery, Settlement::new(Outcome::Reject).delay(delay));
-        sim.run();
-        assert!(
-            sim.delivered_rows(0, mark).is_empty(),
-            "{form:?} {dialect:?}: not taken again at once"
-        );
-        sim.advance(POLL + Duration::from_millis(10));
-        assert_eq!(sim.delivered_rows(0, mark), [1], "{form:?} {dialect:?}");
-        let again = sim.delivered_at(0, mark, 1).expect("taken again");
-        assert!(
-            again >= at.plus(POLL),
-            "{form:?} {dialect:?}: after the poll"
-        );
-        assert!(
-            again < at.plus(delay),
-            "{form:?} {dialect:?}: not the whole delay"
-        );
+        for outcome in [Outcome::Reject, Outcome::Retry] {
+            let mut desc = failing(form, false);
+            desc.failed_at = None;
+            let cx = format!("{form:?} {dialect:?} {outcome:?}");
+            // Two rows of one key: the second waits behind the first in the advisory form.
+            let mut sim = Sim::start(dialect, desc, 1, &[0, 0]);
+            let delivery = sim.delivery(0, 1);
+            let mark = sim.mark();
+            let at = sim.now;
+            let delay = Duration::from_secs(30);
+            sim.settle_with(0, delivery, Settlement::new(outcome).delay(delay));
+            sim.run();
+            let sub = sim.procs[0].sub;
+            assert_eq!(sim.procs[0].broker.waiting(sub), 1, "{cx}: the row waits");
+            assert_eq!(
+                sim.delivered_rows(0, mark),
+                [2],
+                "{cx}: the row behind goes on"
+            );
+            let second = sim.delivery(0, 2);
+            sim.settle(0, second, Outcome::Ack);
+            sim.run();
+            sim.advance(delay - Duration::from_millis(10));
+            assert_eq!(
+                sim.delivered_rows(0, mark),
+                [2],
+                "{cx}: not taken again before its delay"
+            );
+            sim.advance(POLL);
+            assert_eq!(sim.delivered_rows(0, mark), [2, 1], "{cx}");
+            let again = sim.delivered_at(0, mark, 1).expect("taken again");
+            assert!(again >= at.plus(delay), "{cx}: after its delay");
+            assert_eq!(sim.procs[0].broker.waiting(sub), 0, "{cx}");
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use crate::value::Value;
 
 use super::super::super::rows::{Counted, rows_of};
 use super::super::super::sub::Count;
+use super::super::super::waiting::{Passing, excluded_id};
 use super::super::super::{Broker, State};
 use super::super::{ClaimForm, ClaimStage, Fixed};
 use super::Stage;
@@ -443,20 +444,26 @@ impl<R> Broker<R> {
                     Some((from, floor))
                 });
                 let (statement, floor) = match from {
-                    Some((from, floor)) => (from, floor),
-                    None => (count_row, i64::MIN),
+                    Some((from, floor)) => (from.clone(), floor),
+                    None => (count_row.clone(), i64::MIN),
                 };
                 if let Some(count) = self.subs[sub.0].counts.counting.as_mut() {
                     count.from_floor = floor != i64::MIN;
                 }
-                let binds = statement.binds(|arg| match arg {
-                    Arg::Limit => Value::Int(look as i64),
-                    Arg::Take => Value::Int(take as i64),
-                    Arg::Floor => Value::Int(floor),
-                    _ => Value::Int(now.micros()),
+                // The count passes over the rows that wait their delay in this process.
+                let passing = Passing::RowLock {
+                    floor: floor != i64::MIN,
+                };
+                let (statement, ids) = self.passing(sub, passing, statement);
+                let binds = statement.binds(|arg| {
+                    excluded_id(arg, &ids).unwrap_or(match arg {
+                        Arg::Limit => Value::Int(look as i64),
+                        Arg::Take => Value::Int(take as i64),
+                        _ => Value::Int(floor),
+                    })
                 });
                 let stage = ClaimStage::RowLock(Stage::CountRow);
-                self.claim_execute(leader, conn, statement.clone(), binds, stage);
+                self.claim_execute(leader, conn, statement, binds, stage);
             }
             RowLockClaim::SelectCount { read_committed, .. } => {
                 let stage = ClaimStage::RowLock(Stage::ReadCommitted);
