@@ -178,8 +178,10 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 
 /// A subscriber: an `async fn` that handles one message, bound to its source.
 ///
-/// `#[subscriber(SOURCE)]` goes on `async fn name(message: &M, extractors..) -> HandlerOutcome`,
-/// where `SOURCE` is a constructor call of the source's type, such as
+/// `#[subscriber(SOURCE)]` goes on `async fn name(message: M, extractors..) -> Result<(), E>`
+/// (or `&M`, or `-> HandlerOutcome`, or `-> Result<HandlerOutcome, E>`: `Ok(())`
+/// acknowledges, `Err(e)` retries with `e` as the row's error, `Err(ruststream::permanent(e))`
+/// fails it at once), where `SOURCE` is a constructor call of the source's type, such as
 /// `InboxQueue::<Row>::new("name")`. Each argument after the message is an extractor:
 /// `PATTERN: Ctx<K>`, which reads the value the delivery's context provides under the key
 /// `K`, such as `Ctx(attempt): Ctx<keys::Attempt>`, or `PATTERN: State<T>`, the value of type
@@ -191,13 +193,15 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 /// - a unit struct `name` (with the function's documentation), which implements
 ///   `Handle<M, (), (), C>`: `C` is `InboxContext` if the function takes a `Ctx<K>`, `()`
 ///   if not. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?` or
-///   `State::<T>::from_context(ctx).await?`, runs the function's body, and turns its
-///   `HandlerOutcome` into the trait's `Result<(), HandlerOutcome>` with `into_result`;
+///   `State::<T>::from_context(ctx).await?`, runs the function's body, and turns what it
+///   returns into the trait's `Result<(), HandlerOutcome>` (`IntoOutcome`); a message taken by
+///   value is a clone of the decoded one;
 /// - `impl IntoSubscription<A>` for it, so a broker includes it as it stands,
 ///   `b.include(name)`: the subscription `subscriber("name", name).map_source(|_| SOURCE)`;
-/// - inherent methods `builder`, `workers`, `poll_interval`, `lease` and `state`, which answer
-///   that subscription's `SubscriberBuilder`, so `b.include(name.workers(nonzero!(4)))` sets
-///   its workers.
+/// - inherent methods for every option of the subscription (`builder`, `workers`,
+///   `poll_interval`, `lease`, `state`, `retry_policy`, `max_attempts`, `timeout`, `prefetch`,
+///   `ensure_schema`, `on_failure`), which answer its `SubscriberBuilder`, so
+///   `b.include(name.workers(4).max_attempts(8))` sets them.
 ///
 /// # Example
 ///

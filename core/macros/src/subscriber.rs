@@ -9,7 +9,7 @@ use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, PathArguments, ReturnType
 
 use crate::Errors;
 
-const SHAPE: &str = "async fn name(message: &Message, Ctx(value): Ctx<keys::Key>, State(value): State<T>, ..) -> HandlerOutcome";
+const SHAPE: &str = "async fn name(message: &Message, Ctx(value): Ctx<keys::Key>, State(value): State<T>, ..) -> Result<(), E>";
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if args.is_empty() {
@@ -67,7 +67,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         None => {
             errors.push(syn::Error::new(
                 sig.paren_token.span.join(),
-                format!("a subscriber takes its message first, by reference: `{SHAPE}`"),
+                format!("a subscriber takes its message first: `{SHAPE}`"),
             ));
             None
         }
@@ -80,22 +80,17 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         }
         Some(FnArg::Typed(arg)) => match &*arg.ty {
             Type::Reference(reference) if reference.mutability.is_none() => {
-                Some((arg.pat.clone(), reference.elem.clone()))
+                Some((arg.pat.clone(), reference.elem.clone(), false))
             }
             Type::Reference(reference) => {
                 errors.push(syn::Error::new(
                     reference.mutability.span(),
-                    "the message is lent to the handler shared, not mutable: write `&Message`",
+                    "the message is lent to the handler shared, not mutable: write `&Message`, or take it by value: `Message`",
                 ));
                 None
             }
-            other => {
-                errors.push(syn::Error::new_spanned(
-                    other,
-                    "a subscriber takes its message by reference: write `&Message`",
-                ));
-                None
-            }
+            // By value: a clone of the decoded message.
+            other => Some((arg.pat.clone(), Box::new(other.clone()), true)),
         },
     };
 
@@ -118,13 +113,13 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         ReturnType::Default => {
             errors.push(syn::Error::new(
                 sig.paren_token.span.close(),
-                "a subscriber returns its `HandlerOutcome`: add `-> HandlerOutcome`",
+                "a subscriber returns its outcome: add `-> Result<(), E>` (`Ok(())` acknowledges, `Err(e)` retries) or `-> HandlerOutcome`",
             ));
             None
         }
     };
     errors.finish()?;
-    let (Some((message_pat, message_ty)), Some(output)) = (message, output) else {
+    let (Some((message_pat, message_ty, by_value)), Some(output)) = (message, output) else {
         return Err(syn::Error::new(sig.span(), "reported above"));
     };
 
@@ -166,7 +161,16 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             let #pat: #ty = <#ty as ::ruststream::FromContext<#context>>::from_context(#ctx).await?;
         },
     });
-    let into_result = quote_spanned!(output.span()=> ::ruststream::HandlerOutcome::into_result);
+    let into_outcome = quote_spanned!(output.span()=> ::ruststream::IntoOutcome::into_outcome);
+    // A message taken by value is a clone of the decoded one.
+    let message = Ident::new("message", Span::mixed_site());
+    let take_message = if by_value {
+        quote_spanned! {message_ty.span()=>
+            let #message_pat: #message_ty = ::ruststream::__private::owned(#message);
+        }
+    } else {
+        quote!(let #message_pat: &#message_ty = #message;)
+    };
     let builder = quote! {
         ::ruststream::SubscriberBuilder<#name, #source_ty, #message_ty, (), (), #context>
     };
@@ -186,13 +190,14 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             #(#attrs)*
             async fn handle(
                 &self,
-                #message_pat: &#message_ty,
+                #message: &#message_ty,
                 _: &(),
                 #ctx_param: &mut ::ruststream::Context<'_, #context>,
             ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
+                #take_message
                 #(#extract)*
                 let #outcome: #output = async move #block.await;
-                #into_result(#outcome)
+                #into_outcome(#outcome).into_result()
             }
         }
 
@@ -205,9 +210,44 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
                     .map_source(|_| #source)
             }
 
-            /// How many messages may be in work at once (default 1).
-            #vis fn workers(self, workers: ::std::num::NonZeroUsize) -> #builder {
+            /// How many messages may be in work at once (default 1): `8`, or a
+            /// `NonZeroUsize`; the start refuses zero.
+            #vis fn workers(self, workers: impl ::ruststream::IntoWorkers) -> #builder {
                 self.builder().workers(workers)
+            }
+
+            /// The retry policy: how long a retried message waits, by attempt.
+            #vis fn retry_policy(self, policy: ::ruststream::RetryPolicy) -> #builder {
+                self.builder().retry_policy(policy)
+            }
+
+            /// How many attempts a message gets before it fails (needs the attempt and
+            /// `failed_at` columns).
+            #vis fn max_attempts(self, attempts: u32) -> #builder {
+                self.builder().max_attempts(attempts)
+            }
+
+            /// How long a handler may run before its message is retried.
+            #vis fn timeout(self, timeout: ::std::time::Duration) -> #builder {
+                self.builder().timeout(timeout)
+            }
+
+            /// How many rows to claim ahead of the free workers.
+            #vis fn prefetch(self, rows: usize) -> #builder {
+                self.builder().prefetch(rows)
+            }
+
+            /// Creates what the table's description needs where it is missing, at the start.
+            #vis fn ensure_schema(self) -> #builder {
+                self.builder().ensure_schema()
+            }
+
+            /// Calls `hook` with each message that fails.
+            #vis fn on_failure(
+                self,
+                hook: impl ::core::ops::Fn(&::ruststream::Failure) + ::core::marker::Send + ::core::marker::Sync + 'static,
+            ) -> #builder {
+                self.builder().on_failure(hook)
             }
 
             /// How long to wait between claims that find nothing (default 1 s).

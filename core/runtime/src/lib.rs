@@ -35,6 +35,7 @@ pub mod metrics;
 mod outbox;
 mod outcome;
 mod retry;
+mod returns;
 mod route;
 mod start;
 mod state;
@@ -56,6 +57,7 @@ pub use outcome::{
     InboxContext, Provides, keys,
 };
 pub use retry::{Failure, FailureHook, RetryPolicy};
+pub use returns::{IntoOutcome, Permanent, permanent};
 pub use route::Route;
 pub use ruststream_core as core;
 pub use ruststream_core::spec::{
@@ -70,7 +72,8 @@ pub use state::{State, States};
 // shares its name in another namespace) and `#[ruststream::app]`.
 pub use ruststream_macros::{Inbox, app, subscriber};
 pub use subscriber::{
-    InboxQueue, IntoSubscription, Subscriber, SubscriberBuilder, Subscription, subscriber,
+    InboxQueue, IntoSubscription, IntoWorkers, Subscriber, SubscriberBuilder, Subscription,
+    subscriber,
 };
 pub use table::{AttemptRow, DecodesAs, InboxTable, MessageTable, PayloadRow};
 
@@ -85,4 +88,21 @@ macro_rules! nonzero {
             }
         }
     };
+}
+
+/// What the macros' expansions call; not for use by hand.
+#[doc(hidden)]
+pub mod __private {
+    /// A message a `#[subscriber]` takes by value: a clone of the decoded one.
+    #[diagnostic::on_unimplemented(
+        message = "a subscriber that takes its message by value gets a clone of the decoded message: derive `Clone` for `{Self}`, or take it by reference (`&{Self}`)"
+    )]
+    pub trait Owned: Clone {}
+
+    impl<T: Clone> Owned for T {}
+
+    /// The message, by value.
+    pub fn owned<M: Owned>(message: &M) -> M {
+        message.clone()
+    }
 }

@@ -104,8 +104,9 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
     /// and MySQL/MariaDB a worker whose handler has ended takes its next message while the
     /// last one's settlement runs, so up to `workers` more rows may be settling, each held by
     /// its lease until then.
-    pub fn workers(mut self, workers: NonZeroUsize) -> Self {
-        self.options.workers = workers.get();
+    pub fn workers(mut self, workers: impl IntoWorkers) -> Self {
+        // Zero is kept, for the start to refuse with the subscription's name.
+        self.options.workers = workers.into_workers().map_or(0, NonZeroUsize::get);
         self
     }
 
@@ -418,3 +419,28 @@ where
         })
     }
 }
+
+/// A number of workers: a plain integer (`8`) or a `NonZeroUsize` (`nonzero!(8)`). Zero, or a
+/// negative number, is refused when the service starts, naming the subscription.
+pub trait IntoWorkers {
+    /// The number, where it is at least one.
+    fn into_workers(self) -> Option<NonZeroUsize>;
+}
+
+impl IntoWorkers for NonZeroUsize {
+    fn into_workers(self) -> Option<NonZeroUsize> {
+        Some(self)
+    }
+}
+
+macro_rules! workers_of {
+    ($($t:ty),*) => {$(
+        impl IntoWorkers for $t {
+            fn into_workers(self) -> Option<NonZeroUsize> {
+                usize::try_from(self).ok().and_then(NonZeroUsize::new)
+            }
+        }
+    )*};
+}
+
+workers_of!(i32, u32, i64, u64, usize);

@@ -312,7 +312,7 @@ fn derive_reads_the_row() {
 
 // --- Subscribers: the macro beside the spec's manual handlers ---------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct Video {
     fine: bool,
 }
@@ -610,4 +610,62 @@ fn derive_lists_the_fields_that_decode_role_columns() {
             .iter()
             .all(|f| f.column != "locked_until" && f.column != "failed_at")
     );
+}
+
+/// The error of a handler that returns a `Result`: the message it prints, with a source.
+#[derive(Debug)]
+struct Unreachable(std::io::Error);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the transcoder is unreachable")
+    }
+}
+
+impl std::error::Error for Unreachable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A handler as a Rust developer writes it: the message by value, `?` on its errors.
+#[subscriber(InboxQueue::<Transcode>::new("videos"))]
+async fn transcode_result(video: Video) -> Result<(), ruststream::BoxError> {
+    if !video.fine {
+        Err(Unreachable(std::io::Error::other("connection refused")))?;
+    }
+    Ok(())
+}
+
+/// A `Permanent` error, or a `HandlerOutcome` through `?`, settles as it says.
+#[subscriber(InboxQueue::<Transcode>::new("videos"))]
+async fn transcode_strict(video: &Video) -> Result<HandlerOutcome, ruststream::BoxError> {
+    if !video.fine {
+        let codec: Result<(), Unreachable> = Err(Unreachable(std::io::Error::other("bad codec")));
+        codec.map_err(ruststream::permanent)?;
+    }
+    Err(HandlerOutcome::retry_in(std::time::Duration::from_secs(9)).with_error("busy"))?
+}
+
+#[test]
+fn a_handler_returning_a_result_acks_retries_and_fails_as_its_result_says() {
+    let fine = Video { fine: true };
+    let broken = Video { fine: false };
+    assert_eq!(run(&transcode_result, &fine, ()), Ok(()));
+    let retried = run(&transcode_result, &broken, ()).expect_err("an error retries");
+    assert_eq!(retried.outcome(), ruststream::core::Outcome::Retry);
+    assert_eq!(
+        retried.error(),
+        Some("the transcoder is unreachable: connection refused"),
+        "the error and its sources, as the row's error"
+    );
+    let failed = run(&transcode_strict, &broken, ()).expect_err("a permanent error fails");
+    assert_eq!(failed.outcome(), ruststream::core::Outcome::Reject);
+    assert_eq!(
+        failed.error(),
+        Some("the transcoder is unreachable: bad codec")
+    );
+    let busy = run(&transcode_strict, &fine, ()).expect_err("the outcome it returned");
+    assert_eq!(busy.delay(), Some(std::time::Duration::from_secs(9)));
+    assert_eq!(busy.error(), Some("busy"));
 }

@@ -27,6 +27,8 @@ fn macros_ui() {
     // #[ruststream::app]
     t.compile_fail("tests/ui/app_with_arguments.rs");
     t.compile_fail("tests/ui/app_async.rs");
+    // Handlers returning a `Result`, the message by value, the subscriber's options.
+    t.pass("tests/ui/pass_handler_results.rs");
     // The spec's macro examples, as far as they need no database driver.
     t.pass("tests/ui/pass_spec_examples.rs");
 }

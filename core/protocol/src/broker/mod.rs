@@ -271,6 +271,9 @@ impl<R> Broker<R> {
             return Err(BrokerError::Closed);
         }
         desc.validate()?;
+        if options.workers == 0 {
+            return Err(BrokerError::NoWorkers { table: desc.table });
+        }
         if desc.form() == Form::RowLock && !self.dialect.has_row_locks() {
             return Err(DescError::NoRowLocks {
                 table: desc.table,
@@ -301,10 +304,6 @@ impl<R> Broker<R> {
                 .into());
             }
         }
-        let options = SubscribeOptions {
-            workers: options.workers.max(1),
-            ..options
-        };
         let id = SubId(self.subs.len());
         let statements =
             Statements::render(self.dialect, &desc, options.workers + options.prefetch);

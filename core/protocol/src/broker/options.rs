@@ -187,4 +187,10 @@ pub enum BrokerError {
     /// No such subscription or publisher.
     #[error("no such {0}")]
     Unknown(&'static str),
+    /// A subscription with no worker would take no message.
+    #[error("table `{table}`: a subscription needs at least one worker (`.workers(n)`, n ≥ 1)")]
+    NoWorkers {
+        /// The table.
+        table: &'static str,
+    },
 }

@@ -1,4 +1,5 @@
-// A subscriber that takes its message by value, and one that takes it mutably.
+// A subscriber that takes its message mutably, and one that takes by value a message that
+// is not `Clone`.
 use ruststream::{HandlerOutcome, Inbox, InboxQueue, subscriber};
 
 #[derive(Inbox)]
@@ -10,16 +11,21 @@ struct IssueInvoice {
     payload: Vec<u8>,
 }
 
-#[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
-async fn issue(invoice: String) -> HandlerOutcome {
-    let _ = invoice;
-    HandlerOutcome::ack()
+#[derive(serde::Deserialize)]
+struct Invoice {
+    number: i64,
 }
 
 #[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
 async fn amend(invoice: &mut String) -> HandlerOutcome {
     let _ = invoice;
     HandlerOutcome::ack()
+}
+
+#[subscriber(InboxQueue::<IssueInvoice>::new("invoices"))]
+async fn issue(invoice: Invoice) -> Result<(), std::io::Error> {
+    let _ = invoice.number;
+    Ok(())
 }
 
 fn main() {}
