@@ -347,8 +347,8 @@ where
     println!("{cx}: the poison row taken {attempts} times in {elapsed:?}");
 }
 
-/// `max_attempts(3)`: a row that is retried every time is handed at attempts 1 to 3, then
-/// its fourth take fails it without the handler, with an error that says so.
+/// `max_attempts(3)`: a row that is retried every time is handed at attempts 1 to 3, and the
+/// third's retry fails it at once, with the handler's own error, without a fourth take.
 pub async fn max_attempts_fails_the_row<R: Rows, H: Runs<R::MaxAttemptsFailsTheRow>>(
     harness: &H,
     form: Form,
@@ -383,7 +383,7 @@ where
     let stop = async {
         cx.publish(&publisher, 1, 1).await;
         cx.publish(&publisher, 2, 2).await;
-        cx.until("the row is marked failed past its budget", || async {
+        cx.until("the row is marked failed at its last attempt", || async {
             cx.count("failed_at IS NOT NULL").await == 1
         })
         .await;
@@ -406,14 +406,19 @@ where
         "{cx}: handed at attempts 1 to 3, never a fourth"
     );
     assert_eq!(
-        cx.count("attempt = 4 AND failed_at IS NOT NULL AND error LIKE '%attempt 4 is past max_attempts (3)%'")
+        cx.count("attempt = 3 AND failed_at IS NOT NULL AND error = 'attempt 3 failed'")
             .await,
         1,
-        "{cx}: the fourth take fails the row and says why"
+        "{cx}: the third attempt's retry fails the row, with the handler's error"
     );
     let reported = failures.all();
     assert_eq!(reported.len(), 1, "{cx}: one failure: {reported:?}");
-    assert_eq!(reported[0].attempt, Some(4));
+    assert_eq!(reported[0].attempt, Some(3));
+    assert_eq!(
+        reported[0].error.as_deref(),
+        Some("attempt 3 failed"),
+        "{cx}: the report carries the handler's error"
+    );
 }
 
 /// A worker process that crashes on every attempt: each crash spends an attempt, and the

@@ -887,12 +887,19 @@ impl World {
                     .nth(handler % p.handlers.len())
                     .expect("a handler");
                 let h = p.handlers.remove(&id).expect("a handler");
-                if outcome != Outcome::Retry {
+                // A retry at the last attempt the budget allows fails the row at once.
+                let last = self.config.max_attempts.is_some_and(|max| {
+                    self.attempts
+                        .get(&h.row)
+                        .is_some_and(|a| *a >= i64::from(max))
+                });
+                if outcome != Outcome::Retry || last {
                     *self.settled.entry(h.row).or_default() += 1;
                 }
                 match outcome {
                     Outcome::Ack => self.acked.insert(h.row),
                     Outcome::Reject => self.rejected.insert(h.row),
+                    Outcome::Retry if last => self.rejected.insert(h.row),
                     Outcome::Retry => false,
                 };
                 let mut settlement = Settlement::new(outcome).error(format!("error of {}", h.row));

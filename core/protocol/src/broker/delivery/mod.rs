@@ -376,6 +376,8 @@ impl<R> Broker<R> {
             d.delivered = false;
             d.exhausted = true;
             d.failure = Some(true);
+            // Only crashes and lost leases take a row past its budget: a handler's retry at
+            // the last attempt fails it at once. The row says why it failed now.
             d.error = Some(Arc::from(format!(
                 "attempt {attempt} is past max_attempts ({max}): failed without running the handler"
             )));

@@ -37,8 +37,16 @@ impl<R> Broker<R> {
         let desc = self.subs[d.sub.0].desc;
         let keeps_failed = desc.failed_at.is_some();
         let writes_delay = desc.due.is_some() || desc.locked_until.is_some();
+        // The last attempt the budget allows fails at once, with the handler's own error:
+        // its row would only wait its backoff to fail at its next take.
+        let last = self.subs[d.sub.0]
+            .options
+            .max_attempts
+            .zip(d.attempt)
+            .is_some_and(|(max, attempt)| attempt >= i64::from(max));
         let outcome = match settlement.outcome {
             Outcome::Reject if !keeps_failed => Outcome::Retry,
+            Outcome::Retry if last && keeps_failed => Outcome::Reject,
             other => other,
         };
         let Some(d) = self.deliveries.get_mut(delivery) else {
@@ -50,7 +58,8 @@ impl<R> Broker<R> {
                 .filter(|_| outcome == Outcome::Retry)
                 .map(|delay| delay.min(MAX_RETRY_DELAY));
             d.error = settlement.error.map(|e| cut_error(e, MAX_ERROR_LEN));
-            d.failure = (settlement.outcome == Outcome::Reject).then_some(keeps_failed);
+            d.failure = (outcome == Outcome::Reject || settlement.outcome == Outcome::Reject)
+                .then_some(keeps_failed);
             d.paced = settlement.outcome == Outcome::Reject && !keeps_failed && !writes_delay;
         }
         outcome

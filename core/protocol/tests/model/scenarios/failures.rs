@@ -214,10 +214,11 @@ fn a_retry_at_once_writes_no_due_time() {
     }
 }
 
-/// A take that counts past `max_attempts` marks the row failed without handing it, with an
-/// error that says so; the claims go on with the next row.
+/// The last attempt `max_attempts` allows fails its row at once when its handler retries,
+/// with the handler's own error, rather than waiting its backoff to fail at the next take;
+/// the claims go on with the next row.
 #[test]
-fn a_take_past_max_attempts_fails_the_row_without_the_handler() {
+fn the_last_attempt_fails_the_row_at_once_with_the_handlers_error() {
     for (form, dialect) in cases() {
         let mut sim = Sim::new(dialect, failing(form, false), 1);
         sim.max_attempts = Some(2);
@@ -228,23 +229,36 @@ fn a_take_past_max_attempts_fails_the_row_without_the_handler() {
         for attempt in 1..=2 {
             let delivery = sim.delivery(0, 1);
             assert_eq!(sim.row(1).attempt, attempt, "{form:?} {dialect:?}");
-            sim.settle(0, delivery, Outcome::Retry);
+            let retry = Settlement::new(Outcome::Retry)
+                .delay(Duration::from_secs(3600))
+                .error(format!("smtp timeout {attempt}"));
+            sim.settle_with(0, delivery, retry);
             sim.run();
-            sim.advance(LEASE_TIME);
+            if attempt == 1 {
+                // The next row goes on while the retried one waits its delay.
+                let next = sim.delivery(0, 2);
+                sim.settle(0, next, Outcome::Ack);
+                sim.run();
+                sim.advance(Duration::from_secs(3601));
+            }
         }
         let row = sim.row(1);
-        assert!(row.failed_at.is_some(), "{form:?} {dialect:?}: {row:?}");
-        assert_eq!(row.attempt, 3, "{form:?} {dialect:?}");
-        let failed = sim.failed_events(0, 0);
-        assert_eq!(failed.len(), 1, "{form:?} {dialect:?}");
-        let (id, error, kept) = &failed[0];
-        assert_eq!((*id, *kept), (1, true));
-        let error = error.as_deref().expect("an error");
         assert!(
-            error.contains("attempt 3 is past max_attempts (2)"),
-            "{form:?} {dialect:?}: {error}"
+            row.failed_at.is_some(),
+            "{form:?} {dialect:?}: failed at once, not after its hour: {row:?}"
         );
-        assert_eq!(sim.row(1).error.as_deref(), Some(error));
+        assert_eq!(row.attempt, 2, "{form:?} {dialect:?}");
+        assert_eq!(
+            row.error.as_deref(),
+            Some("smtp timeout 2"),
+            "{form:?} {dialect:?}"
+        );
+        let failed = sim.failed_events(0, 0);
+        assert_eq!(
+            failed,
+            [(1, Some("smtp timeout 2".to_owned()), true)],
+            "{form:?} {dialect:?}"
+        );
         let handed: Vec<i64> = sim.delivered_rows(0, 0);
         assert_eq!(
             handed.iter().filter(|&&r| r == 1).count(),
@@ -288,6 +302,12 @@ fn a_row_that_crashes_every_process_ends_failed_after_the_budget() {
         let row = sim.row(1);
         assert!(row.failed_at.is_some(), "{form:?} {dialect:?}: {row:?}");
         assert_eq!(row.attempt, 4, "{form:?} {dialect:?}");
+        let failed = sim.failed_events(p, 0);
+        let error = failed[0].1.as_deref().expect("the report says why");
+        assert!(
+            error.contains("attempt 4 is past max_attempts (3)"),
+            "{form:?} {dialect:?}: {error}"
+        );
     }
 }
 
