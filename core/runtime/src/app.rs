@@ -150,33 +150,18 @@ impl RustStream {
         }
     }
 
-    /// Runs `hook` before any broker starts, such as to create a table. An error stops the
-    /// service before it starts.
-    pub fn on_startup<F, Fut, E>(mut self, hook: F) -> Self
-    where
-        F: FnOnce(()) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: Into<BoxError>,
-    {
-        self.hooks.push(Box::new(move || {
-            let run = hook(());
-            Box::pin(async move { run.await.map_err(Into::into) })
-        }));
+    /// Runs `hook` before any broker starts, such as to create a table: `async || ..` (or
+    /// `async |()| ..`). An error stops the service before it starts.
+    pub fn on_startup<Args, H: ServiceHook<Args>>(mut self, hook: H) -> Self {
+        self.hooks.push(Box::new(move || hook.run()));
         self
     }
 
     /// Runs `hook` once every broker has started, beside the subscriptions, such as to
-    /// publish a first batch. An error is logged; the service goes on.
-    pub fn on_started<F, Fut, E>(mut self, hook: F) -> Self
-    where
-        F: FnOnce(()) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: Into<BoxError>,
-    {
-        self.started.push(Box::new(move || {
-            let run = hook(());
-            Box::pin(async move { run.await.map_err(Into::into) })
-        }));
+    /// publish a first batch: `async || ..` (or `async |()| ..`). An error is logged; the
+    /// service goes on.
+    pub fn on_started<Args, H: ServiceHook<Args>>(mut self, hook: H) -> Self {
+        self.started.push(Box::new(move || hook.run()));
         self
     }
 
@@ -441,5 +426,41 @@ pub fn run_app<A: App>(app: A) -> std::process::ExitCode {
             eprintln!("error: {error}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// A hook of the service ([`RustStream::on_startup`], [`RustStream::on_started`]): an async
+/// closure of no argument, `async || ..`, or of the unit, `async |()| ..`, whose error is any
+/// that converts into [`BoxError`].
+#[diagnostic::on_unimplemented(
+    message = "a service hook is `async || -> Result<(), E>` (or `async |()| ..`)",
+    label = "not a hook"
+)]
+pub trait ServiceHook<Args>: Send + 'static {
+    /// Runs the hook.
+    fn run(self) -> BoxFuture<Result<(), BoxError>>;
+}
+
+impl<F, Fut, E> ServiceHook<()> for F
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    fn run(self) -> BoxFuture<Result<(), BoxError>> {
+        let run = self();
+        Box::pin(async move { run.await.map_err(Into::into) })
+    }
+}
+
+impl<F, Fut, E> ServiceHook<((),)> for F
+where
+    F: FnOnce(()) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    fn run(self) -> BoxFuture<Result<(), BoxError>> {
+        let run = self(());
+        Box::pin(async move { run.await.map_err(Into::into) })
     }
 }

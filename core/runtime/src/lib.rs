@@ -44,7 +44,9 @@ mod table;
 
 #[cfg(feature = "tokio")]
 pub use app::run_app;
-pub use app::{App, AppInfo, BoxError, RunError, RustStream, run_blocking, termination};
+pub use app::{
+    App, AppInfo, BoxError, RunError, RustStream, ServiceHook, run_blocking, termination,
+};
 pub use driver::now;
 pub use error::{Error, PublishError, StartError};
 pub use handle::{
@@ -105,4 +107,17 @@ pub mod __private {
     pub fn owned<M: Owned>(message: &M) -> M {
         message.clone()
     }
+}
+
+/// The names a service uses, the same under every adapter's prelude
+/// (`ruststream_sqlx::prelude::*` and the others add their broker's own).
+pub mod prelude {
+    pub use crate::{
+        Advisory, App, AppInfo, Attempt, AttemptRow, BoxError, BrokerHandle, Column, Context, Ctx,
+        Due, ErrorText, Failed, Failure, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue,
+        InboxSpec, InboxTable, IntoBroker, IntoSubscription, KeyPart, Lease, Message, OrderBy,
+        Outbox, Payload, PayloadRow, Permanent, Processed, PublishError, Publisher, RetryPolicy,
+        RustStream, State, Stats, keys, nonzero, own, permanent, subscriber,
+    };
+    pub use std::future::ready;
 }

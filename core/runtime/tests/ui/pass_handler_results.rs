@@ -46,4 +46,9 @@ fn main() {
         .timeout(Duration::from_secs(30))
         .prefetch(2);
     let _ = later.workers(std::num::NonZeroUsize::new(2).unwrap()).ensure_schema();
+    // Hooks without a placeholder argument, and the spec's form.
+    let _ = ruststream::RustStream::new(ruststream::AppInfo::new("mail", "0.1.0"))
+        .on_startup(async || Ok::<(), std::io::Error>(()))
+        .on_startup(async move |()| Ok::<(), BoxError>(()))
+        .on_started(async || Ok::<(), BoxError>(()));
 }
