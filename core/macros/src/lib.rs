@@ -191,8 +191,7 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 /// It generates, in place of the function:
 ///
 /// - a unit struct `name` (with the function's documentation), which implements
-///   `Handle<M, (), (), C>`: `C` is `InboxContext` if the function takes a `Ctx<K>`, `()`
-///   if not. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?` or
+///   `Handle<M, (), (), InboxContext>`. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?` or
 ///   `State::<T>::from_context(ctx).await?`, runs the function's body, and turns what it
 ///   returns into the trait's `Result<(), HandlerOutcome>` (`IntoOutcome`); a message taken by
 ///   value is a clone of the decoded one;

@@ -140,11 +140,9 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         .collect();
     let block = &function.block;
 
-    let context = if extractors.is_empty() {
-        quote!(())
-    } else {
-        quote!(::ruststream::InboxContext)
-    };
+    // The delivery's context: its row, attempt and key, for the extractors and for a test's
+    // recorder ([`ruststream::testing::Recorded`]).
+    let context = quote!(::ruststream::InboxContext);
     let ctx = Ident::new("ctx", Span::mixed_site());
     let ctx_param = if extractors.is_empty() {
         quote!(_)

@@ -41,6 +41,7 @@ mod start;
 mod state;
 mod subscriber;
 mod table;
+pub mod testing;
 
 #[cfg(feature = "tokio")]
 pub use app::run_app;

@@ -363,6 +363,25 @@ async fn issue(invoice: &Invoice) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
+/// `issue` written by hand, as the spec's manual examples write a handler: no context.
+struct Issue;
+
+impl Handle<Invoice> for Issue {
+    fn handle(
+        &self,
+        invoice: &Invoice,
+        _outs: &(),
+        _ctx: &mut ruststream::Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        let outcome = if invoice.number == 0 {
+            HandlerOutcome::reject()
+        } else {
+            HandlerOutcome::ack()
+        };
+        std::future::ready(outcome.into_result())
+    }
+}
+
 /// Two extractors, patterns of any shape, and a source written `<Type>::new(..)`.
 #[subscriber(<InboxQueue<Transcode>>::new("twice"))]
 async fn twice(
@@ -431,13 +450,21 @@ fn subscriber_settles_as_the_manual_handler() {
 }
 
 #[test]
-fn subscriber_without_extractors_reads_no_context() {
-    // `issue` implements `Handle<Invoice>`: the context kind is `()`, as in the manual `Issue`.
-    fn plain<H: Handle<Invoice>>(_: &H) {}
-    plain(&issue);
-    assert_eq!(run(&issue, &Invoice { number: 1 }, ()), Ok(()));
+fn subscriber_without_extractors_settles_as_the_manual_handler() {
+    // `issue` reads the delivery's context (its row, for a test's recorder); it settles as the
+    // manual `Issue`, which reads none.
+    fn inbox<H: Handle<Invoice, (), (), InboxContext>>(_: &H) {}
+    inbox(&issue);
+    for number in [1, 0] {
+        let invoice = Invoice { number };
+        assert_eq!(
+            run(&issue, &invoice, inbox_context(None)),
+            run(&Issue, &invoice, ()),
+            "invoice {number}"
+        );
+    }
     assert_eq!(
-        run(&issue, &Invoice { number: 0 }, ()),
+        run(&issue, &Invoice { number: 0 }, inbox_context(None)),
         Err(HandlerOutcome::reject())
     );
 }
@@ -651,21 +678,24 @@ async fn transcode_strict(video: &Video) -> Result<HandlerOutcome, ruststream::B
 fn a_handler_returning_a_result_acks_retries_and_fails_as_its_result_says() {
     let fine = Video { fine: true };
     let broken = Video { fine: false };
-    assert_eq!(run(&transcode_result, &fine, ()), Ok(()));
-    let retried = run(&transcode_result, &broken, ()).expect_err("an error retries");
+    assert_eq!(run(&transcode_result, &fine, inbox_context(None)), Ok(()));
+    let retried =
+        run(&transcode_result, &broken, inbox_context(None)).expect_err("an error retries");
     assert_eq!(retried.outcome(), ruststream::core::Outcome::Retry);
     assert_eq!(
         retried.error(),
         Some("the transcoder is unreachable: connection refused"),
         "the error and its sources, as the row's error"
     );
-    let failed = run(&transcode_strict, &broken, ()).expect_err("a permanent error fails");
+    let failed =
+        run(&transcode_strict, &broken, inbox_context(None)).expect_err("a permanent error fails");
     assert_eq!(failed.outcome(), ruststream::core::Outcome::Reject);
     assert_eq!(
         failed.error(),
         Some("the transcoder is unreachable: bad codec")
     );
-    let busy = run(&transcode_strict, &fine, ()).expect_err("the outcome it returned");
+    let busy =
+        run(&transcode_strict, &fine, inbox_context(None)).expect_err("the outcome it returned");
     assert_eq!(busy.delay(), Some(std::time::Duration::from_secs(9)));
     assert_eq!(busy.error(), Some("busy"));
 }
