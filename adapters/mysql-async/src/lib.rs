@@ -247,11 +247,5 @@ pub mod prelude {
     };
     pub use mysql_async::prelude::{FromRow, Queryable};
     pub use mysql_async::{Conn, Opts, OptsBuilder, Pool};
-    pub use ruststream::{
-        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
-        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
-        IntoSubscription, KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed,
-        RustStream, State, keys, nonzero, own, subscriber,
-    };
-    pub use std::future::ready;
+    pub use ruststream::prelude::*;
 }

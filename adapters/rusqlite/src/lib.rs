@@ -203,12 +203,7 @@ pub mod prelude {
         ClosedRusqliteBroker, Lock, RunningRusqliteBroker, RusqliteBroker, RusqliteBrokerError,
         RusqliteOutbox, RusqlitePublisher, RusqliteRoute, RusqliteRow, Unlock,
     };
-    pub use ruststream::{
-        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
-        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
-        KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, PublishError, Publisher,
-        RustStream, State, keys, nonzero, own, subscriber,
-    };
+    pub use ruststream::prelude::*;
 }
 
 /// The SQLite broker on rusqlite: a pool of blocking connections on threads of their own.

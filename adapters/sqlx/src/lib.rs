@@ -267,17 +267,11 @@ pub mod prelude {
         ClosedSqlxBroker, Lock, RunningSqlxBroker, SqlxBroker, SqlxBrokerError, SqlxClaim,
         SqlxOutbox, SqlxPublisher, SqlxRoute, Unlock,
     };
-    pub use ruststream::{
-        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
-        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
-        IntoSubscription, KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed,
-        RustStream, State, keys, nonzero, own, subscriber,
-    };
+    pub use ruststream::prelude::*;
     #[cfg(feature = "mysql")]
     pub use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection};
     #[cfg(feature = "postgres")]
     pub use sqlx::postgres::{PgConnectOptions, PgConnection, Postgres};
     #[cfg(feature = "sqlite")]
     pub use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteConnection};
-    pub use std::future::ready;
 }

@@ -268,10 +268,5 @@ pub mod prelude {
         TokioPostgresBrokerError, TokioPostgresOutbox, TokioPostgresPublisher, TokioPostgresRoute,
         Unlock,
     };
-    pub use ruststream::{
-        Advisory, App, AppInfo, Attempt, AttemptRow, BrokerHandle, Column, Context, Ctx, Due,
-        Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxSpec, InboxTable, IntoBroker,
-        KeyPart, Lease, Message, OrderBy, Payload, PayloadRow, Processed, RustStream, State, keys,
-        nonzero, own, subscriber,
-    };
+    pub use ruststream::prelude::*;
 }
