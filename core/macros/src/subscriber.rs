@@ -152,6 +152,11 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
     // Spanned at the return type, so a body that answers something else is an error there.
     let outcome = format_ident!("__ruststream_outcome", span = output.span());
     let extract = extractors.iter().map(|(pat, ty, which)| match which {
+        // The attempt of a table without the column is a compile error, naming it.
+        Extractor::Ctx(key) if names_attempt(key) => quote_spanned! {ty.span()=>
+            ::ruststream::__private::counts_attempts::<#source_ty>();
+            let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
+        },
         Extractor::Ctx(key) => quote_spanned! {ty.span()=>
             let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
         },
@@ -310,6 +315,12 @@ enum Extractor {
 /// The extractor an argument's type names: `Ctx<K>` (or a path ending so), or another.
 fn extractor(ty: &Type) -> Extractor {
     ctx_key(ty).map_or(Extractor::Other, |key| Extractor::Ctx(Box::new(key)))
+}
+
+/// Whether a key is the attempt's: `keys::Attempt` (or a path ending so).
+fn names_attempt(key: &Type) -> bool {
+    matches!(key, Type::Path(TypePath { qself: None, path })
+        if path.segments.last().is_some_and(|s| s.ident == "Attempt"))
 }
 
 /// `K` of `Ctx<K>` (or `path::Ctx<K>`).

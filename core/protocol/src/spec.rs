@@ -695,17 +695,20 @@ pub trait Feature {
     type Lock: Bit;
     /// The service's own unlock.
     type Unlock: Bit;
+    /// The attempt column.
+    type Attempt: Bit;
     /// The message the payload holds.
     type Message: MessageKind;
 }
 
 macro_rules! feature {
-    ($t:ty, $a:ty, $l:ty, $lock:ty, $unlock:ty) => {
+    ($t:ty, $a:ty, $l:ty, $lock:ty, $unlock:ty, $attempt:ty) => {
         impl Feature for $t {
             type Advisory = $a;
             type Lease = $l;
             type Lock = $lock;
             type Unlock = $unlock;
+            type Attempt = $attempt;
             type Message = AnyMessage;
         }
     };
@@ -716,19 +719,20 @@ impl<M> Feature for Carries<M> {
     type Lease = False;
     type Lock = False;
     type Unlock = False;
+    type Attempt = False;
     type Message = OnlyMessage<M>;
 }
 
-feature!(Payload, False, False, False, False);
-feature!(Attempt, False, False, False, False);
-feature!(Processed, False, False, False, False);
-feature!(Due, False, False, False, False);
-feature!(Failed, False, False, False, False);
-feature!(ErrorText, False, False, False, False);
-feature!(Lease, False, True, False, False);
-feature!(Advisory, True, False, False, False);
-feature!(own::Lock, False, False, True, False);
-feature!(own::Unlock, False, False, False, True);
+feature!(Payload, False, False, False, False, False);
+feature!(Attempt, False, False, False, False, True);
+feature!(Processed, False, False, False, False, False);
+feature!(Due, False, False, False, False, False);
+feature!(Failed, False, False, False, False, False);
+feature!(ErrorText, False, False, False, False, False);
+feature!(Lease, False, True, False, False, False);
+feature!(Advisory, True, False, False, False, False);
+feature!(own::Lock, False, False, True, False, False);
+feature!(own::Unlock, False, False, False, True, False);
 
 /// A tuple of feature markers, read as the union of what they select.
 pub trait Features {
@@ -740,9 +744,26 @@ pub trait Features {
     type Lock: Bit;
     /// The service's own unlock.
     type Unlock: Bit;
+    /// The attempt column.
+    type Attempt: Bit;
     /// The message the payload holds: [`AnyMessage`], or the one a [`Carries`] names.
     type Message: MessageKind;
 }
+
+/// A description with an attempt column: what a handler needs to read the attempt.
+pub trait CountsAttempts {}
+
+impl<F: Features> CountsAttempts for F where F::Attempt: AttemptColumn {}
+
+/// The attempt bit of a description that has the column.
+#[diagnostic::on_unimplemented(
+    message = "the table's description has no attempt column, so a handler cannot read the attempt",
+    label = "no attempt column",
+    note = "add an attempt column: a field `#[field(attempt)] attempt: i64` in `#[derive(Inbox)]`, or `.attempt(Column::new(\"attempt\"))` by hand"
+)]
+pub trait AttemptColumn {}
+
+impl AttemptColumn for True {}
 
 /// A tuple of features to which `T` can be appended.
 pub trait Append<T> {
@@ -755,6 +776,7 @@ impl Features for () {
     type Lease = False;
     type Lock = False;
     type Unlock = False;
+    type Attempt = False;
     type Message = AnyMessage;
 }
 
@@ -769,6 +791,7 @@ macro_rules! tuples {
             type Lease = tuples!(@or Lease $($name)+);
             type Lock = tuples!(@or Lock $($name)+);
             type Unlock = tuples!(@or Unlock $($name)+);
+            type Attempt = tuples!(@or Attempt $($name)+);
             type Message = tuples!(@message $($name)+);
         }
 

@@ -29,6 +29,7 @@ mod driver;
 mod error;
 pub mod exec;
 mod handle;
+mod job;
 mod listen;
 pub mod maintenance;
 pub mod metrics;
@@ -53,6 +54,7 @@ pub use error::{Error, PublishError, StartError};
 pub use handle::{
     BrokerHandle, BrokerScope, FailedRows, IntoBroker, IntoRow, Message, Publisher, RunningBroker,
 };
+pub use job::Job;
 pub use maintenance::{Periodic, Schedule, ScheduleError};
 pub use outbox::Outbox;
 pub use outcome::{
@@ -107,6 +109,25 @@ pub mod __private {
     /// The message, by value.
     pub fn owned<M: Owned>(message: &M) -> M {
         message.clone()
+    }
+
+    /// A subscriber's source, and the row type it takes.
+    pub trait SourceRow {
+        /// The row type.
+        type Row: crate::InboxTable;
+    }
+
+    impl<T: crate::InboxTable> SourceRow for crate::InboxQueue<T> {
+        type Row = T;
+    }
+
+    /// Compiles only where the source's table has an attempt column: a subscriber that asks
+    /// for the attempt calls it.
+    pub fn counts_attempts<S: SourceRow>()
+    where
+        <<S::Row as crate::InboxTable>::Table as ruststream_core::spec::Described>::Features:
+            ruststream_core::spec::CountsAttempts,
+    {
     }
 }
 

@@ -24,6 +24,7 @@ fn macros_ui() {
     t.compile_fail("tests/ui/subscriber_message_by_value.rs");
     t.compile_fail("tests/ui/subscriber_not_ctx.rs");
     t.compile_fail("tests/ui/subscriber_other_mistakes.rs");
+    t.compile_fail("tests/ui/subscriber_attempt_without_column.rs");
     // #[ruststream::app]
     t.compile_fail("tests/ui/app_with_arguments.rs");
     t.compile_fail("tests/ui/app_async.rs");
