@@ -399,13 +399,16 @@ pub fn check(input: &Input<'_>) -> Report {
                             last.map_or("none".to_owned(), |d| describe(d, input.ended))
                         )),
                     }
-                } else if row.attempt > input.max_attempts {
+                } else if row.attempt > input.max_attempts
+                    || (row.attempt == input.max_attempts && last_outcome == Some(Outcome::Retry))
+                {
                     report.exhausted += 1;
                     let last_attempt = last.map_or(0, |d| d.attempt);
-                    if !fault_since_last
-                        && (last_attempt != input.max_attempts
-                            || row.attempt != input.max_attempts + 1)
-                    {
+                    // The retry of the last attempt the budget allows fails the row at once;
+                    // only a fault (a kill, a lost session) takes a row past the budget.
+                    let at_once =
+                        row.attempt == input.max_attempts && last_attempt == input.max_attempts;
+                    if !fault_since_last && !at_once {
                         report.violations.push(format!(
                             "{what}: failed past the budget at attempt {} after its last \
                              delivery at attempt {last_attempt}, with no fault since",
@@ -633,9 +636,9 @@ mod tests {
             },
             RowState {
                 id: 3,
-                attempt: 4,
+                attempt: 3,
                 failed: true,
-                error: Some("past max attempts".to_owned()),
+                error: None,
             },
             RowState {
                 id: 4,
