@@ -181,6 +181,10 @@ impl<A: Adapter> Adapter for Counted<A> {
         self.inner.start()
     }
 
+    fn prepares_statements(&self) -> bool {
+        self.inner.prepares_statements()
+    }
+
     fn execute(&self, command: Command, lock: Option<A::Lock>) -> BoxFuture<Reply<A::Row>> {
         let conn = command.conn.0;
         let kind = match &command.action {

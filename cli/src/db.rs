@@ -80,7 +80,7 @@ async fn run_on<DB: SqlxDatabase>(
     binds: Vec<Value>,
 ) -> Result<Ran, String> {
     let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-    match DB::run(&mut conn, statement, binds).await {
+    match DB::run(&mut conn, statement, binds, false).await {
         Ok(Reply::Rows(rows)) => Ok(Ran::Rows(rows.into_iter().map(|r| r.values).collect())),
         Ok(Reply::Affected(n)) => Ok(Ran::Affected(n)),
         Ok(Reply::Failed(error)) | Err(error) => Err(error.to_string()),

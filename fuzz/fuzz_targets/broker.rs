@@ -74,13 +74,15 @@ fn descs() -> [TableDesc; 7] {
     ]
 }
 
-const KINDS: [ErrorKind; 7] = [
+const KINDS: [ErrorKind; 9] = [
     ErrorKind::ConnectionLost,
     ErrorKind::PoolClosed,
     ErrorKind::Serialization,
     ErrorKind::UndefinedTable,
     ErrorKind::UndefinedColumn,
     ErrorKind::Timeout,
+    ErrorKind::PreparedStatement,
+    ErrorKind::SharedSession,
     ErrorKind::Other,
 ];
 
@@ -264,6 +266,9 @@ fn play(u: &mut Unstructured<'_>, r: &mut Run) -> Result<()> {
         eprintln!("{dialect:?} {:?} {desc:?} {options:?}", desc.form());
     }
     r.broker = Broker::new(dialect);
+    // An adapter whose prepared statements live in the server session: the session check runs
+    // in every form on PostgreSQL.
+    r.broker.set_prepared_statements(u.arbitrary()?);
     let sub = r.broker.subscribe(desc, options, r.now).ok();
     let publisher = r.broker.publisher(desc).ok();
     r.drain();

@@ -33,9 +33,24 @@ enum Origin<DB: SqlxDatabase> {
     Pool(Pool<DB>),
 }
 
+/// Where the session that hears of other processes' publishes connects (PostgreSQL).
+enum Listen<DB: SqlxDatabase> {
+    /// With the pool's connect options: the default.
+    Pool,
+    /// With these options ([`SqlxBroker::listen_on`]).
+    On(Box<ConnectOptionsOf<DB>>),
+    /// Nowhere ([`SqlxBroker::without_listener`]).
+    Off,
+}
+
 /// The broker's pool as [`Pooled`] runs it, and the session that listens for publishes.
 struct Source<DB: SqlxDatabase> {
     from: Origin<DB>,
+    /// Every statement runs under PostgreSQL's simple query protocol
+    /// ([`SqlxBroker::simple_query`]).
+    simple: bool,
+    /// Where the listening session connects.
+    listen: Listen<DB>,
     /// The sessions that hear of other processes' publishes, once the runtime asked for one.
     listener: Mutex<Option<Listener>>,
 }
@@ -124,7 +139,8 @@ impl<DB: SqlxDatabase> PoolSource for Source<DB> {
             let returned = conn.return_to_pool();
             drop(conn);
             returned.await;
-            Ok((SqlxPool(pool), dialect?))
+            let simple = self.simple;
+            Ok((SqlxPool { pool, simple }, dialect?))
         })
     }
 
@@ -166,6 +182,7 @@ impl<DB: SqlxDatabase> fmt::Debug for SqlxBroker<DB> {
             .field("database", &DB::NAME)
             .field("target", &self.inner.source().target())
             .field("owns_pool", &self.inner.owns_pool())
+            .field("simple_query", &self.inner.source().simple)
             .field("state", &self.inner.phase())
             .field("connections_held", &self.inner.held())
             .finish()
@@ -177,9 +194,20 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
         Self {
             inner: Arc::new(Pooled::new(Source {
                 from,
+                simple: false,
+                listen: Listen::Pool,
                 listener: Mutex::new(None),
             })),
         }
+    }
+
+    /// Where the pool comes from and how it runs, to change before the broker is shared.
+    fn source_mut(&mut self) -> &mut Source<DB> {
+        Arc::get_mut(&mut self.inner)
+            .expect(
+                "a broker is shared only once it is wrapped in its handle, which takes it by value",
+            )
+            .source_mut()
     }
 
     /// A broker of the database `url` names (`postgres://..`, `mysql://..`, `sqlite:..`), with
@@ -233,20 +261,92 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
     }
 }
 
+/// PostgreSQL behind a pooler in transaction pooling: statements that survive it, and where
+/// the listening session connects.
+#[cfg(feature = "postgres")]
+impl SqlxBroker<sqlx::Postgres> {
+    /// Runs every statement under PostgreSQL's simple query protocol (`true`) instead of
+    /// sqlx's prepared statements (`false`, the default): for a pooler in transaction pooling
+    /// (PgBouncer's `pool_mode = transaction`), which hands each transaction to any server
+    /// session.
+    ///
+    /// sqlx names each statement it prepares on a connection (`sqlx_s_1`, `sqlx_s_2`, ..) and
+    /// keeps it in the server session; through transaction pooling a statement meets another
+    /// client's of the same name (`prepared statement "sqlx_s_1" already exists`) or misses its
+    /// own. Turning sqlx's statement cache off (`statement_cache_capacity(0)`) does not help:
+    /// sqlx still names the statements it prepares, and leaves them in the session. Here each
+    /// statement is sent whole instead, `sqlx::raw_sql` with its binds written into its text
+    /// as SQL literals ([`Statement::inline_binds`](ruststream_core::Statement::inline_binds)):
+    /// text quoted, bytes as `'\x..'::bytea`, integers as digits. Rows come back as text,
+    /// which sqlx's decoding reads for the usual types (`i64`, `i32`, `Vec<u8>`, `String`,
+    /// `bool`, chrono's and time's zoned times, in the session's time zone, which sqlx sets to
+    /// UTC) as it reads binary rows. The payload column must be `bytea`.
+    ///
+    /// The lease form, the row lock form without an attempt column, and publishing then work
+    /// through transaction pooling; the advisory lock form and the row lock form with an
+    /// attempt column hold session locks and still refuse it at the start, naming it. The
+    /// listening session needs a connection of its own too: give it a direct one
+    /// ([`SqlxBroker::listen_on`]) or turn it off ([`SqlxBroker::without_listener`]). A
+    /// handler's statements in its lent transaction ([`SqlxClaim`](crate::SqlxClaim)), and a
+    /// table's own lock, run as the service writes them: through transaction pooling they
+    /// take `sqlx::raw_sql`, or `.persistent(false)` inside a transaction.
+    pub fn simple_query(mut self, simple: bool) -> Self {
+        self.source_mut().simple = simple;
+        self
+    }
+
+    /// Whether statements run under the simple query protocol
+    /// ([`SqlxBroker::simple_query`]).
+    pub fn is_simple_query(&self) -> bool {
+        self.inner.source().simple
+    }
+
+    /// Hears of rows other processes publish on a connection of these options: a session of
+    /// its own, apart from the pool, that runs `LISTEN ruststream` while the broker runs. By
+    /// default it opens with the pool's connect options; behind a pooler in transaction
+    /// pooling, where a `LISTEN` stays on a server session other clients then use (the start
+    /// refuses, having heard nothing of a notification of its own), give it a direct
+    /// connection to PostgreSQL, or a pooler in session pooling.
+    pub fn listen_on(mut self, options: sqlx::postgres::PgConnectOptions) -> Self {
+        self.source_mut().listen = Listen::On(Box::new(options));
+        self
+    }
+
+    /// Hears of no other process's publish: their rows wait for the subscriptions' next
+    /// poll. This broker's own publishes still wake its subscriptions.
+    pub fn without_listener(mut self) -> Self {
+        self.source_mut().listen = Listen::Off;
+        self
+    }
+}
+
 impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     type Row = DB::Row;
     type Lock = CustomLock<DB>;
 
     /// On PostgreSQL: a session on a connection of its own (the pool's connect options, so
-    /// its `application_name` too, outside the pool's size) that runs `LISTEN ruststream`.
-    /// The other databases notify of no publish.
+    /// its `application_name` too, outside the pool's size, unless
+    /// [`SqlxBroker::listen_on`] names others) that runs `LISTEN ruststream`; none after
+    /// [`SqlxBroker::without_listener`]. The other databases notify of no publish.
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
-        let SqlxPool(pool) = self.inner.lender()?;
-        let mut listener = self.inner.source().listener();
+        let pool = self.inner.lender()?.pool;
+        let source = self.inner.source();
+        let mut listener = source.listener();
         if listener.is_none() {
-            *listener = Some(DB::listener(&pool)?);
+            let options = match &source.listen {
+                Listen::Pool => (*pool.connect_options()).clone(),
+                Listen::On(options) => (**options).clone(),
+                Listen::Off => return None,
+            };
+            *listener = Some(DB::listener(options)?);
         }
         listener.as_ref().map(Listener::open)
+    }
+
+    /// sqlx prepares every statement with binds and keeps it per connection, unless
+    /// statements run under the simple query protocol ([`SqlxBroker::simple_query`]).
+    fn prepares_statements(&self) -> bool {
+        !self.inner.source().simple
     }
 
     /// Lends the connection of a row lock claim's open transaction to its handler

@@ -14,11 +14,19 @@ use crate::lock::CustomLock;
 
 /// The pool of a running [`SqlxBroker`](crate::SqlxBroker), as the runtime's connection map
 /// runs it ([`SqlxClaim`](crate::SqlxClaim) names it).
-pub struct SqlxPool<DB: SqlxDatabase>(pub(crate) Pool<DB>);
+pub struct SqlxPool<DB: SqlxDatabase> {
+    pub(crate) pool: Pool<DB>,
+    /// Every statement runs under PostgreSQL's simple query protocol, its binds written in
+    /// ([`SqlxBroker::simple_query`](crate::SqlxBroker::simple_query)).
+    pub(crate) simple: bool,
+}
 
 impl<DB: SqlxDatabase> Clone for SqlxPool<DB> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self {
+            pool: self.pool.clone(),
+            simple: self.simple,
+        }
     }
 }
 
@@ -28,7 +36,7 @@ impl<DB: SqlxDatabase> ConnectionPool for SqlxPool<DB> {
     type Lock = CustomLock<DB>;
 
     fn acquire(&self) -> BoxFuture<'static, Result<PoolConnection<DB>, DbError>> {
-        let pool = self.0.clone();
+        let pool = self.pool.clone();
         Box::pin(async move { pool.acquire().await.map_err(|e| db_error::<DB>(&e)) })
     }
 
@@ -40,7 +48,7 @@ impl<DB: SqlxDatabase> ConnectionPool for SqlxPool<DB> {
         _in_transaction: bool,
     ) -> BoxFuture<'c, Reply<DB::Row>> {
         Box::pin(async move {
-            DB::run(&mut **conn, &statement, binds)
+            DB::run(&mut **conn, &statement, binds, self.simple)
                 .await
                 .unwrap_or_else(Reply::Failed)
         })

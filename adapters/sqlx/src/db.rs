@@ -8,8 +8,9 @@ use ruststream_core::{
     ColumnType, DbError, Dialect, ErrorKind, OutColumn, Reply, Statement, Value,
 };
 use sqlx::error::DatabaseError;
-use sqlx::{Column, Pool, Row};
+use sqlx::{Column, Row};
 
+use crate::broker::ConnectOptionsOf;
 use crate::listen::Listener;
 
 mod sealed {
@@ -39,12 +40,15 @@ pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     const PUBLISH_DIALECT: Dialect;
 
-    /// Runs `statement` with `binds` on `conn` and reads the reply as its output says.
+    /// Runs `statement` with `binds` on `conn` and reads the reply as its output says. `simple`
+    /// (PostgreSQL): under the simple query protocol, the binds written into the text as
+    /// literals, nothing prepared; the other databases never get it.
     #[doc(hidden)]
     fn run<'c>(
         conn: &'c mut Self::Connection,
         statement: &'c Statement,
         binds: Vec<Value>,
+        simple: bool,
     ) -> BoxFuture<'c, Result<Reply<Self::Row>, DbError>>;
 
     /// The server's dialect, or why the server does not serve the queue.
@@ -55,10 +59,10 @@ pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     fn error_kind(error: &sqlx::Error) -> ErrorKind;
 
-    /// The sessions that hear of rows other processes publish, on connections like the
-    /// pool's: PostgreSQL's `LISTEN`; `None` where the database notifies of no publish.
+    /// The sessions that hear of rows other processes publish, on connections of these
+    /// options: PostgreSQL's `LISTEN`; `None` where the database notifies of no publish.
     #[doc(hidden)]
-    fn listener(pool: &Pool<Self>) -> Option<Listener>;
+    fn listener(options: ConnectOptionsOf<Self>) -> Option<Listener>;
 }
 
 /// A driver error as the core reads it, with its kind per database.

@@ -134,6 +134,37 @@
 //! whose sessions run at a stricter `default_transaction_isolation` fails its check at the
 //! start, with a message that names the setting.
 //!
+//! # Poolers
+//!
+//! On PostgreSQL sqlx prepares every statement with values once per connection, names it
+//! (`sqlx_s_1`, ..) and keeps it in the server session. Behind PgBouncer in transaction pooling
+//! (`pool_mode = transaction`), which hands each transaction to any server session, a
+//! statement meets another client's of the same name, and the start fails at once naming
+//! transaction pooling (sqlx's `statement_cache_capacity(0)` still names each statement, and
+//! does not help). [`SqlxBroker::simple_query`] sends every statement whole instead, with its
+//! values written into its text; with the listening session on a direct connection
+//! ([`SqlxBroker::listen_on`]) or off ([`SqlxBroker::without_listener`]), the lease form, the
+//! row lock form without an attempt column and publishing ([`SqlxOutbox::simple_query`] for
+//! an outbox) then work through transaction pooling. The advisory lock form and the row lock
+//! form with an attempt column hold session locks: the start refuses transaction pooling for
+//! them, naming it ([poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
+//!
+//! ```no_run
+//! use ruststream_sqlx::prelude::*;
+//! use sqlx::postgres::PgPoolOptions;
+//!
+//! # fn broker() -> Result<SqlxBroker<Postgres>, sqlx::Error> {
+//! // The queue's statements through PgBouncer, whole; the listening session direct.
+//! let broker = SqlxBroker::<Postgres>::from_url(
+//!     "postgres://app@pgbouncer.internal:6432/app",
+//!     PgPoolOptions::new(),
+//! )
+//! .simple_query(true)
+//! .listen_on("postgres://app@db.internal:5432/app".parse()?);
+//! # Ok(broker)
+//! # }
+//! ```
+//!
 //! The SQLite of this crate is the bundled one of `libsqlite3-sys`, the same one
 //! `ruststream-rusqlite` links: both adapters build in one dependency graph.
 //!
@@ -153,7 +184,9 @@
 //! ahead (`prefetch`), plus one for its claims and one for publishes.
 //!
 //! On PostgreSQL a broker with subscriptions also keeps one connection outside the pool, with
-//! the pool's connect options, that runs `LISTEN ruststream` (a [`sqlx::postgres::PgListener`]):
+//! the pool's connect options unless [`SqlxBroker::listen_on`] names others (none after
+//! [`SqlxBroker::without_listener`]), that runs `LISTEN ruststream` (a
+//! [`sqlx::postgres::PgListener`]):
 //! every publish notifies that channel with its table's name, so a row another process
 //! publishes wakes this broker's subscriptions of the table at once instead of at their next
 //! poll. When the connection is lost another opens and every subscription looks once; the

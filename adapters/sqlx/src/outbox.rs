@@ -48,6 +48,8 @@ use crate::db::SqlxDatabase;
 /// ```
 pub struct SqlxOutbox<T, DB: SqlxDatabase> {
     outbox: Outbox<T>,
+    /// PostgreSQL's simple query protocol ([`SqlxOutbox::simple_query`]).
+    simple: bool,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -56,6 +58,7 @@ impl<T, DB: SqlxDatabase> std::fmt::Debug for SqlxOutbox<T, DB> {
         f.debug_struct("SqlxOutbox")
             .field("row", &std::any::type_name::<T>())
             .field("database", &DB::NAME)
+            .field("simple_query", &self.simple)
             .finish()
     }
 }
@@ -71,6 +74,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
     pub fn new() -> Self {
         Self {
             outbox: Outbox::new(DB::PUBLISH_DIALECT),
+            simple: false,
             db: PhantomData,
         }
     }
@@ -93,7 +97,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<Published, SqlxBrokerError> {
         let statements = self.outbox.statements(messages)?;
-        let written = run_all::<DB>(on.connection(), statements).await?;
+        let written = run_all::<DB>(on.connection(), statements, self.simple).await?;
         Ok(self.outbox.published(&written))
     }
 
@@ -109,14 +113,26 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
         let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));
         let written = if statements.len() > 1 {
             let mut tx = pool.begin().await.map_err(failed)?;
-            let written = run_all::<DB>(&mut tx, statements).await?;
+            let written = run_all::<DB>(&mut tx, statements, self.simple).await?;
             tx.commit().await.map_err(failed)?;
             written
         } else {
             let mut conn = pool.acquire().await.map_err(failed)?;
-            run_all::<DB>(&mut conn, statements).await?
+            run_all::<DB>(&mut conn, statements, self.simple).await?
         };
         Ok(self.outbox.published(&written))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl<T: InboxTable> SqlxOutbox<T, sqlx::Postgres> {
+    /// Writes its rows under PostgreSQL's simple query protocol (`true`), their values written
+    /// into the statements' text, instead of sqlx's prepared statements (`false`, the
+    /// default): for a pooler in transaction pooling, as
+    /// [`SqlxBroker::simple_query`](crate::SqlxBroker::simple_query).
+    pub fn simple_query(mut self, simple: bool) -> Self {
+        self.simple = simple;
+        self
     }
 }
 
@@ -129,7 +145,7 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
         let (statement, binds) = self.outbox.stats_statement();
         let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));
         let mut conn = pool.acquire().await.map_err(failed)?;
-        let values = match DB::run(&mut conn, &statement, binds).await {
+        let values = match DB::run(&mut conn, &statement, binds, self.simple).await {
             Ok(Reply::Rows(rows)) => rows.into_iter().next().map(|r| r.values),
             Ok(Reply::Failed(error)) | Err(error) => return Err(SqlxBrokerError::Db(error)),
             Ok(_) => None,
@@ -142,10 +158,11 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
 async fn run_all<DB: SqlxDatabase>(
     conn: &mut DB::Connection,
     statements: Vec<(Statement, Vec<Value>)>,
+    simple: bool,
 ) -> Result<Vec<u64>, SqlxBrokerError> {
     let mut written = Vec::with_capacity(statements.len());
     for (statement, binds) in statements {
-        match DB::run(conn, &statement, binds).await {
+        match DB::run(conn, &statement, binds, simple).await {
             Ok(Reply::Failed(error)) | Err(error) => return Err(SqlxBrokerError::Db(error)),
             Ok(Reply::Affected(n)) => written.push(n),
             Ok(_) => written.push(1),

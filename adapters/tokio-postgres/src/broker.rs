@@ -485,6 +485,14 @@ impl Adapter for TokioPostgresBroker {
     type Row = PgRow;
     type Lock = CustomLock;
 
+    /// Under the extended query protocol (the default) every statement is prepared once per
+    /// connection and kept (deadpool-postgres's statement cache): through a pooler in
+    /// transaction pooling the start then refuses every form, naming it. Under the simple
+    /// query protocol ([`TokioPostgresBroker::simple_query`]) nothing is prepared.
+    fn prepares_statements(&self) -> bool {
+        !self.inner.source().settings.simple
+    }
+
     /// A session on a connection of its own ([`TokioPostgresBroker::listen_on`]), its task on
     /// the broker's tokio runtime, that runs `LISTEN ruststream`.
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {

@@ -138,7 +138,11 @@
 //! type the adapter does not bind in binary (a `uuid` id, a `numeric`) goes as text, which the
 //! server parses. [`TokioPostgresBroker::simple_query`] runs every statement under the simple
 //! query protocol instead, with its binds written into its text as literals, for a proxy that
-//! takes no prepared statements.
+//! takes no prepared statements: behind PgBouncer in transaction pooling, with the listening
+//! session on a direct connection ([`TokioPostgresBroker::listen_on`]) or off
+//! ([`TokioPostgresBroker::without_listener`]), the lease form, the row lock form without an
+//! attempt column and publishing then work. Under the extended protocol the start refuses
+//! transaction pooling in every form, naming it and the setting.
 //!
 //! # Connections
 //!

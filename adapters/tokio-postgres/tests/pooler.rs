@@ -379,3 +379,82 @@ async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_s
     drop(bouncer);
     db.finish().await;
 }
+
+/// The lease form holds no session lock: through transaction pooling, under the simple query
+/// protocol with the listening session on a direct connection, it starts and serves every row
+/// published through the pooler, each once, and settles them. Under the extended protocol
+/// (deadpool-postgres's statements, prepared and kept per connection) the same start refuses
+/// at once, naming transaction pooling and `simple_query(true)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_form_works_through_transaction_pooling_under_the_simple_query_protocol() {
+    const N: u32 = 20;
+    let db = Db::new("pooler_lease").await;
+    let bouncer = start_bouncer("transaction", &db.name);
+    let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
+
+    let since = Instant::now();
+    let started = TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4))
+        .listen_on(direct.clone(), tokio_postgres::NoTls)
+        .start(vec![subscription(
+            Form::Lease,
+            Record::new(&Seen::default()),
+            2,
+        )])
+        .await;
+    let error = match started {
+        Ok(running) => {
+            running.shutdown().await;
+            panic!("the lease form started on prepared statements through transaction pooling");
+        }
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("transaction pooling")
+            && error.contains("simple_query(true)")
+            && error.contains("exports"),
+        "the error names transaction pooling, its cure and the table: {error}"
+    );
+    assert!(
+        since.elapsed() < Duration::from_secs(15),
+        "refused at once, not retried ({:?})",
+        since.elapsed()
+    );
+
+    let seen = Seen::default();
+    let running = TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4))
+        .simple_query(true)
+        .listen_on(direct, tokio_postgres::NoTls)
+        .start(vec![subscription(Form::Lease, Record::new(&seen), 2)])
+        .await
+        .expect("the lease form starts through transaction pooling");
+    let publisher = running.publisher::<Export>();
+    for n in 0..N {
+        publisher
+            .publish(message(Form::Lease, n))
+            .await
+            .unwrap_or_else(|e| panic!("publish {n} through PgBouncer: {e}"));
+    }
+    assert!(
+        eventually(WAIT, || seen.len() >= N as usize).await,
+        "{N} rows served, {} seen",
+        seen.len()
+    );
+    // Settled: `exports` keeps its rows, marked processed.
+    assert_eq!(
+        db.wait_count("SELECT COUNT(*) FROM exports WHERE processed_at IS NULL", 0)
+            .await,
+        0
+    );
+    running.shutdown().await;
+    let mut served: Vec<u32> = seen.all().iter().map(|&(n, _)| n).collect();
+    served.sort_unstable();
+    assert_eq!(served, (0..N).collect::<Vec<_>>(), "each row once");
+    assert!(
+        seen.all().iter().all(|&(_, attempt)| attempt == 1),
+        "each row at attempt 1: {:?}",
+        seen.all()
+    );
+    assert_eq!(advisory_locks_held(&db).await, 0, "no lock left");
+    drop(bouncer);
+    db.finish().await;
+}

@@ -738,6 +738,48 @@ pub fn rollback(dialect: Dialect) -> Statement {
     s.finish(StatementKind::Rollback, Output::Nothing)
 }
 
+/// The first statement of the session check's second connection, before the probe key is
+/// locked: `SELECT pg_backend_pid()`, which answers a row, so an adapter that prepares its
+/// statements prepares it. Where the connection's server session holds another client's
+/// prepared statement of the same name (a pooler in transaction pooling), it fails before any
+/// lock is taken, and no lock is left on a server session other clients use.
+pub(crate) fn session_ping() -> Statement {
+    let mut s = Sql::new(Dialect::Postgres);
+    s.push("SELECT pg_backend_pid() AS pid");
+    s.finish(StatementKind::Ping, named(&[("pid", ColumnType::Int)]))
+}
+
+/// A key's lock (`lock`) or its unlock in `dialect`, answering one boolean: PostgreSQL's
+/// session lock (`pg_try_advisory_lock`), `GET_LOCK` with no wait elsewhere. The advisory lock
+/// form's keys, and the probe of the session check ([`session_probe`]).
+pub(crate) fn key_lock(dialect: Dialect, lock: bool) -> Statement {
+    let mut s = Sql::new(dialect);
+    let (kind, column) = if lock {
+        (StatementKind::TryLock, "locked")
+    } else {
+        (StatementKind::Unlock, "unlocked")
+    };
+    match (dialect, lock) {
+        (Dialect::Postgres, true) => s.push("SELECT pg_try_advisory_lock(").arg(Arg::Key),
+        (Dialect::Postgres, false) => s.push("SELECT pg_advisory_unlock(").arg(Arg::Key),
+        (_, true) => s.push("SELECT GET_LOCK(").arg(Arg::Key).push(", 0"),
+        (_, false) => s.push("SELECT RELEASE_LOCK(").arg(Arg::Key),
+    };
+    s.push(") AS ").push(column);
+    s.finish(kind, named(&[(column, ColumnType::Bool)]))
+}
+
+/// The probe of the session check on PostgreSQL, for a form that holds no session lock but
+/// runs on an adapter whose prepared statements live in the server session
+/// ([`Broker::set_prepared_statements`](crate::Broker::set_prepared_statements)): a key's
+/// session lock and its unlock.
+pub(crate) fn session_probe() -> (Statement, Statement) {
+    (
+        key_lock(Dialect::Postgres, true),
+        key_lock(Dialect::Postgres, false),
+    )
+}
+
 fn named(columns: &[(&'static str, ColumnType)]) -> Output {
     Output::Rows {
         columns: columns

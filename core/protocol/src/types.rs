@@ -321,6 +321,19 @@ pub enum CheckError {
         /// The table's form, which holds session locks.
         form: crate::spec::Form,
     },
+    /// Two connections reached one server session, on an adapter whose prepared statements
+    /// live in the server session ([`Broker::set_prepared_statements`](crate::Broker::set_prepared_statements)):
+    /// a pooler in transaction pooling stands between the service and PostgreSQL, where the
+    /// statements of one connection meet the sessions other clients use. The forms that hold
+    /// no session lock (the lease form, the row lock form without an attempt column) work
+    /// there once the statements are sent whole, under the simple query protocol.
+    #[error(
+        "table `{table}`: two of the broker's connections reached one server session (a lock the first took, the second could take too): they go through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection, where the driver's prepared statements, kept per connection, meet other clients' sessions; run the adapter's statements under the simple query protocol (`simple_query(true)` on the tokio-postgres and sqlx brokers), connect to PostgreSQL directly, or through a pooler in session pooling (`pool_mode = session`)"
+    )]
+    PreparedStatements {
+        /// The table.
+        table: &'static str,
+    },
     /// The check's statement failed.
     #[error("table `{table}`: the check failed: {error}")]
     Db {
@@ -543,7 +556,10 @@ pub enum TableRead {
 fn hint(error: &DbError) -> &'static str {
     match error.kind {
         ErrorKind::PreparedStatement => {
-            " (a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server session, where another client's prepared statements live: connect to PostgreSQL directly, through session pooling, or turn the driver's statement cache off)"
+            " (a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server session, where another client's prepared statements live: run the adapter's statements under the simple query protocol (`simple_query(true)` on the tokio-postgres and sqlx brokers), connect to PostgreSQL directly, or through session pooling)"
+        }
+        ErrorKind::SharedSession => {
+            " (a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server session, where another client's `LISTEN` lives: give the listening session a direct connection (`listen_on`) or turn it off (`without_listener()`), connect to PostgreSQL directly, or through session pooling)"
         }
         ErrorKind::Authentication => " (check the user and password of the URL)",
         ErrorKind::Privilege => " (grant the service's user what the statement needs)",

@@ -152,6 +152,10 @@ pub enum ErrorKind {
     /// A prepared statement of the session clashed with one of another client's: a pooler in
     /// transaction pooling hands each transaction to any server session.
     PreparedStatement,
+    /// The connection's server session is another client's too: it sent a notification of
+    /// another client's `LISTEN` to a connection that listens for none. A pooler in
+    /// transaction pooling hands each transaction to any server session.
+    SharedSession,
     /// A setting names what the server does not have: an unknown database, a malformed URL.
     Config,
     /// Anything else.
@@ -169,6 +173,7 @@ impl ErrorKind {
                 | ErrorKind::Authentication
                 | ErrorKind::Privilege
                 | ErrorKind::PreparedStatement
+                | ErrorKind::SharedSession
                 | ErrorKind::Config
         )
     }

@@ -96,6 +96,18 @@ pub trait Adapter: Send + Sync + 'static {
         None
     }
 
+    /// Whether the statements the adapter runs are prepared statements that live in the
+    /// server session: a driver's statement cache, kept per connection. Through a pooler in
+    /// transaction pooling (PgBouncer's `pool_mode = transaction`) they meet the server
+    /// sessions other clients use, so on PostgreSQL the start then checks for every form that
+    /// each connection is a session of its own, and refuses transaction pooling naming it
+    /// ([`Broker::set_prepared_statements`](ruststream_core::Broker::set_prepared_statements)).
+    /// `false`, the default: statements sent whole (PostgreSQL's simple query protocol), or a
+    /// database without such poolers.
+    fn prepares_statements(&self) -> bool {
+        false
+    }
+
     /// Lends the driver's connection the core holds under `conn` to a handler: the row lock
     /// form's open transaction ([`Delivered::transaction`](ruststream_core::Delivered::transaction)),
     /// as the adapter's own type behind `Any` (its extractor downcasts it). It answers `None`

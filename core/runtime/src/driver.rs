@@ -166,6 +166,7 @@ pub(crate) async fn start<A: Adapter>(
     let tables = crate::start::tables_named(subs.iter().map(|s| s.desc.table));
     let dialect: Dialect = crate::start::open(&*adapter, &tables, &exec, &stop).await?;
     let mut core = Broker::new(dialect);
+    core.set_prepared_statements(adapter.prepares_statements());
     let now = now();
     for sub in &subs {
         if let Err(error) = core.subscribe(sub.desc, sub.options, now) {
@@ -258,6 +259,7 @@ async fn listening<A: Adapter>(
                 waited: listen::PROBE_WAIT,
             });
         }
+        listen::Probe::Shared(error) => return Err(StartError::ListenerSharesSessions { error }),
     };
     Ok(listen::notices(adapter.clone(), exec.clone(), first))
 }

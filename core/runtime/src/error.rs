@@ -52,11 +52,21 @@ pub enum StartError {
     /// service and PostgreSQL, and keeps the session's `LISTEN` on a server session other
     /// clients use.
     #[error(
-        "the session listening for publishes (`LISTEN ruststream`) did not hear a notification sent through the broker's pool within {waited:?}: a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server connection, so the listening session hears nothing; connect to PostgreSQL directly, through a pooler in session pooling (`pool_mode = session`), or give the listening session a direct connection where the adapter offers one"
+        "the session listening for publishes (`LISTEN ruststream`) did not hear a notification sent through the broker's pool within {waited:?}: a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server connection, so the listening session hears nothing; connect to PostgreSQL directly, through a pooler in session pooling (`pool_mode = session`), give the listening session a direct connection (`listen_on` on the tokio-postgres and sqlx brokers), or turn it off (`without_listener()`)"
     )]
     ListenerHearsNothing {
         /// How long the start waited.
         waited: std::time::Duration,
+    },
+    /// The notification the start sent through the pool to its listening session came back
+    /// on the pool's own connection, whose server session listens too: a pooler in
+    /// transaction pooling handed it the listening session's server session.
+    #[error(
+        "the notification the start sent through the broker's pool to its listening session (`LISTEN ruststream`) came back on the pool's own connection ({error}): the pool's connections and the listening session share server sessions, as through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection; connect to PostgreSQL directly, through a pooler in session pooling (`pool_mode = session`), give the listening session a direct connection (`listen_on` on the tokio-postgres and sqlx brokers), or turn it off (`without_listener()`)"
+    )]
+    ListenerSharesSessions {
+        /// The error of the notification's statement.
+        error: DbError,
     },
     /// The broker was started twice.
     #[error("the broker is already started or closed")]

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use ruststream_core::{
-    Action, Command, CommandId, ConnId, DbError, Dialect, Output, Reply, Statement, StatementKind,
+    Action, Command, CommandId, ConnId, DbError, Dialect, ErrorKind, Output, Reply, Statement,
+    StatementKind,
 };
 
 use crate::adapter::{Adapter, Notifications};
@@ -119,6 +120,9 @@ pub(crate) enum Probe {
     Heard(Notifications),
     /// The session opened but did not hear a notification sent through the pool.
     Deaf,
+    /// The notification came back on the pool's connection that sent it, whose server session
+    /// listens too ([`ErrorKind::SharedSession`]).
+    Shared(DbError),
 }
 
 /// At the start, where the adapter listens: opens the listening session and sends a
@@ -156,6 +160,7 @@ pub(crate) async fn probe<A: Adapter>(
         output: Output::Nothing,
     };
     let mut sent = true;
+    let mut shared = None;
     for (i, action) in [
         Action::Acquire,
         Action::Execute {
@@ -175,10 +180,13 @@ pub(crate) async fn probe<A: Adapter>(
         };
         if let Reply::Failed(error) = adapter.execute(command, None).await {
             tracing::debug!("the start's probe notification failed: {error}");
-            sent = false;
             if acquire {
                 return Probe::Later;
             }
+            if sent && error.kind == ErrorKind::SharedSession {
+                shared = Some(error);
+            }
+            sent = false;
         }
     }
     if !sent {
@@ -188,7 +196,7 @@ pub(crate) async fn probe<A: Adapter>(
             action: Action::Close,
         };
         let _ = adapter.execute(close, None).await;
-        return Probe::Later;
+        return shared.map_or(Probe::Later, Probe::Shared);
     }
     let heard = async {
         while let Some(notice) = session.next().await {

@@ -4,7 +4,7 @@
 use ruststream_core::server::{self, Server};
 use ruststream_core::{DbError, Dialect, ErrorKind, Output, Reply, Statement, Value};
 use sqlx::mysql::{MySql, MySqlConnection, MySqlDatabaseError, MySqlRow};
-use sqlx::{AssertSqlSafe, Pool, Row, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Row, TypeInfo, ValueRef};
 
 use super::{BoxFuture, Query, SqlxDatabase, common_kind, database_error, db_error, read_rows};
 use crate::listen::Listener;
@@ -77,6 +77,7 @@ impl SqlxDatabase for MySql {
         conn: &'c mut MySqlConnection,
         statement: &'c Statement,
         binds: Vec<Value>,
+        _simple: bool,
     ) -> BoxFuture<'c, Result<Reply<MySqlRow>, DbError>> {
         run_statement!(MySql, conn, statement, binds, mysql_bind, mysql_value)
     }
@@ -101,7 +102,7 @@ impl SqlxDatabase for MySql {
         mysql_kind(error)
     }
 
-    fn listener(_: &Pool<Self>) -> Option<Listener> {
+    fn listener(_: crate::broker::ConnectOptionsOf<Self>) -> Option<Listener> {
         None
     }
 }

@@ -3,7 +3,7 @@
 use ruststream_core::server::{self, Server};
 use ruststream_core::{DbError, Dialect, ErrorKind, Output, Reply, Statement, Value};
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
-use sqlx::{AssertSqlSafe, Pool, Row, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Row, TypeInfo, ValueRef};
 
 use super::{BoxFuture, Query, SqlxDatabase, common_kind, database_error, db_error, read_rows};
 use crate::listen::Listener;
@@ -55,6 +55,7 @@ impl SqlxDatabase for Sqlite {
         conn: &'c mut SqliteConnection,
         statement: &'c Statement,
         binds: Vec<Value>,
+        _simple: bool,
     ) -> BoxFuture<'c, Result<Reply<SqliteRow>, DbError>> {
         run_statement!(Sqlite, conn, statement, binds, sqlite_bind, sqlite_value)
     }
@@ -74,7 +75,7 @@ impl SqlxDatabase for Sqlite {
         sqlite_kind(error)
     }
 
-    fn listener(_: &Pool<Self>) -> Option<Listener> {
+    fn listener(_: crate::broker::ConnectOptionsOf<Self>) -> Option<Listener> {
         None
     }
 }

@@ -1,7 +1,14 @@
 //! The check of a subscription's table before it claims: the table and every described column
 //! exist, the database's name for lock names (MySQL, MariaDB), PostgreSQL's isolation level
-//! for the row lock form, and, for the advisory lock form on PostgreSQL, that each connection
-//! is a server session of its own ([`super::session`]).
+//! for the row lock form, and, on PostgreSQL, that each connection is a server session of its
+//! own ([`super::session`]): for the advisory lock form and the row lock form with an attempt
+//! column, and for every form on an adapter whose prepared statements live in the server
+//! session.
+//!
+//! The session check runs last, after the catalog's answers (columns, indexes, the database,
+//! the isolation level): those are read-only and the same on any server session, so a pooler
+//! cannot confuse them; where the adapter's prepared statements clash with another client's on
+//! the way, the start fails at once naming transaction pooling ([`CheckError::Refused`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,6 +19,7 @@ use crate::value::{ErrorKind, Value};
 
 use super::options::MissingIndex;
 use super::rows::{first_text, rows_of};
+use super::session::SessionFailed;
 use super::sub::SubState;
 use super::{Broker, State, Step};
 
@@ -29,11 +37,16 @@ pub(super) enum CheckStage {
     CreateIndex,
     Database,
     Isolation,
-    /// The session check ([`super::session`]): the probe key's lock on the check's
-    /// connection.
-    SessionLock,
-    /// The session check's second connection, `b`.
+    /// The session check ([`super::session`]): its second connection, `b`.
     SessionAcquire {
+        b: ConnId,
+    },
+    /// The first statement on `b`, before any lock is taken.
+    SessionPing {
+        b: ConnId,
+    },
+    /// The probe key's lock on the check's connection.
+    SessionLock {
         b: ConnId,
     },
     /// The probe key's lock tried on `b`.
@@ -51,6 +64,9 @@ pub(super) enum CheckStage {
     },
     /// `b` goes back.
     SessionRelease,
+    /// The probe key's unlock on the check's connection after a step on `b` failed; then the
+    /// check's connection closes.
+    SessionAbandon,
     Release,
     Close,
 }
@@ -118,12 +134,14 @@ impl<R> Broker<R> {
                 }
                 self.check_next(sub, conn, CheckStage::Isolation);
             }
-            CheckStage::SessionLock
+            CheckStage::SessionLock { .. }
             | CheckStage::SessionAcquire { .. }
+            | CheckStage::SessionPing { .. }
             | CheckStage::SessionTry { .. }
             | CheckStage::SessionUnlock { .. }
             | CheckStage::SessionCleanup { .. }
-            | CheckStage::SessionRelease => self.on_session_check(sub, conn, stage, reply),
+            | CheckStage::SessionRelease
+            | CheckStage::SessionAbandon => self.on_session_check(sub, conn, stage, reply),
             CheckStage::Release | CheckStage::Close => self.on_check_done(sub),
         }
     }
@@ -139,7 +157,16 @@ impl<R> Broker<R> {
             self.on_check_done(sub);
             return;
         }
-        self.session_check_failed(stage);
+        if matches!(stage, CheckStage::SessionAbandon) {
+            // The failure that led here counted already.
+            self.check_step(sub, conn, Action::Close, CheckStage::Close);
+            return;
+        }
+        let then = match self.session_check_failed(sub, conn, stage, &error) {
+            SessionFailed::Handled => return,
+            SessionFailed::Close => None,
+            SessionFailed::Then(action) => Some(action),
+        };
         let table = self.subs[sub.0].desc.table;
         if error.kind == ErrorKind::UndefinedTable {
             self.check_failed(sub, CheckError::MissingTable { table });
@@ -162,6 +189,8 @@ impl<R> Broker<R> {
         if matches!(stage, CheckStage::Acquire) {
             self.conns.forget(conn);
             self.subs[sub.0].check.conn = None;
+        } else if let Some(action) = then {
+            self.check_step(sub, conn, action, CheckStage::SessionAbandon);
         } else {
             self.check_step(sub, conn, Action::Close, CheckStage::Close);
         }

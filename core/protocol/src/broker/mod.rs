@@ -148,6 +148,9 @@ pub struct Broker<R> {
     counts: ClosedCounts,
     /// The `ROLLBACK` a connection given back with a transaction open runs first.
     rollback: Statement,
+    /// The adapter's statements are prepared statements that live in the server session
+    /// ([`Broker::set_prepared_statements`]).
+    prepared_statements: bool,
     next_command: u64,
     next_claim: u64,
     next_delivery: u64,
@@ -178,6 +181,7 @@ impl<R> Broker<R> {
             events: VecDeque::new(),
             counts: ClosedCounts::default(),
             rollback: crate::dialect::rollback(dialect),
+            prepared_statements: false,
             next_command: 0,
             next_claim: 0,
             next_delivery: 0,
@@ -195,6 +199,22 @@ impl<R> Broker<R> {
             self.release_idle(true);
         }
         self.rearm();
+    }
+
+    /// Whether the adapter runs its statements as prepared statements that live in the server
+    /// session (a driver's statement cache, kept per connection): `false` unless set, as for
+    /// statements sent whole (PostgreSQL's simple query protocol) or prepared and closed within
+    /// one exchange.
+    ///
+    /// Through a pooler in transaction pooling (PgBouncer's `pool_mode = transaction`) such
+    /// statements meet the server sessions other clients use: a statement of the same name
+    /// already there, or one of this connection's missing. Where it is set, the start checks on
+    /// PostgreSQL that each connection is a server session of its own for every form, not
+    /// only for the forms that hold session locks, and fails naming transaction pooling
+    /// ([`CheckError::PreparedStatements`](crate::CheckError::PreparedStatements)). Set it
+    /// before [`Broker::subscribe`].
+    pub fn set_prepared_statements(&mut self, prepared: bool) {
+        self.prepared_statements = prepared;
     }
 
     // ----- getters -----

@@ -388,20 +388,7 @@ impl Renderer<'_> {
     }
 
     fn lock_fn(&self, lock: bool) -> Statement {
-        let mut s = Sql::new(self.dialect);
-        let (kind, column) = if lock {
-            (StatementKind::TryLock, "locked")
-        } else {
-            (StatementKind::Unlock, "unlocked")
-        };
-        match (self.dialect, lock) {
-            (Dialect::Postgres, true) => s.push("SELECT pg_try_advisory_lock(").arg(Arg::Key),
-            (Dialect::Postgres, false) => s.push("SELECT pg_advisory_unlock(").arg(Arg::Key),
-            (_, true) => s.push("SELECT GET_LOCK(").arg(Arg::Key).push(", 0"),
-            (_, false) => s.push("SELECT RELEASE_LOCK(").arg(Arg::Key),
-        };
-        s.push(") AS ").push(column);
-        s.finish(kind, named(&[(column, ColumnType::Bool)]))
+        super::key_lock(self.dialect, lock)
     }
 
     fn take(&self, rows: Output) -> Statement {

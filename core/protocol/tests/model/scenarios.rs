@@ -266,6 +266,9 @@ struct Sim {
     ensure_schema: bool,
     /// What the start does about a missing claim index.
     missing_index: ruststream_core::MissingIndex,
+    /// The adapter's prepared statements live in the server session
+    /// (`Broker::set_prepared_statements`).
+    prepared_statements: bool,
 }
 
 impl Sim {
@@ -285,6 +288,7 @@ impl Sim {
             row_fields: &[],
             ensure_schema: false,
             missing_index: ruststream_core::MissingIndex::Warn,
+            prepared_statements: false,
         }
     }
 
@@ -335,6 +339,7 @@ impl Sim {
         let skew = i64::try_from(skew.as_micros()).expect("fits") * if ahead { 1 } else { -1 };
         let mut broker = Broker::new(self.dialect);
         broker.set_connection_linger(self.linger);
+        broker.set_prepared_statements(self.prepared_statements);
         let sub = broker
             .subscribe(self.desc, self.options(), Time(self.now.0 + skew))
             .expect("subscribes");

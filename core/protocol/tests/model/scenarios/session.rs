@@ -2,7 +2,8 @@
 //! attempt column (whose counts mark rows with session locks): each connection must be a
 //! server session of its own. A second connection that takes a key the first holds, or a
 //! first whose unlock finds no lock, reached another client's session: a pooler in
-//! transaction pooling.
+//! transaction pooling. Where the adapter's prepared statements live in the server session
+//! (`Broker::set_prepared_statements`), every form on PostgreSQL checks the same.
 
 use super::*;
 
@@ -115,5 +116,267 @@ fn a_second_connection_on_the_first_ones_session_fails_the_check() {
             assert_eq!(sim.executed(claiming), 0, "{pooled_at:?}: no claim");
         }
         assert_eq!(sim.procs[p].broker.held_connections(), 0, "{pooled_at:?}");
+    }
+}
+
+/// Where the adapter's prepared statements live in the server session, every form on
+/// PostgreSQL checks, not only those that lock: the lease form and the row lock form without
+/// an attempt column take the probe key on the check's connection and find it held on a
+/// second one, taken first and run a first statement before the lock, and are ready. MySQL
+/// does not check.
+#[test]
+fn with_prepared_statements_every_form_on_postgres_checks_its_sessions() {
+    for desc in [lease(), row_lock_plain(), advisory(), row_lock()] {
+        let mut sim = Sim::new(Dialect::Postgres, desc, 1);
+        sim.prepared_statements = true;
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        assert!(
+            sim.events(p, 0).contains(&Event::Ready { sub }),
+            "{:?}",
+            desc.form()
+        );
+        assert_eq!(try_locks(&sim, p), 2, "{:?}", desc.form());
+        assert!(sim.db.advisory.is_empty(), "the probe key is released");
+        // The second connection is taken before the first lock: no lock is held while the
+        // pool is waited on.
+        let ops = sim.ops(p, 0);
+        let second = ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| **op == Acquire)
+            .nth(1)
+            .map(|(i, _)| i)
+            .expect("a second connection");
+        let first_lock = ops
+            .iter()
+            .position(|op| *op == Exec(StatementKind::TryLock))
+            .expect("a lock");
+        let ping = ops
+            .iter()
+            .position(|op| *op == Exec(StatementKind::Ping))
+            .expect("the second connection's first statement");
+        assert!(
+            second < ping && ping < first_lock,
+            "{:?}: {ops:?}",
+            desc.form()
+        );
+    }
+    for desc in [lease(), row_lock_plain()] {
+        let mut sim = Sim::new(Dialect::MySql, desc, 1);
+        sim.prepared_statements = true;
+        let p = sim.spawn();
+        sim.run();
+        assert_eq!(try_locks(&sim, p), 0, "MySQL {:?}", desc.form());
+    }
+}
+
+/// Through transaction pooling, where the adapter's prepared statements live in the server
+/// session, the lease form and the row lock form without an attempt column fail the check
+/// naming transaction pooling and the simple query protocol; the key is released and nothing
+/// claims.
+#[test]
+fn with_prepared_statements_a_pooled_session_fails_every_form() {
+    for desc in [lease(), row_lock_plain()] {
+        let mut sim = Sim::new(Dialect::Postgres, desc, 1);
+        sim.prepared_statements = true;
+        let mut tries = 0;
+        sim.hook(move |_, c| match kind_of(c) {
+            Some(StatementKind::TryLock) => {
+                tries += 1;
+                if tries == 2 {
+                    Intercept::Answer(Reply::Rows(vec![Row::values(vec![Value::Bool(true)])]))
+                } else {
+                    Intercept::Run
+                }
+            }
+            _ => Intercept::Run,
+        });
+        sim.insert(0);
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        let error = sim
+            .events(p, 0)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::CheckFailed { sub: s, error } if s == sub => Some(error),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{:?}: the check fails", desc.form()));
+        assert_eq!(error, CheckError::PreparedStatements { table: "jobs" });
+        let message = error.to_string();
+        assert!(
+            message.contains("transaction pooling")
+                && message.contains("prepared statements")
+                && message.contains("simple_query(true)"),
+            "{message}"
+        );
+        assert!(!sim.events(p, 0).contains(&Event::Ready { sub }));
+        sim.advance(Duration::from_secs(10));
+        for claiming in [
+            StatementKind::Take,
+            StatementKind::ClaimLease,
+            StatementKind::CountRow,
+        ] {
+            assert_eq!(sim.executed(claiming), 0, "{:?}: no claim", desc.form());
+        }
+        assert!(sim.db.advisory.is_empty(), "the probe key is released");
+        assert_eq!(sim.procs[p].broker.held_connections(), 0);
+    }
+}
+
+/// A second connection that cannot be had (a pool of one): where the form holds no session
+/// lock the start warns and the subscription is ready, no lock taken; where it holds them the
+/// check runs again, as after any passing failure.
+#[test]
+fn a_second_connection_that_cannot_be_had_skips_the_check_only_where_the_form_needs_none() {
+    for (desc, needed) in [(lease(), false), (advisory(), true)] {
+        let mut sim = Sim::new(Dialect::Postgres, desc, 1);
+        sim.prepared_statements = true;
+        let mut acquires = 0;
+        sim.hook(move |_, c| {
+            if c.action == Action::Acquire {
+                acquires += 1;
+                if acquires == 2 {
+                    return Intercept::Answer(Reply::Failed(DbError::new(
+                        ErrorKind::PoolClosed,
+                        "no connection in time",
+                    )));
+                }
+            }
+            Intercept::Run
+        });
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        let events = sim.events(p, 0);
+        let warned = events.iter().any(|e| {
+            matches!(e, Event::Warning { message, .. }
+                if message.contains("second connection") && message.contains("no connection in time"))
+        });
+        let retried = events.iter().any(|e| matches!(e, Event::StartRetry { .. }));
+        assert_eq!(warned, !needed, "{:?}: {events:?}", desc.form());
+        assert_eq!(retried, needed, "{:?}: {events:?}", desc.form());
+        assert_eq!(
+            events.contains(&Event::Ready { sub }),
+            !needed,
+            "{:?}: {events:?}",
+            desc.form()
+        );
+        if !needed {
+            assert_eq!(try_locks(&sim, p), 0, "no lock without a second connection");
+        }
+        assert!(sim.db.advisory.is_empty());
+    }
+}
+
+/// The second connection's try fails with another client's prepared statement (the driver's
+/// statement names clash through transaction pooling): the start fails at once naming
+/// transaction pooling, and the check's connection releases the probe key before it closes,
+/// so no lock stays on a pooled server session.
+#[test]
+fn a_clash_on_the_second_connection_fails_the_start_and_releases_the_key() {
+    for desc in [lease(), advisory(), row_lock()] {
+        let mut sim = Sim::new(Dialect::Postgres, desc, 1);
+        sim.prepared_statements = true;
+        let mut tries = 0;
+        sim.hook(move |_, c| match kind_of(c) {
+            Some(StatementKind::TryLock) => {
+                tries += 1;
+                if tries == 2 {
+                    Intercept::Answer(Reply::Failed(DbError::new(
+                        ErrorKind::PreparedStatement,
+                        "prepared statement \"sqlx_s_1\" already exists",
+                    )))
+                } else {
+                    Intercept::Run
+                }
+            }
+            _ => Intercept::Run,
+        });
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        let error = sim
+            .events(p, 0)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::CheckFailed { sub: s, error } if s == sub => Some(error),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{:?}: the check fails", desc.form()));
+        assert!(
+            matches!(error, CheckError::Refused { .. }),
+            "{:?}: {error:?}",
+            desc.form()
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("transaction pooling") && message.contains("sqlx_s_1"),
+            "{message}"
+        );
+        let ops = sim.ops(p, 0);
+        let tail: Vec<&Op> = ops
+            .iter()
+            .filter(|op| matches!(op, Exec(StatementKind::Unlock) | Close))
+            .collect();
+        assert_eq!(
+            tail,
+            [&Close, &Exec(StatementKind::Unlock), &Close],
+            "{:?}: the second connection closes, the first releases the key and closes: {ops:?}",
+            desc.form()
+        );
+        assert!(sim.db.advisory.is_empty(), "no probe key left");
+        sim.advance(Duration::from_secs(120));
+        assert_eq!(try_locks(&sim, p), 2, "{:?}: no second try", desc.form());
+        assert_eq!(sim.procs[p].broker.held_connections(), 0);
+    }
+}
+
+/// The second connection runs a first statement before any lock is taken: where it fails with
+/// another client's prepared statement (the driver's first statement name, taken on the pooled
+/// server session by the check's own connection), the start fails at once naming transaction
+/// pooling, no key is locked, and both connections close.
+#[test]
+fn a_clash_on_the_second_connections_first_statement_fails_the_start_before_any_lock() {
+    for desc in [lease(), advisory(), row_lock()] {
+        let mut sim = Sim::new(Dialect::Postgres, desc, 1);
+        sim.prepared_statements = true;
+        sim.hook(move |_, c| match kind_of(c) {
+            Some(StatementKind::Ping) => Intercept::Answer(Reply::Failed(DbError::new(
+                ErrorKind::PreparedStatement,
+                "prepared statement \"sqlx_s_1\" already exists",
+            ))),
+            _ => Intercept::Run,
+        });
+        let p = sim.spawn();
+        sim.run();
+        let sub = sim.procs[p].sub;
+        let error = sim
+            .events(p, 0)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::CheckFailed { sub: s, error } if s == sub => Some(error),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{:?}: the check fails", desc.form()));
+        assert!(
+            matches!(error, CheckError::Refused { .. })
+                && error.to_string().contains("transaction pooling"),
+            "{:?}: {error}",
+            desc.form()
+        );
+        let ops = sim.ops(p, 0);
+        assert_eq!(try_locks(&sim, p), 0, "{:?}: no lock: {ops:?}", desc.form());
+        assert_eq!(
+            ops.iter().filter(|op| **op == Close).count(),
+            2,
+            "{:?}: both connections close: {ops:?}",
+            desc.form()
+        );
+        assert!(sim.db.advisory.is_empty());
+        assert_eq!(sim.procs[p].broker.held_connections(), 0);
     }
 }
