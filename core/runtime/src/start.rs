@@ -39,9 +39,11 @@ pub(crate) async fn or_stopped<T>(
     }
 }
 
-/// Opens the adapter for the subscriptions of `tables`: again, after a wait that doubles from a
-/// second up to a minute, after each failure that may pass, reporting each; at once with the
-/// error, after one that cannot.
+/// Opens the adapter for the subscriptions of `tables`. Where a stop can end the start (a
+/// service run with [`RustStream::run`](crate::RustStream::run)): again, after a wait that
+/// doubles from a second up to a minute, after each failure that may pass, reporting each; at
+/// once with the error, after one that cannot. A broker started by hand, which nothing could
+/// stop, fails at once with any error.
 pub(crate) async fn open<A: Adapter>(
     adapter: &A,
     tables: &str,
@@ -52,7 +54,9 @@ pub(crate) async fn open<A: Adapter>(
     loop {
         let error = match or_stopped(adapter.start().map(|r| r.map_err(Into::into)), stop).await {
             Ok(dialect) => return Ok(dialect),
-            Err(StartError::Adapter(error)) if !error.kind.is_permanent() => error,
+            Err(StartError::Adapter(error)) if !error.kind.is_permanent() && stop.is_some() => {
+                error
+            }
             Err(error) => return Err(error),
         };
         failures = failures.saturating_add(1);
