@@ -743,10 +743,14 @@ pub fn rollback(dialect: Dialect) -> Statement {
 /// statements prepares it. Where the connection's server session holds another client's
 /// prepared statement of the same name (a pooler in transaction pooling), it fails before any
 /// lock is taken, and no lock is left on a server session other clients use.
+/// Rendered once for the process.
 pub(crate) fn session_ping() -> Statement {
-    let mut s = Sql::new(Dialect::Postgres);
-    s.push("SELECT pg_backend_pid() AS pid");
-    s.finish(StatementKind::Ping, named(&[("pid", ColumnType::Int)]))
+    static PING: std::sync::LazyLock<Statement> = std::sync::LazyLock::new(|| {
+        let mut s = Sql::new(Dialect::Postgres);
+        s.push("SELECT pg_backend_pid() AS pid");
+        s.finish(StatementKind::Ping, named(&[("pid", ColumnType::Int)]))
+    });
+    PING.clone()
 }
 
 /// A key's lock (`lock`) or its unlock in `dialect`, answering one boolean: PostgreSQL's
