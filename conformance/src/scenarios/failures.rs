@@ -321,6 +321,17 @@ where
             cx.count("1=1").await == 1
         })
         .await;
+        // The stats of the table show the row waiting in this process.
+        cx.until("the stats count the poison row waiting", || async {
+            let stats = broker.stats::<T>().await.expect("the stats read");
+            assert!(
+                matches!(stats.waiting, Some(0 | 1)),
+                "{cx}: the stats count {:?} rows waiting, not one at most",
+                stats.waiting
+            );
+            stats.waiting == Some(1)
+        })
+        .await;
         sleep(RUN.saturating_sub(started.elapsed())).await;
     };
     service.run_until(stop).await.expect("the service runs");

@@ -68,6 +68,10 @@ impl fmt::Display for Count {
 /// - `failed`, `processed`: rows marked so; `None` where the table has no such column.
 /// - `oldest_due`: the earliest due time among the rows due, where the table has a due
 ///   column: how long the oldest has waited is [`Stats::oldest_due_age`].
+/// - `waiting`: on a table with no due and no lease column, the rows that failed in this
+///   process and wait out their retry's delay in its memory (counted in `due` too); `None`
+///   where the table has such a column or no subscription of it runs in this broker (the
+///   CLI's counts, a publisher's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stats {
     /// The table's name as its description gives it.
@@ -84,6 +88,8 @@ pub struct Stats {
     pub processed: Option<Count>,
     /// The earliest due time among the rows due.
     pub oldest_due: Option<Time>,
+    /// Rows waiting out a retry's delay in this process's memory.
+    pub waiting: Option<u64>,
     /// When the counts were read.
     pub at: Time,
 }

@@ -480,7 +480,8 @@ impl<A: Adapter> Driver<A> {
 
     /// The settlement of a handler's outcome: a retry (or a rejection, which a table without
     /// `failed_at` keeps as a retry) waits the delay it names, or the subscriber's policy's
-    /// for its attempt, where the table has a due column or takes leases to wait in.
+    /// for its attempt: in the table's due column or lease where it has one, else in this
+    /// process.
     fn settlement(&self, settled: &Settled) -> Settlement {
         let outcome = &settled.outcome;
         let mut settlement = Settlement::new(outcome.outcome());
@@ -488,9 +489,8 @@ impl<A: Adapter> Driver<A> {
         let sub = &self.subs[settled.sub.0];
         // A rejection on a table without `failed_at` returns the row: its delay paces the
         // subscription's next claim even where the table has no column to write it into.
-        let waits = sub.desc.due.is_some() || sub.desc.locked_until.is_some();
         let paced = outcome.outcome() == Outcome::Reject && sub.desc.failed_at.is_none();
-        if (waits && outcome.outcome() == Outcome::Retry) || paced {
+        if outcome.outcome() == Outcome::Retry || paced {
             let attempt = settled.attempt.unwrap_or(1);
             let delay = outcome
                 .delay()

@@ -290,6 +290,13 @@ pub trait IntoSubscription<A: Adapter> {
     fn into_subscription(self) -> Subscription<A>;
 }
 
+/// A subscription made already (`into_subscription()`), as `include` and `start` take it.
+impl<A: Adapter> IntoSubscription<A> for Subscription<A> {
+    fn into_subscription(self) -> Subscription<A> {
+        self
+    }
+}
+
 impl<A, T, H, M, X, C> IntoSubscription<A> for SubscriberBuilder<H, InboxQueue<T>, M, (), X, C>
 where
     A: TakesRows<T>,

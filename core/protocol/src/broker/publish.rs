@@ -546,7 +546,7 @@ impl<R> Broker<R> {
                 ReadTable::Stats => {
                     let row = flow.read_rows.first().map_or(&[][..], |r| &r[..]);
                     Stats::from_values(table, row, now)
-                        .map(TableRead::Stats)
+                        .map(|stats| TableRead::Stats(self.with_waiting(stats)))
                         .map_err(|message| DbError::new(crate::ErrorKind::Other, message))
                 }
                 ReadTable::Failed { .. } | ReadTable::FailedRow(_) => Ok(TableRead::Failed(

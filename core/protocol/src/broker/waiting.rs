@@ -3,9 +3,10 @@
 //! over it until then, so a failing row is never taken again sooner than its policy says and
 //! the rows behind it (of its key, in the advisory form) go on meanwhile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::dialect::{Arg, Statement, Statements};
+use crate::stats::Stats;
 use crate::value::{Time, Value};
 
 use super::Broker;
@@ -49,15 +50,20 @@ impl Waiting {
         self.rows.values().min().copied()
     }
 
-    /// The rows that wait, padded with the last to `n` (a statement is rendered for a power
-    /// of two).
-    fn ids(&self, n: usize) -> Vec<Value> {
-        let mut ids: Vec<Value> = self.rows.keys().cloned().collect();
-        while let Some(last) = ids.last().cloned().filter(|_| ids.len() < n) {
-            ids.push(last);
-        }
-        ids
+    /// The rows that wait, and `more`, each once.
+    fn ids_with(&self, more: Vec<Value>) -> Vec<Value> {
+        let mut ids: BTreeSet<Value> = self.rows.keys().cloned().collect();
+        ids.extend(more);
+        ids.into_iter().collect()
     }
+}
+
+/// `ids` padded with the last to `n` (a statement is rendered for a power of two).
+fn pad(mut ids: Vec<Value>, n: usize) -> Vec<Value> {
+    while let Some(last) = ids.last().cloned().filter(|_| ids.len() < n) {
+        ids.push(last);
+    }
+    ids
 }
 
 /// Which of a subscription's claim statements passes over the waiting rows.
@@ -81,12 +87,24 @@ impl<R> Broker<R> {
     ) -> (Statement, Vec<Value>) {
         let now = self.now;
         let dialect = self.dialect;
+        // The row lock form: the rows in work here too, on a table where a row's retry may
+        // wait here. A claim's scan skips a row locked when it reaches it, and may reach one
+        // after the retry's commit let it go but before this process held it back.
+        let nowhere = {
+            let desc = &self.subs[sub.0].desc;
+            desc.due.is_none() && desc.locked_until.is_none()
+        };
+        let in_work = match kind {
+            Passing::RowLock { .. } if nowhere => self.deliveries.holding_ids(sub),
+            _ => Vec::new(),
+        };
         let s: &mut Sub = &mut self.subs[sub.0];
         s.waiting.expire(now);
-        if s.waiting.len() == 0 {
+        let ids = s.waiting.ids_with(in_work);
+        if ids.is_empty() {
             return (plain, Vec::new());
         }
-        let n = s.waiting.len().next_power_of_two();
+        let n = ids.len().next_power_of_two();
         let statement = match s.passing.get(&(kind, n)) {
             Some(statement) => statement.clone(),
             None => {
@@ -105,7 +123,25 @@ impl<R> Broker<R> {
                 rendered
             }
         };
-        (statement, s.waiting.ids(n))
+        (statement, pad(ids, n))
+    }
+
+    /// `stats` with the rows of its table that wait in this process, where the table has no
+    /// due and no lease column to hold their delays ([`Stats::waiting`]).
+    pub(super) fn with_waiting(&mut self, mut stats: Stats) -> Stats {
+        let now = self.now;
+        let mut rows = BTreeSet::new();
+        let mut holds = false;
+        for s in self.subs.iter_mut().filter(|s| s.desc.table == stats.table) {
+            if s.desc.due.is_some() || s.desc.locked_until.is_some() {
+                return stats;
+            }
+            holds = true;
+            s.waiting.expire(now);
+            rows.extend(s.waiting.rows.keys().cloned());
+        }
+        stats.waiting = holds.then_some(rows.len() as u64);
+        stats
     }
 }
 

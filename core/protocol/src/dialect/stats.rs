@@ -226,6 +226,7 @@ impl Stats {
             failed: count(3)?,
             processed: count(4)?,
             oldest_due: int(5)?.map(Time),
+            waiting: None,
             at: int(6)?.map_or(at, Time),
         })
     }

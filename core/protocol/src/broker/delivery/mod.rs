@@ -226,6 +226,15 @@ impl Deliveries {
             .filter_map(|d| Some((&d.id, d.key()?)))
     }
 
+    /// The rows of `sub` whose deliveries hold them (their row locks' transactions open).
+    pub(super) fn holding_ids(&self, sub: SubId) -> Vec<Value> {
+        self.map
+            .values()
+            .filter(|d| d.sub == sub && d.holds)
+            .map(|d| d.id.clone())
+            .collect()
+    }
+
     /// The deliveries for which `keep` holds, in id order.
     pub(super) fn ids_where(&self, keep: impl Fn(&Delivery) -> bool) -> Vec<DeliveryId> {
         self.map

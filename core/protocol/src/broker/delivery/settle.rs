@@ -61,6 +61,18 @@ impl<R> Broker<R> {
             d.failure = (outcome == Outcome::Reject || settlement.outcome == Outcome::Reject)
                 .then_some(keeps_failed);
             d.paced = settlement.outcome == Outcome::Reject && !keeps_failed && !writes_delay;
+            // A table with nowhere to write the delay: the row waits it in this process from
+            // now on, before its settlement lets the row go, so no claim issued from here on
+            // takes it back (finish_delivery holds it again from the settlement's end).
+            let held = d.delay.filter(|t| !t.is_zero() && !writes_delay);
+            let (sub, id) = (d.sub, d.id.clone());
+            if let Some(delay) = held {
+                let until = self.now.plus(delay);
+                let s = &mut self.subs[sub.0];
+                if !s.stopped {
+                    s.waiting.hold(id, until);
+                }
+            }
         }
         outcome
     }
