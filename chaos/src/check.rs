@@ -28,9 +28,14 @@
 //!   after the first (the lease ran out before the retry was written). The times of the log
 //!   are the machine's clock, which the database's shares (each child brings its own clock
 //!   back to it, clock_skew included). A process whose own clock decided the due time would
-//!   fail this: 45 s behind, it would make the row due at once.
+//!   fail this: 45 s behind, it would make the row due at once. On a table with nowhere to
+//!   write the delay (poison_rows' bare table, but in the lease form) the row waits it in the
+//!   memory of the process that retried it, so only that process's next delivery is judged.
+//! - **A poison row never spins** (poison_rows): a row whose payload does not decode never
+//!   reaches a handler, stays in the table (which keeps no failed rows), and is taken again no
+//!   sooner than its delay by each process: at most [`Poison::most_takes`] times in the run.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::Form;
 use crate::plan::{Outcome, REJECT_PREFIX};
@@ -120,6 +125,25 @@ pub struct Input<'a> {
     pub start_us: i64,
     /// The subscriptions' retry delay, in µs (0: retries are due at once, nothing to check).
     pub retry_delay_us: i64,
+    /// Whether a retried row waits its delay in the memory of the process that retried it
+    /// only (a table with no due and no lease column).
+    pub waits_in_process: bool,
+    /// poison_rows: the rows that do not decode.
+    pub poison: Option<Poison<'a>>,
+}
+
+/// poison_rows' rows that do not decode, and how often each may have been taken.
+pub struct Poison<'a> {
+    /// Their ids.
+    pub ids: &'a HashSet<i64>,
+    /// The most takes a poison row may count by the stop: one at once, then one a delay in
+    /// each process, over the run.
+    pub most_takes: i64,
+    /// Each poison row's takes read just before the services were sent SIGTERM.
+    pub at_stop: &'a HashMap<i64, i64>,
+    /// The takes a poison row may count after that read: one a process, by a claim already
+    /// on its way when the signal came.
+    pub in_flight: i64,
 }
 
 /// What the check found.
@@ -139,6 +163,8 @@ pub struct Report {
     pub exhausted: usize,
     /// Attempts spent without a recorded delivery (a fault in between).
     pub spent: i64,
+    /// poison_rows: the poison rows, and the most takes one of them counted.
+    pub poison: Option<(usize, i64)>,
 }
 
 /// How far apart two starts must be, beyond the lease, for the lease form to excuse their
@@ -225,11 +251,28 @@ fn overlaps(what: &str, list: &[&Delivery], input: &Input<'_>, report: &mut Repo
     }
 }
 
-/// Checks that each retry of one row (its deliveries, sorted by start) waited the retry delay.
+/// Checks that each retry of one row (its deliveries, sorted by start) waited the retry delay:
+/// before any process's next delivery, or where the row waits in the memory of the process
+/// that retried it, before that process's.
 fn retry_waits(job: i64, list: &[&Delivery], input: &Input<'_>, report: &mut Report) {
     if input.retry_delay_us <= 0 {
         return;
     }
+    if input.waits_in_process {
+        let mut by_spawn: BTreeMap<i64, Vec<&Delivery>> = BTreeMap::new();
+        for &d in list {
+            by_spawn.entry(d.spawn).or_default().push(d);
+        }
+        for own in by_spawn.values() {
+            retry_pairs(job, own, input, report);
+        }
+    } else {
+        retry_pairs(job, list, input, report);
+    }
+}
+
+/// [`retry_waits`] over consecutive deliveries of `list`.
+fn retry_pairs(job: i64, list: &[&Delivery], input: &Input<'_>, report: &mut Report) {
     for pair in list.windows(2) {
         let (before, d) = (pair[0], pair[1]);
         let (Some(end), Some(Outcome::Retry)) = (
@@ -316,7 +359,13 @@ pub fn check(input: &Input<'_>) -> Report {
         list.sort_by_key(|d| (d.start_us, d.attempt));
     }
 
+    if let Some(poison) = &input.poison {
+        check_poison(poison, &by_job, &remaining, &mut report);
+    }
     for &(job, _) in input.jobs {
+        if input.poison.as_ref().is_some_and(|p| p.ids.contains(&job)) {
+            continue;
+        }
         let list = by_job.get(&job).map(Vec::as_slice).unwrap_or(&[]);
         let what = format!("job {job}");
         overlaps(&what, list, input, &mut report);
@@ -440,6 +489,52 @@ pub fn check(input: &Input<'_>) -> Report {
     report
 }
 
+/// The poison rows: never handed, still in the table, taken again but never in a loop.
+fn check_poison(
+    poison: &Poison<'_>,
+    by_job: &BTreeMap<i64, Vec<&Delivery>>,
+    remaining: &HashMap<i64, &RowState>,
+    report: &mut Report,
+) {
+    let mut most = 0;
+    for &job in poison.ids {
+        if let Some(list) = by_job.get(&job) {
+            report.violations.push(format!(
+                "job {job}: a poison row (its payload does not decode) reached the handler {} \
+                 time(s)",
+                list.len()
+            ));
+        }
+        let Some(row) = remaining.get(&job) else {
+            report.violations.push(format!(
+                "job {job}: a poison row is gone from a table that keeps no failed rows"
+            ));
+            continue;
+        };
+        most = most.max(row.attempt);
+        let before_stop = poison.at_stop.get(&job).copied().unwrap_or(row.attempt);
+        if row.attempt < 2 {
+            report.violations.push(format!(
+                "job {job}: a poison row was taken {} time(s): never again after its delay",
+                row.attempt
+            ));
+        } else if before_stop > poison.most_takes {
+            report.violations.push(format!(
+                "job {job}: a poison row was taken {before_stop} times before the stop, more \
+                 than the {} its delay allows",
+                poison.most_takes
+            ));
+        } else if row.attempt > before_stop + poison.in_flight {
+            report.violations.push(format!(
+                "job {job}: a poison row was taken {} times after the stop signal, more than \
+                 one a process",
+                row.attempt - before_stop
+            ));
+        }
+    }
+    report.poison = Some((poison.ids.len(), most));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,6 +592,8 @@ mod tests {
             lease_us: 2_000_000,
             start_us: 0,
             retry_delay_us,
+            waits_in_process: false,
+            poison: None,
         })
     }
 
@@ -712,5 +809,111 @@ mod tests {
         assert_eq!(report.violations, Vec::<String>::new());
         let report = run_with_delay(Form::RowLock, &jobs, &[], &late, &[], &[], delay);
         assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+    }
+    #[test]
+    fn a_retry_waits_in_its_own_process_where_the_table_has_nowhere_to_write_it() {
+        let jobs = [(1, 1)];
+        let ended = HashMap::new();
+        // Another process takes the row 10 ms after the first retried it; the first itself
+        // takes it again after the delay.
+        let log = [
+            d(1, 1, 1, 0, Some(50_000), "retry"),
+            d(2, 1, 2, 60_000, Some(70_000), "retry"),
+            d(1, 1, 3, 160_000, Some(170_000), "ack"),
+        ];
+        let input = |waits_in_process| Input {
+            jobs: &jobs,
+            remaining: &[],
+            log: &log,
+            ended: &ended,
+            faults: &[],
+            form: Form::RowLock,
+            max_attempts: i64::MAX,
+            lease_us: 2_000_000,
+            start_us: 0,
+            retry_delay_us: 100_000,
+            waits_in_process,
+            poison: None,
+        };
+        assert_eq!(check(&input(true)).violations, Vec::<String>::new());
+        assert_eq!(check(&input(false)).violations.len(), 2);
+        // The retrying process itself too soon.
+        let soon = [
+            d(1, 1, 1, 0, Some(50_000), "retry"),
+            d(1, 1, 2, 60_000, Some(70_000), "ack"),
+        ];
+        let report = check(&Input {
+            log: &soon,
+            ..input(true)
+        });
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_poison_row_is_never_handed_stays_and_is_taken_within_its_bound() {
+        let jobs = [(1, 1), (7, 1), (107, 0)];
+        let ids: HashSet<i64> = [7, 107].into();
+        let ended = HashMap::new();
+        let row = |id, attempt| RowState {
+            id,
+            attempt,
+            failed: false,
+            error: None,
+        };
+        let log = [d(1, 1, 1, 0, Some(10), "ack")];
+        let run_at = |remaining: &[RowState], log: &[Delivery], at_stop: &HashMap<i64, i64>| {
+            check(&Input {
+                jobs: &jobs,
+                remaining,
+                log,
+                ended: &ended,
+                faults: &[],
+                form: Form::Advisory,
+                max_attempts: i64::MAX,
+                lease_us: 2_000_000,
+                start_us: 0,
+                retry_delay_us: 0,
+                waits_in_process: true,
+                poison: Some(Poison {
+                    ids: &ids,
+                    most_takes: 10,
+                    at_stop,
+                    in_flight: 2,
+                }),
+            })
+        };
+        let none = HashMap::new();
+        let run = |remaining: &[RowState], log: &[Delivery]| run_at(remaining, log, &none);
+        let report = run(&[row(7, 4), row(107, 10)], &log);
+        assert_eq!(report.violations, Vec::<String>::new());
+        assert_eq!(report.poison, Some((2, 10)));
+        // Spinning, never retried, gone, handed.
+        let report = run(&[row(7, 11), row(107, 1)], &log);
+        assert_eq!(report.violations.len(), 2, "{:?}", report.violations);
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("more than the 10"))
+        );
+        assert!(report.violations.iter().any(|v| v.contains("never again")));
+        // Up to one take a process after the stop signal; more is a spin.
+        let at_stop = HashMap::from([(7, 4), (107, 9)]);
+        let report = run_at(&[row(7, 6), row(107, 12)], &log, &at_stop);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+        assert!(
+            report.violations[0].contains("job 107")
+                && report.violations[0].contains("after the stop")
+        );
+        let handed = [log[0].clone(), d(1, 7, 1, 20, Some(25), "ack")];
+        let report = run(&[row(107, 3)], &handed);
+        assert_eq!(report.violations.len(), 2, "{:?}", report.violations);
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("reached the handler"))
+        );
+        assert!(report.violations.iter().any(|v| v.contains("is gone")));
     }
 }

@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ruststream::adapter::TakesRows;
+use ruststream::adapter::{Adapter, TakesRows};
 use ruststream::exec::BoxFuture;
 use ruststream::{
-    BrokerHandle, ClosedCounts, Context, Handle, HandlerOutcome, InboxContext, InboxQueue,
-    InboxTable, IntoSubscription, PayloadRow, RetryPolicy, subscriber,
+    AppInfo, BrokerHandle, ClosedCounts, Context, Handle, HandlerOutcome, InboxContext, InboxQueue,
+    InboxTable, IntoSubscription, PayloadRow, RetryPolicy, RustStream, subscriber,
 };
 use ruststream_mysql_async::MySqlAsyncBroker;
 use ruststream_sqlx::SqlxBroker;
@@ -38,7 +38,9 @@ use sqlx::postgres::{PgPoolOptions, Postgres};
 use tokio::io::AsyncReadExt;
 
 use crate::plan::{self, Mode, Outcome};
-use crate::rows::{AdvisoryJob, LeaseJob, RowLockJob};
+use crate::rows::{
+    AdvisoryJob, BareAdvisoryJob, BareLeaseJob, BareRowLockJob, LeaseJob, RowLockJob,
+};
 use crate::{BoxError, Form, Target};
 
 /// The settings of one service.
@@ -91,6 +93,17 @@ pub struct ChildArgs {
     /// subtracted from every time the handlers record.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub clock_offset_us: i64,
+    /// The table is bare (poison_rows): no due column, no `failed_at`, no `max_attempts`.
+    #[arg(long)]
+    pub bare: bool,
+    /// Runs as a service does, through `RustStream::run`: a start that fails on a passing
+    /// error is reported and tried again until it succeeds or a signal ends it (failed_start).
+    #[arg(long)]
+    pub app: bool,
+    /// PostgreSQL behind a pooler in transaction pooling (pooler): statements under the simple
+    /// query protocol, the listening session on this direct URL.
+    #[arg(long)]
+    pub listen_url: Option<String>,
 }
 
 /// Microseconds since the Unix epoch, by this process's wall clock (the machine's, unless
@@ -425,17 +438,22 @@ where
         clock_offset_us: args.clock_offset_us,
     };
     let policy = match args.mode {
-        Mode::Normal => RetryPolicy::fixed(args.mode.retry_delay()),
+        Mode::Normal | Mode::Poison => RetryPolicy::fixed(args.mode.retry_delay()),
         Mode::Storm => RetryPolicy::immediate(),
     };
-    let jobs = subscriber("chaos", recorder)
+    let mut jobs = subscriber("chaos", recorder)
         .map_source(|_| InboxQueue::<T>::new("chaos"))
         .workers(NonZeroUsize::new(args.workers.max(1)).expect("at least one"))
         .poll_interval(Duration::from_millis(100))
         .lease(Duration::from_millis(args.lease_ms))
-        .max_attempts(args.max_attempts)
         .retry_policy(policy);
+    if !args.bare {
+        jobs = jobs.max_attempts(args.max_attempts);
+    }
     let handle = BrokerHandle::new(broker);
+    if args.app {
+        return serve_app(handle, jobs.into_subscription(), args).await;
+    }
     let running = handle
         .start(vec![jobs.into_subscription()], ruststream::exec::current())
         .await?;
@@ -471,6 +489,27 @@ where
     Ok(running.shutdown().await)
 }
 
+/// Runs the subscription as a service (`--app`): `RustStream::run`, which reports a start that
+/// fails on a passing error and tries it again until it succeeds or SIGTERM ends it. It says
+/// `ready` once started; it has no shutdown counts to say.
+async fn serve_app<A: Adapter>(
+    handle: BrokerHandle<A>,
+    jobs: ruststream::Subscription<A>,
+    args: &ChildArgs,
+) -> Result<ClosedCounts, BoxError> {
+    let service = RustStream::new(AppInfo::new("chaos", "0"))
+        .shutdown_timeout(Duration::from_millis(args.shutdown_ms))
+        .with_broker(handle, move |b| {
+            b.include(jobs);
+        })
+        .on_started(async || {
+            println!("ready");
+            Ok::<(), BoxError>(())
+        });
+    service.run().await?;
+    Ok(ClosedCounts::default())
+}
+
 /// The child's `main`: exit code 0 after a graceful shutdown, 3 when the broker did not start,
 /// 5 when the log could not be written.
 pub async fn main(args: ChildArgs) -> std::process::ExitCode {
@@ -486,23 +525,50 @@ pub async fn main(args: ChildArgs) -> std::process::ExitCode {
         }
     };
     let n = args.pool.max(1);
+    // A service (`--app`) whose start fails is told so within seconds: sqlx's pool would
+    // try a refused connection again for its 30 s default before answering.
+    let acquire = if args.app {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(30)
+    };
     let result = match args.target {
         Target::SqlxPostgres => {
-            let broker = SqlxBroker::<Postgres>::from_url(
+            let mut broker = SqlxBroker::<Postgres>::from_url(
                 args.url.clone(),
-                PgPoolOptions::new().max_connections(n as u32),
+                PgPoolOptions::new()
+                    .max_connections(n as u32)
+                    .acquire_timeout(acquire),
             );
+            if let Some(direct) = &args.listen_url {
+                match direct.parse() {
+                    Ok(options) => broker = broker.simple_query(true).listen_on(options),
+                    Err(error) => return bad_listen_url(direct, &error),
+                }
+            }
             by_form(broker, &args, log.clone(), stop).await
         }
         Target::SqlxMysql => {
             let broker = SqlxBroker::<MySql>::from_url(
                 args.url.clone(),
-                MySqlPoolOptions::new().max_connections(n as u32),
+                MySqlPoolOptions::new()
+                    .max_connections(n as u32)
+                    .acquire_timeout(acquire),
             );
             by_form(broker, &args, log.clone(), stop).await
         }
         Target::TokioPostgres => {
-            let broker = TokioPostgresBroker::from_url(args.url.clone(), PoolConfig::new(n));
+            let mut broker = TokioPostgresBroker::from_url(args.url.clone(), PoolConfig::new(n));
+            if let Some(direct) = &args.listen_url {
+                match direct.parse() {
+                    Ok(config) => {
+                        broker = broker
+                            .simple_query(true)
+                            .listen_on(config, ruststream_tokio_postgres::tokio_postgres::NoTls)
+                    }
+                    Err(error) => return bad_listen_url(direct, &error),
+                }
+            }
             by_form(broker, &args, log.clone(), stop).await
         }
         Target::MysqlAsync => {
@@ -528,6 +594,12 @@ pub async fn main(args: ChildArgs) -> std::process::ExitCode {
     }
 }
 
+/// Exit code 2: `--listen-url` does not parse.
+fn bad_listen_url(url: &str, error: &dyn std::fmt::Display) -> std::process::ExitCode {
+    eprintln!("chaos child: --listen-url {url}: {error}");
+    std::process::ExitCode::from(2)
+}
+
 async fn by_form<A>(
     broker: A,
     args: &ChildArgs,
@@ -536,10 +608,14 @@ async fn by_form<A>(
 ) -> Result<ClosedCounts, BoxError>
 where
     A: TakesRows<RowLockJob> + TakesRows<LeaseJob> + TakesRows<AdvisoryJob> + Drain,
+    A: TakesRows<BareRowLockJob> + TakesRows<BareLeaseJob> + TakesRows<BareAdvisoryJob>,
 {
-    match args.form {
-        Form::RowLock => serve::<A, RowLockJob>(broker, args, log, stop).await,
-        Form::Lease => serve::<A, LeaseJob>(broker, args, log, stop).await,
-        Form::Advisory => serve::<A, AdvisoryJob>(broker, args, log, stop).await,
+    match (args.form, args.bare) {
+        (Form::RowLock, false) => serve::<A, RowLockJob>(broker, args, log, stop).await,
+        (Form::Lease, false) => serve::<A, LeaseJob>(broker, args, log, stop).await,
+        (Form::Advisory, false) => serve::<A, AdvisoryJob>(broker, args, log, stop).await,
+        (Form::RowLock, true) => serve::<A, BareRowLockJob>(broker, args, log, stop).await,
+        (Form::Lease, true) => serve::<A, BareLeaseJob>(broker, args, log, stop).await,
+        (Form::Advisory, true) => serve::<A, BareAdvisoryJob>(broker, args, log, stop).await,
     }
 }

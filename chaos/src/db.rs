@@ -13,7 +13,7 @@ use url::Url;
 
 use crate::BoxError;
 use crate::check::{Delivery, RowState};
-use crate::rows::{IDS, KEY_PREFIX, LOG, TABLE};
+use crate::rows::{IDS, KEY_PREFIX, LOG, POISON_PAYLOAD, TABLE, poison_sql};
 
 /// A server: its URL (any database on it).
 #[derive(Clone, Debug)]
@@ -60,6 +60,26 @@ impl Server {
                 q.append_pair("application_name", app);
             }
         }
+        url.to_string()
+    }
+
+    /// The server's host and port.
+    pub fn addr(&self) -> (String, u16) {
+        let host = self.url.host_str().unwrap_or("127.0.0.1").to_owned();
+        let default = if self.postgres { 5432 } else { 3306 };
+        (host, self.url.port().unwrap_or(default))
+    }
+
+    /// The user the URL names.
+    pub fn user(&self) -> String {
+        self.url.username().to_owned()
+    }
+
+    /// [`Server::url`] through another port on 127.0.0.1 (a gate, a pooler).
+    pub fn url_at(&self, port: u16, db: Option<&str>, application: Option<&str>) -> String {
+        let mut url = Url::parse(&self.url(db, application)).expect("a URL of the server's");
+        let _ = url.set_host(Some("127.0.0.1"));
+        let _ = url.set_port(Some(port));
         url.to_string()
     }
 
@@ -196,8 +216,8 @@ impl RunDb {
     }
 
     /// Creates the run's tables.
-    pub async fn create_tables(&self, lease: bool) -> Result<(), BoxError> {
-        let mut statements = crate::rows::create(self.server.postgres, lease);
+    pub async fn create_tables(&self, lease: bool, bare: bool) -> Result<(), BoxError> {
+        let mut statements = crate::rows::create(self.server.postgres, lease, bare);
         if !self.server.postgres {
             // The parent has no default database: create them in the run's.
             statements = statements
@@ -260,10 +280,32 @@ impl RunDb {
         })
     }
 
-    /// Rows neither acknowledged nor failed.
-    pub async fn pending(&self) -> Result<i64, BoxError> {
+    /// poison_rows: gives every poison row ([`poison_sql`]) a payload that does not decode, as
+    /// a row inserted by hand might have.
+    pub async fn poison(&self) -> Result<(), BoxError> {
+        let payload = if self.server.postgres {
+            format!("convert_to('{POISON_PAYLOAD}', 'UTF8')")
+        } else {
+            format!("'{POISON_PAYLOAD}'")
+        };
         let sql = format!(
-            "SELECT COUNT(*) FROM {} WHERE failed_at IS NULL",
+            "UPDATE {} SET payload = {payload} WHERE {}",
+            self.table(TABLE),
+            poison_sql()
+        );
+        self.execute(&[sql]).await
+    }
+
+    /// Rows neither acknowledged nor failed; on the bare table (which keeps no failed rows),
+    /// the rows left but the poison rows.
+    pub async fn pending(&self, bare: bool) -> Result<i64, BoxError> {
+        let condition = if bare {
+            format!("NOT ({})", poison_sql())
+        } else {
+            "failed_at IS NULL".to_owned()
+        };
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE {condition}",
             self.table(TABLE)
         );
         Ok(match &self.pool {
@@ -273,10 +315,19 @@ impl RunDb {
     }
 
     /// The rows left in the table.
-    pub async fn remaining(&self) -> Result<Vec<RowState>, BoxError> {
+    pub async fn remaining(&self, bare: bool) -> Result<Vec<RowState>, BoxError> {
+        let (failed, error) = if bare {
+            let no_error = if self.server.postgres {
+                "CAST(NULL AS TEXT)"
+            } else {
+                "CAST(NULL AS CHAR)"
+            };
+            ("0", no_error)
+        } else {
+            ("CASE WHEN failed_at IS NULL THEN 0 ELSE 1 END", "error")
+        };
         let sql = format!(
-            "SELECT id, attempt, CASE WHEN failed_at IS NULL THEN 0 ELSE 1 END AS failed, error \
-             FROM {} ORDER BY id",
+            "SELECT id, attempt, {failed} AS failed, {error} AS error FROM {} ORDER BY id",
             self.table(TABLE)
         );
         let rows: Vec<(i64, i64, i64, Option<String>)> = match &self.pool {

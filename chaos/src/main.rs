@@ -40,16 +40,28 @@
 //! second 45 s behind, the monotonic clock left alone; each child subtracts its skew from the
 //! times it records, so the log stays on one clock, and the parent checks from the child's
 //! first line that the skew is in effect). clock_skew needs libfaketime (Debian's
-//! `libfaketime` package) and a lease shorter than the skew.
+//! `libfaketime` package) and a lease shorter than the skew. `poison_rows` runs ten times
+//! the jobs (handlers twenty times quicker) on a bare table, with no due column and no
+//! `failed_at`, one row in a hundred holding a payload that does not decode: the other rows
+//! all settle, of the poison rows' keys too, and each poison row stays, never handed, taken
+//! again no sooner than its delay by each process. `failed_start` adds two processes run as
+//! services (`RustStream::run`) whose start cannot succeed: one on a port that refuses to the
+//! end, which must report it again and again and still exit on SIGTERM; one on a port that
+//! opens a few seconds in, which must then start. `pooler` (PostgreSQL) puts PgBouncer in
+//! transaction pooling between the services and the server: the lease form runs through it
+//! under every check, the row lock and advisory forms (the table counts attempts) must refuse
+//! at the start naming transaction pooling. It needs PgBouncer (Debian's `pgbouncer`).
 //!
 //! Each run prints one line: scenario, adapter, database, form, jobs, processes, faults,
 //! elapsed, jobs/s, verdict and the first violations. The program exits non-zero when any run
 //! found a violation.
 
+mod bouncer;
 mod check;
 mod child;
 mod cluster;
 mod db;
+mod gate;
 mod plan;
 mod rows;
 mod run;
@@ -109,11 +121,23 @@ pub enum Scenario {
     /// ahead of the machine's, the second 45 s behind.
     #[value(name = "clock_skew")]
     ClockSkew,
+    /// Ten times the jobs, one in a hundred of them a row whose payload does not decode, on a
+    /// table with no due column and no `failed_at`.
+    #[value(name = "poison_rows")]
+    PoisonRows,
+    /// Two more processes whose start cannot succeed: one pointed at a port that refuses to
+    /// the end, one at a port that opens a few seconds in.
+    #[value(name = "failed_start")]
+    FailedStart,
+    /// PostgreSQL behind PgBouncer in transaction pooling: the lease form works through it,
+    /// the forms that hold session locks refuse at the start.
+    #[value(name = "pooler")]
+    Pooler,
 }
 
 impl Scenario {
     /// Every scenario, in the order a round runs them.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::RepeatedKills,
         Scenario::DbRestart,
         Scenario::BackendKill,
@@ -121,6 +145,9 @@ impl Scenario {
         Scenario::RetryStorm,
         Scenario::IdleInTx,
         Scenario::ClockSkew,
+        Scenario::PoisonRows,
+        Scenario::FailedStart,
+        Scenario::Pooler,
     ];
 
     /// The scenario's name on the command line and in the result line.
@@ -133,7 +160,16 @@ impl Scenario {
             Scenario::RetryStorm => "retry_storm",
             Scenario::IdleInTx => "idle_in_tx",
             Scenario::ClockSkew => "clock_skew",
+            Scenario::PoisonRows => "poison_rows",
+            Scenario::FailedStart => "failed_start",
+            Scenario::Pooler => "pooler",
         }
+    }
+
+    /// Whether the scenario runs on PostgreSQL only (a throwaway server it restarts, a pooler
+    /// of PostgreSQL's).
+    pub fn postgres_only(self) -> bool {
+        matches!(self, Scenario::DbRestart | Scenario::Pooler)
     }
 }
 

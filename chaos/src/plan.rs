@@ -14,18 +14,33 @@ pub enum Mode {
     /// retry_storm: 3 % reject, 5 % always retry, 42 % retry at their first two attempts, 40
     /// % at their first, 10 % acknowledge at once.
     Storm,
+    /// poison_rows, on a table that keeps no failed rows: 20 % retry at their first attempt,
+    /// the others acknowledge (the poison rows never reach the handler).
+    Poison,
 }
 
 /// The delay of a retry in the normal mode (`RetryPolicy::fixed`).
 pub const RETRY_DELAY: Duration = Duration::from_millis(100);
+/// The delay of a retry, and of a poison row's next take, in poison_rows.
+pub const POISON_DELAY: Duration = Duration::from_secs(1);
 
 impl Mode {
     /// The delay a retried row waits before its next attempt: [`RETRY_DELAY`] in the normal
-    /// mode, none in the storm (`RetryPolicy::immediate`).
+    /// mode, none in the storm (`RetryPolicy::immediate`), [`POISON_DELAY`] in poison_rows.
     pub fn retry_delay(self) -> Duration {
         match self {
             Mode::Normal => RETRY_DELAY,
             Mode::Storm => Duration::ZERO,
+            Mode::Poison => POISON_DELAY,
+        }
+    }
+
+    /// The name `--mode` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Normal => "normal",
+            Mode::Storm => "storm",
+            Mode::Poison => "poison",
         }
     }
 }
@@ -89,6 +104,7 @@ pub fn outcome(mode: Mode, job: i64, attempt: i64) -> Outcome {
     let (reject, always, twice, once) = match mode {
         Mode::Normal => (5, 10, 10, 30),
         Mode::Storm => (3, 8, 50, 90),
+        Mode::Poison => (0, 0, 0, 20),
     };
     if c < reject {
         Outcome::Reject
@@ -140,6 +156,11 @@ mod tests {
             outcome(Mode::Normal, j, 1) == Outcome::Ack
         });
         assert!((0.67..0.73).contains(&acks_at_once), "{acks_at_once}");
+        let poison_retries = share(Mode::Poison, |j| {
+            outcome(Mode::Poison, j, 1) == Outcome::Retry
+        });
+        assert!((0.18..0.22).contains(&poison_retries), "{poison_retries}");
+        assert!((1..1000).all(|j| outcome(Mode::Poison, j, 2) == Outcome::Ack));
         let storm_retries = share(Mode::Storm, |j| {
             outcome(Mode::Storm, j, 1) == Outcome::Retry
         });

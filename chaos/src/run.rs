@@ -12,12 +12,14 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
-use crate::check::{self, Fault, FaultKind, Input, Report};
+use crate::bouncer::Bouncer;
+use crate::check::{self, Fault, FaultKind, Input, Poison, Report};
 use crate::child::now_us;
 use crate::cluster::Cluster;
 use crate::db::{RunDb, Server};
+use crate::gate::Gate;
 use crate::plan::Mode;
-use crate::rows::LOG;
+use crate::rows::{LOG, poisoned};
 use crate::{BoxError, Form, RunArgs, Scenario, Target};
 
 /// How long a service may take to exit after SIGTERM: its shutdown timeout and a margin.
@@ -35,6 +37,18 @@ const SKEW_US: i64 = 45_000_000;
 const SKEW_TOLERANCE_US: i64 = 5_000_000;
 /// libfaketime's library for multithreaded programs, as Debian's `libfaketime` installs it.
 const FAKETIME_LIB: &str = "libfaketimeMT.so.1";
+/// poison_rows: how long the run goes on once the other rows settled, so the poison rows are
+/// taken again a few times.
+const POISON_HOLD: Duration = Duration::from_secs(2);
+/// failed_start: when the late process's port opens, after the first service started.
+const LATE_AFTER: Duration = Duration::from_millis(2500);
+/// failed_start: how long the late process may take to start once its port is open (its
+/// retries wait 1, 2, 4 s ..).
+const LATE_WITHIN: Duration = Duration::from_secs(20);
+/// What a service prints while its start fails and is tried again.
+const START_REPORT: &str = "cannot start";
+/// What a service behind transaction pooling that holds session locks must answer.
+const POOLING_REFUSAL: &str = "transaction pooling";
 
 /// One process's settings.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +58,8 @@ struct Slot {
     drain: usize,
     /// How far its wall clock is set off the machine's, in µs (0: not at all).
     skew_us: i64,
+    /// failed_start: the port of the gate it reaches the server through (run as a service).
+    gate: Option<u16>,
 }
 
 /// A service process the parent started.
@@ -103,6 +119,12 @@ struct Common {
     max_attempts: u32,
     /// libfaketime's library, where a process's clock is set off (clock_skew).
     faketime: Option<PathBuf>,
+    /// poison_rows: the table is bare.
+    bare: bool,
+    /// pooler: the direct URL of the listening session.
+    listen_url: Option<String>,
+    /// failed_start: the URL through a gate's port, for a spawn.
+    via: Box<dyn Fn(u16, i64) -> String + Send + Sync>,
 }
 
 /// libfaketime's library for multithreaded programs: in Debian's multiarch directory
@@ -173,11 +195,25 @@ fn spawn_proc(common: &Common, spawn: i64, slot_no: usize, slot: Slot) -> Result
             .env("FAKETIME", faketime_spec(slot.skew_us))
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     }
+    let mut extra: Vec<String> = Vec::new();
+    if common.bare {
+        extra.push("--bare".into());
+    }
+    if let Some(url) = &common.listen_url {
+        extra.extend(["--listen-url".into(), url.clone()]);
+    }
+    let url = match slot.gate {
+        Some(port) => {
+            extra.push("--app".into());
+            (common.via)(port, spawn)
+        }
+        None => (common.url)(spawn),
+    };
     let mut child = command
         .arg("child")
         .args(["--target", common.target.name()])
         .args(["--form", common.form.name()])
-        .args(["--url", &(common.url)(spawn)])
+        .args(["--url", &url])
         .args(["--log-url", &common.log_url])
         .args(["--log-table", &common.log_table])
         .args(["--spawn", &spawn.to_string()])
@@ -186,17 +222,12 @@ fn spawn_proc(common: &Common, spawn: i64, slot_no: usize, slot: Slot) -> Result
         .args(["--drain", &slot.drain.to_string()])
         // The child brings the times it records back to the machine's clock.
         .arg(format!("--clock-offset-us={}", slot.skew_us))
-        .args([
-            "--mode",
-            match common.mode {
-                Mode::Normal => "normal",
-                Mode::Storm => "storm",
-            },
-        ])
+        .args(["--mode", common.mode.name()])
         .args(["--handler-ms", &common.handler_ms.to_string()])
         .args(["--lease-ms", &common.lease_ms.to_string()])
         .args(["--max-attempts", &common.max_attempts.to_string()])
         .args(["--shutdown-ms", &SHUTDOWN.as_millis().to_string()])
+        .args(&extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -331,12 +362,13 @@ fn plan_runs(args: &RunArgs) -> Vec<(Scenario, Target, Form)> {
             .adapter
             .iter()
             .copied()
-            .filter(|t| scenario != Scenario::DbRestart || t.postgres())
+            .filter(|t| !scenario.postgres_only() || t.postgres())
             .collect();
         if targets.len() < args.adapter.len() {
             eprintln!(
-                "ruststream-chaos: db_restart runs on PostgreSQL only (a throwaway server it \
-                 restarts)"
+                "ruststream-chaos: {} runs on PostgreSQL only (a throwaway server it restarts, \
+                 a pooler of PostgreSQL's)",
+                scenario.name()
             );
         }
         if targets.is_empty() {
@@ -354,8 +386,22 @@ fn plan_runs(args: &RunArgs) -> Vec<(Scenario, Target, Form)> {
     runs
 }
 
-/// The processes of a scenario.
-fn slots(args: &RunArgs, scenario: Scenario) -> Vec<Slot> {
+/// The processes of a scenario; failed_start's two more reach the server through `gates`.
+fn slots(args: &RunArgs, scenario: Scenario, gates: &[u16]) -> Vec<Slot> {
+    let mut slots = service_slots(args, scenario);
+    let workers = slots.first().map_or(4, |s| s.workers);
+    slots.extend(gates.iter().map(|&port| Slot {
+        workers,
+        pool: workers + 2,
+        drain: 0,
+        skew_us: 0,
+        gate: Some(port),
+    }));
+    slots
+}
+
+/// The processes of a scenario that reach the server directly.
+fn service_slots(args: &RunArgs, scenario: Scenario) -> Vec<Slot> {
     let processes = args.processes.unwrap_or(match scenario {
         Scenario::RepeatedKills => 3,
         _ => 2,
@@ -373,12 +419,14 @@ fn slots(args: &RunArgs, scenario: Scenario) -> Vec<Slot> {
                 pool: 2,
                 drain: 0,
                 skew_us: 0,
+                gate: None,
             },
             Scenario::PoolExhaustion => Slot {
                 workers,
                 pool: workers,
                 drain: 4.min(workers.saturating_sub(1)),
                 skew_us: 0,
+                gate: None,
             },
             // Ahead, behind, ahead, ..
             Scenario::ClockSkew => Slot {
@@ -386,12 +434,14 @@ fn slots(args: &RunArgs, scenario: Scenario) -> Vec<Slot> {
                 pool: workers + 2,
                 drain: 0,
                 skew_us: if i % 2 == 0 { SKEW_US } else { -SKEW_US },
+                gate: None,
             },
             _ => Slot {
                 workers,
                 pool: workers + 2,
                 drain: 0,
                 skew_us: 0,
+                gate: None,
             },
         })
         .collect()
@@ -409,6 +459,8 @@ struct Faults {
     /// clock_skew: how far each process's wall clock was off the parent's as it started, in
     /// µs, as the parent saw it (none: it did not say).
     skews_seen: Vec<Option<i64>>,
+    /// What the scenario's own checks saw, for the result line (poison_rows, failed_start).
+    notes: Vec<String>,
 }
 
 async fn run_one(
@@ -456,7 +508,14 @@ async fn drive(
     cluster: &Option<Cluster>,
 ) -> Result<Outcome, BoxError> {
     let tag = db.name.clone();
-    let slots = slots(args, scenario);
+    // failed_start's gates: one that stays shut, one that opens a few seconds in.
+    let (shut_gate, mut late_gate) = if scenario == Scenario::FailedStart {
+        (Some(Gate::shut()?), Some(Gate::shut()?))
+    } else {
+        (None, None)
+    };
+    let gate_ports: Vec<u16> = shut_gate.iter().chain(&late_gate).map(Gate::port).collect();
+    let slots = slots(args, scenario, &gate_ports);
     let faketime = if slots.iter().any(|s| s.skew_us != 0) {
         // The skew must be longer than a lease: a process that judged leases by its own clock,
         // ahead by more than a lease, would take rows another still holds; with a longer
@@ -474,10 +533,31 @@ async fn drive(
         None
     };
     let database = db_label(db).await;
-    db.create_tables(form == Form::Lease).await?;
-    db.publish(args.jobs, args.keys).await?;
+    // poison_rows: ten times the jobs, handlers twenty times quicker, on the bare table.
+    let bare = scenario == Scenario::PoisonRows;
+    let (job_count, handler_ms) = if bare {
+        (args.jobs * 10, args.handler_ms / 20)
+    } else {
+        (args.jobs, args.handler_ms)
+    };
+    db.create_tables(form == Form::Lease, bare).await?;
+    db.publish(job_count, args.keys).await?;
+    if bare {
+        db.poison().await?;
+    }
     let jobs = db.jobs().await?;
-    let total = jobs.len() as i64;
+    let poison: HashSet<i64> = jobs
+        .iter()
+        .map(|&(id, _)| id)
+        .filter(|&id| bare && poisoned(id))
+        .collect();
+    let total = (jobs.len() - poison.len()) as i64;
+    let bouncer = if scenario == Scenario::Pooler {
+        let (host, port) = server.addr();
+        Some(Bouncer::start(&host, port, &server.user(), &tag).await?)
+    } else {
+        None
+    };
 
     let held = if scenario == Scenario::IdleInTx {
         Some(db.hold_transaction().await?)
@@ -487,12 +567,26 @@ async fn drive(
 
     let url_server = server.clone();
     let url_tag = tag.clone();
+    let pooler_port = bouncer.as_ref().map(Bouncer::port);
+    let via_server = server.clone();
+    let via_tag = tag.clone();
     let common = Common {
         target,
         form,
         url: Box::new(move |spawn| {
-            url_server.url(Some(&url_tag), Some(&format!("{url_tag}-b{spawn}")))
+            let app = format!("{url_tag}-b{spawn}");
+            match pooler_port {
+                Some(port) => url_server.url_at(port, Some(&url_tag), Some(&app)),
+                None => url_server.url(Some(&url_tag), Some(&app)),
+            }
         }),
+        via: Box::new(move |port, spawn| {
+            via_server.url_at(port, Some(&via_tag), Some(&format!("{via_tag}-b{spawn}")))
+        }),
+        bare,
+        listen_url: bouncer
+            .as_ref()
+            .map(|_| server.url(Some(&tag), Some(&format!("{tag}-listen")))),
         log_url: if server.postgres {
             server.url(Some(&tag), Some(&format!("{tag}-log")))
         } else {
@@ -501,12 +595,12 @@ async fn drive(
             server.url(None, None)
         },
         log_table: db.table(LOG),
-        mode: if scenario == Scenario::RetryStorm {
-            Mode::Storm
-        } else {
-            Mode::Normal
+        mode: match scenario {
+            Scenario::RetryStorm => Mode::Storm,
+            Scenario::PoisonRows => Mode::Poison,
+            _ => Mode::Normal,
         },
-        handler_ms: args.handler_ms,
+        handler_ms,
         lease_ms: args.lease_ms,
         max_attempts: args.max_attempts,
         faketime,
@@ -523,14 +617,45 @@ async fn drive(
         procs.push(spawn_proc(&common, next_spawn, i, *slot)?);
         next_spawn += 1;
     }
-    // Every service starts (bounded) before the faults begin.
+    // pooler, in the forms that hold session locks: every service refuses at the start.
+    if form != Form::Lease
+        && let Some(bouncer) = bouncer
+    {
+        let mut violations = pooler_refusals(&mut procs).await;
+        bouncer.stop().await;
+        violations.extend(leftover_violations(db, args.keys).await?);
+        let faults = Faults {
+            notes: vec![format!("pgbouncer=transaction refused={}", procs.len())],
+            ..Faults::default()
+        };
+        let report = Report::default();
+        let elapsed = started.elapsed();
+        return Ok(line(
+            scenario,
+            target,
+            form,
+            &database,
+            &slots,
+            &faults,
+            elapsed,
+            total,
+            seed,
+            &report,
+            (0, 0),
+            violations,
+        ));
+    }
+    // Every service starts (bounded) before the faults begin; failed_start's gated ones
+    // cannot yet.
+    let gated = |p: &Proc| slots[p.slot].gate.is_some();
     let ready_by = Instant::now() + START_WITHIN;
-    while !procs.iter().all(Proc::ready) {
+    while !procs.iter().all(|p| gated(p) || p.ready()) {
         if Instant::now() > ready_by {
             violations.push(format!("a service did not start within {START_WITHIN:?}"));
             break;
         }
-        let gone = (0..procs.len()).find(|&i| !procs[i].ready() && exited(&mut procs[i].child));
+        let gone = (0..procs.len())
+            .find(|&i| !gated(&procs[i]) && !procs[i].ready() && exited(&mut procs[i].child));
         if let Some(i) = gone {
             let p = &procs[i];
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -595,9 +720,15 @@ async fn drive(
                 next_spawn += 1;
             }
         }
+        if let Some(gate) = late_gate.as_mut().filter(|g| !g.is_open())
+            && now.duration_since(started) >= LATE_AFTER
+        {
+            let (host, port) = server.addr();
+            gate.open(&host, port).await?;
+        }
         if now.duration_since(last_look) >= look_every {
             last_look = now;
-            if let Ok(p) = db.pending().await {
+            if let Ok(p) = db.pending(bare).await {
                 pending = p;
             }
             if pending == 0 {
@@ -695,7 +826,28 @@ async fn drive(
         ));
     }
 
+    if bare {
+        tokio::time::sleep(POISON_HOLD).await;
+    }
+    if let Some(gate) = late_gate.as_mut() {
+        let late = procs
+            .iter()
+            .find(|p| slots[p.slot].gate == Some(gate.port()));
+        violations.extend(late_started(gate, late, server).await?);
+    }
+
+    // poison_rows: how often each poison row was taken before the stop.
+    let at_stop: HashMap<i64, i64> = if bare {
+        let rows = db.remaining(bare).await?;
+        rows.iter()
+            .filter(|r| poison.contains(&r.id))
+            .map(|r| (r.id, r.attempt))
+            .collect()
+    } else {
+        HashMap::new()
+    };
     // Stop every service with SIGTERM; each must exit in time, and with success.
+    let stop_us = now_us();
     for p in &procs {
         let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGTERM);
     }
@@ -737,27 +889,38 @@ async fn drive(
     if let Some(held) = held {
         held.end().await;
     }
+    if let Some(gate) = &shut_gate {
+        let shut = procs
+            .iter()
+            .find(|p| slots[p.slot].gate == Some(gate.port()));
+        let (found, notes) = start_reports(shut);
+        violations.extend(found);
+        faults.notes.extend(notes);
+    }
+    // The pooler's server sessions go with it.
+    if let Some(bouncer) = bouncer {
+        bouncer.stop().await;
+        faults.notes.push("pgbouncer=transaction".to_owned());
+    }
 
     // Nothing of the services' may stay on the server.
-    let leave_by = Instant::now() + LEAVE_WITHIN;
-    loop {
-        let left = db.leftovers(args.keys).await?;
-        if left.is_empty() {
-            break;
-        }
-        if Instant::now() > leave_by {
-            violations.extend(left.into_iter().map(|l| {
-                format!("left on the server {LEAVE_WITHIN:?} after the services exited: {l}")
-            }));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    violations.extend(leftover_violations(db, args.keys).await?);
 
     // What the handlers recorded against what the table holds.
     let log = db.log().await?;
-    let remaining = db.remaining().await?;
+    let remaining = db.remaining(bare).await?;
     faults.list.sort_by_key(|f| f.from_us);
+    // A poison row is taken at once, then again no sooner than its delay by each process;
+    // with a margin of one take a process (PostgreSQL's row lock form has counted one take
+    // over the tight bound in two-process runs). A spin counts hundreds.
+    let delay_us = common.mode.retry_delay().as_micros() as i64;
+    let most_takes = slots.len() as i64 * ((stop_us - start_us) / delay_us.max(1) + 2) + 1;
+    let poison_bound = Poison {
+        ids: &poison,
+        most_takes,
+        at_stop: &at_stop,
+        in_flight: slots.len() as i64,
+    };
     let report = check::check(&Input {
         jobs: &jobs,
         remaining: &remaining,
@@ -765,16 +928,159 @@ async fn drive(
         ended: &faults.ended,
         faults: &faults.list,
         form,
-        max_attempts: i64::from(args.max_attempts),
+        // A table that keeps no failed rows has no attempt budget.
+        max_attempts: if bare {
+            i64::MAX
+        } else {
+            i64::from(args.max_attempts)
+        },
         lease_us: args.lease_ms as i64 * 1000,
         start_us,
-        retry_delay_us: common.mode.retry_delay().as_micros() as i64,
+        retry_delay_us: delay_us,
+        waits_in_process: bare && form != Form::Lease,
+        poison: bare.then_some(poison_bound),
     });
     violations.extend(report.violations.iter().cloned());
+    if let Some((rows, most)) = report.poison {
+        faults.notes.push(format!(
+            "poison_rows={rows} poison_takes_max={most} allowed={most_takes}"
+        ));
+    }
     Ok(line(
         scenario, target, form, &database, &slots, &faults, elapsed, total, seed, &report, closed,
         violations,
     ))
+}
+
+/// pooler, in the forms that hold session locks: each service must exit at its start, in
+/// time, saying that transaction pooling is in the way.
+async fn pooler_refusals(procs: &mut [Proc]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for p in procs {
+        match tokio::time::timeout(START_WITHIN, p.child.wait()).await {
+            Ok(Ok(status)) if !status.success() => {
+                // Its last words, through the pipe.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let said = lock(&p.stderr).clone();
+                if !said.contains(POOLING_REFUSAL) {
+                    violations.push(format!(
+                        "spawn {} refused to start, but not naming {POOLING_REFUSAL}: {}",
+                        p.spawn,
+                        p.stderr_tail()
+                    ));
+                }
+            }
+            Ok(Ok(status)) => violations.push(format!(
+                "spawn {} ran behind transaction pooling ({status}); it holds session locks \
+                 and must refuse at the start",
+                p.spawn
+            )),
+            Ok(Err(error)) => violations.push(format!("spawn {}: {error}", p.spawn)),
+            Err(_) => {
+                violations.push(format!(
+                    "spawn {} did not refuse transaction pooling within {START_WITHIN:?} (ready: \
+                     {})",
+                    p.spawn,
+                    p.ready()
+                ));
+                let _ = p.child.start_kill();
+                let _ = p.child.wait().await;
+            }
+        }
+    }
+    violations
+}
+
+/// What the services left on the server, once they had [`LEAVE_WITHIN`] to let it go.
+async fn leftover_violations(db: &RunDb, keys: u64) -> Result<Vec<String>, BoxError> {
+    let leave_by = Instant::now() + LEAVE_WITHIN;
+    loop {
+        let left = db.leftovers(keys).await?;
+        if left.is_empty() {
+            return Ok(Vec::new());
+        }
+        if Instant::now() > leave_by {
+            return Ok(left
+                .into_iter()
+                .map(|l| {
+                    format!("left on the server {LEAVE_WITHIN:?} after the services exited: {l}")
+                })
+                .collect());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// failed_start: the late process starts once its gate is open (opened here, where the run
+/// drained first).
+async fn late_started(
+    gate: &mut Gate,
+    late: Option<&Proc>,
+    server: &Server,
+) -> Result<Vec<String>, BoxError> {
+    if !gate.is_open() {
+        let (host, port) = server.addr();
+        gate.open(&host, port).await?;
+    }
+    let Some(late) = late else {
+        return Ok(vec!["failed_start: the late process is missing".to_owned()]);
+    };
+    let by = Instant::now() + LATE_WITHIN;
+    while !late.ready() {
+        if Instant::now() > by {
+            return Ok(vec![format!(
+                "spawn {}: its server came up, and it did not start within {LATE_WITHIN:?}: {}",
+                late.spawn,
+                late.stderr_tail()
+            )]);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reports = lock(&late.stderr).matches(START_REPORT).count();
+    if reports == 0 {
+        return Ok(vec![format!(
+            "spawn {}: it started late without a word of the failed starts before",
+            late.spawn
+        )]);
+    }
+    Ok(Vec::new())
+}
+
+/// failed_start: the process whose start could not succeed said so at once and again as it
+/// tried, naming the table, without a line a second (its retries wait 1, 2, 4 s ..).
+fn start_reports(shut: Option<&Proc>) -> (Vec<String>, Vec<String>) {
+    let Some(shut) = shut else {
+        return (
+            vec!["failed_start: the refused process is missing".to_owned()],
+            Vec::new(),
+        );
+    };
+    let said = lock(&shut.stderr).clone();
+    let reports: Vec<&str> = said.lines().filter(|l| l.contains(START_REPORT)).collect();
+    let mut violations = Vec::new();
+    if reports.len() < 2 {
+        violations.push(format!(
+            "spawn {}: its start failed all along, and it said so {} time(s), not again and \
+             again: {}",
+            shut.spawn,
+            reports.len(),
+            shut.stderr_tail()
+        ));
+    }
+    if let Some(line) = reports.iter().find(|l| !l.contains(crate::rows::TABLE)) {
+        violations.push(format!(
+            "spawn {}: a start report does not name the table: {line}",
+            shut.spawn
+        ));
+    }
+    if reports.len() > 12 {
+        violations.push(format!(
+            "spawn {}: {} start reports: it tried again without waiting",
+            shut.spawn,
+            reports.len()
+        ));
+    }
+    (violations, vec![format!("start_reports={}", reports.len())])
 }
 
 /// The local TCP ports of process `pid`'s sockets (Linux: its descriptors' socket inodes,
@@ -873,6 +1179,7 @@ fn line(
                 .collect();
             format!("skew={} skew_seen={}", set.join(","), seen.join(","))
         }
+        Scenario::PoisonRows | Scenario::FailedStart | Scenario::Pooler => faults.notes.join(" "),
     };
     let secs = elapsed.as_secs_f64();
     let verdict = if violations.is_empty() {

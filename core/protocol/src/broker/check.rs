@@ -45,6 +45,10 @@ pub(super) enum CheckStage {
     SessionPing {
         b: ConnId,
     },
+    /// The same first statement on the check's connection: its server session's process id.
+    SessionPingA {
+        b: ConnId,
+    },
     /// The probe key's lock on the check's connection.
     SessionLock {
         b: ConnId,
@@ -137,6 +141,7 @@ impl<R> Broker<R> {
             CheckStage::SessionLock { .. }
             | CheckStage::SessionAcquire { .. }
             | CheckStage::SessionPing { .. }
+            | CheckStage::SessionPingA { .. }
             | CheckStage::SessionTry { .. }
             | CheckStage::SessionUnlock { .. }
             | CheckStage::SessionCleanup { .. }

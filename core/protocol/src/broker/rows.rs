@@ -125,6 +125,15 @@ pub(super) fn affected_any<R>(reply: &Reply<R>) -> bool {
     matches!(reply, Reply::Affected(n) if *n > 0)
 }
 
+/// The first column of the first row as an integer (a server process id).
+pub(super) fn first_int<R>(reply: Reply<R>) -> Option<i64> {
+    rows_of(reply)
+        .into_iter()
+        .next()
+        .and_then(|r| r.values.into_iter().next())
+        .and_then(|v| v.as_int())
+}
+
 /// The first column of the first row as text (a setting, a database's name).
 pub(super) fn first_text<R>(reply: Reply<R>) -> Option<String> {
     rows_of(reply)

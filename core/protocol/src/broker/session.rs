@@ -23,7 +23,11 @@
 //! is another session and finds the key held; through transaction pooling `b` is handed the
 //! server session `a` just gave back (PgBouncer reuses the last one first) and takes the key
 //! again, since a session's locks are re-entrant. `a` then releases the key; an unlock that
-//! finds no lock tells the same (`a` reached another session). Where `b` took the key it
+//! finds no lock tells the same (`a` reached another session). A round that finds neither runs
+//! again, [`ROUNDS`] times in all, since a pooler busy with other clients can pass one. Each
+//! round also asks both connections their server process id (`pg_backend_pid()`): a
+//! connection whose id changes, or two that share one, go through transaction pooling too.
+//! Where `b` took the key it
 //! releases it again, until the server says no lock is left, and the check fails with
 //! [`CheckError::TransactionPooling`] (or [`CheckError::PreparedStatements`]). `b` is taken
 //! before `a` locks, so no lock is held while the pool is waited on; where `b`'s try fails
@@ -34,12 +38,17 @@ use crate::types::{Action, CheckError, ConnId, Event, Reply, SubId};
 use crate::value::Value;
 
 use super::check::CheckStage;
-use super::rows::answer;
+use super::rows::{answer, first_int};
 use super::{Broker, Step};
 
 /// How often `b` releases the probe key at most: once for its own lock, once for `a`'s where
 /// `a`'s unlock reached yet another session.
 const CLEANUPS: u8 = 2;
+
+/// How many times the probe runs while it finds no pooler: a pooler serving other clients at
+/// the same time may hand `b` another server session and `a` its own back in one round, so a
+/// pooler escapes one round now and then, and seldom every one.
+const ROUNDS: u8 = 4;
 
 /// The session check's statements for a subscription, and whether its form needs it.
 struct Probe {
@@ -101,6 +110,8 @@ impl<R> Broker<R> {
         let s = &mut self.subs[sub.0];
         s.check.probe = Some(probe);
         s.check.pooled = false;
+        s.check.rounds = ROUNDS - 1;
+        s.check.pids = (None, None);
         let b = self.new_conn();
         self.check_step(sub, b, Action::Acquire, CheckStage::SessionAcquire { b });
     }
@@ -122,13 +133,28 @@ impl<R> Broker<R> {
             return;
         };
         let probe = self.subs[sub.0].check.probe.clone().unwrap_or(Value::Null);
-        let yes = answer(reply);
+        let pinged = matches!(
+            stage,
+            CheckStage::SessionPing { .. } | CheckStage::SessionPingA { .. }
+        );
+        let (yes, reply) = if pinged {
+            (false, Some(reply))
+        } else {
+            (answer(reply), None)
+        };
+        let pid_of = |reply: Option<Reply<R>>| reply.and_then(first_int);
         match stage {
             CheckStage::SessionAcquire { b } => {
                 let ping = session_ping();
                 self.check_execute(sub, b, ping, Vec::new(), CheckStage::SessionPing { b });
             }
             CheckStage::SessionPing { b } => {
+                self.note_pid(sub, false, pid_of(reply));
+                let ping = session_ping();
+                self.check_execute(sub, a, ping, Vec::new(), CheckStage::SessionPingA { b });
+            }
+            CheckStage::SessionPingA { b } => {
+                self.note_pid(sub, true, pid_of(reply));
                 let binds = try_lock.binds(|_| probe.clone());
                 self.check_execute(sub, a, try_lock, binds, CheckStage::SessionLock { b });
             }
@@ -141,7 +167,7 @@ impl<R> Broker<R> {
                 self.check_step(sub, b, Action::Release, CheckStage::SessionRelease)
             }
             CheckStage::SessionTry { b } => {
-                self.subs[sub.0].check.pooled = yes;
+                self.subs[sub.0].check.pooled |= yes;
                 let binds = unlock.binds(|_| probe.clone());
                 self.check_execute(sub, a, unlock, binds, CheckStage::SessionUnlock { b });
             }
@@ -149,6 +175,18 @@ impl<R> Broker<R> {
                 let s = &mut self.subs[sub.0];
                 s.check.pooled |= !yes;
                 let pooled = s.check.pooled;
+                if !pooled && s.check.rounds > 0 {
+                    // Another round, from `b`'s first statement.
+                    s.check.rounds -= 1;
+                    let ping = session_ping();
+                    return self.check_execute(
+                        sub,
+                        b,
+                        ping,
+                        Vec::new(),
+                        CheckStage::SessionPing { b },
+                    );
+                }
                 self.session_cleanup(sub, b, unlock, probe, pooled, CLEANUPS);
             }
             CheckStage::SessionCleanup { b, left } => {
@@ -176,6 +214,22 @@ impl<R> Broker<R> {
             }
             _ => {}
         }
+    }
+
+    /// A session check's connection (`a`, else `b`) answered its server process id: one that
+    /// changed, or one the other connection has, is a pooler in transaction pooling.
+    fn note_pid(&mut self, sub: SubId, a: bool, pid: Option<i64>) {
+        let Some(pid) = pid else {
+            return;
+        };
+        let check = &mut self.subs[sub.0].check;
+        let (mine, other) = if a {
+            (&mut check.pids.0, check.pids.1)
+        } else {
+            (&mut check.pids.1, check.pids.0)
+        };
+        let first = *mine.get_or_insert(pid);
+        check.pooled |= first != pid || other == Some(pid);
     }
 
     /// Where `b` may hold the probe key (`again`) and tries are `left`: `b` releases it once
@@ -232,7 +286,9 @@ impl<R> Broker<R> {
                 }
             }
             CheckStage::SessionLock { b } => self.send(b, Action::Release, Step::Orphan),
-            CheckStage::SessionPing { b } => self.send(b, Action::Close, Step::Orphan),
+            CheckStage::SessionPing { b } | CheckStage::SessionPingA { b } => {
+                self.send(b, Action::Close, Step::Orphan)
+            }
             CheckStage::SessionTry { b } => {
                 self.send(b, Action::Close, Step::Orphan);
                 if let Some(Probe { unlock, .. }) = self.session_probe(sub) {

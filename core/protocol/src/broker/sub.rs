@@ -33,6 +33,10 @@ pub(super) struct CheckState {
     /// reached the first one's session.
     pub(super) probe: Option<crate::value::Value>,
     pub(super) pooled: bool,
+    /// Rounds of the session check still to run where none has found a pooler yet.
+    pub(super) rounds: u8,
+    /// The server process ids the session check's two connections first answered.
+    pub(super) pids: (Option<i64>, Option<i64>),
     /// `ensure_schema`: the schema's statements ran once, so a table still missing fails.
     pub(super) schema_ran: bool,
 }

@@ -1039,10 +1039,11 @@ impl Db {
                 Reply::Rows(settled)
             }
             StatementKind::Maintenance(kind) => panic!("the model runs no {kind:?}"),
-            StatementKind::Notify
-            | StatementKind::Ping
-            | StatementKind::Savepoint
-            | StatementKind::ReadCommitted => Reply::Done,
+            // The server session's process id.
+            StatementKind::Ping => Reply::Rows(vec![Row::values(vec![Value::Int(sess as i64)])]),
+            StatementKind::Notify | StatementKind::Savepoint | StatementKind::ReadCommitted => {
+                Reply::Done
+            }
             StatementKind::RollbackToSavepoint => {
                 // The savepoint is marked just before the transaction is lent: what the
                 // handler wrote goes.

@@ -15,7 +15,8 @@ fn try_locks(sim: &Sim, p: usize) -> usize {
 }
 
 /// Directly on the server the probe key's lock is taken on the check's connection and found
-/// held on a second one; then it is released, and the subscription is ready. The advisory
+/// held on a second one; then it is released, four rounds in all (a busy pooler can pass
+/// one), and the subscription is ready. The advisory
 /// form on PostgreSQL's own locks and the row lock form with an attempt column check; the
 /// other forms and MySQL do not.
 #[test]
@@ -28,8 +29,8 @@ fn the_session_lock_forms_on_postgres_check_that_each_connection_is_a_session_of
         assert!(sim.events(p, 0).contains(&Event::Ready { sub }));
         assert_eq!(
             try_locks(&sim, p),
-            2,
-            "{:?}: the probe on the check's connection and on a second",
+            8,
+            "{:?}: the probe on the check's connection and on a second, in each of 4 rounds",
             desc.form()
         );
         assert!(sim.db.advisory.is_empty(), "the probe key is released");
@@ -119,6 +120,60 @@ fn a_second_connection_on_the_first_ones_session_fails_the_check() {
     }
 }
 
+/// A pooler busy with other clients may hand the probe's connections sessions that pass the
+/// lock test in every round; their server process ids still tell: the check's connection
+/// answering another id in a later round, or both connections answering one id, fail the
+/// check naming transaction pooling, and nothing claims.
+#[test]
+fn server_process_ids_that_change_or_are_shared_fail_the_check() {
+    // The pings in order: b's, then a's, in each round; `ids` answers the n-th.
+    type Ids = fn(usize) -> i64;
+    let cases: [(&str, Ids); 3] = [
+        ("a's id changes in the third round", |n| match n {
+            4 => 30,
+            n if n % 2 == 0 => 20,
+            _ => 10,
+        }),
+        ("b's id changes in the second round", |n| match n {
+            2 => 40,
+            n if n % 2 == 0 => 20,
+            _ => 10,
+        }),
+        ("both connections answer one id", |_| 10),
+    ];
+    for (case, ids) in cases {
+        for desc in [advisory(), row_lock()] {
+            let mut sim = Sim::new(Dialect::Postgres, desc, 1);
+            let mut pings = 0;
+            sim.hook(move |_, c| match kind_of(c) {
+                Some(StatementKind::Ping) => {
+                    let id = ids(pings);
+                    pings += 1;
+                    Intercept::Answer(Reply::Rows(vec![Row::values(vec![Value::Int(id)])]))
+                }
+                _ => Intercept::Run,
+            });
+            sim.insert(0);
+            let p = sim.spawn();
+            sim.run();
+            let sub = sim.procs[p].sub;
+            let failed = sim.events(p, 0).into_iter().any(|e| {
+                matches!(e, Event::CheckFailed { sub: s, error: CheckError::TransactionPooling { .. } } if s == sub)
+            });
+            assert!(failed, "{case}, {:?}: the check fails", desc.form());
+            assert!(!sim.events(p, 0).contains(&Event::Ready { sub }), "{case}");
+            sim.advance(Duration::from_secs(10));
+            for claiming in [StatementKind::Take, StatementKind::CountRow] {
+                assert_eq!(sim.executed(claiming), 0, "{case}: no claim");
+            }
+            assert!(
+                sim.db.advisory.is_empty(),
+                "{case}: the probe key is released"
+            );
+        }
+    }
+}
+
 /// Where the adapter's prepared statements live in the server session, every form on
 /// PostgreSQL checks, not only those that lock: the lease form and the row lock form without
 /// an attempt column take the probe key on the check's connection and find it held on a
@@ -137,7 +192,7 @@ fn with_prepared_statements_every_form_on_postgres_checks_its_sessions() {
             "{:?}",
             desc.form()
         );
-        assert_eq!(try_locks(&sim, p), 2, "{:?}", desc.form());
+        assert_eq!(try_locks(&sim, p), 8, "{:?}: 4 rounds", desc.form());
         assert!(sim.db.advisory.is_empty(), "the probe key is released");
         // The second connection is taken before the first lock: no lock is held while the
         // pool is waited on.
