@@ -186,6 +186,8 @@ use ruststream_core::spec::{Described, Features, Sqlite, ValidOn};
 use ruststream_core::{Command, Dialect, Reply};
 use serde::de::DeserializeOwned;
 
+pub mod testing;
+
 pub use claim::RusqliteClaim;
 pub use driver::{RusqliteDriver, Synchronous};
 pub use lock::{CustomLock, Lock, LockFn, PickLock, Unlock, custom_lock};

@@ -280,6 +280,8 @@ mod db;
 mod listen;
 mod lock;
 mod outbox;
+#[cfg(feature = "postgres")]
+pub mod testing;
 
 pub use broker::{
     ClosedSqlxBroker, ConnectOptionsOf, RunningSqlxBroker, SqlxBroker, SqlxBrokerError,

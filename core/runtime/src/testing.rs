@@ -183,6 +183,42 @@ impl<H> Recorded<H> {
         self.log.seen.lock().expect("not poisoned").outcomes.clone()
     }
 
+    /// Runs `service` until `n` messages have a final outcome (acknowledged or rejected, not
+    /// retried), for at most `within`, then shuts it down gracefully, so every settlement has
+    /// committed when this returns: each message's outcomes. Publish from the service's
+    /// [`on_started`](crate::RustStream::on_started) hook, or from another task.
+    pub async fn settle(
+        &self,
+        service: crate::RustStream,
+        n: usize,
+        within: Duration,
+    ) -> Result<BTreeMap<Value, Vec<HandlerOutcome>>, Unsettled> {
+        let exec = crate::exec::current();
+        let log = self.log.clone();
+        let reached = Arc::new(Mutex::new(false));
+        let into = reached.clone();
+        let waiter = Recorded { handler: (), log };
+        service
+            .run_until(async move {
+                let done = waiter.outcomes(n, within, &exec).await.is_some();
+                *into.lock().expect("not poisoned") = done;
+            })
+            .await
+            .map_err(Unsettled::Run)?;
+        let outcomes = self.all();
+        if *reached.lock().expect("not poisoned") {
+            Ok(outcomes)
+        } else {
+            let finished = self.log.seen.lock().expect("not poisoned").finished();
+            Err(Unsettled::Timeout {
+                wanted: n,
+                finished,
+                within,
+                outcomes,
+            })
+        }
+    }
+
     /// Waits until `n` messages have a final outcome (acknowledged or rejected, not retried),
     /// for at most `within`; each message's outcomes, or `None` on the timeout.
     pub async fn outcomes(
@@ -211,6 +247,27 @@ impl<H> Recorded<H> {
         }
         Some(self.all())
     }
+}
+
+/// Why [`Recorded::settle`] returned without its outcomes.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unsettled {
+    /// The service did not start, or a startup hook failed.
+    #[error(transparent)]
+    Run(crate::RunError),
+    /// Fewer messages than wanted had a final outcome in time; `outcomes` holds what there was.
+    #[error("{finished} of {wanted} messages had a final outcome within {within:?}")]
+    Timeout {
+        /// The messages waited for.
+        wanted: usize,
+        /// Those with a final outcome.
+        finished: usize,
+        /// How long the wait was.
+        within: Duration,
+        /// Each message's outcomes so far.
+        outcomes: BTreeMap<Value, Vec<HandlerOutcome>>,
+    },
 }
 
 impl<M, O, X, C, H> Handle<M, O, X, C> for Recorded<H>

@@ -18,6 +18,9 @@ pub(super) enum SubState {
     Failed,
 }
 
+/// How many retried rows' due times a subscription keeps for its next claims.
+const RETRIES_DUE_MAX: usize = 64;
+
 /// The check of a subscription's table.
 #[derive(Debug, Default)]
 pub(super) struct CheckState {
@@ -114,6 +117,10 @@ pub(super) struct Sub {
     /// Claims no more: the runtime stopped it.
     pub(super) stopped: bool,
     pub(super) next_claim_at: Option<Time>,
+    /// When rows this process retried become due, until a claim starts after that time: a
+    /// claim that starts sooner finds them not yet due, and its end claims again then rather
+    /// than at the poll.
+    pub(super) retries_due: std::collections::BTreeSet<Time>,
     /// The lease form: until when the claim due waits for the handlers that run
     /// ([`Sub::gathers`]).
     pub(super) gather_until: Option<Time>,
@@ -292,6 +299,7 @@ impl Sub {
             claims_in_flight: 0,
             stopped: false,
             next_claim_at: None,
+            retries_due: std::collections::BTreeSet::new(),
             gather_until: None,
             claim_took: Duration::ZERO,
             last_full: false,
@@ -371,6 +379,24 @@ impl Sub {
         }
         let held = self.in_work - self.settling.min(self.options.workers);
         (self.options.workers + self.prefetch).saturating_sub(held + self.claiming)
+    }
+
+    /// A row this process retried into its table is due at `due`. Kept for the claims that
+    /// start before then; at most [`RETRIES_DUE_MAX`], the latest forgotten first.
+    pub(super) fn note_retry_due(&mut self, due: Time) {
+        self.retries_due.insert(due);
+        while self.retries_due.len() > RETRIES_DUE_MAX {
+            self.retries_due.pop_last();
+        }
+    }
+
+    /// The first time a retried row becomes due after a claim that started at `started`; the
+    /// times that claim already looked past are forgotten.
+    pub(super) fn retry_due_after(&mut self, started: Time) -> Option<Time> {
+        self.retries_due = self
+            .retries_due
+            .split_off(&started.plus(Duration::from_micros(1)));
+        self.retries_due.first().copied()
     }
 
     /// The lease form on a server: whether the claim due at `now` waits for the handlers

@@ -290,6 +290,10 @@ impl<R> Broker<R> {
         };
         // A row that waits its delay here is looked for again when the delay ends.
         let next = s.waiting.next_end().map_or(next, |t| t.max(now).min(next));
+        // So is a row retried into its table, due after this claim started.
+        let next = s
+            .retry_due_after(c.started)
+            .map_or(next, |t| t.max(now).min(next));
         // A wake that came while the claim ran keeps its earlier time.
         if !s.stopped {
             s.next_claim_at = Some(s.next_claim_at.map_or(next, |t| t.min(next)));

@@ -291,6 +291,11 @@ impl<R> Broker<R> {
         } else if (d.key().is_some() || !d.settled || retried || d.exhausted) && !s.stopped {
             s.next_claim_at = Some(self.now);
         }
+        // A row retried into its table's due or lease column: the claims that start before
+        // it is due do not find it, and the last of them claims again when it is.
+        if let Some(delay) = waits.filter(|_| !nowhere && !s.stopped) {
+            s.note_retry_due(self.now.plus(delay));
+        }
         let returned = !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown));
         // A lease kept past the shutdown returns when it runs out, not now.
         let kept_lease = d.lease().is_some() && d.ending == Some(Ending::Shutdown);

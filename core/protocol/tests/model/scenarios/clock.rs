@@ -143,3 +143,33 @@ fn an_extension_by_a_process_off_the_database_clock_keeps_the_lease_a_lease_ahea
         );
     }
 }
+
+/// A retried row is taken again when its delay ends, not at the next poll, in every form and
+/// dialect where its table keeps the delay; a claim that starts before then (woken by
+/// another row, or by the settlement) does not make it wait for the poll.
+#[test]
+fn a_retried_row_is_claimed_again_when_its_delay_ends() {
+    for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+        for desc in [lease(), row_lock(), advisory()] {
+            if dialect == Dialect::Sqlite && desc.form() == Form::RowLock {
+                continue;
+            }
+            let mut sim = Sim::new(dialect, desc, 1);
+            sim.insert(0);
+            let p = sim.spawn();
+            sim.run();
+            let delivery = sim.delivery(p, 1);
+            let delay = Duration::from_millis(50);
+            sim.settle_with(p, delivery, Settlement::new(Outcome::Retry).delay(delay));
+            sim.run();
+            let mark = sim.mark();
+            sim.advance(delay + Duration::from_millis(20));
+            assert_eq!(
+                sim.delivered_rows(p, mark),
+                [1],
+                "{dialect:?} {:?}: taken again when the delay ends",
+                desc.form()
+            );
+        }
+    }
+}
