@@ -77,7 +77,37 @@ pub async fn place_order(pool: &Pool, order: &Order) -> Result<(), Box<dyn std::
 }
 
 /// The receipts sent, in order.
-pub type Sent = Arc<Mutex<Vec<Receipt>>>;
+pub type Sent = Arc<Receipts>;
+
+/// The receipts sent, and their count, which a caller can wait for.
+#[derive(Default)]
+pub struct Receipts {
+    list: Mutex<Vec<Receipt>>,
+    count: tokio::sync::Notify,
+}
+
+impl Receipts {
+    fn push(&self, receipt: Receipt) {
+        self.list.lock().expect("not poisoned").push(receipt);
+        self.count.notify_waiters();
+    }
+
+    /// The receipts sent so far.
+    pub fn list(&self) -> Vec<Receipt> {
+        self.list.lock().expect("not poisoned").clone()
+    }
+
+    /// Waits until `n` receipts are sent.
+    pub async fn wait_for(&self, n: usize) {
+        loop {
+            let sent = self.count.notified();
+            if self.list.lock().expect("not poisoned").len() >= n {
+                return;
+            }
+            sent.await;
+        }
+    }
+}
 
 /// Mails a receipt (here: notes it in `sent`).
 struct Mail {
@@ -92,10 +122,7 @@ impl Handle<Receipt> for Mail {
         _ctx: &mut Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> {
         tracing::info!(receipt.order, receipt.email, "mailing a receipt");
-        self.sent
-            .lock()
-            .expect("not poisoned")
-            .push(receipt.clone());
+        self.sent.push(receipt.clone());
         ready(Ok(()))
     }
 }
@@ -140,16 +167,14 @@ pub async fn run(url: &str, orders: i64) -> Result<Vec<Receipt>, Box<dyn std::er
                 Err(error) => tracing::info!(order.id, %error, "the order was refused"),
             }
         }
-        while (sent.lock().expect("not poisoned").len() as i64) < committed {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        sent.wait_for(committed).await;
     };
     service(url, sent.clone())
         .shutdown_timeout(Duration::from_secs(10))
         .run_until(placed)
         .await?;
     pool.disconnect().await?;
-    let sent = sent.lock().expect("not poisoned").clone();
+    let sent = sent.list();
     Ok(sent)
 }
 

@@ -210,6 +210,8 @@ struct State {
     in_work: Mutex<HashMap<i64, usize>>,
     max_per_key: AtomicUsize,
     done: AtomicU64,
+    /// Woken at each job done.
+    finished: tokio::sync::Notify,
     attempts: AtomicU64,
     retries: AtomicU64,
 }
@@ -255,6 +257,7 @@ impl Handle<Job, (), (), InboxContext> for Worker {
             return Err(HandlerOutcome::retry());
         }
         self.state.done.fetch_add(1, Ordering::SeqCst);
+        self.state.finished.notify_waiters();
         self.progress.inc(1);
         Ok(())
     }
@@ -386,8 +389,13 @@ where
         })
         .collect::<Result<Vec<_>, ruststream::PublishError>>()?;
     publisher.publish_all(batch).await?;
-    while state.done.load(Ordering::SeqCst) < args.jobs {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // Until every job is done: each wakes this wait.
+    loop {
+        let finished = state.finished.notified();
+        if state.done.load(Ordering::SeqCst) >= args.jobs {
+            break;
+        }
+        finished.await;
     }
     let elapsed = started.elapsed();
     running.stop();

@@ -6,6 +6,8 @@
 //! cargo run --example rusqlite_async_std
 //! ```
 
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,13 +40,14 @@ pub struct Send {
     pub n: u64,
 }
 
-/// Sends an email: here, waits a moment on async-std's timer and counts it.
-struct Mailer(Arc<AtomicU64>);
+/// Sends an email: here, waits a moment on async-std's timer, counts it and says so.
+struct Mailer(Arc<AtomicU64>, UnboundedSender<()>);
 
 impl Handle<Send> for Mailer {
     async fn handle(&self, _: &Send, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
         async_std::task::sleep(Duration::from_millis(1)).await;
         self.0.fetch_add(1, Ordering::SeqCst);
+        let _ = self.1.unbounded_send(());
         Ok(())
     }
 }
@@ -64,9 +67,10 @@ pub fn run(
     conn.execute_batch(&Email::TABLE.ddl(Dialect::Sqlite).to_string())?;
     drop(conn);
     let sent = Arc::new(AtomicU64::new(0));
+    let (each_sent, mut sent_one) = futures::channel::mpsc::unbounded();
     let broker = RusqliteBroker::open(path).handle();
     let publisher = broker.publisher::<Email>();
-    let mailer = subscriber("emails", Mailer(sent.clone()))
+    let mailer = subscriber("emails", Mailer(sent.clone(), each_sent))
         .map_source(|_| InboxQueue::<Email>::new("emails"))
         .workers(nonzero!(4));
     let service = RustStream::new(AppInfo::new("mailer", "0.1.0"))
@@ -80,10 +84,10 @@ pub fn run(
         .with_broker(broker, |b| {
             b.include(mailer.build());
         });
-    let done = sent.clone();
+    // Until every email is sent: the handler says so for each.
     async_std::task::block_on(service.run_until(async move {
-        while done.load(Ordering::SeqCst) < jobs {
-            async_std::task::sleep(Duration::from_millis(5)).await;
+        for _ in 0..jobs {
+            let _ = sent_one.next().await;
         }
     }))?;
     Ok(sent.load(Ordering::SeqCst))

@@ -57,8 +57,38 @@ pub fn place_order(
     Ok(())
 }
 
-/// The receipts sent.
-type Sent = Arc<Mutex<Vec<Receipt>>>;
+/// The receipts sent, in order.
+type Sent = Arc<Receipts>;
+
+/// The receipts sent, and their count, which a caller can wait for.
+#[derive(Default)]
+pub struct Receipts {
+    list: Mutex<Vec<Receipt>>,
+    count: tokio::sync::Notify,
+}
+
+impl Receipts {
+    fn push(&self, receipt: Receipt) {
+        self.list.lock().expect("not poisoned").push(receipt);
+        self.count.notify_waiters();
+    }
+
+    /// The receipts sent so far.
+    pub fn list(&self) -> Vec<Receipt> {
+        self.list.lock().expect("not poisoned").clone()
+    }
+
+    /// Waits until `n` receipts are sent.
+    pub async fn wait_for(&self, n: usize) {
+        loop {
+            let sent = self.count.notified();
+            if self.list.lock().expect("not poisoned").len() >= n {
+                return;
+            }
+            sent.await;
+        }
+    }
+}
 
 /// Mails a receipt (here: notes it in `sent`).
 struct Mail {
@@ -72,10 +102,7 @@ impl Handle<Receipt> for Mail {
         _outs: &(),
         _ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
-        self.sent
-            .lock()
-            .expect("not poisoned")
-            .push(receipt.clone());
+        self.sent.push(receipt.clone());
         Ok(())
     }
 }
@@ -116,14 +143,12 @@ pub async fn run(
                     committed += 1;
                 }
             }
-            Ok::<i64, Box<dyn std::error::Error + Send + Sync>>(committed)
+            Ok::<usize, Box<dyn std::error::Error + Send + Sync>>(committed)
         })
         .await
         .expect("the shop's thread")
         .expect("the shop's connection");
-        while (sent.lock().expect("not poisoned").len() as i64) < committed {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        sent.wait_for(committed).await;
     };
     let mail = Mail { sent: sent.clone() };
     RustStream::new(AppInfo::new("receipts", "0.1.0"))
@@ -136,7 +161,7 @@ pub async fn run(
         })
         .run_until(placed)
         .await?;
-    let sent = sent.lock().expect("not poisoned").clone();
+    let sent = sent.list();
     Ok(sent)
 }
 

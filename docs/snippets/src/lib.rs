@@ -28,6 +28,9 @@ pub mod failures {}
 #[doc = include_str!("../../src/shutdown.md")]
 pub mod shutdown {}
 
+#[doc = include_str!("../../src/testing.md")]
+pub mod testing {}
+
 #[doc = include_str!("../../src/operating.md")]
 pub mod operating {}
 
