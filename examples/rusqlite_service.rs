@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ruststream::Job;
 use ruststream::core::Dialect;
 use ruststream_rusqlite::prelude::*;
 use ruststream_rusqlite::rusqlite::Connection;
@@ -19,7 +20,12 @@ use serde::{Deserialize, Serialize};
 
 /// One row of `exports`, held by the key of its account while it is in work.
 #[derive(Inbox, Deserialize)]
-#[inbox(table = "exports", advisory_lock = "exports-{account}")]
+#[inbox(
+    table = "exports",
+    advisory_lock = "exports-{account}",
+    failed_at = "failed_at",
+    error = "error"
+)]
 pub struct Export {
     #[field(id, generated)]
     id: i64,
@@ -37,13 +43,14 @@ pub struct Report {
     pub account: i64,
 }
 
-/// An export takes a while; the key of its account is held meanwhile.
+/// An export takes a while; the key of its account is held meanwhile. `Ok` acknowledges the
+/// job; an error retries it, up to the fifth attempt.
 #[subscriber(InboxQueue::<Export>::new("exports"))]
-async fn export(report: &Report, Ctx(attempt): Ctx<keys::Attempt>) -> HandlerOutcome {
-    tracing::info!(report.account, attempt, "exporting");
+async fn export(report: &Report, job: Job<Export>) -> Result<(), BoxError> {
+    tracing::info!(report.account, attempt = job.attempt(), "exporting");
     tokio::time::sleep(Duration::from_millis(300)).await;
     println!("exported account {}", report.account);
-    HandlerOutcome::ack()
+    Ok(())
 }
 
 fn path() -> PathBuf {
@@ -60,7 +67,7 @@ fn service(path: PathBuf, jobs: i64) -> RustStream {
     RustStream::new(AppInfo::new("exports", "0.1.0"))
         .shutdown_timeout(Duration::from_secs(10))
         // The table, created before the subscription checks it.
-        .on_startup(async move |()| {
+        .on_startup(async move || {
             if let Some(dir) = schema.parent() {
                 std::fs::create_dir_all(dir)?;
             }
@@ -71,7 +78,7 @@ fn service(path: PathBuf, jobs: i64) -> RustStream {
             Connection::open(&schema)?.execute_batch(&ddl.to_string())?;
             Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
         })
-        .on_started(async move |()| {
+        .on_started(async move || {
             for account in 0..jobs {
                 let message = Message::json(&Report { account })?.column("account", account % 4);
                 publisher.publish(message).await?;
@@ -80,7 +87,7 @@ fn service(path: PathBuf, jobs: i64) -> RustStream {
             Ok::<(), PublishError>(())
         })
         .with_broker(broker, |b| {
-            b.include(export.workers(nonzero!(2)));
+            b.include(export.workers(2).max_attempts(5));
         })
 }
 

@@ -357,7 +357,7 @@ pub enum DescError {
     },
     /// A setting needs a column the description does not name.
     #[error(
-        "table `{table}`: {setting} needs a {role} column, and the description names none; add `{method}`"
+        "table `{table}`: {setting} needs the table's {role} column, and the description names none; add `{method}"
     )]
     NeedsColumn {
         /// The table.

@@ -261,14 +261,14 @@ impl<R> Broker<R> {
             (
                 retention.processed.is_some() && desc.processed_at.is_none(),
                 "retain_processed",
-                "a processed_at",
-                ".processed(..)` (`#[field(processed_at)]`",
+                "processed_at",
+                ".processed(..)` (`#[field(processed_at)]`)",
             ),
             (
                 retention.failed.is_some() && desc.failed_at.is_none(),
                 "retain_failed",
-                "a failed_at",
-                ".failed(..)` (`#[field(failed_at)]`",
+                "failed_at",
+                ".failed(..)` (`#[field(failed_at)]`)",
             ),
         ];
         if let Some((_, setting, role, method)) = needs.into_iter().find(|n| n.0) {

@@ -305,13 +305,13 @@ impl<R> Broker<R> {
             let needs = [
                 (
                     desc.attempt.is_none(),
-                    "an attempt",
-                    ".attempt(..)` (`#[field(attempt)]`",
+                    "attempt",
+                    ".attempt(..)` (`#[field(attempt)]`)",
                 ),
                 (
                     desc.failed_at.is_none(),
-                    "a failed_at",
-                    ".failed(..)` (`#[field(failed_at)]`",
+                    "failed_at",
+                    ".failed(..)` (`#[field(failed_at)]`)",
                 ),
             ];
             if let Some((_, role, method)) = needs.into_iter().find(|(missing, ..)| *missing) {

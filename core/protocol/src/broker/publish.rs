@@ -348,7 +348,7 @@ impl<R> Broker<R> {
                 "a deletion of failed rows"
             },
             role: "failed_at",
-            method: ".failed(..)` (`#[field(failed_at)]`",
+            method: ".failed(..)` (`#[field(failed_at)]`)",
         })?;
         let binds = statement.binds(|arg| match (arg, &which) {
             (Arg::IdAt(i), FailedRowsOf::Ids(ids)) => ids.get(i).cloned().unwrap_or(Value::Null),
@@ -396,7 +396,7 @@ impl<R> Broker<R> {
             table: p.desc.table,
             setting: "a list of failed rows",
             role: "failed_at",
-            method: ".failed(..)` (`#[field(failed_at)]`",
+            method: ".failed(..)` (`#[field(failed_at)]`)",
         })?;
         let binds = statement.binds(|arg| match (arg, &read) {
             (Arg::Limit, ReadTable::Failed { limit, .. }) => Value::Int(i64::from(*limit)),

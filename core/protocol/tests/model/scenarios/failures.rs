@@ -319,7 +319,7 @@ fn max_attempts_without_its_columns_is_refused_naming_the_column() {
     no_failed.failed_at = None;
     let mut no_attempt = failing(Form::Lease, true);
     no_attempt.attempt = None;
-    for (desc, role) in [(no_failed, "a failed_at"), (no_attempt, "an attempt")] {
+    for (desc, role) in [(no_failed, "failed_at"), (no_attempt, "attempt")] {
         let mut broker = Broker::<i64>::new(Dialect::Postgres);
         let options = SubscribeOptions {
             max_attempts: Some(3),
@@ -333,7 +333,13 @@ fn max_attempts_without_its_columns_is_refused_naming_the_column() {
             panic!("{refused:?}");
         };
         assert_eq!((*table, *found), ("jobs", role));
-        assert!(refused.to_string().contains("max_attempts"), "{refused}");
+        let message = refused.to_string();
+        assert!(message.contains("max_attempts"), "{message}");
+        assert!(
+            message.contains(&format!("needs the table's {role} column"))
+                && message.ends_with(&format!("(`#[field({role})]`)")),
+            "{message}"
+        );
     }
 }
 
