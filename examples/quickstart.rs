@@ -8,11 +8,14 @@
 //! cargo run --release --example quickstart -- --jobs 2000 --keys 20 --workers 4
 //! cargo run --release --example quickstart -- --url postgres://postgres@127.0.0.1:5432/test
 //! cargo run --release --example quickstart -- --url mysql://root@127.0.0.1:3306/test
+//! cargo run --release --example quickstart -- --help
 //! ```
 //!
 //! SQLite runs on `ruststream-rusqlite`; a `postgres://` or `mysql://` URL runs the same batch
 //! on `ruststream-sqlx`, in the table `quickstart_jobs` of that database, which the quick start
-//! drops and creates anew from the row type's description (`JobRow::TABLE.ddl(..)`).
+//! drops and creates anew from the row type's description (`JobRow::TABLE.ddl(..)`). SQLite
+//! runs in WAL mode with `synchronous = NORMAL`: a crash of the process loses nothing, a power
+//! loss may undo the last commits.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -25,21 +28,27 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ruststream::adapter::TakesRows;
 use ruststream::core::Dialect;
 use ruststream::{
-    BrokerHandle, Context, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxTable,
-    IntoSubscription, Message, subscriber,
+    BoxError, BrokerHandle, Inbox, InboxQueue, InboxTable, IntoSubscription, Message, RetryPolicy,
+    State, subscriber,
 };
-use ruststream_rusqlite::RusqliteBroker;
 use ruststream_rusqlite::rusqlite::Connection;
+use ruststream_rusqlite::{RusqliteBroker, Synchronous};
 use ruststream_sqlx::SqlxBroker;
 use serde::{Deserialize, Serialize};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection as _};
 
-/// One row of `quickstart_jobs`, held by a lock on its channel's key while it is in work. It
-/// decodes with serde on rusqlite and with `sqlx::FromRow` on sqlx.
+/// One row of `quickstart_jobs`, held by a lock on its channel's key while it is in work; a job
+/// that fails for good stays, marked failed with its error. It decodes with serde on rusqlite
+/// and with `sqlx::FromRow` on sqlx.
 #[derive(Inbox, Deserialize, sqlx::FromRow)]
-#[inbox(table = "quickstart_jobs", advisory_lock = "quickstart_jobs-{channel}")]
+#[inbox(
+    table = "quickstart_jobs",
+    advisory_lock = "quickstart_jobs-{channel}",
+    failed_at = "failed_at",
+    error = "error"
+)]
 pub struct JobRow {
     #[field(id, generated)]
     id: i64,
@@ -127,7 +136,36 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// The quick start's settings, from the command line.
+/// The quick start's command line.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "quickstart",
+    about = "Publishes a batch of jobs over a set of keys and processes them in the advisory \
+             lock form: one job of a key in work at a time, several workers, a few retries."
+)]
+struct Cli {
+    /// Where the jobs go: sqlite:PATH (or a bare path), postgres://.. or mysql://..
+    /// [default: sqlite:target/quickstart.db]
+    #[arg(long)]
+    url: Option<String>,
+    /// How many jobs to publish.
+    #[arg(long, default_value_t = 10_000)]
+    jobs: u64,
+    /// Over how many keys.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// How many workers.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    workers: u64,
+    /// Every how many jobs one fails its first attempt and is retried (0: none).
+    #[arg(long, default_value_t = 50)]
+    flaky_every: u64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The quick start's settings.
 #[derive(Clone, Debug)]
 pub struct Args {
     /// Where the jobs go.
@@ -145,47 +183,30 @@ pub struct Args {
 }
 
 impl Args {
-    /// Reads `--url`, `--jobs`, `--keys`, `--workers`, `--flaky-every`, `--quiet`.
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("target"));
-        let mut out = Args {
-            database: Database::Sqlite(target.join("quickstart.db")),
-            jobs: 10_000,
-            keys: 100,
-            workers: 8,
-            flaky_every: 50,
-            progress: true,
-        };
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
-            match arg.as_str() {
-                "--url" => out.database = Database::from_url(&value("--url")?)?,
-                "--jobs" => out.jobs = number(&value("--jobs")?, "--jobs")?,
-                "--keys" => out.keys = number(&value("--keys")?, "--keys")?.max(1),
-                "--workers" => {
-                    out.workers = number(&value("--workers")?, "--workers")?.max(1) as usize
-                }
-                "--flaky-every" => {
-                    out.flaky_every = number(&value("--flaky-every")?, "--flaky-every")?
-                }
-                "--quiet" => out.progress = false,
-                other => {
-                    return Err(format!(
-                        "unknown argument {other}; try --jobs N --keys K --workers W --url sqlite:PATH|postgres://..|mysql://.."
-                    ));
-                }
+    /// Reads `--url`, `--jobs`, `--keys`, `--workers`, `--flaky-every`, `--quiet`; `--help`
+    /// answers the help as its error.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, clap::Error> {
+        use clap::Parser;
+        let cli = Cli::try_parse_from(std::iter::once("quickstart".to_owned()).chain(args))?;
+        let database = match cli.url {
+            Some(url) => Database::from_url(&url)
+                .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, e))?,
+            None => {
+                let target = std::env::var_os("CARGO_TARGET_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("target"));
+                Database::Sqlite(target.join("quickstart.db"))
             }
-        }
-        Ok(out)
+        };
+        Ok(Args {
+            database,
+            jobs: cli.jobs,
+            keys: cli.keys,
+            workers: cli.workers as usize,
+            flaky_every: cli.flaky_every,
+            progress: !cli.quiet,
+        })
     }
-}
-
-fn number(text: &str, name: &str) -> Result<u64, String> {
-    text.parse()
-        .map_err(|_| format!("{name} {text}: not a number"))
 }
 
 /// What the run measured.
@@ -205,8 +226,9 @@ pub struct Summary {
     pub elapsed: Duration,
 }
 
+/// What the handler counts, shared by its workers.
 #[derive(Default)]
-struct State {
+struct Counts {
     in_work: Mutex<HashMap<i64, usize>>,
     max_per_key: AtomicUsize,
     done: AtomicU64,
@@ -216,54 +238,44 @@ struct State {
     retries: AtomicU64,
 }
 
-/// Counts the jobs of each key in work, fails a flaky job's first attempt.
-struct Worker {
-    state: Arc<State>,
-    progress: ProgressBar,
-}
-
-impl Handle<Job, (), (), InboxContext> for Worker {
-    async fn handle(
-        &self,
-        job: &Job,
-        _outs: &(),
-        ctx: &mut Context<'_, InboxContext>,
-    ) -> Result<(), HandlerOutcome> {
-        let info = ctx.kind().info();
-        let key: i64 = info
-            .key
-            .as_deref()
-            .and_then(|k| k.rsplit('-').next())
-            .and_then(|k| k.parse().ok())
-            .unwrap_or(-1);
-        let attempt = info.attempt.unwrap_or(1);
-        {
-            let mut in_work = self.state.in_work.lock().expect("not poisoned");
-            let n = in_work.entry(key).or_default();
-            *n += 1;
-            self.state.max_per_key.fetch_max(*n, Ordering::SeqCst);
-        }
-        // The work itself.
-        tokio::task::yield_now().await;
-        self.state
-            .in_work
-            .lock()
-            .expect("not poisoned")
-            .entry(key)
-            .and_modify(|n| *n -= 1);
-        self.state.attempts.fetch_add(1, Ordering::SeqCst);
-        if job.flaky && attempt == 1 {
-            self.state.retries.fetch_add(1, Ordering::SeqCst);
-            return Err(HandlerOutcome::retry());
-        }
-        self.state.done.fetch_add(1, Ordering::SeqCst);
-        self.state.finished.notify_waiters();
-        self.progress.inc(1);
-        Ok(())
+/// Counts the jobs of each key in work, fails a flaky job's first attempt (an error retries
+/// it under the retry policy).
+#[subscriber(InboxQueue::<JobRow>::new("jobs"))]
+async fn work(
+    job: &Job,
+    this: ruststream::Job<JobRow>,
+    State(counts): State<Arc<Counts>>,
+    State(progress): State<ProgressBar>,
+) -> Result<(), BoxError> {
+    let key: i64 = this
+        .key()
+        .and_then(|k| k.rsplit('-').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(-1);
+    {
+        let mut in_work = counts.in_work.lock().expect("not poisoned");
+        let n = in_work.entry(key).or_default();
+        *n += 1;
+        counts.max_per_key.fetch_max(*n, Ordering::SeqCst);
     }
+    // The work itself.
+    tokio::task::yield_now().await;
+    counts
+        .in_work
+        .lock()
+        .expect("not poisoned")
+        .entry(key)
+        .and_modify(|n| *n -= 1);
+    counts.attempts.fetch_add(1, Ordering::SeqCst);
+    if job.flaky && this.attempt() == 1 {
+        counts.retries.fetch_add(1, Ordering::SeqCst);
+        return Err(format!("job {} fails its first attempt", job.n).into());
+    }
+    counts.done.fetch_add(1, Ordering::SeqCst);
+    counts.finished.notify_waiters();
+    progress.inc(1);
+    Ok(())
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs the quick start.
 pub async fn run(args: Args) -> Result<Summary, BoxError> {
@@ -279,11 +291,8 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
     } else {
         ProgressBar::hidden()
     };
-    let state = Arc::new(State::default());
-    let worker = Worker {
-        state: state.clone(),
-        progress: progress.clone(),
-    };
+    let counts = Arc::new(Counts::default());
+    let worker = (counts.clone(), progress.clone());
     // The pool of a server: a connection for each delivery in work, for the claims and for
     // the publishes.
     let connections = args.workers as u32 + 4;
@@ -298,7 +307,11 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
                 let _ = std::fs::remove_file(file);
             }
             Connection::open(path)?.execute_batch(&schema(Dialect::Sqlite))?;
-            let elapsed = process(RusqliteBroker::open(path).handle(), &args, worker).await?;
+            // WAL (which the broker sets) with `synchronous = NORMAL`: a commit does not wait
+            // for the disk. A crash of the process loses nothing; a power loss may undo the
+            // last commits (a finished job runs again, a published one is gone).
+            let broker = RusqliteBroker::open(path).synchronous(Synchronous::Normal);
+            let elapsed = process(broker.handle(), &args, worker).await?;
             let rows_left: i64 = Connection::open(path)?.query_row(
                 "SELECT COUNT(*) FROM quickstart_jobs",
                 [],
@@ -351,10 +364,10 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
     };
     progress.finish();
     Ok(Summary {
-        done: state.done.load(Ordering::SeqCst),
-        attempts: state.attempts.load(Ordering::SeqCst),
-        retries: state.retries.load(Ordering::SeqCst),
-        max_per_key: state.max_per_key.load(Ordering::SeqCst),
+        done: counts.done.load(Ordering::SeqCst),
+        attempts: counts.attempts.load(Ordering::SeqCst),
+        retries: counts.retries.load(Ordering::SeqCst),
+        max_per_key: counts.max_per_key.load(Ordering::SeqCst),
         rows_left,
         elapsed,
     })
@@ -365,23 +378,27 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
 async fn process<A>(
     broker: BrokerHandle<A>,
     args: &Args,
-    worker: Worker,
+    (counts, progress): (Arc<Counts>, ProgressBar),
 ) -> Result<Duration, BoxError>
 where
     A: TakesRows<JobRow>,
 {
-    let state = worker.state.clone();
+    let state = counts.clone();
     let publisher = broker.publisher::<JobRow>();
-    let jobs = subscriber("jobs", worker)
-        .map_source(|_| InboxQueue::<JobRow>::new("jobs"))
-        .workers(std::num::NonZeroUsize::new(args.workers).expect("at least one worker"))
-        .poll_interval(Duration::from_millis(1));
+    // A flaky job's retry waits 10 ms, then 20, 40, .. (a service's default starts at 1 s).
+    let retries = RetryPolicy::exponential(Duration::from_millis(10), Duration::from_secs(1));
+    let jobs = work
+        .workers(args.workers)
+        .retry_policy(retries)
+        .poll_interval(Duration::from_millis(1))
+        .state(counts)
+        .state(progress);
     let running = broker
         .start(vec![jobs.into_subscription()], ruststream::exec::current())
         .await?;
 
-    let started = Instant::now();
-    // The whole batch in one publish: all of it is written, or none.
+    // The whole batch in one publish: all of it is written, or none. The clock starts once it
+    // has committed, when the workers can see it.
     let batch = (0..args.jobs)
         .map(|n| {
             let flaky = args.flaky_every > 0 && n % args.flaky_every == 0;
@@ -389,6 +406,7 @@ where
         })
         .collect::<Result<Vec<_>, ruststream::PublishError>>()?;
     publisher.publish_all(batch).await?;
+    let started = Instant::now();
     // Until every job is done: each wakes this wait.
     loop {
         let finished = state.finished.notified();
@@ -409,10 +427,8 @@ where
 async fn main() -> std::process::ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return std::process::ExitCode::from(2);
-        }
+        // `--help` too: clap prints it, and the usage of a wrong argument.
+        Err(error) => error.exit(),
     };
     println!(
         "publishing {} jobs over {} keys into {}, {} workers, advisory lock form",

@@ -100,9 +100,32 @@ fn quickstart_takes_server_urls_and_refuses_others() {
         Database::from_url("sqlite:jobs.db"),
         Ok(Database::Sqlite("jobs.db".into()))
     );
-    let error =
-        Args::parse(["--url".to_owned(), "redis://x/y".to_owned()]).expect_err("no Redis adapter");
+    let error = Args::parse(["--url".to_owned(), "redis://x/y".to_owned()])
+        .expect_err("no Redis adapter")
+        .to_string();
     assert!(error.contains("redis://x/y"), "{error}");
+}
+
+/// `--help` answers the help, naming every option; a wrong argument is refused, naming it.
+#[test]
+fn quickstart_answers_help_and_names_a_wrong_argument() {
+    let help = Args::parse(["--help".to_owned()]).expect_err("help is not a run");
+    assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+    let text = help.to_string();
+    for option in [
+        "--url",
+        "--jobs",
+        "--keys",
+        "--workers",
+        "--flaky-every",
+        "--quiet",
+    ] {
+        assert!(text.contains(option), "{option} in {text}");
+    }
+    let wrong = Args::parse(["--jobz".to_owned(), "3".to_owned()]).expect_err("no such option");
+    assert!(wrong.to_string().contains("--jobz"), "{wrong}");
+    let zero = Args::parse(["--workers".to_owned(), "0".to_owned()]).expect_err("no workers");
+    assert!(zero.to_string().contains("--workers"), "{zero}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
