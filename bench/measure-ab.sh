@@ -1,7 +1,7 @@
 #!/bin/sh
 # Two builds of the bench side by side: the set of bench/measure.sh, each combination run by
 # the build A then the build B, so that the machine's drift falls on both alike; then the
-# table of BENCHMARKS.md's A/B sections and the geometric means of B/A.
+# table of the A/B sections of bench/results/ab.md and the geometric means of B/A.
 # Usage: bench/measure-ab.sh A-BINARY B-BINARY OUT-PREFIX [extra arguments]
 # Each run's JSON goes to OUT-PREFIX-a.jsonl and OUT-PREFIX-b.jsonl.
 set -eu

@@ -1,10 +1,11 @@
 #!/bin/sh
-# The "Beside a peer" set of BENCHMARKS.md: on PostgreSQL, sqlx and tokio-postgres in the three
-# forms, each round baseline, ruststream, then apalis (`--peer apalis`), first with a handler
-# that does nothing (2000 jobs), then one that sleeps 10 ms (1000 jobs), then the lease form
-# with apalis fetching 4 jobs at a time (`--peer apalis:4`) instead of 10, then the three forms
-# with ruststream claiming 4 rows ahead (`--prefetch 4`) beside apalis's default. Each line of
-# target/bench/peer.jsonl is one run or one summary; `uptime` goes to stderr before each.
+# The "Beside a peer" set (bench/results/apalis.md): on PostgreSQL, sqlx and tokio-postgres in
+# the three forms, each round baseline, ruststream, then apalis (`--peer apalis`), first with
+# a handler that does nothing (2000 jobs), then one that sleeps 10 ms (1000 jobs), then the
+# lease form with apalis fetching 4 jobs at a time (`--peer apalis:4`) instead of 10, then the
+# three forms with ruststream claiming 4 rows ahead (`--prefetch 4`) beside apalis's default.
+# Each line of target/bench/peer.jsonl is one run or one summary; `uptime` goes to stderr
+# before each.
 # Usage: bench/measure-peer.sh  (BENCH_BIN=path runs a binary built beforehand)
 set -eu
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The growth and publish sets of BENCHMARKS.md.
+# The growth and publish sets (bench/results/growth.md, bench/results/publishing.md).
 # Growth: the claim's latency with 10 thousand, 1 million and 10 million rows, 1000 of them due,
 # with the claim's index (due_at, id) and without it, on PostgreSQL, MariaDB and SQLite (sqlx);
 # each line of target/bench/growth.jsonl is one size and form. Publish: rows per second through

@@ -1,7 +1,8 @@
 #!/bin/sh
-# The wake-up set of BENCHMARKS.md: with a one-second poll interval and an idle subscription,
-# publish to handler start, from the subscription's own broker and from a second broker, for
-# every adapter, database and form. Each line of target/bench/wakeup.jsonl is one publisher.
+# The wake-up set (bench/results/wakeup.md): with a one-second poll interval and an idle
+# subscription, publish to handler start, from the subscription's own broker and from a second
+# broker, for every adapter, database and form. Each line of target/bench/wakeup.jsonl is one
+# publisher.
 # Usage: bench/measure-wakeup.sh
 set -eu
 cd "$(dirname "$0")/.."

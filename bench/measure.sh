@@ -1,7 +1,8 @@
 #!/bin/sh
-# The measurement set of BENCHMARKS.md: sqlx on PostgreSQL and MariaDB in the three forms,
-# sqlx and rusqlite on SQLite in the lease and advisory forms, then tokio-postgres and
-# mysql-async. Each line of target/bench/results.jsonl is one run or one summary.
+# The set beside the same-statements loop (bench/results/same-statements.md): sqlx on
+# PostgreSQL and MariaDB in the three forms, sqlx and rusqlite on SQLite in the lease and
+# advisory forms, then tokio-postgres and mysql-async. Each line of target/bench/results.jsonl
+# is one run or one summary.
 # Usage: bench/measure.sh [extra arguments for every invocation, such as --handler-ms 10]
 set -eu
 cd "$(dirname "$0")/.."

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Prints the markdown rows of BENCHMARKS.md's claim tables from the bench's JSON lines.
+"""Prints the markdown rows of the claim tables (BENCHMARKS.md, bench/results/) from JSON lines.
 
 Usage: bench/table.py target/bench/results.jsonl [more.jsonl ...]
        bench/table.py --summary target/bench/summary.jsonl (BENCHMARKS.md's leading table:
                                                        ruststream beside the limit loop, the
                                                        same-statements loop and the peer)
-       bench/table.py --peer target/bench/peer.jsonl   (the "Beside a peer" rows, with
+       bench/table.py --peer target/bench/peer.jsonl   (bench/results/apalis.md's rows, with
                                                        ruststream's prefetch beside apalis's batch)
        bench/table.py --scale target/bench/scale.jsonl (bench/measure-scale.sh: processes, held
                                                        and hot keys, then the aims)
