@@ -27,9 +27,15 @@ const SIGNUPS: &str = "CREATE TABLE IF NOT EXISTS signups (
     email TEXT NOT NULL UNIQUE CHECK (email LIKE '%@%')
 )";
 
-/// One row of `welcome_jobs`, in the row lock form, counting its attempts.
+/// One row of `welcome_emails`, in the row lock form, counting its attempts; a retry waits in
+/// `due_at`, and a welcome that fails for good stays, marked failed with its error.
 #[derive(Inbox, sqlx::FromRow)]
-#[inbox(table = "welcome_jobs")]
+#[inbox(
+    table = "welcome_emails",
+    due = "due_at",
+    failed_at = "failed_at",
+    error = "error"
+)]
 pub struct WelcomeJob {
     #[field(id, generated)]
     id: i64,
@@ -115,7 +121,7 @@ pub async fn serve(
     let jobs = RustStream::new(AppInfo::new("signups", "0.1.0"))
         .with_state(sent)
         .with_broker(SqlxBroker::new(pool), |b| {
-            b.include(welcome.workers(4));
+            b.include(welcome.workers(4).max_attempts(5));
         })
         .run_until(stop);
     let (web, jobs) = tokio::join!(web.into_future(), jobs);

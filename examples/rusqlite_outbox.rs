@@ -8,7 +8,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ruststream::core::Dialect;
@@ -57,40 +56,10 @@ pub fn place_order(
     Ok(())
 }
 
-/// The receipts sent, in order.
-type Sent = Arc<Receipts>;
+/// Where the receipts go: here, to the caller, in order.
+type Sent = tokio::sync::mpsc::UnboundedSender<Receipt>;
 
-/// The receipts sent, and their count, which a caller can wait for.
-#[derive(Default)]
-pub struct Receipts {
-    list: Mutex<Vec<Receipt>>,
-    count: tokio::sync::Notify,
-}
-
-impl Receipts {
-    fn push(&self, receipt: Receipt) {
-        self.list.lock().expect("not poisoned").push(receipt);
-        self.count.notify_waiters();
-    }
-
-    /// The receipts sent so far.
-    pub fn list(&self) -> Vec<Receipt> {
-        self.list.lock().expect("not poisoned").clone()
-    }
-
-    /// Waits until `n` receipts are sent.
-    pub async fn wait_for(&self, n: usize) {
-        loop {
-            let sent = self.count.notified();
-            if self.list.lock().expect("not poisoned").len() >= n {
-                return;
-            }
-            sent.await;
-        }
-    }
-}
-
-/// Mails a receipt (here: notes it in `sent`).
+/// Mails a receipt (here: hands it to `sent`).
 struct Mail {
     sent: Sent,
 }
@@ -102,7 +71,7 @@ impl Handle<Receipt> for Mail {
         _outs: &(),
         _ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
-        self.sent.push(receipt.clone());
+        let _ = self.sent.send(receipt.clone());
         Ok(())
     }
 }
@@ -130,7 +99,8 @@ pub async fn run(
     // The jobs' table, as its description writes it.
     conn.execute_batch(&SendReceipt::TABLE.ddl(Dialect::Sqlite).to_string())?;
     drop(conn);
-    let sent = Sent::default();
+    let (sent, mut mailed) = tokio::sync::mpsc::unbounded_channel();
+    let mut receipts = Vec::new();
     let shop = path.to_owned();
     let placed = async {
         let committed = tokio::task::spawn_blocking(move || {
@@ -148,7 +118,12 @@ pub async fn run(
         .await
         .expect("the shop's thread")
         .expect("the shop's connection");
-        sent.wait_for(committed).await;
+        while receipts.len() < committed {
+            let Some(receipt) = mailed.recv().await else {
+                break;
+            };
+            receipts.push(receipt);
+        }
     };
     let mail = Mail { sent: sent.clone() };
     RustStream::new(AppInfo::new("receipts", "0.1.0"))
@@ -161,8 +136,7 @@ pub async fn run(
         })
         .run_until(placed)
         .await?;
-    let sent = sent.list();
-    Ok(sent)
+    Ok(receipts)
 }
 
 #[tokio::main]

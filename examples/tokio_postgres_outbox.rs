@@ -7,7 +7,6 @@
 //! cargo run --example tokio_postgres_outbox -- postgres://postgres@127.0.0.1:5432/test
 //! ```
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ruststream::core::Dialect;
@@ -76,40 +75,10 @@ pub async fn place_order(pool: &Pool, order: &Order) -> Result<(), Box<dyn std::
     Ok(())
 }
 
-/// The receipts sent, in order.
-pub type Sent = Arc<Receipts>;
+/// Where the receipts go: here, to the caller, in order.
+pub type Sent = tokio::sync::mpsc::UnboundedSender<Receipt>;
 
-/// The receipts sent, and their count, which a caller can wait for.
-#[derive(Default)]
-pub struct Receipts {
-    list: Mutex<Vec<Receipt>>,
-    count: tokio::sync::Notify,
-}
-
-impl Receipts {
-    fn push(&self, receipt: Receipt) {
-        self.list.lock().expect("not poisoned").push(receipt);
-        self.count.notify_waiters();
-    }
-
-    /// The receipts sent so far.
-    pub fn list(&self) -> Vec<Receipt> {
-        self.list.lock().expect("not poisoned").clone()
-    }
-
-    /// Waits until `n` receipts are sent.
-    pub async fn wait_for(&self, n: usize) {
-        loop {
-            let sent = self.count.notified();
-            if self.list.lock().expect("not poisoned").len() >= n {
-                return;
-            }
-            sent.await;
-        }
-    }
-}
-
-/// Mails a receipt (here: notes it in `sent`).
+/// Mails a receipt (here: hands it to `sent`).
 struct Mail {
     sent: Sent,
 }
@@ -122,7 +91,7 @@ impl Handle<Receipt> for Mail {
         _ctx: &mut Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> {
         tracing::info!(receipt.order, receipt.email, "mailing a receipt");
-        self.sent.push(receipt.clone());
+        let _ = self.sent.send(receipt.clone());
         ready(Ok(()))
     }
 }
@@ -159,7 +128,8 @@ pub async fn run(url: &str, orders: i64) -> Result<Vec<Receipt>, Box<dyn std::er
         .query_one("SELECT COALESCE(MAX(id), 0) + 1 FROM orders", &[])
         .await?
         .get(0);
-    let sent = Sent::default();
+    let (sent, mut mailed) = tokio::sync::mpsc::unbounded_channel();
+    let mut receipts = Vec::new();
     let placed = async {
         let mut committed = 0;
         for id in first..first + orders {
@@ -173,15 +143,19 @@ pub async fn run(url: &str, orders: i64) -> Result<Vec<Receipt>, Box<dyn std::er
                 Err(error) => tracing::info!(order.id, %error, "the order was refused"),
             }
         }
-        sent.wait_for(committed).await;
+        while receipts.len() < committed {
+            let Some(receipt) = mailed.recv().await else {
+                break;
+            };
+            receipts.push(receipt);
+        }
     };
     service(url, sent.clone())
         .shutdown_timeout(Duration::from_secs(10))
         .run_until(placed)
         .await?;
     pool.close();
-    let sent = sent.list();
-    Ok(sent)
+    Ok(receipts)
 }
 
 #[tokio::main]

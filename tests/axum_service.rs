@@ -3,22 +3,12 @@
 //! accepts is welcomed once, a signup the database refuses is answered 422 and welcomed never,
 //! and one SIGTERM stops the web server and the jobs together, with success.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
-/// The example's binary, which `cargo test` builds beside the tests.
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    dir.join("examples").join("axum_service")
-}
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// `POST /signups` with `email`; the response's status code.
 fn sign_up(addr: &str, email: &str) -> u16 {
@@ -44,20 +34,12 @@ fn sign_up(addr: &str, email: &str) -> u16 {
 fn signups_are_welcomed_once_and_sigterm_stops_the_web_server_and_the_jobs() {
     let url = std::env::var("RUSTSTREAM_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let bin = example();
-    assert!(bin.exists(), "{} is built by cargo test", bin.display());
-    let mut child = Command::new(&bin)
+    let mut child = Command::new(common::example("axum_service"))
         .args([url.as_str(), "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("the example starts");
-    let (lines_tx, lines) = mpsc::channel();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stdout.lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = common::lines(&mut child);
     let next_line = |within: Duration| lines.recv_timeout(within).ok();
     let first = next_line(Duration::from_secs(60)).expect("the example says where it listens");
     let addr = first

@@ -4,26 +4,15 @@
 //! signup's email in the signup's transaction, sends it once, deletes the job, and exits with
 //! success on SIGTERM.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+mod common;
+
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ruststream_sqlx::testing::PgSchema;
 
 const EXAMPLE: &str = include_str!("../examples/readme_service.rs");
 const README: &str = include_str!("../README.md");
-
-/// The example's binary, which `cargo test` builds beside the tests.
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    dir.join("examples").join("readme_service")
-}
 
 #[test]
 fn the_readme_shows_the_example_whole() {
@@ -55,20 +44,12 @@ async fn the_readme_service_sends_the_signup_email_once_and_stops_on_sigterm() {
         "{url}{separator}options=-c%20search_path%3D{}",
         schema.name()
     );
-    let bin = example();
-    assert!(bin.exists(), "{} is built by cargo test", bin.display());
-    let mut child = Command::new(&bin)
+    let mut child = Command::new(common::example("readme_service"))
         .env("DATABASE_URL", &database_url)
         .stdout(Stdio::piped())
         .spawn()
         .expect("the example starts");
-    let (tx, lines) = mpsc::channel();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stdout.lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let lines = common::lines(&mut child);
     let first = lines
         .recv_timeout(Duration::from_secs(60))
         .expect("the service sends the email");

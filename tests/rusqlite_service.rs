@@ -1,31 +1,20 @@
 //! The rusqlite service example runs as a process of its own; SIGTERM stops it gracefully: the
 //! exports in work finish and settle, the rest stay queued, and the process exits with success.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ruststream_rusqlite::rusqlite::Connection;
-
-/// The example's binary, which `cargo test` builds beside the tests.
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    dir.join("examples").join("rusqlite_service")
-}
 
 #[test]
 fn sigterm_lets_the_exports_in_work_finish_then_exits() {
     let dir = std::env::temp_dir().join(format!("ruststream-service-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("exports.db");
-    let bin = example();
-    assert!(bin.exists(), "{} is built by cargo test", bin.display());
-    let mut child = Command::new(&bin)
+    let mut child = Command::new(common::example("rusqlite_service"))
         .env("RUSTSTREAM_EXAMPLE_DB", &db)
         .env("RUSTSTREAM_EXAMPLE_JOBS", "20")
         .stdout(Stdio::piped())

@@ -49,27 +49,40 @@ async fn send(email: Email) -> Result<(), BoxError> {
     }
 }
 
+/// A service on `$broker` whose subscription is `$jobs` and which publishes an email to each
+/// address of `$to` once it runs.
+macro_rules! mail_service {
+    ($broker:expr, $row:ty, $jobs:expr, $to:expr) => {{
+        let broker = $broker;
+        let publisher = broker.publisher::<$row>();
+        let jobs = $jobs;
+        RustStream::new(AppInfo::new("mail", "0.1.0"))
+            .on_started(async move || {
+                for to in $to {
+                    let email = Email { to: to.to_owned() };
+                    publisher.publish(Message::json(&email)?).await?;
+                }
+                Ok::<(), PublishError>(())
+            })
+            .with_broker(broker, move |b| {
+                b.include(jobs.build());
+            })
+    }};
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_test_runs_a_service_until_its_rows_settle() {
     let db = TempDb::new().with_table::<SendEmail>().unwrap();
     let recorded = Recorded::wrap(send);
-    let broker = db.broker().handle();
-    let publisher = broker.publisher::<SendEmail>();
     let jobs = subscriber("emails", recorded.clone())
         .map_source(|_| InboxQueue::<SendEmail>::new("emails"))
         .workers(2);
-    let service = RustStream::new(AppInfo::new("mail", "0.1.0"))
-        .on_started(async move || {
-            for to in ["ada@example.com", "grace@example.com", "nobody"] {
-                publisher
-                    .publish(Message::json(&Email { to: to.into() })?)
-                    .await?;
-            }
-            Ok::<(), PublishError>(())
-        })
-        .with_broker(broker, move |b| {
-            b.include(jobs.build());
-        });
+    let service = mail_service!(
+        db.broker().handle(),
+        SendEmail,
+        jobs,
+        ["ada@example.com", "grace@example.com", "nobody"]
+    );
     let outcomes = recorded
         .settle(service, 3, Duration::from_secs(20))
         .await
@@ -115,24 +128,11 @@ async fn never_sends(_email: Email) -> Result<(), BoxError> {
 async fn settle_answers_the_timeout_with_the_outcomes_so_far() {
     let db = TempDb::new().with_table::<SendEmail>().unwrap();
     let recorded = Recorded::wrap(never_sends);
-    let broker = db.broker().handle();
-    let publisher = broker.publisher::<SendEmail>();
     let jobs = subscriber("emails", recorded.clone())
         .map_source(|_| InboxQueue::<SendEmail>::new("emails"))
         .retry_policy(RetryPolicy::fixed(Duration::from_millis(50)))
         .poll_interval(Duration::from_secs(10));
-    let service = RustStream::new(AppInfo::new("mail", "0.1.0"))
-        .on_started(async move || {
-            publisher
-                .publish(Message::json(&Email {
-                    to: "ada@example.com".into(),
-                })?)
-                .await?;
-            Ok::<(), PublishError>(())
-        })
-        .with_broker(broker, move |b| {
-            b.include(jobs.build());
-        });
+    let service = mail_service!(db.broker().handle(), SendEmail, jobs, ["ada@example.com"]);
     let started = std::time::Instant::now();
     let error = recorded
         .settle(service, 1, Duration::from_secs(1))
@@ -176,23 +176,15 @@ async fn a_test_runs_a_service_in_a_postgres_schema_of_its_own() {
     let schema = PgSchema::create(&url).await.unwrap();
     schema.create_table::<PgEmail>().await.unwrap();
     let recorded = Recorded::wrap(send);
-    let broker = schema.broker().handle();
-    let publisher = broker.publisher::<PgEmail>();
     let jobs = subscriber("emails", recorded.clone())
         .map_source(|_| InboxQueue::<PgEmail>::new("emails"))
         .workers(2);
-    let service = RustStream::new(AppInfo::new("mail", "0.1.0"))
-        .on_started(async move || {
-            for to in ["ada@example.com", "nobody"] {
-                publisher
-                    .publish(Message::json(&Email { to: to.into() })?)
-                    .await?;
-            }
-            Ok::<(), PublishError>(())
-        })
-        .with_broker(broker, move |b| {
-            b.include(jobs.build());
-        });
+    let service = mail_service!(
+        schema.broker().handle(),
+        PgEmail,
+        jobs,
+        ["ada@example.com", "nobody"]
+    );
     let outcomes = recorded
         .settle(service, 2, Duration::from_secs(20))
         .await

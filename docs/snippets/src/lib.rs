@@ -46,6 +46,9 @@ pub mod performance {}
 #[doc = include_str!("../../src/guarantees.md")]
 pub mod guarantees {}
 
+#[doc = include_str!("../../src/glossary.md")]
+pub mod glossary {}
+
 #[cfg(test)]
 mod tests {
     /// Every page the book's summary lists is a module here, so a page added to the guide
