@@ -910,11 +910,9 @@ async fn drive(
     let log = db.log().await?;
     let remaining = db.remaining(bare).await?;
     faults.list.sort_by_key(|f| f.from_us);
-    // A poison row is taken at once, then again no sooner than its delay by each process;
-    // with a margin of one take a process (PostgreSQL's row lock form has counted one take
-    // over the tight bound in two-process runs). A spin counts hundreds.
+    // A poison row is taken at once, then again no sooner than its delay by each process.
     let delay_us = common.mode.retry_delay().as_micros() as i64;
-    let most_takes = slots.len() as i64 * ((stop_us - start_us) / delay_us.max(1) + 2) + 1;
+    let most_takes = slots.len() as i64 * ((stop_us - start_us) / delay_us.max(1) + 1) + 1;
     let poison_bound = Poison {
         ids: &poison,
         most_takes,

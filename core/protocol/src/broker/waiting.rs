@@ -87,7 +87,8 @@ impl<R> Broker<R> {
     ) -> (Statement, Vec<Value>) {
         let now = self.now;
         let dialect = self.dialect;
-        // The row lock form: the rows in work here too, on a table where a row's retry may
+        // The row lock form: the rows in work here too, and those counted and not yet in work
+        // (a leader's row waits for its count's marks), on a table where a row's retry may
         // wait here. A claim's scan skips a row locked when it reaches it, and may reach one
         // after the retry's commit let it go but before this process held it back.
         let nowhere = {
@@ -95,7 +96,11 @@ impl<R> Broker<R> {
             desc.due.is_none() && desc.locked_until.is_none()
         };
         let in_work = match kind {
-            Passing::RowLock { .. } if nowhere => self.deliveries.holding_ids(sub),
+            Passing::RowLock { .. } if nowhere => {
+                let mut ids = self.deliveries.holding_ids(sub);
+                ids.extend(self.counted_ids(sub));
+                ids
+            }
             _ => Vec::new(),
         };
         let s: &mut Sub = &mut self.subs[sub.0];

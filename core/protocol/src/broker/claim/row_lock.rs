@@ -262,6 +262,20 @@ impl<R> Broker<R> {
         self.claim_execute(claim, conn, lock.clone(), binds, stage);
     }
 
+    /// The rows this subscription's claims have counted and not yet handed to a delivery or
+    /// given up: a count rendered now must pass over them even if it runs after their
+    /// deliveries have settled (a retried row then waits its delay here).
+    pub(in crate::broker) fn counted_ids(&self, sub: SubId) -> Vec<Value> {
+        self.claims
+            .values()
+            .filter(|c| c.sub == sub)
+            .filter_map(|c| match &c.form {
+                ClaimForm::RowLock(r) => r.counted.as_ref().map(|k| k.id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The claims whose counted row's lock tries again now.
     pub(in crate::broker) fn relock_due(&mut self) {
         let now = self.now;
