@@ -740,3 +740,82 @@ fn a_row_whose_key_column_is_null_fails_naming_the_column_and_the_others_go_on()
         }
     }
 }
+
+/// On a table with nowhere to write a retry's delay, a count sent while the leader of the
+/// count before it still held its row back (its marks not yet released) may run after that
+/// row's retry let it go: it must pass over the row, which waits its delay here, and not
+/// count it again at once.
+#[test]
+fn a_count_sent_before_a_retry_passes_over_the_row_its_process_counted() {
+    let mut desc = failing(Form::RowLock, false);
+    desc.failed_at = None;
+    let mut sim = Sim::new(Dialect::Postgres, desc, 3);
+    for _ in 0..4 {
+        sim.insert(0);
+    }
+    // Row 2's lock waits, so the claims that free meanwhile are counted together; that
+    // count's leader keeps its marks, and the count after it waits, until the test says.
+    let (mut locks, mut unmarks, mut counts) = (0, 0, 0);
+    sim.hook(move |_, c| {
+        let nth = |n: &mut i32| {
+            *n += 1;
+            *n
+        };
+        match kind_of(c) {
+            Some(StatementKind::LockRowByIdUnmarking) if nth(&mut locks) == 2 => Intercept::Hold,
+            Some(StatementKind::UnmarkRows(_)) if nth(&mut unmarks) == 1 => Intercept::Hold,
+            Some(StatementKind::CountRow) if nth(&mut counts) == 4 => Intercept::Hold,
+            _ => Intercept::Run,
+        }
+    });
+    let retry = || Settlement::new(Outcome::Retry).delay(Duration::from_secs(30));
+    let p = sim.spawn();
+    sim.run();
+    // Row 1 retries while row 2's lock waits: two claims wait for the next count.
+    let first = sim.delivery(p, 1);
+    sim.settle_with(p, first, retry());
+    sim.run();
+    let lock = sim.take_held(p);
+    assert_eq!(lock.len(), 1, "row 2's lock waits");
+    for command in lock {
+        sim.run_command(p, command);
+    }
+    sim.run();
+    let unmark = sim.take_held(p);
+    let kinds: Vec<_> = unmark.iter().map(kind_of).collect();
+    assert_eq!(
+        kinds,
+        [Some(StatementKind::UnmarkRows(2))],
+        "the leader keeps two marks"
+    );
+    // Row 2 acknowledges: its worker's claim sends a count while the leader's row waits.
+    let second = sim.delivery(p, 2);
+    sim.settle(p, second, Outcome::Ack);
+    sim.run();
+    let count = sim.take_held(p);
+    assert_eq!(count.len(), 1, "the next count waits");
+    // The marks go: the leader's row goes to its handler, which retries it.
+    for command in unmark {
+        sim.run_command(p, command);
+    }
+    sim.run();
+    let leader = *sim
+        .delivered_rows(p, 0)
+        .last()
+        .expect("the leader's row in work");
+    let delivery = sim.delivery(p, leader);
+    sim.settle_with(p, delivery, retry());
+    sim.run();
+    let mark = sim.mark();
+    let before = sim.row(leader).attempt;
+    // The count sent before that retry runs now: it passes over the rows that wait.
+    for command in count {
+        sim.run_command(p, command);
+    }
+    sim.run();
+    assert!(
+        !sim.delivered_rows(p, mark).contains(&leader),
+        "row {leader} is not taken again at once"
+    );
+    assert_eq!(sim.row(leader).attempt, before, "no attempt spent");
+}
