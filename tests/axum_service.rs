@@ -80,22 +80,7 @@ fn signups_are_welcomed_once_and_sigterm_stops_the_web_server_and_the_jobs() {
     welcomed.sort();
     assert_eq!(welcomed, emails, "each signup welcomed once");
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "SIGTERM did not stop the example"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::terminate(&mut child, Duration::from_secs(30));
     assert!(status.success(), "{status}");
     let rest: Vec<String> = lines.try_iter().collect();
     assert!(

@@ -76,22 +76,7 @@ async fn the_readme_service_sends_the_signup_email_once_and_stops_on_sigterm() {
     assert_eq!(users, ["ada@example.com"]);
     pool.close().await;
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "SIGTERM did not stop the service"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::terminate(&mut child, Duration::from_secs(30));
     assert!(status.success(), "{status}");
     let rest: Vec<String> = lines.try_iter().collect();
     assert!(rest.is_empty(), "sent once: {rest:?}");
