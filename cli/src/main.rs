@@ -331,6 +331,11 @@ fn row_json(row: &FailedRow) -> serde_json::Value {
         "error": row.error,
         "failed_at_micros": row.failed_at.map(|t| t.micros()),
         "payload": row.payload.as_ref().map(|p| String::from_utf8_lossy(p).into_owned()),
+        "errors": row.errors.iter().map(|e| json!({
+            "attempt": e.attempt,
+            "at_micros": e.at.map(|t| t.micros()),
+            "error": e.error,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -382,7 +387,20 @@ async fn failed(command: FailedCommand) -> Result<(), String> {
                     "attempt  {}",
                     row.attempt.map_or_else(|| "-".into(), |a| a.to_string())
                 );
+                println!(
+                    "failed   {}",
+                    row.failed_at
+                        .map_or_else(|| "-".into(), |t| utc(t.micros()))
+                );
                 println!("error    {}", row.error.as_deref().unwrap_or("-"));
+                if !row.errors.is_empty() {
+                    println!("errors   (oldest first)");
+                    for e in &row.errors {
+                        let attempt = e.attempt.map_or_else(|| "?".into(), |a| a.to_string());
+                        let at = e.at.map_or_else(|| "-".into(), |t| utc(t.micros()));
+                        println!("  attempt {attempt} at {at}: {}", e.error);
+                    }
+                }
                 println!(
                     "payload  {}",
                     row.payload
@@ -466,6 +484,14 @@ async fn change(url: &str, table: &TableArgs, which: &Which, redrive: bool) -> R
         desc.table
     );
     Ok(())
+}
+
+/// A time in microseconds since the Unix epoch, as UTC.
+fn utc(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros).map_or_else(
+        || format!("{micros} µs"),
+        |t| t.format("%Y-%m-%d %H:%M:%S%.6f UTC").to_string(),
+    )
 }
 
 #[cfg(test)]

@@ -46,6 +46,9 @@ pub struct TableArgs {
     /// The error text column.
     #[arg(long)]
     pub error: Option<String>,
+    /// The column keeping the history of a row's errors (JSON).
+    #[arg(long)]
+    pub errors: Option<String>,
     /// The advisory key as a template: literal text with `{column}` parts (the advisory
     /// form).
     #[arg(long)]
@@ -95,6 +98,7 @@ impl TableArgs {
             due: or(&self.due, file.due),
             failed_at: or(&self.failed_at, file.failed_at),
             error: or(&self.error, file.error),
+            errors: or(&self.errors, file.errors),
             advisory_lock: or(&self.advisory_lock, file.advisory_lock),
             order: or(&self.order, file.order),
             unique: or(&self.unique, file.unique),
@@ -168,6 +172,7 @@ impl TableArgs {
             due: column(&self.due),
             failed_at: column(&self.failed_at),
             error: column(&self.error),
+            errors: column(&self.errors),
             advisory,
             order: Box::leak(order.into_boxed_slice()),
             own_lock: false,

@@ -41,6 +41,9 @@ fn ruststream_fails(args: &[&str]) -> String {
     String::from_utf8(out.stderr).expect("UTF-8")
 }
 
+/// A history of two errors, as the queue writes it.
+const ERRORS: &str = r#"[{"attempt": 4, "at": 1765000000000000, "error": "boom earlier"}, {"attempt": 5, "at": 1765000001000000, "error": "boom two"}]"#;
+
 struct Case {
     url: String,
     dialect: &'static str,
@@ -84,6 +87,8 @@ async fn the_tool_reads_and_changes_a_table(case: Case) {
         "failed_at",
         "--error",
         "error",
+        "--errors",
+        "errors",
     ];
     let with = |head: &[&str], tail: &[&str]| -> Vec<String> {
         head.iter()
@@ -107,10 +112,10 @@ async fn the_tool_reads_and_changes_a_table(case: Case) {
     exec(
         &pool,
         &format!(
-            "INSERT INTO {t} (payload, attempt, due_at, failed_at, error) VALUES
-             ('{{\"n\":1}}', 5, {due_now}, {m}, 'boom one'),
-             ('{{\"n\":2}}', 5, {due_now}, {m}, 'boom two'),
-             ('{{\"n\":3}}', 0, {due_now}, NULL, NULL)",
+            "INSERT INTO {t} (payload, attempt, due_at, failed_at, error, errors) VALUES
+             ('{{\"n\":1}}', 5, {due_now}, {m}, 'boom one', NULL),
+             ('{{\"n\":2}}', 5, {due_now}, {m}, 'boom two', '{ERRORS}'),
+             ('{{\"n\":3}}', 0, {due_now}, NULL, NULL, NULL)",
             m = case.mark
         ),
     )
@@ -144,9 +149,24 @@ async fn the_tool_reads_and_changes_a_table(case: Case) {
     .expect("JSON");
     assert_eq!(after.as_array().map(Vec::len), Some(1), "{after}");
 
+    assert_eq!(rows[0]["errors"], serde_json::json!([]), "{listed}");
+    assert_eq!(
+        rows[1]["errors"],
+        serde_json::json!([
+            {"attempt": 4, "at_micros": 1_765_000_000_000_000_i64, "error": "boom earlier"},
+            {"attempt": 5, "at_micros": 1_765_000_001_000_000_i64, "error": "boom two"},
+        ]),
+        "{listed}: the row's history of errors, oldest first"
+    );
+
     let shown = run(with(&["failed", "show", &case.url, &second], &[]));
     assert!(
         shown.contains("boom two") && shown.contains("{\"n\":2}"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("  attempt 4 at 2025-12-06 05:46:40.000000 UTC: boom earlier\n")
+            && shown.contains("  attempt 5 at 2025-12-06 05:46:41.000000 UTC: boom two\n"),
         "{shown}"
     );
     let missing = ruststream_fails(

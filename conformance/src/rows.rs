@@ -54,7 +54,7 @@ pub trait SuiteRow:
     const NAME: &'static str;
     /// Whether a settlement marks `processed_at` instead of deleting the row.
     const PROCESSED: bool;
-    /// Whether the table keeps failed rows: it has `due_at`, `failed_at` and `error`.
+    /// Whether the table keeps failed rows: it has `due_at`, `failed_at`, `error` and `errors`.
     const FAILING: bool;
 }
 
@@ -364,6 +364,7 @@ macro_rules! __row {
             .due($crate::__private::ruststream::Column::new("due_at"))
             .failed($crate::__private::ruststream::Column::new("failed_at"))
             .error($crate::__private::ruststream::Column::new("error"))
+            .errors($crate::__private::ruststream::Column::new("errors"))
     };
     (@spec Lease delete $name:expr) => {
         $crate::__row!(@common $crate::__row!(@base $name)

@@ -31,7 +31,7 @@ pub struct TableSpec {
     /// Whether it has `processed_at`.
     pub processed: bool,
     /// Whether it keeps failed rows: `due_at` (in the past unless written: a row inserted by
-    /// hand is due), `failed_at` and `error`, and an index on `(due_at, id)`, the claim
+    /// hand is due), `failed_at`, `error` and `errors`, and an index on `(due_at, id)`, the claim
     /// order.
     pub failing: bool,
 }
@@ -125,6 +125,12 @@ pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
         columns.push(format!("due_at {due}"));
         columns.push(format!("failed_at {time}"));
         columns.push(format!("error {error}"));
+        let errors = match dialect {
+            Dialect::Postgres => "JSONB",
+            Dialect::MySql | Dialect::MariaDb => "JSON NULL",
+            Dialect::Sqlite => "TEXT",
+        };
+        columns.push(format!("errors {errors}"));
     }
     let key = key_column(dialect);
     let mut out = vec![format!(
@@ -278,7 +284,7 @@ mod tests {
         let pg = create(Dialect::Postgres, &failing);
         assert_eq!(
             pg[0],
-            "CREATE TABLE cf_t_row_lock (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL DEFAULT 0, attempt BIGINT NOT NULL DEFAULT 0, payload BYTEA, due_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch', failed_at TIMESTAMPTZ, error TEXT)"
+            "CREATE TABLE cf_t_row_lock (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL DEFAULT 0, attempt BIGINT NOT NULL DEFAULT 0, payload BYTEA, due_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch', failed_at TIMESTAMPTZ, error TEXT, errors JSONB)"
         );
         assert_eq!(
             pg[1],

@@ -226,6 +226,21 @@
     return out;
   }
 
+  // The row's error, and its earlier attempts' errors where the table keeps them.
+  function errorCell(row) {
+    const td = el("td", { class: "error", text: row.error === null || row.error === undefined ? "–" : row.error });
+    const errors = row.errors || [];
+    if (errors.length > 0) {
+      const items = errors.map((e) => {
+        const at = e.at_ms === null || e.at_ms === undefined ? "" : " (" + new Date(e.at_ms).toISOString().replace("T", " ").slice(0, 19) + ")";
+        const attempt = e.attempt === null || e.attempt === undefined ? "attempt ?" : "attempt " + e.attempt;
+        return el("li", { text: attempt + at + ": " + e.error });
+      });
+      td.append(el("details", { class: "errors" }, [el("summary", { text: errors.length + " errors" }), el("ol", {}, items)]));
+    }
+    return td;
+  }
+
   function failedRow(view, row) {
     const id = row.id;
     const when = row.failed_at_ms === null || row.failed_at_ms === undefined ? "–" : new Date(row.failed_at_ms).toISOString().replace("T", " ").slice(0, 19);
@@ -234,7 +249,7 @@
       el("td", { class: "id", text: String(id) }),
       el("td", { class: "attempt", text: row.attempt === null || row.attempt === undefined ? "–" : String(row.attempt) }),
       el("td", { class: "failed-at", text: when }),
-      el("td", { class: "error", text: row.error === null || row.error === undefined ? "–" : row.error }),
+      errorCell(row),
       el("td", { class: "payload" }, [el("pre", { text: payload.length > 4000 ? payload.slice(0, 4000) + "…" : payload })]),
     ]);
     if (config.writable) {

@@ -397,6 +397,16 @@ struct FailedJson {
     /// The payload as text, invalid UTF-8 replaced.
     payload: Option<String>,
     payload_bytes: Option<usize>,
+    /// The row's last errors, oldest first, where the table keeps a history of them.
+    errors: Vec<AttemptErrorJson>,
+}
+
+/// One failed attempt of a row's history of errors.
+#[derive(Serialize)]
+struct AttemptErrorJson {
+    attempt: Option<i64>,
+    at_ms: Option<i64>,
+    error: String,
 }
 
 impl From<FailedRow> for FailedJson {
@@ -407,6 +417,15 @@ impl From<FailedRow> for FailedJson {
             error: row.error,
             failed_at_ms: row.failed_at.map(|t| t.micros() / 1000),
             payload_bytes: row.payload.as_ref().map(Vec::len),
+            errors: row
+                .errors
+                .into_iter()
+                .map(|e| AttemptErrorJson {
+                    attempt: e.attempt,
+                    at_ms: e.at.map(|t| t.micros() / 1000),
+                    error: e.error,
+                })
+                .collect(),
             payload: row
                 .payload
                 .map(|p| String::from_utf8_lossy(&p).into_owned()),

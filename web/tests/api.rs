@@ -112,6 +112,15 @@ async fn the_api_reads_the_table_and_changes_rows_only_with_the_token() {
     assert_eq!(page["rows"][0]["payload"], r#"{"n":5}"#);
     assert_eq!(page["rows"][0]["payload_bytes"], 7);
     assert!(page["rows"][0]["failed_at_ms"].as_i64().is_some());
+    assert_eq!(page["rows"][0]["errors"], serde_json::json!([]), "{page}");
+    assert_eq!(
+        page["rows"][1]["errors"],
+        serde_json::json!([
+            {"attempt": 1, "at_ms": 1_765_000_000_000_i64, "error": "boom earlier"},
+            {"attempt": 2, "at_ms": 1_765_000_001_000_i64, "error": "boom 8"},
+        ]),
+        "{page}: row 8's history of errors, oldest first"
+    );
     assert_eq!(page["next_after"], Json::Null);
     let (_, first) = get(&router, "/api/tables/web_jobs/failed?limit=1").await;
     assert_eq!(ids(&first), [6]);

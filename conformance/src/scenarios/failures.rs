@@ -22,6 +22,7 @@ use crate::rows::{Job, Rows, SuiteRow};
 use crate::schema;
 use crate::support::{Cx, POLL, Recorder, sleep};
 use crate::{CHILD_ENV, Form, TestName, Verdict};
+use ruststream_core::Dialect;
 
 const SHUTDOWN: Duration = Duration::from_secs(10);
 /// The lease of these scenarios: short, so a crashed worker's row returns soon.
@@ -421,6 +422,23 @@ where
             .await,
         1,
         "{cx}: the third attempt's retry fails the row, with the handler's error"
+    );
+    let history = match cx.dialect() {
+        Dialect::Postgres => {
+            "jsonb_array_length(errors) = 3 AND errors->0->>'error' = 'attempt 1 failed' AND (errors->0->>'attempt')::int = 1 AND errors->2->>'error' = 'attempt 3 failed' AND (errors->2->>'attempt')::int = 3"
+        }
+        Dialect::MySql | Dialect::MariaDb => {
+            "JSON_LENGTH(errors) = 3 AND JSON_UNQUOTE(JSON_EXTRACT(errors, '$[0].error')) = 'attempt 1 failed' AND JSON_EXTRACT(errors, '$[0].attempt') = 1 AND JSON_UNQUOTE(JSON_EXTRACT(errors, '$[2].error')) = 'attempt 3 failed' AND JSON_EXTRACT(errors, '$[2].attempt') = 3"
+        }
+        Dialect::Sqlite => {
+            "json_array_length(errors) = 3 AND json_extract(errors, '$[0].error') = 'attempt 1 failed' AND json_extract(errors, '$[0].attempt') = 1 AND json_extract(errors, '$[2].error') = 'attempt 3 failed' AND json_extract(errors, '$[2].attempt') = 3"
+        }
+    };
+    assert_eq!(
+        cx.count(&format!("failed_at IS NOT NULL AND {history}"))
+            .await,
+        1,
+        "{cx}: the row's history holds its three attempts' errors, oldest first"
     );
     let reported = failures.all();
     assert_eq!(reported.len(), 1, "{cx}: one failure: {reported:?}");

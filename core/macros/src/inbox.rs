@@ -22,10 +22,11 @@ enum Role {
     Due,
     FailedAt,
     Error,
+    Errors,
 }
 
 impl Role {
-    const ALL: [(Role, &'static str); 8] = [
+    const ALL: [(Role, &'static str); 9] = [
         (Role::Id, "id"),
         (Role::Attempt, "attempt"),
         (Role::Payload, "payload"),
@@ -34,16 +35,18 @@ impl Role {
         (Role::Due, "due"),
         (Role::FailedAt, "failed_at"),
         (Role::Error, "error"),
+        (Role::Errors, "errors"),
     ];
 
     /// The roles whose columns the database reads and writes alone: a table names them in
     /// `#[inbox(..)]` when the struct has no field for them.
-    const COLUMNS_ONLY: [Role; 5] = [
+    const COLUMNS_ONLY: [Role; 6] = [
         Role::LockedUntil,
         Role::ProcessedAt,
         Role::Due,
         Role::FailedAt,
         Role::Error,
+        Role::Errors,
     ];
 
     fn name(self) -> &'static str {
@@ -95,7 +98,7 @@ struct TableAttrs {
     unique: Option<LitStr>,
 }
 
-const FIELD_WORDS: &str = "`id`, `attempt`, `payload`, `locked_until`, `processed_at`, `due`, `failed_at`, `error`, `generated` or `rename = \"..\"`";
+const FIELD_WORDS: &str = "`id`, `attempt`, `payload`, `locked_until`, `processed_at`, `due`, `failed_at`, `error`, `errors`, `generated` or `rename = \"..\"`";
 
 pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
@@ -399,6 +402,11 @@ pub(crate) fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             chain.push(quote!(.#method(#column)));
         }
     }
+    if let Some(field) = role(Role::Errors) {
+        // The history of errors selects no feature: it changes no claim.
+        let column = column(field);
+        chain.push(quote!(.errors(#column)));
+    }
     if !order.is_empty() {
         chain.push(quote!(.order(&[#(#order),*])));
     }
@@ -646,7 +654,7 @@ fn table_attrs(input: &DeriveInput, errors: &mut Errors) -> TableAttrs {
                 out.custom = Some((path.span(), lock, unlock));
             } else {
                 return Err(meta.error(format!(
-                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, `unique = \"..\"`, `message = Type`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at` or `error` = \"..\"",
+                    "unknown `#[inbox(..)]` key `{}`; expected `table = \"..\"`, `advisory_lock = \"..\"`, `custom(lock, unlock)`, `order = \"..\"`, `unique = \"..\"`, `message = Type`, or a column the struct does not read: `locked_until`, `processed_at`, `due`, `failed_at`, `error` or `errors` = \"..\"",
                     path.to_token_stream()
                 )));
             }

@@ -49,9 +49,10 @@ pub use dialect::{
 };
 pub use read::{column_position, read_rows};
 pub use spec::{
-    Column, DescError, FieldKind, Form, InboxSpec, KeyPart, OrderBy, RowField, TableDesc,
+    Column, DescError, ERRORS_KEPT, FieldKind, Form, InboxSpec, KeyPart, OrderBy, RowField,
+    TableDesc,
 };
-pub use stats::{Count, FailedRow, STATS_CAP, Stats};
+pub use stats::{AttemptError, Count, FailedRow, STATS_CAP, Stats};
 pub use types::{
     Action, CheckError, ClosedCounts, Command, CommandId, ConnId, Delivered, DeliveryId, Event,
     Outcome, PublishId, Published, PublisherId, ReadTable, Reply, Row, SettleError, Settlement,

@@ -89,6 +89,9 @@ impl OrderBy {
     }
 }
 
+/// How many errors a row's error history keeps: the newest, once a row has failed more often.
+pub const ERRORS_KEPT: usize = 10;
+
 /// The form in which a table's rows are held while in work ([the forms](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Form {
@@ -133,6 +136,8 @@ pub struct TableDesc {
     pub failed_at: Option<Column>,
     /// The text of a row's last error: why it failed, or why its last attempt was retried.
     pub error: Option<Column>,
+    /// A JSON array of the row's last [`ERRORS_KEPT`] errors, each with its attempt and time.
+    pub errors: Option<Column>,
     /// The advisory key's parts: their presence selects the advisory lock form.
     pub advisory: Option<&'static [KeyPart]>,
     /// The claim order; empty means the due column (if any), then the id.
@@ -175,6 +180,7 @@ impl TableDesc {
             self.due,
             self.failed_at,
             self.error,
+            self.errors,
         ];
         for column in described.into_iter().flatten() {
             push_unique(&mut out, column.name);
@@ -417,6 +423,7 @@ impl InboxSpec<()> {
                 due: None,
                 failed_at: None,
                 error: None,
+                errors: None,
                 advisory: None,
                 order: &[],
                 own_lock: false,
@@ -528,6 +535,14 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.error = Some(column);
+        Self::with(desc)
+    }
+
+    /// Keep a history of the row's errors: a JSON array of its last [`ERRORS_KEPT`] failed
+    /// attempts, each `{"attempt", "at", "error"}` ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#the-history-of-errors)).
+    pub const fn errors(self, column: Column) -> Self {
+        let mut desc = self.desc;
+        desc.errors = Some(column);
         Self::with(desc)
     }
 

@@ -116,4 +116,40 @@ pub struct FailedRow {
     pub failed_at: Option<Time>,
     /// Its payload, where the table has one.
     pub payload: Option<Vec<u8>>,
+    /// Its last errors, oldest first, where the table keeps a history of them.
+    pub errors: Vec<AttemptError>,
+}
+
+/// One failed attempt in a row's history of errors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptError {
+    /// The attempt that failed, where the table counts attempts.
+    pub attempt: Option<i64>,
+    /// When it failed, by the database's clock.
+    pub at: Option<Time>,
+    /// The handler's error.
+    pub error: String,
+}
+
+impl AttemptError {
+    /// The entries of a history cell (a JSON array of `{"attempt", "at", "error"}`); what
+    /// does not read as one is passed over.
+    pub fn parse_all(json: &str) -> Vec<AttemptError> {
+        let Ok(serde_json::Value::Array(entries)) = serde_json::from_str(json) else {
+            return Vec::new();
+        };
+        entries
+            .iter()
+            .filter_map(|entry| {
+                Some(AttemptError {
+                    attempt: entry.get("attempt").and_then(serde_json::Value::as_i64),
+                    at: entry
+                        .get("at")
+                        .and_then(serde_json::Value::as_i64)
+                        .map(Time),
+                    error: entry.get("error")?.as_str()?.to_owned(),
+                })
+            })
+            .collect()
+    }
 }

@@ -284,6 +284,100 @@ fn failed_rows_and_delayed_retries() {
     );
 }
 
+const HISTORY: InboxSpec<(Payload, Attempt, Due, Failed, ErrorText)> =
+    FAILING_ROW_LOCK.errors(Column::new("errors"));
+
+const HISTORY_ONLY: InboxSpec<(Advisory, Attempt, Payload, Failed)> =
+    FAILING_ADVISORY.errors(Column::new("errors"));
+
+/// A history of errors: each failed or retried attempt with an error appends its attempt, the
+/// database's time and the error, drops the oldest past `ERRORS_KEPT` (ten), and starts a new
+/// array where the cell holds none; without an error the cell stays.
+#[test]
+fn a_history_of_errors_appends_each_attempts_error() {
+    assert_eq!(ruststream_core::ERRORS_KEPT, 10);
+    let FormStatements::RowLock(f) = Statements::render(Dialect::Postgres, HISTORY.desc(), 1).form
+    else {
+        panic!("row lock");
+    };
+    let pg_history =
+        r#"CASE WHEN jsonb_typeof("errors") = 'array' THEN "errors" ELSE '[]'::jsonb END"#;
+    let pg_errors = format!(
+        r#""errors" = CASE WHEN CAST($1 AS TEXT) IS NULL THEN "errors" ELSE (CASE WHEN jsonb_array_length({pg_history}) >= 10 THEN {pg_history} - 0 ELSE {pg_history} END) || jsonb_build_array(jsonb_build_object('attempt', "attempt", 'at', CAST(EXTRACT(EPOCH FROM {PG_NOW}) * 1000000 AS BIGINT), 'error', CAST($1 AS TEXT))) END"#
+    );
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!(
+            r#"UPDATE "jobs" SET "failed_at" = {PG_NOW}, "error" = COALESCE($1, "error"), {pg_errors} WHERE "id" = $2"#
+        )
+    );
+    assert_eq!(&*f.fail.as_ref().unwrap().args, &[Arg::Error, Arg::Id]);
+    assert!(
+        f.retry
+            .as_ref()
+            .unwrap()
+            .sql
+            .contains(&pg_errors.replace("$1", "$2")),
+        "{}",
+        f.retry.as_ref().unwrap().sql
+    );
+
+    let FormStatements::RowLock(f) = Statements::render(Dialect::MySql, HISTORY.desc(), 1).form
+    else {
+        panic!("row lock");
+    };
+    let my_history = "CASE WHEN JSON_VALID(`errors`) THEN CASE WHEN JSON_TYPE(`errors`) = 'ARRAY' THEN `errors` ELSE JSON_ARRAY() END ELSE JSON_ARRAY() END";
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!(
+            "UPDATE `jobs` SET `failed_at` = {MY_NOW}, `error` = COALESCE(?, `error`), `errors` = CASE WHEN ? IS NULL THEN `errors` ELSE JSON_ARRAY_APPEND(CASE WHEN JSON_LENGTH({my_history}) >= 10 THEN JSON_REMOVE({my_history}, '$[0]') ELSE {my_history} END, '$', JSON_OBJECT('attempt', `attempt`, 'at', TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {MY_NOW}), 'error', CONVERT(? USING utf8mb4))) END WHERE `id` = ?"
+        )
+    );
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().args,
+        &[Arg::Error, Arg::Error, Arg::Error, Arg::Id]
+    );
+
+    // No error column, no due column: the history alone makes a retry's statement, and its
+    // argument's first use is typed on PostgreSQL.
+    let FormStatements::Advisory(f) =
+        Statements::render(Dialect::Postgres, HISTORY_ONLY.desc(), 1).form
+    else {
+        panic!("advisory");
+    };
+    let retry = f.retry.as_ref().expect("the history is written on a retry");
+    assert!(
+        retry.sql.starts_with(
+            r#"UPDATE "video_jobs" SET "errors" = CASE WHEN CAST($1 AS TEXT) IS NULL"#
+        ),
+        "{}",
+        retry.sql
+    );
+    assert_eq!(&*retry.args, &[Arg::Error, Arg::Id]);
+
+    let FormStatements::Advisory(f) =
+        Statements::render(Dialect::Sqlite, HISTORY_ONLY.desc(), 1).form
+    else {
+        panic!("advisory");
+    };
+    let lite_history = r#"CASE WHEN json_valid("errors") THEN CASE WHEN json_type("errors") = 'array' THEN "errors" ELSE '[]' END ELSE '[]' END"#;
+    assert_eq!(
+        &*f.fail.as_ref().unwrap().sql,
+        format!(
+            r#"UPDATE "video_jobs" SET "failed_at" = {LITE_NOW}, "errors" = CASE WHEN ?1 IS NULL THEN "errors" ELSE json_insert(CASE WHEN json_array_length({lite_history}) >= 10 THEN json_remove({lite_history}, '$[0]') ELSE {lite_history} END, '$[#]', json_object('attempt', "attempt", 'at', {LITE_NOW}, 'error', ?1)) END WHERE "id" = ?2"#
+        )
+    );
+    // The schema writes the column as JSON where the database has the type.
+    for (dialect, ty) in [
+        (Dialect::Postgres, r#""errors" JSONB NULL"#),
+        (Dialect::MariaDb, "`errors` JSON NULL"),
+        (Dialect::Sqlite, r#""errors" TEXT NULL"#),
+    ] {
+        let ddl = HISTORY.ddl(dialect).to_string();
+        assert!(ddl.contains(ty), "{dialect:?}: {ddl}");
+    }
+}
+
 /// Redrive and the deletion of failed rows: all, by id, by the error's text.
 #[test]
 fn redrive_and_delete_of_failed_rows() {

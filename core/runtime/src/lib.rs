@@ -70,7 +70,8 @@ pub use ruststream_core::spec::{
     Payload, Processed, own,
 };
 pub use ruststream_core::{
-    ClosedCounts, Count, Ddl, FailedRow, FailedRowsOf, MissingIndex, Published, Stats, Value,
+    AttemptError, ClosedCounts, Count, Ddl, ERRORS_KEPT, FailedRow, FailedRowsOf, MissingIndex,
+    Published, Stats, Value,
 };
 pub use state::{State, States};
 // The macros: `#[derive(Inbox)]`, `#[subscriber(..)]` (beside the function `subscriber`, which

@@ -20,7 +20,8 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
     locked_until = "locked_until",
     due = "due_at",
     failed_at = "failed_at",
-    error = "error"
+    error = "error",
+    errors = "errors"
 )]
 pub struct WebJob {
     #[field(id, generated)]
@@ -137,9 +138,12 @@ impl Pg {
     }
 }
 
+/// Row 8's history of errors: two attempts, the second its last error.
+pub const ERRORS_8: &str = r#"[{"attempt": 1, "at": 1765000000000000, "error": "boom earlier"}, {"attempt": 2, "at": 1765000001000000, "error": "boom 8"}]"#;
+
 /// Starts a broker with no subscription on the test's schema and fills `web_jobs`: rows 1 to
 /// 5 due now, rows 6 to 8 due in an hour, of which 6 and 8 failed with the errors `boom 6`
-/// and `boom 8`. The counts: 5 due, 1 scheduled, none in work, 2 failed.
+/// and `boom 8` (row 8 with a history of two errors). The counts: 5 due, 1 scheduled, none in work, 2 failed.
 pub async fn started(pg: &Pg) -> RunningBroker<SqlxBroker<Postgres>> {
     let running = pg
         .broker()
@@ -160,6 +164,10 @@ pub async fn started(pg: &Pg) -> RunningBroker<SqlxBroker<Postgres>> {
         .expect("publishes for later");
     pg.exec(&format!(
         "UPDATE {TABLE} SET failed_at = now(), error = 'boom ' || id WHERE id IN (6, 8)"
+    ))
+    .await;
+    pg.exec(&format!(
+        "UPDATE {TABLE} SET errors = '{ERRORS_8}' WHERE id = 8"
     ))
     .await;
     running

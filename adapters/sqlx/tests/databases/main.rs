@@ -11,6 +11,7 @@ mod bad_rows;
 mod claim;
 mod common;
 mod dedup;
+mod errors;
 mod forms;
 mod maintenance;
 mod mariadb;

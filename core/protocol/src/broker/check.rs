@@ -430,6 +430,7 @@ enum Family {
     Integer,
     Payload,
     Text,
+    Json,
 }
 
 impl Family {
@@ -456,6 +457,11 @@ impl Family {
                 "a text type",
                 "`String` (in an `Option` where it may be NULL)",
             ),
+            (Family::Json, Dialect::Postgres) => ("JSONB", "`serde_json::Value`"),
+            (Family::Json, _) => (
+                "JSON or a text type",
+                "`String` or `serde_json::Value` (in an `Option` where it may be NULL)",
+            ),
         }
     }
 
@@ -478,8 +484,10 @@ impl Family {
                 ty.contains("blob") || ty.contains("binary") || text
             }
             (Family::Payload, Dialect::Sqlite) => true,
-            (Family::Text, Dialect::Sqlite) => true,
+            (Family::Text | Family::Json, Dialect::Sqlite) => true,
             (Family::Text, _) => text,
+            (Family::Json, Dialect::Postgres) => ty == "jsonb",
+            (Family::Json, Dialect::MySql | Dialect::MariaDb) => ty == "json" || text,
         }
     }
 
@@ -501,6 +509,7 @@ impl Family {
             (Family::Integer, kind) => kind == FieldKind::Integer,
             (Family::Payload, kind) => matches!(kind, FieldKind::Bytes | FieldKind::Text),
             (Family::Text, kind) => kind == FieldKind::Text,
+            (Family::Json, kind) => dialect != Dialect::Postgres && kind == FieldKind::Text,
         }
     }
 }
@@ -522,6 +531,7 @@ fn type_mismatch(
         (desc.attempt, "attempt", Family::Integer),
         (desc.payload, "payload", Family::Payload),
         (desc.error, "error", Family::Text),
+        (desc.errors, "errors", Family::Json),
     ];
     for (column, role, family) in roles {
         let Some(column) = column else { continue };

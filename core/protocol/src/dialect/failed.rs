@@ -1,7 +1,8 @@
 //! The statements of failed rows and of retries that wait: the failed mark, the retry's due
 //! time and error, and the redrive and deletion of failed rows.
 
-use super::{Arg, Output, Renderer, Sql, Statement, StatementKind};
+use super::{Arg, Dialect, Output, Renderer, Sql, Statement, StatementKind};
+use crate::spec::ERRORS_KEPT;
 
 /// Which failed rows a redrive or a deletion of failed rows selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +44,76 @@ impl Renderer<'_> {
         }
     }
 
+    /// `, errors = <errors with this attempt's entry>` where the table keeps a history of
+    /// errors: the error, the attempt and the database's time appended, the oldest dropped
+    /// past [`ERRORS_KEPT`]; a settlement without an error leaves it as it was. A cell that
+    /// holds no JSON array starts a new one.
+    fn set_errors(&self, s: &mut Sql, first: bool) {
+        let Some(errors) = self.desc.errors else {
+            return;
+        };
+        let e = self.q(errors.name);
+        let attempt = self
+            .desc
+            .attempt
+            .map_or_else(|| "NULL".to_owned(), |c| self.q(c.name));
+        let now = super::statement::micros(self.dialect, super::statement::db_now(self.dialect));
+        let kept = ERRORS_KEPT.to_string();
+        s.push(if first { " SET " } else { ", " })
+            .push(&e)
+            .push(" = CASE WHEN ");
+        if self.dialect == Dialect::Postgres {
+            // The argument's first use gives its type.
+            s.push("CAST(").arg(Arg::Error).push(" AS TEXT)");
+        } else {
+            s.arg(Arg::Error);
+        }
+        s.push(" IS NULL THEN ").push(&e).push(" ELSE ");
+        // `history` is the cell as an array, `fresh` the new entry.
+        let (history, length, drop_first, append_open, text) = match self.dialect {
+            Dialect::Postgres => (
+                format!("CASE WHEN jsonb_typeof({e}) = 'array' THEN {e} ELSE '[]'::jsonb END"),
+                "jsonb_array_length",
+                "{} - 0",
+                "({}) || jsonb_build_array(jsonb_build_object('attempt', {attempt}, 'at', {now}, 'error', ",
+                "CAST(",
+            ),
+            Dialect::MySql | Dialect::MariaDb => (
+                format!(
+                    "CASE WHEN JSON_VALID({e}) THEN CASE WHEN JSON_TYPE({e}) = 'ARRAY' THEN {e} ELSE JSON_ARRAY() END ELSE JSON_ARRAY() END"
+                ),
+                "JSON_LENGTH",
+                "JSON_REMOVE({}, '$[0]')",
+                "JSON_ARRAY_APPEND({}, '$', JSON_OBJECT('attempt', {attempt}, 'at', {now}, 'error', ",
+                "CONVERT(",
+            ),
+            Dialect::Sqlite => (
+                format!(
+                    "CASE WHEN json_valid({e}) THEN CASE WHEN json_type({e}) = 'array' THEN {e} ELSE '[]' END ELSE '[]' END"
+                ),
+                "json_array_length",
+                "json_remove({}, '$[0]')",
+                "json_insert({}, '$[#]', json_object('attempt', {attempt}, 'at', {now}, 'error', ",
+                "",
+            ),
+        };
+        let trimmed = format!(
+            "CASE WHEN {length}({history}) >= {kept} THEN {} ELSE {history} END",
+            drop_first.replace("{}", &history)
+        );
+        let open = append_open
+            .replace("{}", &trimmed)
+            .replace("{attempt}", &attempt)
+            .replace("{now}", &now);
+        s.push(&open).push(text).arg(Arg::Error);
+        s.push(match self.dialect {
+            Dialect::Postgres => " AS TEXT)))",
+            Dialect::MySql | Dialect::MariaDb => " USING utf8mb4)))",
+            Dialect::Sqlite => "))",
+        });
+        s.push(" END");
+    }
+
     /// Marks a row failed; `fence` as for [`Renderer::settle`].
     pub(super) fn fail(&self, fence: Option<&str>) -> Option<Statement> {
         let failed = self.desc.failed_at?;
@@ -54,6 +125,7 @@ impl Renderer<'_> {
             .push(" = ");
         s.db_now();
         self.set_error(&mut s, false);
+        self.set_errors(&mut s, false);
         if let Some(lease) = self.desc.locked_until {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
         }
@@ -94,6 +166,10 @@ impl Renderer<'_> {
         }
         if self.desc.error.is_some() {
             self.set_error(&mut s, first);
+            first = false;
+        }
+        if self.desc.errors.is_some() {
+            self.set_errors(&mut s, first);
             first = false;
         }
         if first {

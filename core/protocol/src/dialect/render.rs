@@ -525,6 +525,7 @@ impl Renderer<'_> {
             self.desc.due,
             self.desc.failed_at,
             self.desc.error,
+            self.desc.errors,
         ];
         for column in self
             .desc

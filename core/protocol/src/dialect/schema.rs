@@ -181,6 +181,8 @@ impl Ddl {
             ("TIMESTAMPTZ NULL", "DATETIME(6) NULL", "INTEGER NULL")
         } else if is(d.error) {
             ("TEXT NULL", "TEXT NULL", "TEXT NULL")
+        } else if is(d.errors) {
+            ("JSONB NULL", "JSON NULL", "TEXT NULL")
         } else if d.order.iter().any(|o| o.column == column)
             && !d.key_columns().contains(&column)
             && !d.unique.contains(&column)
@@ -453,6 +455,7 @@ mod tests {
         due: Some(Column::new("due_at")),
         failed_at: Some(Column::new("failed_at")),
         error: Some(Column::new("error")),
+        errors: None,
         advisory: Some(&[KeyPart::Literal("k-"), KeyPart::Column("channel")]),
         order: &[],
         own_lock: false,

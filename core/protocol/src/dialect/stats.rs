@@ -46,6 +46,15 @@ const STATS_COLUMNS: [(&str, ColumnType); 7] = [
 
 impl Renderer<'_> {
     /// A time expression as microseconds since the Unix epoch.
+    /// A JSON cell read as text.
+    fn json_text(&self, expr: &str) -> String {
+        match self.dialect {
+            Dialect::Postgres => format!("CAST({expr} AS TEXT)"),
+            Dialect::MySql | Dialect::MariaDb => format!("CAST({expr} AS CHAR)"),
+            Dialect::Sqlite => expr.to_owned(),
+        }
+    }
+
     fn micros(&self, expr: &str) -> String {
         super::statement::micros(self.dialect, expr)
     }
@@ -169,6 +178,11 @@ impl Renderer<'_> {
                 "payload",
                 ColumnType::Bytes,
             ),
+            (
+                d.errors.map(|c| self.json_text(&self.q(c.name))),
+                "errors",
+                ColumnType::Text,
+            ),
         ];
         for (expr, name, ty) in optional {
             let expr = expr.unwrap_or_else(|| "NULL".to_owned());
@@ -248,12 +262,20 @@ impl FailedRow {
             Some(Value::Text(t)) => Some(t.into_bytes()),
             _ => None,
         };
+        let errors = match it.next() {
+            Some(Value::Text(t)) => crate::stats::AttemptError::parse_all(&t),
+            Some(Value::Bytes(b)) => {
+                crate::stats::AttemptError::parse_all(&String::from_utf8_lossy(&b))
+            }
+            _ => Vec::new(),
+        };
         FailedRow {
             id,
             attempt,
             error,
             failed_at,
             payload,
+            errors,
         }
     }
 }
@@ -273,6 +295,7 @@ mod tests {
         due: Some(Column::new("due_at")),
         failed_at: Some(Column::new("failed_at")),
         error: Some(Column::new("error")),
+        errors: None,
         advisory: None,
         order: &[],
         own_lock: false,
@@ -310,6 +333,7 @@ mod tests {
             failed_at: None,
             due: None,
             error: None,
+            errors: None,
             advisory: Some(&[KeyPart::Column("k")]),
             ..LEASE
         };
@@ -375,7 +399,7 @@ mod tests {
             &*s.sql,
             "SELECT `id` AS id, `attempt` AS attempt, `error` AS error, \
              TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', `failed_at`) AS failed_at, \
-             `payload` AS payload FROM `jobs` WHERE `failed_at` IS NOT NULL AND `id` > ? ORDER BY `id` ASC LIMIT ?"
+             `payload` AS payload, NULL AS errors FROM `jobs` WHERE `failed_at` IS NOT NULL AND `id` > ? ORDER BY `id` ASC LIMIT ?"
         );
         assert_eq!(&*s.args, &[Arg::Floor, Arg::Limit]);
         let one = Statements::list_failed(Dialect::Sqlite, &LEASE, false, true).unwrap();
@@ -402,5 +426,57 @@ mod tests {
         assert_eq!(row.error.as_deref(), Some("boom"));
         assert_eq!(row.failed_at, Some(Time(9)));
         assert_eq!(row.payload.as_deref(), Some(&b"{}"[..]));
+        assert!(row.errors.is_empty());
+    }
+
+    #[test]
+    fn a_history_of_errors_is_read_as_text_and_parsed() {
+        let desc = TableDesc {
+            errors: Some(crate::Column::new("errors")),
+            ..LEASE
+        };
+        for (dialect, expr) in [
+            (Dialect::Postgres, r#"CAST("errors" AS TEXT) AS errors"#),
+            (Dialect::MariaDb, "CAST(`errors` AS CHAR) AS errors"),
+            (Dialect::Sqlite, r#""errors" AS errors"#),
+        ] {
+            let s = Statements::list_failed(dialect, &desc, false, false).unwrap();
+            assert!(s.sql.contains(expr), "{dialect:?}: {}", s.sql);
+        }
+        let history = r#"[{"attempt": 1, "at": 5, "error": "one"}, {"x": 1},
+            {"attempt": null, "at": 6, "error": "two"}]"#;
+        let row = FailedRow::from_values(vec![
+            Value::Int(7),
+            Value::Int(2),
+            Value::Text("two".into()),
+            Value::Int(9),
+            Value::Null,
+            Value::Text(history.into()),
+        ]);
+        let read: Vec<(Option<i64>, Option<Time>, &str)> = row
+            .errors
+            .iter()
+            .map(|e| (e.attempt, e.at, e.error.as_str()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some(1), Some(Time(5)), "one"),
+                (None, Some(Time(6)), "two")
+            ],
+            "the entries in order; one without an error passed over"
+        );
+        let bad = FailedRow::from_values(vec![
+            Value::Int(7),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Text("not json".into()),
+        ]);
+        assert!(
+            bad.errors.is_empty(),
+            "a cell that is no array reads as none"
+        );
     }
 }
