@@ -134,9 +134,7 @@ impl Dashboard {
     }
 
     /// Shows `T`'s table, read and changed through the broker `handle` (a clone of the
-    /// service's handle, or [`RunningBroker::handle`](ruststream::RunningBroker::handle)).
-    /// The table is named as its description names it; a second table of the same name
-    /// replaces the first.
+    /// service's handle); a second table of the same name replaces the first.
     pub fn table<T: InboxTable, A: Adapter>(mut self, handle: BrokerHandle<A>) -> Self {
         let name = T::TABLE.table_desc().table;
         let source: Arc<dyn TableSource> = Arc::new(Source::<T, A>::new(handle));
@@ -180,12 +178,9 @@ impl Dashboard {
         self
     }
 
-    /// The dashboard's routes: its page at `/` and its API under `/api`, to serve alone or
-    /// to mount with [`Router::nest`] under a path of the service's own (the page is then at
-    /// that path, `/ops/queues` for `nest("/ops/queues", ..)`, and finds its script and its
-    /// API below it). The sampling of the
-    /// counts starts here when called within a tokio runtime, else with the first request,
-    /// and stops when every router of this dashboard is dropped.
+    /// The dashboard's routes (its page at `/`, its API under `/api`), to serve alone or to
+    /// [`Router::nest`] under a path of the service's own. Sampling starts here within a tokio
+    /// runtime, else at the first request, and stops when every router of it is dropped.
     pub fn router(&self) -> Router {
         let shared = self.shared().clone();
         shared.start_sampling();

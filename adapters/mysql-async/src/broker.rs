@@ -143,18 +143,11 @@ fn describe(opts: &Opts) -> String {
     )
 }
 
-/// The broker on MySQL 8.0.1+ or MariaDB 10.6+ through mysql_async.
-///
-/// Build it with [`MySqlAsyncBroker::from_url`] or [`MySqlAsyncBroker::from_opts`] (the
-/// broker builds its pool when the service starts and closes it at shutdown), or with
-/// [`MySqlAsyncBroker::new`] on the service's own pool (which stays open). Hand it to a
-/// service (`RustStream::with_broker`) as it is, as a route ([`MySqlAsyncBroker::route`]), or
-/// as its handle ([`MySqlAsyncBroker::handle`]); or start it by hand
-/// ([`MySqlAsyncBroker::start`]).
-///
-/// `MySqlAsyncBroker` is the runtime's [`Adapter`]: it runs the core's commands on
-/// connections of its pool and holds no queue logic. It is not `Clone`, so one broker never
-/// gets two handles by mistake: take the handle (or a route) first and clone that.
+/// The broker on MySQL 8.0.1+ or MariaDB 10.6+ through mysql_async: build it from a URL or
+/// options (it builds and closes its pool) or on the service's own pool (which stays open),
+/// then hand it to a service ([mysql_async](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#mysql_async)).
+// Not `Clone`, so one broker never gets two handles by mistake: take the handle (or a route)
+// first and clone that.
 pub struct MySqlAsyncBroker {
     inner: Arc<Pooled<Source>>,
 }
@@ -182,14 +175,9 @@ impl MySqlAsyncBroker {
     }
 
     /// A broker of the database `url` names (`mysql://user:password@host:3306/db`, with
-    /// mysql_async's URL parameters such as `pool_max`).
-    ///
-    /// Nothing connects here: the broker builds its pool when the service starts, and the
-    /// start fails with a message naming the URL (its password hidden) if the URL does not
-    /// parse or the database does not answer. The pool's connections set
-    /// `client_found_rows`, so an `UPDATE` counts the rows it found. At shutdown the broker
-    /// closes the pool: it lends no new connection, idle connections close, and a connection
-    /// a delivery still holds closes when it comes back.
+    /// mysql_async's URL parameters such as `pool_max`). Nothing connects here: the pool is
+    /// built when the service starts and closed at shutdown.
+    // The pool's connections set `client_found_rows`, so an `UPDATE` counts the rows it found.
     pub fn from_url(url: impl Into<String>) -> Self {
         Self::with_source(Origin::Url(url.into()))
     }
@@ -201,21 +189,16 @@ impl MySqlAsyncBroker {
         Self::with_source(Origin::Opts(Box::new(opts.into())))
     }
 
-    /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
-    /// no connection of it any more, and the service disconnects the pool after `run`
-    /// returns.
-    ///
-    /// Its connections may or may not set `client_found_rows`: the broker reads the rows an
-    /// `UPDATE` found from the server's info line where the option is off.
+    /// A broker on the service's own pool, which stays open at shutdown for the service to
+    /// disconnect.
+    // Its connections may or may not set `client_found_rows`: the broker reads the rows an
+    // `UPDATE` found from the server's info line where the option is off.
     pub fn new(pool: Pool) -> Self {
         Self::with_source(Origin::Pool(pool))
     }
 
-    /// How long a command waits for a connection of the pool when all are lent (default 30
-    /// s); past it, the command fails as [`ErrorKind::PoolClosed`] and the core tries again
-    /// later.
-    ///
-    /// [`ErrorKind::PoolClosed`]: ruststream_core::ErrorKind::PoolClosed
+    /// How long a command waits for a connection when all are lent (default 30 s); past it,
+    /// the command fails as [`PoolClosed`](ruststream_core::ErrorKind::PoolClosed) and the core tries again later.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         Arc::get_mut(&mut self.inner)
             .expect(
@@ -303,18 +286,15 @@ impl Adapter for MySqlAsyncBroker {
         Some(self.inner.lend(conn))
     }
 
-    /// Builds the pool where the broker builds it, takes a connection, and answers the
-    /// server's dialect: MariaDB when `SELECT VERSION()` names it, MySQL otherwise. Fails, with
-    /// a message naming the URL, outside a tokio runtime, when the URL does not parse, when
-    /// the server does not answer, and on MySQL before 8.0.1 or MariaDB before 10.6.
+    /// Builds the pool where the broker builds it and answers the server's dialect (MariaDB
+    /// when `SELECT VERSION()` names it, MySQL otherwise). Fails outside a tokio runtime, and
+    /// on MySQL before 8.0.1 or MariaDB before 10.6.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>> {
         self.inner.start()
     }
 
     /// Runs the command on the connection it names, after the commands given before it on
-    /// that connection: an acquire takes a connection of the pool, a release gives it back
-    /// (rolling back a transaction left open), a close ends its session and cuts short a
-    /// statement still running on it (`KILL QUERY` from a connection of its own).
+    /// that connection; a close cuts short a statement still running (`KILL QUERY`).
     fn execute(
         &self,
         command: Command,
@@ -376,10 +356,8 @@ pub type RunningMySqlAsyncBroker = ruststream::RunningBroker<MySqlAsyncBroker>;
 /// `connections_closed`, the connections closed to end their locks.
 pub type ClosedMySqlAsyncBroker = ruststream::ClosedCounts;
 
-/// Publishes rows into `T`'s table through a [`MySqlAsyncBroker`]: from its handle
-/// ([`ruststream::Publisher::new`]), a route or a running broker. It answers
-/// [`MySqlAsyncBrokerError::Closed`] until the broker starts and from its shutdown on, and
-/// writes no row then.
+/// Publishes jobs into `T`'s table through a [`MySqlAsyncBroker`]; until the broker starts
+/// and after its shutdown it writes nothing and answers [`MySqlAsyncBrokerError::Closed`].
 pub type MySqlAsyncPublisher<T> = ruststream::Publisher<T, MySqlAsyncBroker>;
 
 /// Why a publish, or a start by hand, of a [`MySqlAsyncBroker`] did not happen: `Closed`,

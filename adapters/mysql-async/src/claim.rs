@@ -5,16 +5,13 @@ use ruststream::adapter::{Claim, LendsClaims};
 
 use crate::conn::{Lender, MyConn};
 
-/// A transaction on the delivery's connection, lent to its handler: in the row lock form the
-/// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
-/// connection that holds the key, in the lease form one begun on a connection taken for it. What the handler writes in it commits with the
-/// acknowledgement, in the same transaction as the row's settlement, and rolls back with a
-/// retry, a failure, a crash or the shutdown, so its effects happen once with the
-/// settlement. It derefs to the [`Conn`] inside the open transaction (`&mut *claim` for
-/// `Queryable`): run statements on it, but neither commit nor roll it back.
-///
-/// In the lease form the acknowledgement's settlement in the transaction is fenced by the
-/// lease: a lease lost meanwhile rolls the handler's writes back, and the settlement fails.
+/// A transaction on the job's connection, lent to its handler (a [`Conn`]; `&mut *claim` for
+/// `Queryable`): what the handler writes in it commits with the job's acknowledgement and
+/// rolls back otherwise. Run statements on it, but neither commit nor roll it back.
+// In the row lock form it is the claim's open transaction (past a savepoint), in the advisory
+// lock form one begun on the connection that holds the key, in the lease form one begun on a
+// connection taken for it, whose acknowledgement is fenced by the lease: a lease lost
+// meanwhile rolls the handler's writes back, and the settlement fails.
 pub type MySqlAsyncClaim = Claim<Lender>;
 
 impl LendsClaims for Lender {

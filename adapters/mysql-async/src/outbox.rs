@@ -9,14 +9,9 @@ use ruststream_core::{Dialect, Reply, Statement, Value};
 use crate::MySqlAsyncBrokerError;
 use crate::value::{db_error, params};
 
-/// Publishes rows into `T`'s table in a transaction, or on a connection, the service holds (the
-/// outbox: a job written with the data it is about), or on a connection of a pool with no
-/// broker running.
-///
-/// In the service's transaction a rollback leaves no row and a commit makes the rows claimable.
-/// MySQL and MariaDB tell no other process of new rows: a subscription elsewhere finds them at
-/// its next poll. Up to [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one
-/// insert; more take several, all or nothing inside the transaction.
+/// Publishes jobs into `T`'s table in a transaction the service holds, so a job commits with
+/// the data it is about (the outbox), or on a connection with no broker running. Other
+/// processes find the jobs at their next poll ([Outbox](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#the-outbox-in-the-services-own-transaction)).
 ///
 /// ```no_run
 /// # use ruststream_mysql_async::prelude::*;

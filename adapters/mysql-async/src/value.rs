@@ -29,17 +29,15 @@ pub(crate) fn to_mysql(value: Value) -> mysql_async::Value {
 }
 
 /// A value read from a row as the core reads it, by its column's type: the binary protocol
-/// (a statement with binds) sends typed values, the text protocol (one without) sends every
-/// value as its text.
-///
-/// - integers (`TINYINT` .. `BIGINT`, `YEAR`) are [`Value::Int`]; an unsigned one past
-///   `i64::MAX` is its decimal text;
-/// - text columns (`CHAR`, `VARCHAR`, `TEXT`, `ENUM`, `SET`, `JSON`, and a column of
-///   `information_schema`, whose names MySQL 8 sends as binary strings) are [`Value::Text`],
-///   decoded as UTF-8 (bytes that are not UTF-8 stay [`Value::Bytes`]);
-/// - binary columns (`BINARY`, `VARBINARY`, `BLOB`, `BIT`, `GEOMETRY`) are [`Value::Bytes`];
-/// - decimals, floats, dates and times are [`Value::Text`] in MySQL's own notation (the core
-///   has no such types).
+/// (a statement with binds) sends typed values, the text protocol every value as its text.
+// - integers (`TINYINT` .. `BIGINT`, `YEAR`) are `Value::Int`; an unsigned one past
+//   `i64::MAX` is its decimal text;
+// - text columns (`CHAR`, `VARCHAR`, `TEXT`, `ENUM`, `SET`, `JSON`, and a column of
+//   `information_schema`, whose names MySQL 8 sends as binary strings) are `Value::Text`,
+//   decoded as UTF-8 (bytes that are not UTF-8 stay `Value::Bytes`);
+// - binary columns (`BINARY`, `VARBINARY`, `BLOB`, `BIT`, `GEOMETRY`) are `Value::Bytes`;
+// - decimals, floats, dates and times are `Value::Text` in MySQL's own notation (the core
+//   has no such types).
 pub(crate) fn from_mysql(value: &mysql_async::Value, column: &Column) -> Value {
     use mysql_async::Value as My;
     match value {
@@ -125,10 +123,9 @@ fn text_or_bytes(bytes: &[u8]) -> Value {
     }
 }
 
-/// A mysql_async error as the core reads it: a server's error by its number and SQLSTATE
-/// ([`mysql_error_kind`]); I/O errors, the driver's closed connection and packet errors as
-/// [`ErrorKind::ConnectionLost`]; the driver's disconnected pool as [`ErrorKind::PoolClosed`];
-/// anything else as [`ErrorKind::Other`].
+/// A mysql_async error as the core reads it: a server's error by its number and SQLSTATE;
+/// I/O errors, a closed connection and packet errors as lost; a disconnected pool as
+/// [`ErrorKind::PoolClosed`]; anything else as [`ErrorKind::Other`].
 pub(crate) fn db_error(error: &mysql_async::Error) -> DbError {
     use mysql_async::{DriverError, Error};
     let kind = match error {

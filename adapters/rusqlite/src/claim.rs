@@ -4,15 +4,9 @@ use ruststream::adapter::{Claim, Threads};
 
 use crate::driver::RusqliteDriver;
 
-/// A transaction on the delivery's connection, lent to its handler: in the advisory lock form
-/// one begun on the connection of the delivery. What the handler writes in it commits with
-/// the acknowledgement, in the same transaction as the row's settlement, and rolls back with a
-/// retry, a failure, a crash or the shutdown, so its effects happen once with the settlement.
-///
-/// The connection lives on a thread of its own: [`call`](ruststream::adapter::ThreadConn::call)
-/// runs a closure on the [`rusqlite::Connection`] there, inside the open transaction, and
-/// answers what it answers (`None` if the connection's thread ended). Run statements on it,
-/// but neither commit nor roll it back.
+/// A transaction on the job's connection, lent to its handler in the advisory form: what the
+/// handler writes in it commits with the job's acknowledgement and rolls back otherwise. Its
+/// [`call`](ruststream::adapter::ThreadConn::call) runs a closure on the connection's thread.
 ///
 /// ```no_run
 /// use ruststream_rusqlite::prelude::*;
@@ -37,7 +31,8 @@ use crate::driver::RusqliteDriver;
 ///     }
 /// }
 /// ```
-///
-/// SQLite's lease form lends none (SQLite takes one writer at a time): a handler of such a
-/// table that takes it fails its row, with an error that says so.
+// `call` runs the closure on the `rusqlite::Connection`, inside the open transaction, and
+// answers what it answers (`None` if the connection's thread ended): run statements there, but
+// neither commit nor roll it back. SQLite's lease form lends none (SQLite takes one writer at a
+// time): a handler of such a table that takes it fails its row, with an error that says so.
 pub type RusqliteClaim = Claim<Threads<RusqliteDriver>>;

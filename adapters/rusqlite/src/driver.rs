@@ -46,10 +46,9 @@ pub enum Synchronous {
     /// `OFF`: no wait for the disk at all. A crash of the operating system or a power loss
     /// may corrupt the database.
     Off,
-    /// `NORMAL`: in WAL mode, a commit writes the log without waiting for the disk; the log is
-    /// synced at checkpoints. A crash of the process loses nothing; a power loss or a crash of
-    /// the operating system may undo the last commits: a settled row comes back (and runs
-    /// again), and a published row may be gone.
+    /// `NORMAL`: in WAL mode, a commit writes the log without waiting for the disk. A process
+    /// crash loses nothing; a power loss or an operating system crash may undo the last
+    /// commits: a settled row comes back (and runs again), and a published row may be gone.
     Normal,
     /// `FULL`, SQLite's default: each commit waits for the disk.
     Full,

@@ -208,12 +208,9 @@ pub mod prelude {
     pub use ruststream::prelude::*;
 }
 
-/// The SQLite broker on rusqlite: a pool of blocking connections on threads of their own.
-///
-/// Build it with [`RusqliteBroker::open`] and the settings below, then hand it to a service
-/// (`RustStream::with_broker`), directly, as its [`BrokerHandle`](ruststream::BrokerHandle)
-/// ([`RusqliteBroker::handle`]) or as a route ([`RusqliteBroker::route`]); or start it by hand
-/// ([`RusqliteBroker::start_on`]). See the [crate] documentation.
+/// The SQLite broker on rusqlite: a pool of blocking connections, each on a thread of its own,
+/// which any executor can wait on. Build it with [`RusqliteBroker::open`] and hand it to a
+/// service ([rusqlite](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#rusqlite)).
 pub struct RusqliteBroker {
     inner: Arc<Pooled<Source>>,
 }
@@ -234,13 +231,9 @@ impl std::fmt::Debug for RusqliteBroker {
 }
 
 impl RusqliteBroker {
-    /// A broker of the SQLite database at `path`: a file name, or a `file:` URI such as
-    /// `file:app.db?mode=rwc`, as [`rusqlite::Connection::open`] takes it.
-    ///
-    /// Nothing opens here: the pool opens its first connection when the service starts, and
-    /// fails the start with a message naming the path if the database does not open. A
-    /// private in-memory database (`:memory:`, or an empty path) is refused then, since each
-    /// connection of the pool would open its own.
+    /// A broker of the SQLite database at `path` (a file name, or a `file:` URI). Nothing
+    /// opens here: the start opens it, and refuses a private in-memory database (`:memory:`,
+    /// or an empty path), since each connection of the pool would open its own.
     pub fn open(path: impl AsRef<Path>) -> Self {
         let config = Config {
             path: path.as_ref().to_path_buf(),
@@ -291,12 +284,12 @@ impl RusqliteBroker {
     }
 
     /// How long the task that sent a statement looks for its answer before it waits to be
-    /// woken by the connection's thread (default 300 µs; zero: it never looks). While it
-    /// looks, a poll that finds no answer wakes the task again at once, so it comes back after
-    /// the executor's other ready tasks have run and the executor's thread does not go to
-    /// sleep: a statement of SQLite usually answers within that time, and a sleeping thread
-    /// woken by another starts again tens of microseconds later. The look spends that thread's
-    /// time while the statement runs: set it to zero where an idle executor must not spin.
+    /// woken by the connection's thread (default 300 µs): the look spends the executor thread's
+    /// time, so set it to zero where an idle executor must not spin.
+    // While it looks, a poll that finds no answer wakes the task again at once, so it comes
+    // back after the executor's other ready tasks have run and the executor's thread does not
+    // go to sleep: a statement of SQLite usually answers within that time, and a sleeping
+    // thread woken by another starts again tens of microseconds later.
     pub fn look_for_answer(mut self, look: Duration) -> Self {
         self.config_mut().look_for_answer = look;
         self
@@ -304,9 +297,7 @@ impl RusqliteBroker {
 
     /// How a commit waits for the disk on each connection (SQLite's `PRAGMA synchronous`;
     /// unset: SQLite's default, `FULL`). In WAL mode, which the broker sets, [`Synchronous::Normal`]
-    /// spares each commit its wait for the disk, several times the rate of small commits, and
-    /// a crash of the process still loses nothing; a power loss may undo the last commits (see
-    /// [`Synchronous`]).
+    /// spares each commit its wait: a process crash loses nothing, a power loss may undo the last commits.
     pub fn synchronous(mut self, mode: Synchronous) -> Self {
         self.config_mut().synchronous = Some(mode);
         self
@@ -381,10 +372,8 @@ ruststream::broker_methods!(impl RusqliteBroker);
 /// take `T`'s rows, and a publisher into `T`'s table ([`RusqliteBroker::route`]).
 pub type RusqliteRoute<T> = ruststream::Route<T, RusqliteBroker>;
 
-/// A [`RusqliteBroker`] started by hand ([`RusqliteBroker::start`], or
-/// [`RusqliteBroker::start_on`] on an executor of the service's choice), driven in the
-/// background until its [`shutdown`](ruststream::RunningBroker::shutdown), which answers a
-/// [`ClosedRusqliteBroker`].
+/// A [`RusqliteBroker`] started by hand ([`RusqliteBroker::start`] or
+/// [`RusqliteBroker::start_on`]), running until its [`shutdown`](ruststream::RunningBroker::shutdown).
 pub type RunningRusqliteBroker = ruststream::RunningBroker<RusqliteBroker>;
 
 /// What the shutdown of a [`RusqliteBroker`] started by hand did to the advisory locks of the
@@ -392,10 +381,8 @@ pub type RunningRusqliteBroker = ruststream::RunningBroker<RusqliteBroker>;
 /// `connections_closed`, the connections closed to end their locks.
 pub type ClosedRusqliteBroker = ruststream::ClosedCounts;
 
-/// Publishes rows into `T`'s table through a [`RusqliteBroker`]: from its handle
-/// ([`ruststream::Publisher::new`]), a route or a running broker. It answers
-/// [`RusqliteBrokerError::Closed`] until the broker starts and from its shutdown on, and
-/// writes no row then.
+/// Publishes jobs into `T`'s table through a [`RusqliteBroker`]; until the broker starts and
+/// after its shutdown it writes nothing and answers [`RusqliteBrokerError::Closed`].
 pub type RusqlitePublisher<T> = ruststream::Publisher<T, RusqliteBroker>;
 
 /// Why a publish, or a start by hand, of a [`RusqliteBroker`] did not happen: `Closed`,

@@ -3,12 +3,9 @@
 use rusqlite::Connection;
 use ruststream_core::spec::bits::{False, True};
 
-/// The service's own lock of a table whose description names `own::Lock`
-/// (`.own::<own::Lock>()`, `custom(lock, unlock)`).
-///
-/// `lock` tries the key without waiting and answers whether it took it. It runs on the claim's
-/// connection, which then holds the delivery: what the lock writes, it writes on that
-/// connection's session. An error fails the claim, and the connection is closed.
+/// The service's own lock of a table whose description names `own::Lock`: it tries the key
+/// without waiting, on the connection that then holds the job, and answers whether it took
+/// it; an error fails the claim and closes the connection ([Custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
 ///
 /// ```
 /// use ruststream_rusqlite::rusqlite::{self, Connection};
@@ -39,10 +36,9 @@ pub trait Lock {
     fn lock(conn: &Connection, key: &str) -> rusqlite::Result<bool>;
 }
 
-/// The service's own unlock of a table whose description names `own::Unlock`.
-///
-/// `unlock` answers whether the session held the key. An answer of `false`, or an error,
-/// closes the connection, which ends its session. See [`Lock`].
+/// The service's own unlock of a table whose description names `own::Unlock`: it answers
+/// whether the session held the key; `false`, or an error, closes the connection, which ends
+/// its session. See [`Lock`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}`'s description names `own::Unlock`, but `{Self}` does not implement `ruststream_rusqlite::Unlock`",
     label = "implement `ruststream_rusqlite::Unlock` (and `Lock`) for `{Self}`, or remove the custom lock from its description"
@@ -64,12 +60,9 @@ pub fn custom_lock<T: Lock + Unlock>() -> CustomLock {
     CustomLock::new(T::lock, T::unlock)
 }
 
-/// Picks a row type's custom lock by its description's type: the description's `Lock` bit
-/// ([`True`] where it names `own::Lock` and `own::Unlock`, [`False`] otherwise).
-///
-/// A table without a custom lock needs no [`Lock`] implementation; a table with one must
-/// implement both [`Lock`] and [`Unlock`], or it does not compile. (The description's own
-/// rules already make `own::Lock` and `own::Unlock` come together.)
+/// Picks a row type's custom lock by its description's `Lock` bit ([`True`] where it names
+/// `own::Lock` and `own::Unlock`, [`False`] otherwise): a table with one must implement both
+/// [`Lock`] and [`Unlock`], or it does not compile.
 pub trait PickLock<T> {
     /// `T`'s custom lock, where its description names one.
     fn pick() -> Option<CustomLock>;

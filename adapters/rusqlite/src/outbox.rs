@@ -6,14 +6,9 @@ use ruststream_core::{Dialect, Reply};
 
 use crate::RusqliteBrokerError;
 
-/// Publishes rows into `T`'s table in a transaction, or on a connection, the service holds (the
-/// outbox: a job written with the data it is about), with no broker running where the service
-/// only enqueues.
-///
-/// In the service's transaction a rollback leaves no row and a commit makes the rows
-/// claimable; the broker's subscriptions find them at their next poll. Up to
-/// [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one insert; more take
-/// several, all or nothing inside the transaction. The calls block, as rusqlite's do.
+/// Publishes jobs into `T`'s table in a transaction the service holds, so a job commits with
+/// the data it is about (the outbox), or on a connection with no broker running. The calls
+/// block, as rusqlite's do ([Outbox](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#the-outbox-in-the-services-own-transaction)).
 ///
 /// ```no_run
 /// # use ruststream_rusqlite::prelude::*;

@@ -9,11 +9,8 @@ use ruststream_core::server::sqlite_error_kind;
 use ruststream_core::{DbError, ErrorKind, Value};
 use serde::de::DeserializeOwned;
 
-/// A row read from SQLite, owned: its column names and values, in the statement's order.
-///
-/// The runtime carries it from the claim to the handler's task, where it is decoded into the
-/// table's row type with serde ([`RusqliteRow::decode`]). Values keep SQLite's storage classes:
-/// `INTEGER`, `REAL`, `TEXT`, `BLOB` and `NULL`.
+/// A row read from SQLite, owned: its column names and values (SQLite's storage classes), in
+/// the statement's order, decoded into the table's row type with [`RusqliteRow::decode`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct RusqliteRow {
     columns: Arc<[String]>,
@@ -57,13 +54,9 @@ impl RusqliteRow {
         self.columns.iter().map(String::as_str).zip(&self.values)
     }
 
-    /// The row as `T`, by serde: a struct reads its fields from the columns of the same names
-    /// (columns it does not name are ignored), a tuple reads the columns in order.
-    ///
-    /// `INTEGER` reads into any integer type that holds its value, and into `bool`, floats
-    /// and `String` (its decimal text); `REAL` into floats; `TEXT` into `String`, `&str`-like types, unit enums, and
-    /// `Vec<u8>` as its UTF-8 bytes; `BLOB` into `Vec<u8>` (and `serde_bytes` types), or
-    /// `String` when it is UTF-8; `NULL` into `Option::None` and `()`.
+    /// The row as `T`, by serde, each field from the column of its name: `INTEGER` into
+    /// integers, `bool`, floats or `String`; `REAL` into floats; `TEXT` into `String`, unit
+    /// enums or bytes; `BLOB` into `Vec<u8>`, or `String` when UTF-8; `NULL` into `None`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
         de::from_row(self)
     }
@@ -125,9 +118,8 @@ pub(crate) fn from_sql(value: &SqlValue) -> Value {
 }
 
 /// A rusqlite error as the core reads it: a SQLite error by its extended result code and
-/// message ([`sqlite_error_kind`]; `SQLITE_INTERRUPT` is a command cut short by a close); a
-/// column missing from a statement's rows as [`ErrorKind::UndefinedColumn`]; anything else as
-/// [`ErrorKind::Other`].
+/// message (`SQLITE_INTERRUPT` is a command cut short by a close); a column missing from a
+/// statement's rows as [`ErrorKind::UndefinedColumn`]; anything else as [`ErrorKind::Other`].
 pub(crate) fn db_error(error: &rusqlite::Error) -> DbError {
     let kind = match error {
         rusqlite::Error::SqliteFailure(failure, message) => {

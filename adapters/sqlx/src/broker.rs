@@ -145,9 +145,8 @@ impl<DB: SqlxDatabase> PoolSource for Source<DB> {
     }
 
     /// The idle connections close now; then the pool is marked closed without waiting for
-    /// connections still lent (a delivery's, or one the service took from
-    /// [`SqlxBroker::pool`]): each closes when it comes back. The broker's own releases
-    /// complete before they answer, so none is on its way back now.
+    /// connections still lent, each of which closes when it comes back.
+    // The broker's own releases complete before they answer, so none is on its way back now.
     fn close(&self, pool: Pool<DB>, _: Option<Self::Lender>, _: usize) -> ConnFuture<'_, ()> {
         Box::pin(async move {
             while let Some(conn) = pool.try_acquire() {
@@ -160,18 +159,11 @@ impl<DB: SqlxDatabase> PoolSource for Source<DB> {
     }
 }
 
-/// The broker on a sqlx pool of PostgreSQL ([`sqlx::Postgres`]), MySQL or MariaDB
-/// ([`sqlx::MySql`]), or SQLite ([`sqlx::Sqlite`]).
-///
-/// Build it with [`SqlxBroker::from_url`] or [`SqlxBroker::from_connect_options`] (the broker
-/// builds its pool when the service starts and closes it at shutdown), or with
-/// [`SqlxBroker::new`] on the service's own pool (which stays open). Hand it to a service
-/// (`RustStream::with_broker`) as it is, as a route ([`SqlxBroker::route`]), or as its handle
-/// ([`SqlxBroker::handle`]); or start it by hand ([`SqlxBroker::start`]).
-///
-/// `SqlxBroker` is the runtime's [`Adapter`]: it runs the core's commands on connections of
-/// its pool and holds no queue logic. It is not `Clone`, so one broker never gets two handles
-/// by mistake: take the handle (or a route) first and clone that.
+/// The broker on a sqlx pool of PostgreSQL, MySQL or MariaDB, or SQLite: build it from a URL
+/// or options (it builds and closes its pool) or on the service's own pool (which stays
+/// open), then hand it to a service ([sqlx](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#sqlx)).
+// Not `Clone`, so one broker never gets two handles by mistake: take the handle (or a route)
+// first and clone that.
 pub struct SqlxBroker<DB: SqlxDatabase> {
     inner: Arc<Pooled<Source<DB>>>,
 }
@@ -211,13 +203,8 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
     }
 
     /// A broker of the database `url` names (`postgres://..`, `mysql://..`, `sqlite:..`), with
-    /// a pool of these options.
-    ///
-    /// Nothing connects here: the broker builds its pool when the service starts, and the
-    /// start fails with a message naming the URL (its password hidden) if the URL does not
-    /// parse or the database does not answer. At shutdown the broker closes the pool: it lends
-    /// no new connection, idle connections close, and a connection a delivery still holds
-    /// closes when it comes back.
+    /// a pool of these options. Nothing connects here: the pool is built when the service
+    /// starts (a bad URL fails the start, naming it) and closed at shutdown.
     pub fn from_url(url: impl Into<String>, pool_options: PoolOptions<DB>) -> Self {
         Self::with_source(Origin::Url(url.into(), pool_options))
     }
@@ -265,31 +252,9 @@ impl<DB: SqlxDatabase> SqlxBroker<DB> {
 /// the listening session connects.
 #[cfg(feature = "postgres")]
 impl SqlxBroker<sqlx::Postgres> {
-    /// Runs every statement under PostgreSQL's simple query protocol (`true`) instead of
-    /// sqlx's prepared statements (`false`, the default): for a pooler in transaction pooling
-    /// (PgBouncer's `pool_mode = transaction`), which hands each transaction to any server
-    /// session.
-    ///
-    /// sqlx names each statement it prepares on a connection (`sqlx_s_1`, `sqlx_s_2`, ..) and
-    /// keeps it in the server session; through transaction pooling a statement meets another
-    /// client's of the same name (`prepared statement "sqlx_s_1" already exists`) or misses its
-    /// own. Turning sqlx's statement cache off (`statement_cache_capacity(0)`) does not help:
-    /// sqlx still names the statements it prepares, and leaves them in the session. Here each
-    /// statement is sent whole instead, `sqlx::raw_sql` with its binds written into its text
-    /// as SQL literals ([`Statement::inline_binds`](ruststream_core::Statement::inline_binds)):
-    /// text quoted, bytes as `'\x..'::bytea`, integers as digits. Rows come back as text,
-    /// which sqlx's decoding reads for the usual types (`i64`, `i32`, `Vec<u8>`, `String`,
-    /// `bool`, chrono's and time's zoned times, in the session's time zone, which sqlx sets to
-    /// UTC) as it reads binary rows. The payload column must be `bytea`.
-    ///
-    /// The lease form, the row lock form without an attempt column, and publishing then work
-    /// through transaction pooling; the advisory lock form and the row lock form with an
-    /// attempt column hold session locks and still refuse it at the start, naming it. The
-    /// listening session needs a connection of its own too: give it a direct one
-    /// ([`SqlxBroker::listen_on`]) or turn it off ([`SqlxBroker::without_listener`]). A
-    /// handler's statements in its lent transaction ([`SqlxClaim`](crate::SqlxClaim)), and a
-    /// table's own lock, run as the service writes them: through transaction pooling they
-    /// take `sqlx::raw_sql`, or `.persistent(false)` inside a transaction.
+    /// Sends every statement whole under PostgreSQL's simple query protocol (`true`) instead
+    /// of as sqlx's prepared statements (`false`, the default), for a pooler in transaction
+    /// pooling such as PgBouncer ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
     pub fn simple_query(mut self, simple: bool) -> Self {
         self.source_mut().simple = simple;
         self
@@ -301,12 +266,9 @@ impl SqlxBroker<sqlx::Postgres> {
         self.inner.source().simple
     }
 
-    /// Hears of rows other processes publish on a connection of these options: a session of
-    /// its own, apart from the pool, that runs `LISTEN ruststream` while the broker runs. By
-    /// default it opens with the pool's connect options; behind a pooler in transaction
-    /// pooling, where a `LISTEN` stays on a server session other clients then use (the start
-    /// refuses, having heard nothing of a notification of its own), give it a direct
-    /// connection to PostgreSQL, or a pooler in session pooling.
+    /// Opens the session that hears of other processes' publishes with these options, not
+    /// the pool's: give it a direct connection to PostgreSQL when the pool goes through a
+    /// pooler in transaction pooling ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
     pub fn listen_on(mut self, options: sqlx::postgres::PgConnectOptions) -> Self {
         self.source_mut().listen = Listen::On(Box::new(options));
         self
@@ -324,10 +286,9 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     type Row = DB::Row;
     type Lock = CustomLock<DB>;
 
-    /// On PostgreSQL: a session on a connection of its own (the pool's connect options, so
-    /// its `application_name` too, outside the pool's size, unless
-    /// [`SqlxBroker::listen_on`] names others) that runs `LISTEN ruststream`; none after
-    /// [`SqlxBroker::without_listener`]. The other databases notify of no publish.
+    /// On PostgreSQL: a session on a connection of its own, outside the pool's size, that runs
+    /// `LISTEN ruststream` (with the pool's connect options unless [`SqlxBroker::listen_on`]
+    /// names others; none after [`SqlxBroker::without_listener`]).
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
         let pool = self.inner.lender()?.pool;
         let source = self.inner.source();
@@ -365,9 +326,7 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
     }
 
     /// Runs the command on the connection it names, after the commands given before it on
-    /// that connection; an acquire takes a connection of the pool, a release gives it back
-    /// (rolling back a transaction left open), a close ends its session and cuts short a
-    /// command still running on it.
+    /// that connection.
     fn execute(&self, command: Command, lock: Option<CustomLock<DB>>) -> BoxFuture<Reply<DB::Row>> {
         self.inner.execute(command, lock)
     }
@@ -388,9 +347,8 @@ impl<DB: SqlxDatabase> Adapter for SqlxBroker<DB> {
 }
 
 /// Rows of `T` decode with `T`'s [`sqlx::FromRow`]; `T`'s custom lock is its
-/// [`Lock<DB>`](crate::Lock) and [`Unlock<DB>`](crate::Unlock) where its description names
-/// `own::Lock` and `own::Unlock`. A description that breaks a rule on `DB` does not compile
-/// here: on SQLite, a table that names no form (SQLite has no row locks).
+/// [`Lock<DB>`](crate::Lock) and [`Unlock<DB>`](crate::Unlock). A description that breaks a
+/// rule on `DB` does not compile here (on SQLite, a table that names no form).
 impl<T, DB> TakesRows<T> for SqlxBroker<DB>
 where
     DB: SqlxDatabase,
@@ -422,10 +380,8 @@ pub type RunningSqlxBroker<DB> = ruststream::RunningBroker<SqlxBroker<DB>>;
 /// `connections_closed`, the connections closed to end their locks.
 pub type ClosedSqlxBroker = ruststream::ClosedCounts;
 
-/// Publishes rows into `T`'s table through a [`SqlxBroker`]: from its handle
-/// ([`SqlxPublisher::new`]), a route or a running broker. It answers
-/// [`SqlxBrokerError::Closed`] until the broker starts and from its shutdown on, and writes no
-/// row then.
+/// Publishes jobs into `T`'s table through a [`SqlxBroker`]; until the broker starts and
+/// after its shutdown it writes nothing and answers [`SqlxBrokerError::Closed`].
 pub type SqlxPublisher<T, DB> = ruststream::Publisher<T, SqlxBroker<DB>>;
 
 /// Why a publish, or a start by hand, of a [`SqlxBroker`] did not happen: `Closed`, `Encode`,

@@ -6,14 +6,9 @@ use sqlx::pool::PoolConnection;
 use crate::conn::SqlxPool;
 use crate::db::SqlxDatabase;
 
-/// A transaction on the delivery's connection, lent to its handler: in the row lock form the
-/// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
-/// connection that holds the key, in the lease form one begun on a connection taken for it. What the handler writes in it commits with the
-/// acknowledgement, in the same transaction as the row's settlement, and rolls back with a
-/// retry, a failure, a crash or the shutdown, so its effects happen once with the
-/// settlement. It derefs to the database's connection (`&mut PgConnection`,
-/// `&mut MySqlConnection`), inside the open transaction: run statements on it, but neither
-/// commit nor roll it back.
+/// A transaction on the job's connection, lent to its handler (`&mut PgConnection`, ..): what
+/// the handler writes in it commits with the job's acknowledgement and rolls back otherwise.
+/// Run statements on it, but neither commit nor roll it back ([Handler writes](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#a-handlers-writes-with-the-settlement)).
 ///
 /// ```no_run
 /// use ruststream_sqlx::prelude::*;
@@ -37,11 +32,12 @@ use crate::db::SqlxDatabase;
 ///     }
 /// }
 /// ```
-///
-/// In the lease form the acknowledgement's settlement in the transaction is fenced by the
-/// lease: a lease lost meanwhile rolls the handler's writes back, and the settlement fails.
-/// SQLite's lease form lends none (SQLite takes one writer at a time): a handler of such a
-/// table that takes it fails its row, with an error that says so.
+// In the row lock form it is the claim's open transaction (past a savepoint), in the advisory
+// lock form one begun on the connection that holds the key, in the lease form one begun on a
+// connection taken for it, whose acknowledgement is fenced by the lease: a lease lost
+// meanwhile rolls the handler's writes back, and the settlement fails. SQLite's lease form
+// lends none: a handler of such a table that takes it fails its row, with an error that says
+// so.
 pub type SqlxClaim<DB> = Claim<SqlxPool<DB>>;
 
 impl<DB: SqlxDatabase> LendsClaims for SqlxPool<DB> {

@@ -24,12 +24,10 @@ mod sealed {
 }
 
 /// A database [`SqlxBroker`](crate::SqlxBroker) runs on: [`sqlx::Postgres`], [`sqlx::MySql`]
-/// (MySQL and MariaDB) or [`sqlx::Sqlite`].
-///
-/// The trait is sealed: its methods are the adapter's own, per database, and hidden from the
-/// documentation. `Family` is the database as the core's description rules see it: a table
-/// that takes the row lock form does not compile on [`sqlx::Sqlite`], whose family has no row
-/// locks.
+/// (MySQL and MariaDB) or [`sqlx::Sqlite`]. Sealed; a table in the row lock form does not
+/// compile on SQLite, which has no row locks.
+// The trait's methods are the adapter's own, per database, and hidden from the documentation.
+// `Family` is the database as the core's description rules see it.
 pub trait SqlxDatabase: sqlx::Database + sealed::Sealed {
     /// The database family whose rules a table's description keeps
     /// ([`ruststream_core::spec::ValidOn`]).

@@ -8,12 +8,9 @@ use sqlx::Database;
 
 use crate::db::SqlxDatabase;
 
-/// The service's own lock of a table whose description names `own::Lock`
-/// (`custom(lock, unlock)`, `.own::<own::Lock>()`), on the database `DB`.
-///
-/// `lock` tries the key without waiting and answers whether it took it. It runs on the claim's
-/// connection, which then holds the delivery: what the lock takes, it takes in that
-/// connection's session. An error fails the claim, and the connection is closed.
+/// The service's own lock of a table whose description names `own::Lock`, on `DB`: it tries
+/// the key without waiting, on the connection that then holds the job, and answers whether it
+/// took it; an error fails the claim and closes the connection ([Custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
 ///
 /// ```
 /// use ruststream_sqlx::{Lock, Unlock};
@@ -53,11 +50,9 @@ pub trait Lock<DB: Database> {
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 }
 
-/// The service's own unlock of a table whose description names `own::Unlock`, on the database
-/// `DB`.
-///
-/// `unlock` answers whether the session held the key. An answer of `false`, or an error,
-/// closes the connection, which ends its session and its locks. See [`Lock`].
+/// The service's own unlock of a table whose description names `own::Unlock`, on `DB`: it
+/// answers whether the session held the key; `false`, or an error, closes the connection,
+/// which ends its session and its locks. See [`Lock`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}`'s description names `own::Unlock`, but `{Self}` does not implement `ruststream_sqlx::Unlock<{DB}>`",
     label = "implement `ruststream_sqlx::Unlock<{DB}>` (and `Lock<{DB}>`) for `{Self}`, or remove the custom lock from its description"
@@ -107,12 +102,9 @@ pub fn custom_lock<DB: Database, T: Lock<DB> + Unlock<DB> + 'static>() -> Custom
     CustomLock::<DB>::new(lock_of::<DB, T>, unlock_of::<DB, T>)
 }
 
-/// Picks a row type's custom lock by its description's type: the description's `Lock` bit
-/// ([`True`] where it names `own::Lock` and `own::Unlock`, [`False`] otherwise).
-///
-/// A table without a custom lock needs no [`Lock`] implementation; a table with one must
-/// implement both [`Lock<DB>`] and [`Unlock<DB>`], or it does not compile. (The description's
-/// own rules already make `own::Lock` and `own::Unlock` come together.)
+/// Picks a row type's custom lock by its description's `Lock` bit ([`True`] where it names
+/// `own::Lock` and `own::Unlock`, [`False`] otherwise): a table with one must implement both
+/// [`Lock<DB>`] and [`Unlock<DB>`], or it does not compile.
 pub trait PickLock<T, DB: SqlxDatabase> {
     /// `T`'s custom lock, where its description names one.
     fn pick() -> Option<CustomLock<DB>>;

@@ -11,15 +11,9 @@ use sqlx::{Pool, Transaction};
 use crate::SqlxBrokerError;
 use crate::db::SqlxDatabase;
 
-/// Publishes rows into `T`'s table on a connection or in a transaction the service holds
-/// (the outbox: a job written with the data it is about), or on a connection of a pool with no
-/// broker running.
-///
-/// In the service's transaction a rollback leaves no row and a commit makes the rows claimable
-/// at once; on PostgreSQL the notification that wakes the subscriptions of other processes
-/// rides in that transaction, so they hear of the rows when it commits. Up to
-/// [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one insert; more take
-/// several, all or nothing inside the transaction.
+/// Publishes jobs into `T`'s table in a transaction the service holds, so a job commits with
+/// the data it is about (the outbox), or on a connection with no broker running
+/// ([Outbox](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#the-outbox-in-the-services-own-transaction)).
 ///
 /// ```no_run
 /// # use ruststream_sqlx::prelude::*;
@@ -46,6 +40,8 @@ use crate::db::SqlxDatabase;
 ///     Ok(())
 /// }
 /// ```
+// On PostgreSQL the notification that wakes other processes' subscriptions rides in the
+// service's transaction, so they hear of the rows when it commits.
 pub struct SqlxOutbox<T, DB: SqlxDatabase> {
     outbox: Outbox<T>,
     /// PostgreSQL's simple query protocol ([`SqlxOutbox::simple_query`]).
@@ -126,9 +122,8 @@ impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
 
 #[cfg(feature = "postgres")]
 impl<T: InboxTable> SqlxOutbox<T, sqlx::Postgres> {
-    /// Writes its rows under PostgreSQL's simple query protocol (`true`), their values written
-    /// into the statements' text, instead of sqlx's prepared statements (`false`, the
-    /// default): for a pooler in transaction pooling, as
+    /// Writes its rows under PostgreSQL's simple query protocol (`true`) instead of sqlx's
+    /// prepared statements (`false`, the default), for a pooler in transaction pooling, as
     /// [`SqlxBroker::simple_query`](crate::SqlxBroker::simple_query).
     pub fn simple_query(mut self, simple: bool) -> Self {
         self.simple = simple;
@@ -137,10 +132,8 @@ impl<T: InboxTable> SqlxOutbox<T, sqlx::Postgres> {
 }
 
 impl<T: InboxTable, DB: SqlxDatabase> SqlxOutbox<T, DB> {
-    /// `T`'s table's counts now, read on a connection of `pool` with no broker running:
-    /// the rows due, scheduled, held by a lease, failed and processed, and the oldest due
-    /// row's age ([`Stats`]), in one statement whose counts stop at
-    /// [`STATS_CAP`](ruststream::core::STATS_CAP) rows.
+    /// `T`'s table's counts now, read on a connection of `pool` with no broker running, in
+    /// one statement ([Stats](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#stats)).
     pub async fn stats(&self, pool: &Pool<DB>) -> Result<Stats, SqlxBrokerError> {
         let (statement, binds) = self.outbox.stats_statement();
         let failed = |e: sqlx::Error| SqlxBrokerError::Db(crate::db::db_error::<DB>(&e));

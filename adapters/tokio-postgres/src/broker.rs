@@ -147,17 +147,11 @@ impl PoolSource for Source {
     }
 }
 
-/// The broker on PostgreSQL over tokio-postgres, with a deadpool-postgres pool.
-///
-/// Build it with [`TokioPostgresBroker::from_url`] (the broker builds its pool when the
-/// service starts and closes it at shutdown) or with [`TokioPostgresBroker::new`] on the
-/// service's own pool (which stays open). Hand it to a service (`RustStream::with_broker`) as
-/// it is, as a route ([`TokioPostgresBroker::route`]), or as its handle
-/// ([`TokioPostgresBroker::handle`]); or start it by hand ([`TokioPostgresBroker::start`]).
-///
-/// `TokioPostgresBroker` is the runtime's [`Adapter`]: it runs the core's commands on
-/// connections of its pool and holds no queue logic. It is not `Clone`, so one broker never
-/// gets two handles by mistake: take the handle (or a route) first and clone that.
+/// The broker on PostgreSQL over tokio-postgres, with a deadpool-postgres pool: build it from
+/// a URL (it builds and closes its pool) or on the service's own pool (which stays open), then
+/// hand it to a service ([tokio-postgres](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#tokio-postgres)).
+// Not `Clone`, so one broker never gets two handles by mistake: take the handle (or a route)
+// first and clone that.
 pub struct TokioPostgresBroker {
     inner: Arc<Pooled<Source>>,
 }
@@ -212,38 +206,19 @@ impl TokioPostgresBroker {
         Arc::make_mut(&mut self.source_mut().settings)
     }
 
-    /// A broker of the database `url` names (`postgres://user:password@host:5432/db`, or a
-    /// `key=value` connection string, as [`tokio_postgres::Config`] parses it), with a pool of
-    /// this size and these timeouts (`PoolConfig::new(16)`), connecting without TLS.
-    ///
-    /// Nothing connects here: the broker builds its pool when the service starts, and the
-    /// start fails with a message naming the URL (its password hidden) if the URL does not
-    /// parse or the database does not answer. A timeout the config leaves unset is
-    /// [`DEFAULT_WAIT_TIMEOUT`], [`DEFAULT_CREATE_TIMEOUT`] and [`DEFAULT_RECYCLE_TIMEOUT`].
-    /// The pool checks that an idle connection is still open before it lends it
-    /// ([`RecyclingMethod::Fast`]).
-    ///
-    /// At shutdown the broker closes the pool: it lends no new connection, idle connections
-    /// close, and a connection a delivery still holds closes when it comes back. For TLS see
-    /// [`TokioPostgresBroker::from_url_tls`]; for other pool settings, build the pool and pass
-    /// it to [`TokioPostgresBroker::new`].
+    /// A broker of the database `url` names (a URL or a `key=value` string), with a pool of
+    /// this size (`PoolConfig::new(16)`), without TLS. Nothing connects here: the pool is
+    /// built when the service starts and closed at shutdown.
+    // A timeout the config leaves unset is `DEFAULT_WAIT_TIMEOUT`, `DEFAULT_CREATE_TIMEOUT`
+    // and `DEFAULT_RECYCLE_TIMEOUT`; the pool checks that an idle connection is still open
+    // before it lends it (`RecyclingMethod::Fast`).
     pub fn from_url(url: impl Into<String>, pool: PoolConfig) -> Self {
         Self::with_source(Origin::Url(url.into(), pool, Tls::new(NoTls)))
     }
 
-    /// [`TokioPostgresBroker::from_url`] over TLS: the pool's connections, the listening
-    /// session and the cancel requests all connect through `tls`, any tokio-postgres TLS
-    /// connector. The URL's `sslmode` decides whether TLS is required (`require`), tried
-    /// (`prefer`, tokio-postgres's default) or not used (`disable`).
-    ///
-    /// The features `native-tls` and `rustls` bring a connector each, re-exported with what
-    /// builds it:
-    ///
-    /// - `native-tls`: `postgres_native_tls::MakeTlsConnector` over the platform's TLS
-    ///   library (`native_tls`); `TokioPostgresBroker::from_url_native_tls` builds one
-    ///   with the system's roots.
-    /// - `rustls`: `tokio_postgres_rustls::MakeRustlsConnect` over `rustls` (with `ring`);
-    ///   `TokioPostgresBroker::from_url_rustls` builds one with the webpki roots.
+    /// [`TokioPostgresBroker::from_url`] over TLS through `tls`, any tokio-postgres connector:
+    /// the pool, the listening session and cancel requests all use it, and the URL's `sslmode`
+    /// decides whether TLS is required ([TLS](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#tokio-postgres)).
     ///
     /// ```no_run
     /// # #[cfg(feature = "native-tls")]
@@ -289,15 +264,9 @@ impl TokioPostgresBroker {
         ))
     }
 
-    /// [`TokioPostgresBroker::from_url_tls`] over rustls, with the Mozilla root certificates
-    /// of `webpki-roots`. The feature `rustls`.
-    ///
-    /// It takes rustls's process-wide crypto provider: the one the service installed
-    /// (`CryptoProvider::install_default`), else `ring`, which the feature enables. A service
-    /// whose dependencies enable a second provider (rustls's `aws-lc-rs`) installs one before
-    /// it calls this: rustls cannot choose, and panics. For other roots, or a client
-    /// certificate, build a `rustls::ClientConfig` and pass `MakeRustlsConnect::new(config)`
-    /// to [`TokioPostgresBroker::from_url_tls`].
+    /// [`TokioPostgresBroker::from_url_tls`] over rustls with the webpki roots (feature
+    /// `rustls`). It uses rustls's installed crypto provider, else `ring`; with a second
+    /// provider enabled, install one first or rustls panics ([TLS](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#tokio-postgres)).
     #[cfg(feature = "rustls")]
     pub fn from_url_rustls(url: impl Into<String>, pool: PoolConfig) -> Self {
         let roots = rustls::RootCertStore {
@@ -313,26 +282,21 @@ impl TokioPostgresBroker {
         )
     }
 
-    /// A broker on the service's own pool. The pool stays open at shutdown: the broker lends
-    /// no connection of it any more, and the service closes the pool after `run` returns.
-    ///
-    /// The broker gives each connection back with no transaction open, and takes out of the
-    /// pool (so closes) one whose session it must end.
+    /// A broker on the service's own pool, which stays open at shutdown for the service to
+    /// close. Connections go back with no transaction open; one whose session must end is
+    /// taken out of the pool.
     pub fn new(pool: Pool) -> Self {
         Self::with_source(Origin::Pool(pool))
     }
 
-    /// Runs every statement under the simple query protocol (`true`) instead of the extended
-    /// one (`false`, the default): for a proxy that takes no prepared statements.
-    ///
-    /// Each statement's binds are then written into its text as SQL literals, safe under
-    /// either setting of `standard_conforming_strings`: text quoted (an escape string `E'..'`
-    /// when it holds a backslash), bytes as `'\x..'::bytea`, integers as digits. Rows come
-    /// back as text, which [`PgRow::decode`] parses as the row type's fields ask. The payload
-    /// column must then be `bytea`, and an id column of a text type must not hold values that
-    /// read as plain integers. The advisory lock form, and the row lock form with an attempt
-    /// column, still need a session of their own per connection (a direct connection, or
-    /// PgBouncer in session pooling).
+    /// Runs every statement under the simple query protocol (`true`), binds written as
+    /// literals, instead of the extended one (`false`, the default): for a proxy that takes no
+    /// prepared statements ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
+    // Literals are safe under either setting of `standard_conforming_strings`: text quoted
+    // (an escape string `E'..'` when it holds a backslash), bytes as `'\x..'::bytea`, integers
+    // as digits. Rows come back as text, which `PgRow::decode` parses as the row type's fields
+    // ask. The payload column must then be `bytea`, and an id column of a text type must not
+    // hold values that read as plain integers.
     pub fn simple_query(mut self, simple: bool) -> Self {
         self.settings_mut().simple = simple;
         self
@@ -355,17 +319,9 @@ impl TokioPostgresBroker {
         self
     }
 
-    /// Hears of rows other processes publish on a connection of `config` over `tls`: a
-    /// session of its own, apart from the pool, that runs `LISTEN ruststream` while the broker
-    /// runs, so their rows wake this broker's subscriptions at once rather than at their next
-    /// poll. When the session is lost, another opens (after a pause, should that fail) and
-    /// every subscription looks for rows once.
-    ///
-    /// A broker of [`TokioPostgresBroker::from_url`] (or
-    /// [`TokioPostgresBroker::from_url_tls`]) listens on its URL, over its TLS, unless told
-    /// otherwise; a broker on the service's own pool ([`TokioPostgresBroker::new`])
-    /// listens only where this names. The session needs a connection of its own to the
-    /// server: a direct one, or PgBouncer in session pooling.
+    /// Opens the session that hears of other processes' publishes on `config` over `tls`: a
+    /// direct connection or PgBouncer in session pooling. A broker on the service's own pool
+    /// listens only where this says ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
     pub fn listen_on<T>(mut self, config: Config, tls: T) -> Self
     where
         T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
@@ -486,9 +442,7 @@ impl Adapter for TokioPostgresBroker {
     type Lock = CustomLock;
 
     /// Under the extended query protocol (the default) every statement is prepared once per
-    /// connection and kept (deadpool-postgres's statement cache): through a pooler in
-    /// transaction pooling the start then refuses every form, naming it. Under the simple
-    /// query protocol ([`TokioPostgresBroker::simple_query`]) nothing is prepared.
+    /// connection and kept; under [`TokioPostgresBroker::simple_query`] nothing is.
     fn prepares_statements(&self) -> bool {
         !self.inner.source().settings.simple
     }
@@ -526,17 +480,13 @@ impl Adapter for TokioPostgresBroker {
     }
 
     /// Runs the command on the connection it names, after the commands given before it on
-    /// that connection; an acquire takes a connection of the pool, a release gives it back
-    /// (rolling back a transaction left open), a close ends its session and cuts short a
-    /// statement still running on it.
+    /// that connection.
     fn execute(&self, command: Command, lock: Option<CustomLock>) -> BoxFuture<Reply<PgRow>> {
         self.inner.execute(command, lock)
     }
 
-    /// Closes the broker: it lends no new connection. A pool it built closes: idle
-    /// connections close at once, and a connection still held closes when it comes back. The
-    /// service's own pool stays open. The close waits until every listening session's
-    /// connection has ended.
+    /// Closes the broker: a pool it built closes, the service's own stays open, and every
+    /// listening session's connection has ended when it completes.
     fn close(&self) -> BoxFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
@@ -581,10 +531,8 @@ pub type RunningTokioPostgresBroker = ruststream::RunningBroker<TokioPostgresBro
 /// `connections_closed`, the connections closed to end their locks.
 pub type ClosedTokioPostgresBroker = ruststream::ClosedCounts;
 
-/// Publishes rows into `T`'s table through a [`TokioPostgresBroker`]: from its handle
-/// ([`ruststream::Publisher::new`]), a route or a running broker. It answers
-/// [`TokioPostgresBrokerError::Closed`] until the broker starts and from its shutdown on, and
-/// writes no row then.
+/// Publishes jobs into `T`'s table through a [`TokioPostgresBroker`]; until the broker starts
+/// and after its shutdown it writes nothing and answers [`TokioPostgresBrokerError::Closed`].
 pub type TokioPostgresPublisher<T> = ruststream::Publisher<T, TokioPostgresBroker>;
 
 /// Why a publish, or a start by hand, of a [`TokioPostgresBroker`] did not happen: `Closed`,

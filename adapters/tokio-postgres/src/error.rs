@@ -4,10 +4,8 @@ use deadpool_postgres::PoolError;
 use ruststream_core::server::sqlstate_kind;
 use ruststream_core::{DbError, ErrorKind};
 
-/// A tokio-postgres error as the core reads it: a server's error by its SQLSTATE
-/// ([`sqlstate_kind`]); a closed connection, I/O, TLS and protocol errors as
-/// [`ErrorKind::ConnectionLost`]; the client's own errors (a value that does not convert) as
-/// [`ErrorKind::Other`].
+/// A tokio-postgres error as the core reads it: a server's error by its SQLSTATE; a closed
+/// connection, I/O, TLS and protocol errors as lost; the client's own errors as `Other`.
 pub(crate) fn db_error(error: &tokio_postgres::Error) -> DbError {
     DbError::new(error_kind(error), describe(error))
 }

@@ -6,14 +6,9 @@ use futures::future::BoxFuture;
 use ruststream_core::spec::bits::{False, True};
 use tokio_postgres::Client;
 
-/// The service's own lock of a table whose description names `own::Lock`
-/// (`custom(lock, unlock)`, `.own::<own::Lock>()`).
-///
-/// `lock` tries the key without waiting and answers whether it took it. It runs on the claim's
-/// connection, which then holds the delivery: what the lock takes, it takes in that
-/// connection's session. An error fails the claim, and the connection is closed. On
-/// PostgreSQL this is the place for `pg_try_advisory_lock` on a key another system computes.
-/// A pooled connection (`deadpool_postgres::Object`) derefs to the [`Client`] it takes.
+/// The service's own lock of a table whose description names `own::Lock`: it tries the key
+/// without waiting, on the connection that then holds the job, and answers whether it took
+/// it; an error fails the claim and closes the connection ([Custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
 ///
 /// ```
 /// use ruststream_tokio_postgres::tokio_postgres::{self, Client};
@@ -51,10 +46,9 @@ pub trait Lock {
     ) -> impl Future<Output = Result<bool, tokio_postgres::Error>> + Send;
 }
 
-/// The service's own unlock of a table whose description names `own::Unlock`.
-///
-/// `unlock` answers whether the session held the key. An answer of `false`, or an error,
-/// closes the connection, which ends its session and its locks. See [`Lock`].
+/// The service's own unlock of a table whose description names `own::Unlock`: it answers
+/// whether the session held the key; `false`, or an error, closes the connection, which ends
+/// its session and its locks. See [`Lock`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}`'s description names `own::Unlock`, but `{Self}` does not implement `ruststream_tokio_postgres::Unlock`",
     label = "implement `ruststream_tokio_postgres::Unlock` (and `Lock`) for `{Self}`, or remove the custom lock from its description"
@@ -94,12 +88,9 @@ pub fn custom_lock<T: Lock + Unlock + 'static>() -> CustomLock {
     CustomLock::new(lock_of::<T>, unlock_of::<T>)
 }
 
-/// Picks a row type's custom lock by its description's type: the description's `Lock` bit
-/// ([`True`] where it names `own::Lock` and `own::Unlock`, [`False`] otherwise).
-///
-/// A table without a custom lock needs no [`Lock`] implementation; a table with one must
-/// implement both [`Lock`] and [`Unlock`], or it does not compile. (The description's own
-/// rules already make `own::Lock` and `own::Unlock` come together.)
+/// Picks a row type's custom lock by its description's `Lock` bit ([`True`] where it names
+/// `own::Lock` and `own::Unlock`, [`False`] otherwise): a table with one must implement both
+/// [`Lock`] and [`Unlock`], or it does not compile.
 pub trait PickLock<T> {
     /// `T`'s custom lock, where its description names one.
     fn pick() -> Option<CustomLock>;

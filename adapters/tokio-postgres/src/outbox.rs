@@ -10,16 +10,9 @@ use crate::TokioPostgresBrokerError;
 use crate::error::{db_error, pool_error};
 use crate::run;
 
-/// Publishes rows into `T`'s table in a transaction, or on a client, the service holds (the
-/// outbox: a job written with the data it is about), or on a connection of a pool with no
-/// broker running.
-///
-/// In the service's transaction a rollback leaves no row and a commit makes the rows claimable
-/// at once; the notification that wakes the subscriptions of other processes rides in that
-/// transaction, so they hear of the rows when it commits. Up to
-/// [`PUBLISH_BATCH`](ruststream::core::PUBLISH_BATCH) messages go into one insert; more take
-/// several, all or nothing inside the transaction. Each insert is prepared on the service's
-/// connection and runs under the extended query protocol.
+/// Publishes jobs into `T`'s table in a transaction the service holds, so a job commits with
+/// the data it is about (the outbox), or on a client with no broker running
+/// ([Outbox](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#the-outbox-in-the-services-own-transaction)).
 ///
 /// ```no_run
 /// # use ruststream_tokio_postgres::prelude::*;
@@ -49,6 +42,9 @@ use crate::run;
 ///     Ok(())
 /// }
 /// ```
+// The notification that wakes other processes' subscriptions rides in the service's
+// transaction, so they hear of the rows when it commits. Each insert is prepared on the
+// service's connection and runs under the extended query protocol.
 pub struct TokioPostgresOutbox<T> {
     outbox: Outbox<T>,
 }
@@ -75,10 +71,9 @@ impl<T: InboxTable> TokioPostgresOutbox<T> {
         }
     }
 
-    /// Publishes one row in the transaction, or on the client, `client` names
-    /// (a [`tokio_postgres::Transaction`] or a [`tokio_postgres::Client`]; of deadpool-postgres,
-    /// `&*transaction` or `&**object`): it commits with the transaction, or on its own outside
-    /// one.
+    /// Publishes one job in the transaction, or on the client, `client` names (of
+    /// deadpool-postgres, `&*transaction` or `&**object`): it commits with the transaction, or
+    /// on its own outside one.
     pub async fn publish(
         &self,
         client: &impl GenericClient,

@@ -10,13 +10,9 @@ use serde::de::DeserializeOwned;
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Row, SimpleQueryRow};
 
-/// A row the broker read from PostgreSQL: a [`tokio_postgres::Row`] under the extended query
-/// protocol (the default), a [`tokio_postgres::SimpleQueryRow`] of text under the simple query
-/// protocol ([`TokioPostgresBroker::simple_query`](crate::TokioPostgresBroker::simple_query)).
-///
-/// The runtime carries it from the claim to the handler's task, where it decodes into the
-/// table's row type with serde ([`PgRow::decode`]). The driver's row stays reachable
-/// ([`PgRow::as_row`], [`PgRow::as_simple_row`]) for a service that reads it by hand.
+/// A row the broker read from PostgreSQL, decoded into the table's row type with serde
+/// ([`PgRow::decode`]); the driver's row stays reachable ([`PgRow::as_row`],
+/// [`PgRow::as_simple_row`]) for a service that reads it by hand.
 pub struct PgRow {
     inner: Inner,
 }
@@ -95,22 +91,23 @@ impl PgRow {
         }
     }
 
-    /// The row as `T`, by serde: a struct reads its fields from the columns of the same names
-    /// (columns it does not name are ignored), a tuple reads the columns in order.
-    ///
-    /// Under the extended protocol a value reads by its column's type: `smallint`, `integer`,
-    /// `bigint` and `oid` into any integer type that holds the value (and floats); `real` and
-    /// `double precision` into floats; `boolean` into `bool`; `text`, `varchar`, `char(n)`,
-    /// `name`, `citext`, `json`, `jsonb` and `uuid` into `String` (and unit enums by name);
-    /// `bytea` into `Vec<u8>` (and `serde_bytes` types); text into `Vec<u8>` as its UTF-8
-    /// bytes; `NULL` into `Option::None` and `()`. A column of another type (a timestamp, a
-    /// `numeric`) reads into nothing but an ignored field: cast it in SQL, or read it from
-    /// [`PgRow::as_row`].
-    ///
-    /// Under the simple protocol every value is text, parsed as the field asks: integers,
-    /// floats, `t`/`f` booleans, and `bytea`'s `\x..` hex text into `Vec<u8>` (text without
-    /// the `\x` reads as its UTF-8 bytes).
+    /// The row as `T`, by serde, each field from the column of its name. Integers, floats,
+    /// booleans, text types (`json`, `uuid` too) and `bytea` read as such; another type (a
+    /// timestamp, a `numeric`) only into an ignored field: cast it in SQL, or use [`PgRow::as_row`].
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        // A struct reads its fields from the columns of the same names (columns it does not
+        // name are ignored), a tuple reads the columns in order.
+        //
+        // Under the extended protocol a value reads by its column's type: `smallint`,
+        // `integer`, `bigint` and `oid` into any integer type that holds the value (and
+        // floats); `real` and `double precision` into floats; `boolean` into `bool`; `text`,
+        // `varchar`, `char(n)`, `name`, `citext`, `json`, `jsonb` and `uuid` into `String`
+        // (and unit enums by name); `bytea` into `Vec<u8>` (and `serde_bytes` types); text
+        // into `Vec<u8>` as its UTF-8 bytes; `NULL` into `Option::None` and `()`.
+        //
+        // Under the simple protocol every value is text, parsed as the field asks: integers,
+        // floats, `t`/`f` booleans, and `bytea`'s `\x..` hex text into `Vec<u8>` (text without
+        // the `\x` reads as its UTF-8 bytes).
         de::from_row(self)
     }
 

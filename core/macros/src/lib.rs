@@ -18,51 +18,26 @@ mod app;
 mod inbox;
 mod subscriber;
 
-/// A row type's table description: `impl InboxTable`, and `impl PayloadRow` and
-/// `impl AttemptRow` for its payload and attempt fields.
+/// Describes a row type's queue table: `#[inbox(table = "..", ..)]` on the struct and a
+/// `#[field(role)]` per role column; the columns it has choose the form
+/// ([The three forms](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md)).
 ///
-/// On the struct, `#[inbox(..)]` takes:
-///
-/// - `table = "name"`: the table (required).
-/// - `advisory_lock = "template"`: the advisory lock form. Each `{field}` placeholder names a
-///   field of the struct, and the key reads that field's column; `{{` and `}}` are literal
-///   braces. The template is parsed at compile time.
-/// - `custom(lock, unlock)`: the service's own `Lock` and `Unlock` replace the lock and
-///   release of each key (advisory lock form only).
-/// - `order = "field, other desc"`: the claim order, instead of the due column and then the id.
-/// - `unique = "field, other"`: deduplicated publishing: the fields' columns hold a unique
-///   index, and a publish of a row whose values there are already in the table writes
-///   nothing and says so (`Published::skipped`). A publish gives each column's value, like a
-///   key's.
-/// - `message = Type`: the message the payload holds (`impl MessageTable`). A publisher of the
-///   table then takes `&Type`, encoded as JSON, and fills each column the advisory key or
-///   `unique` reads from the message's field of the same name: a message without such a
-///   field does not compile.
-/// - `locked_until = "column"`, `processed_at = "column"`, `due = "column"`,
-///   `failed_at = "column"`, `error = "column"`: a role column the struct has no field for.
-///   The database reads and writes these columns alone, so the row type need not decode them,
-///   and a row type whose driver cannot read the column's type (a `TIMESTAMPTZ` into an
-///   `i64`) is no trouble.
-///
-/// On a field, `#[field(..)]` takes one role, `id`, `attempt`, `payload`, `locked_until` (the
-/// lease form), `processed_at`, `due`, `failed_at` (failed rows stay in the table, marked
-/// with the time, and are never claimed again) or `error` (the text of the row's last
-/// error), and optionally `generated` (the database fills the column, so publishing does not
-/// write it) and `rename = "column"` (the column's name, by default the field's). Exactly one
-/// field is the `id`. A field without a role is a column the advisory key or the order may
-/// read.
-///
-/// A time role's field (`locked_until`, `processed_at`, `due`, `failed_at`) must decode the
-/// column's type with the adapter's row mapping: on PostgreSQL a `TIMESTAMPTZ`
-/// (`chrono::DateTime<Utc>` or `time::OffsetDateTime` with sqlx or tokio-postgres, as
-/// `Option<..>` where the column may be `NULL`), on MySQL and MariaDB a `DATETIME(6)`
-/// (`chrono::NaiveDateTime` or `time::PrimitiveDateTime`, or `mysql_async::Value`), on SQLite
-/// an `INTEGER` of microseconds (`i64`). A service that does not read them names them in
-/// `#[inbox(..)]` instead.
-///
-/// The description's type lists its features in this order: `Advisory`, `Attempt`,
-/// `Payload`, `Lease`, `Processed`, `Due`, `Failed`, `ErrorText`, `own::Lock`,
-/// `own::Unlock`.
+/// - `#[inbox(..)]`: `table = "name"` (required); `advisory_lock = "jobs-{field}"` (the
+///   advisory form, keyed by the fields' columns; `{{` and `}}` are braces); `custom(lock,
+///   unlock)` (your own `Lock` and `Unlock` take each key; advisory form only); `order =
+///   "field, other desc"` (the claim order; default the due column, then the id); `unique =
+///   "field, other"` (a publish whose values there are already in the table writes nothing:
+///   `Published::skipped`); `message = Type` (the payload's one message: a publisher takes
+///   `&Type`, and the key's and `unique`'s columns come from its fields of the same names);
+///   `locked_until`, `processed_at`, `due`, `failed_at`, `error` `= "column"` (a role column
+///   with no field: the database alone reads and writes it).
+/// - `#[field(..)]`: one role of `id` (exactly one field), `attempt`, `payload`,
+///   `locked_until` (the lease form), `processed_at`, `due`, `failed_at` (failed rows stay,
+///   marked), `error` (the last error's text); and `generated` (the database fills it) and
+///   `rename = "column"`. A field without a role is a column the key or the order may read.
+/// - A time role's field must decode the column's type: PostgreSQL `TIMESTAMPTZ`, MySQL and
+///   MariaDB `DATETIME(6)`, SQLite an `INTEGER` of microseconds (`i64`); name the column in
+///   `#[inbox(..)]` instead where the row need not read it ([Bad rows](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#bad-rows)).
 ///
 /// # Example
 ///
@@ -86,7 +61,9 @@ mod subscriber;
 /// }
 /// ```
 ///
-/// expands to what `examples/manual/sqlx_forms_advisory.rs` writes by hand:
+/// expands to what `examples/manual/sqlx_forms_advisory.rs` writes by hand (a description's
+/// type lists its features in this order: `Advisory`, `Attempt`, `Payload`, `Lease`,
+/// `Processed`, `Due`, `Failed`, `ErrorText`, `own::Lock`, `own::Unlock`):
 ///
 /// ```
 /// # use ruststream::*;
@@ -147,10 +124,7 @@ mod subscriber;
 /// # Errors
 ///
 /// A description that breaks a rule does not compile, and the error points at the attribute
-/// at fault: a missing `table`, no `#[field(id)]` or two, an unknown field attribute, an
-/// `advisory_lock` placeholder that names no field (the message lists the fields) or that is
-/// empty or unbalanced, `custom(lock)` without `unlock`, `custom(..)` without
-/// `advisory_lock`, and `#[field(locked_until)]` together with `advisory_lock`.
+/// at fault: here, a key placeholder that names no field.
 ///
 /// ```compile_fail
 /// use ruststream::Inbox;
@@ -166,8 +140,7 @@ mod subscriber;
 /// }
 /// ```
 ///
-/// A table without a lease or an advisory lock takes its rows by row lock, which SQLite does
-/// not have: that rule is checked where the broker's database is known, not here.
+/// That SQLite has no row lock form is checked where the broker's database is known.
 #[proc_macro_derive(Inbox, attributes(inbox, field))]
 pub fn derive_inbox(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
@@ -176,31 +149,13 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// A subscriber: an `async fn` that handles one message, bound to its source.
+/// A subscriber: `#[subscriber(InboxQueue::<Row>::new("name"))]` on `async fn name(message:
+/// &M, extractors..) -> Result<(), E>` makes `name` a subscription a broker includes, with
+/// its options: `b.include(name.workers(4))` ([Getting started](https://github.com/ruststream/ruststream/blob/main/docs/src/getting-started.md#a-publisher-and-a-subscriber)).
 ///
-/// `#[subscriber(SOURCE)]` goes on `async fn name(message: M, extractors..) -> Result<(), E>`
-/// (or `&M`, or `-> HandlerOutcome`, or `-> Result<HandlerOutcome, E>`: `Ok(())`
-/// acknowledges, `Err(e)` retries with `e` as the row's error, `Err(ruststream::permanent(e))`
-/// fails it at once), where `SOURCE` is a constructor call of the source's type, such as
-/// `InboxQueue::<Row>::new("name")`. Each argument after the message is an extractor:
-/// `PATTERN: Ctx<K>`, which reads the value the delivery's context provides under the key
-/// `K`, such as `Ctx(attempt): Ctx<keys::Attempt>`, or `PATTERN: State<T>`, the value of type
-/// `T` the service (`RustStream::with_state`) or the subscription (`.state(value)`) was given,
-/// such as `State(pool): State<PgPool>`.
-///
-/// It generates, in place of the function:
-///
-/// - a unit struct `name` (with the function's documentation), which implements
-///   `Handle<M, (), (), InboxContext>`. Its `handle` extracts each argument with `Ctx::<K>::from_context(ctx).await?` or
-///   `State::<T>::from_context(ctx).await?`, runs the function's body, and turns what it
-///   returns into the trait's `Result<(), HandlerOutcome>` (`IntoOutcome`); a message taken by
-///   value is a clone of the decoded one;
-/// - `impl IntoSubscription<A>` for it, so a broker includes it as it stands,
-///   `b.include(name)`: the subscription `subscriber("name", name).map_source(|_| SOURCE)`;
-/// - inherent methods for every option of the subscription (`builder`, `workers`,
-///   `poll_interval`, `lease`, `state`, `retry_policy`, `max_attempts`, `timeout`, `prefetch`,
-///   `ensure_schema`, `on_failure`), which answer its `SubscriberBuilder`, so
-///   `b.include(name.workers(4).max_attempts(8))` sets them.
+/// The message may be taken by value (a clone); it may return `HandlerOutcome`; each later
+/// argument is an extractor (`Ctx<K>`, `State<T>`, an adapter's claim). `name` becomes a unit
+/// struct that implements `Handle` and `IntoSubscription`, with the subscription's options.
 ///
 /// # Example
 ///
@@ -282,9 +237,8 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 ///
 /// # Errors
 ///
-/// A function that is not `async`, that takes no message, that takes its message by value,
-/// or that takes an argument after the message that is not `Ctx<..>` does not compile; the
-/// error points at the token at fault.
+/// A function that is not `async`, takes no message or takes it as `&mut`, is generic, or
+/// returns nothing does not compile; the error points at the token at fault.
 ///
 /// ```compile_fail
 /// use ruststream::{HandlerOutcome, Inbox, InboxQueue, subscriber};

@@ -53,11 +53,9 @@ pub use statement::{Arg, ColumnType, OutColumn, Output, Statement, StatementKind
 use render::Renderer;
 use statement::Sql;
 
-/// The PostgreSQL channel every publish notifies, with the table's name (as its description
-/// names it) as the payload; listening sessions run [`Dialect::listen_statement`].
-///
-/// A row another program inserts wakes no subscription unless that program notifies too:
-/// `NOTIFY ruststream, 'jobs'`, or [`Dialect::notify_statement`].
+/// The PostgreSQL channel every publish notifies, with the table's name as the payload. A
+/// program that inserts rows itself wakes subscriptions with `NOTIFY ruststream, 'jobs'`
+/// ([`Dialect::notify_statement`]); listeners run [`Dialect::listen_statement`].
 pub const NOTIFY_CHANNEL: &str = "ruststream";
 
 /// Whether a notification's payload names `table`: the same name, or the same name with or
@@ -250,12 +248,11 @@ pub enum RowLockClaim {
     /// PostgreSQL with an attempt column: count the first claimable rows' attempts in one
     /// statement that commits on its own, then `BEGIN` and lock each counted row on a
     /// connection of its own.
-    ///
-    /// Between the count's commit and the lock no transaction holds the row, so the count
-    /// marks each row it counts with a session advisory lock of the count's session, and
-    /// passes over a row another session marked: a count of another process in that window
-    /// counts the row no second time. The count's session releases its marks once every
-    /// counted row's lock has answered; a session that ends releases them with it.
+    // Between the count's commit and the lock no transaction holds the row, so the count
+    // marks each row it counts with a session advisory lock of the count's session, and
+    // passes over a row another session marked: a count of another process in that window
+    // counts the row no second time. The count's session releases its marks once every
+    // counted row's lock has answered; a session that ends releases them with it.
     Count {
         /// Looks at the first `Arg::Limit` claimable rows and counts the attempts of the first
         /// `Arg::Take` of them whose marks it takes: a row of each row it looked at, with its
@@ -270,10 +267,8 @@ pub enum RowLockClaim {
         unmark_rows: Vec<Statement>,
     },
     /// MySQL and MariaDB with an attempt column: `BEGIN`, lock the first claimable rows' ids,
-    /// take their marks, count the attempts of the rows marked, `COMMIT`; then `BEGIN` and
-    /// lock each counted row on a connection of its own. The marks (`GET_LOCK`) keep other
-    /// processes' counts off the rows between the commit and the locks, as in
-    /// [`RowLockClaim::Count`].
+    /// mark them, count their attempts, `COMMIT`; then lock each counted row on a connection
+    /// of its own. The marks (`GET_LOCK`) keep other processes' counts off, as in [`RowLockClaim::Count`].
     SelectCount {
         /// `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`, before the count's transaction:
         /// a row its select leaves out (marked by another count) is let go at once.
@@ -319,11 +314,9 @@ pub struct LeaseStatements {
     /// Whether several settlements run as one statement ([`Statements::settle_leases`]): the
     /// database returns the rows such a statement settled.
     pub settles_together: bool,
-    /// The claim of `UPDATE .. RETURNING`, looking only at ids from [`Arg::Floor`] on, where
-    /// the claim order is the id alone: it starts past the rows the subscription's earlier
-    /// claims took, instead of walking the index entries of every row settled before them
-    /// (entries that stay until vacuum removes them, and while a transaction elsewhere holds
-    /// vacuum back, stay for all its length).
+    /// The claim of `UPDATE .. RETURNING` from [`Arg::Floor`] on, where the claim order is the
+    /// id alone: it starts past the rows earlier claims took, instead of walking the index
+    /// entries of settled rows that vacuum has not yet removed.
     pub claim_from: Option<Statement>,
 }
 
@@ -419,9 +412,8 @@ pub enum AdvisoryTake {
 impl Statements {
     /// Renders every statement `desc` needs in `dialect`; `batch` is the most rows one claim
     /// takes (the subscription's workers and rows claimed ahead).
-    ///
-    /// A row lock table in SQLite, which has no row locks, renders the form's statements all
-    /// the same; a subscription to it is refused before it renders anything.
+    // A row lock table in SQLite, which has no row locks, renders the form's statements all
+    // the same; a subscription to it is refused before it renders anything.
     pub fn render(dialect: Dialect, desc: &TableDesc, batch: usize) -> Statements {
         let r = Renderer::new(dialect, desc);
         let rows = Output::Rows {
@@ -475,20 +467,18 @@ impl Statements {
         }
     }
 
-    /// The insert of `rows` rows of `desc` in one statement (a batch publish), with each row's
-    /// arguments in turn; on PostgreSQL it notifies like [`Statements::publish`]. `None` for a
-    /// table whose rows have no column to write (every column filled by the database), which
-    /// takes one row per statement: `DEFAULT VALUES` writes one row.
+    /// The insert of `rows` rows of `desc` in one statement (a batch publish); on PostgreSQL
+    /// it notifies like [`Statements::publish`]. `None` where every column is filled by the
+    /// database: `DEFAULT VALUES` writes one row per statement.
     pub fn publish_rows(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let r = Renderer::new(dialect, desc);
         (rows > 0 && !r.publish_columns().is_empty())
             .then(|| r.publish_n(rows, dialect == Dialect::Postgres))
     }
 
-    /// The insert of `rows` rows of `desc` (one row: [`Statements::publish`]) without the
-    /// notification: the same as the notifying insert except on PostgreSQL, where a
-    /// publisher that notified a moment ago leaves the next notification to a
-    /// [`Statements::notify`] after its inserts. `None` as for [`Statements::publish_rows`].
+    /// The insert of `rows` rows of `desc` without the notification (on PostgreSQL a
+    /// publisher that notified a moment ago leaves the next to a [`Statements::notify`]).
+    /// `None` as for [`Statements::publish_rows`].
     pub fn publish_quiet(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let r = Renderer::new(dialect, desc);
         (rows == 1 || (rows > 1 && !r.publish_columns().is_empty()))
@@ -506,11 +496,9 @@ impl Statements {
         })
     }
 
-    /// The lease form: the settlement of `rows` rows as done in one statement, each fenced
-    /// by its own lease, returning the ids it settled, so that a lease lost among them is
-    /// told apart. Arguments: [`Arg::IdAt`] and [`Arg::FenceAt`] for each row.
-    /// `None` where the database cannot return the rows such a statement wrote (MySQL; on
-    /// MariaDB, the `processed_at` mark, an `UPDATE`) or for a form without leases.
+    /// The lease form: the settlement of `rows` rows as done in one statement, each fenced by
+    /// its lease, returning the ids it settled ([`Arg::IdAt`], [`Arg::FenceAt`] per row).
+    /// `None` where the database cannot return them (MySQL; MariaDB's `processed_at` mark).
     pub fn settle_leases(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let lease = desc
             .locked_until
@@ -547,11 +535,9 @@ impl Statements {
         applies.then(|| r.candidates(keys, from))
     }
 
-    /// The row lock form: the claim's first statement (the lock of the first claimable row,
-    /// or with an attempt column its count: PostgreSQL's from [`Arg::Floor`] on where `floor`
-    /// is set) passing over `ids` rows ([`Arg::ExcludedId`] `0..ids`): rows that failed in this
-    /// process and wait their delay, on a table with nowhere to write it. `None` for another
-    /// form.
+    /// The row lock form: the claim's first statement (the lock, or the count with an attempt
+    /// column, from [`Arg::Floor`] where `floor` is set) passing over `ids` rows
+    /// ([`Arg::ExcludedId`]) that wait out a retry in this process. `None` for another form.
     pub fn row_lock_claim_passing(
         dialect: Dialect,
         desc: &TableDesc,
@@ -587,10 +573,9 @@ impl Statements {
         r.advisory_floor().then(|| r.candidates(excluded, true))
     }
 
-    /// Returns the failed rows `which` selects to the queue: clears their `failed_at` and
-    /// error, counts their attempts from zero, makes them due now and clears a lease. `None`
-    /// for a table that keeps no failed rows. Arguments: [`Arg::IdAt`] or [`Arg::ErrorLike`]
-    /// as `which` says.
+    /// Returns the failed rows `which` selects to the queue: clears `failed_at` and the error,
+    /// counts attempts from zero, makes them due now and clears a lease. `None` for a table
+    /// that keeps no failed rows. Arguments: [`Arg::IdAt`] or [`Arg::ErrorLike`].
     pub fn redrive(dialect: Dialect, desc: &TableDesc, which: FailedRows) -> Option<Statement> {
         desc.failed_at
             .map(|failed| Renderer::new(dialect, desc).redrive(failed.name, which))
@@ -738,12 +723,12 @@ pub fn rollback(dialect: Dialect) -> Statement {
     s.finish(StatementKind::Rollback, Output::Nothing)
 }
 
-/// The first statement of the session check's second connection, before the probe key is
-/// locked: `SELECT pg_backend_pid()`, which answers a row, so an adapter that prepares its
-/// statements prepares it. Where the connection's server session holds another client's
-/// prepared statement of the same name (a pooler in transaction pooling), it fails before any
-/// lock is taken, and no lock is left on a server session other clients use.
-/// Rendered once for the process.
+// The first statement of the session check's second connection, before the probe key is
+// locked: `SELECT pg_backend_pid()`, which answers a row, so an adapter that prepares its
+// statements prepares it. Where the connection's server session holds another client's
+// prepared statement of the same name (a pooler in transaction pooling), it fails before any
+// lock is taken, and no lock is left on a server session other clients use.
+// Rendered once for the process.
 pub(crate) fn session_ping() -> Statement {
     static PING: std::sync::LazyLock<Statement> = std::sync::LazyLock::new(|| {
         let mut s = Sql::new(Dialect::Postgres);
@@ -773,10 +758,10 @@ pub(crate) fn key_lock(dialect: Dialect, lock: bool) -> Statement {
     s.finish(kind, named(&[(column, ColumnType::Bool)]))
 }
 
-/// The probe of the session check on PostgreSQL, for a form that holds no session lock but
-/// runs on an adapter whose prepared statements live in the server session
-/// ([`Broker::set_prepared_statements`](crate::Broker::set_prepared_statements)): a key's
-/// session lock and its unlock.
+// The probe of the session check on PostgreSQL, for a form that holds no session lock but
+// runs on an adapter whose prepared statements live in the server session
+// ([`Broker::set_prepared_statements`](crate::Broker::set_prepared_statements)): a key's
+// session lock and its unlock.
 pub(crate) fn session_probe() -> (Statement, Statement) {
     (
         key_lock(Dialect::Postgres, true),

@@ -19,20 +19,8 @@ pub fn column_position<S: AsRef<str>>(names: &[S], name: &str) -> Option<usize> 
 }
 
 /// The rows of a statement whose output is [`Output::Rows`](crate::Output::Rows): for each
-/// row, the values of `columns` in their order, each read by `read` as its declared type, and
-/// the driver's row itself where `raw` asks for it.
-///
-/// `names` gives a row's column names in the driver's order; it is asked of the first row only,
-/// since every row of one statement has the same columns. `read` reads the cell at an index as
-/// a [`ColumnType`]: most drivers read the value their own type gives and pass it through
-/// [`ColumnType::read`]; a driver that reports no types passes its text through
-/// [`ColumnType::read_text`].
-///
-/// A column the rows lack fails the statement with [`ErrorKind::UndefinedColumn`], naming the
-/// column and the statement. A cell that does not read as its type (a value of another type in
-/// a column of SQLite, text that is not UTF-8) fails its row only: the cell reads `NULL`, and
-/// the row's [`Row::unread`] names the column and why, so one bad row does not stop the rows
-/// beside it.
+/// row, the values of `columns` in order, each read by `read` as its declared type. A missing
+/// column fails the statement; a cell that does not read fails its row only ([`Row::unread`]).
 pub fn read_rows<R>(
     rows: impl IntoIterator<Item = R>,
     columns: &[OutColumn],
@@ -41,6 +29,17 @@ pub fn read_rows<R>(
     names: impl Fn(&R) -> Vec<String>,
     read: impl Fn(&R, usize, ColumnType) -> Result<Value, String>,
 ) -> Result<Vec<Row<R>>, DbError> {
+    // `names` gives a row's column names in the driver's order; it is asked of the first row only,
+    // since every row of one statement has the same columns. `read` reads the cell at an index as
+    // a [`ColumnType`]: most drivers read the value their own type gives and pass it through
+    // [`ColumnType::read`]; a driver that reports no types passes its text through
+    // [`ColumnType::read_text`].
+    //
+    // A column the rows lack fails the statement with [`ErrorKind::UndefinedColumn`], naming the
+    // column and the statement. A cell that does not read as its type (a value of another type in
+    // a column of SQLite, text that is not UTF-8) fails its row only: the cell reads `NULL`, and
+    // the row's [`Row::unread`] names the column and why, so one bad row does not stop the rows
+    // beside it.
     let rows = rows.into_iter();
     let mut out = Vec::with_capacity(rows.size_hint().0);
     let mut indexes: Option<Vec<usize>> = None;

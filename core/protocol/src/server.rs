@@ -105,17 +105,9 @@ pub enum VersionError {
     },
 }
 
-/// The dialect of a server by the version text it gives, or why it does not serve the queue.
-///
-/// - PostgreSQL: `SHOW server_version_num` (`90500`, `160002`) or `SHOW server_version`
-///   (`16.2 (Debian 16.2-1)`).
-/// - MySQL and MariaDB: `SELECT VERSION()`; MariaDB where the text names it
-///   (`10.11.6-MariaDB-0+deb12u1`, or `5.5.5-10.6.3-MariaDB` behind the prefix MariaDB sends
-///   to MySQL clients), MySQL otherwise (`8.0.36`, `8.4.0-commercial`).
-/// - SQLite: `sqlite_version()` (`3.45.1`).
-///
-/// The oldest versions are [`MINIMUMS`]: PostgreSQL 9.5, MySQL 8.0.1 and MariaDB 10.6 (for
-/// `FOR UPDATE SKIP LOCKED`), SQLite 3.35 (for `RETURNING`).
+/// The dialect of a server by the version text it gives (`SHOW server_version_num`,
+/// `SELECT VERSION()`, `sqlite_version()`), or why it does not serve the queue: the oldest
+/// versions are [`MINIMUMS`] (PostgreSQL 9.5, MySQL 8.0.1, MariaDB 10.6, SQLite 3.35).
 pub fn dialect_of(server: Server, version: &str) -> Result<Dialect, VersionError> {
     let text = version.trim();
     let dialect = match server {
@@ -180,20 +172,19 @@ fn postgres_version(text: &str) -> Option<(u32, u32, u32)> {
 
 /// The kind of a SQLSTATE, PostgreSQL's (and the standard's) five-character error code; also
 /// the fallback of MySQL and MariaDB errors ([`mysql_error_kind`]).
-///
-/// | SQLSTATE | kind |
-/// |---|---|
-/// | `40001` serialization failure, `40P01` deadlock detected | [`ErrorKind::Serialization`] |
-/// | `42P01` undefined table; `42S02` (MySQL's) | [`ErrorKind::UndefinedTable`] |
-/// | `42703` undefined column; `42S22` (MySQL's) | [`ErrorKind::UndefinedColumn`] |
-/// | `57014` query canceled (`statement_timeout`, or a cancel request) | [`ErrorKind::Timeout`] |
-/// | class `08` connection exception; `57P01` admin shutdown, `57P02` crash shutdown, `57P03` cannot connect now | [`ErrorKind::ConnectionLost`] |
-/// | `28000` invalid authorization, `28P01` invalid password | [`ErrorKind::Authentication`] |
-/// | `42501` insufficient privilege | [`ErrorKind::Privilege`] |
-/// | `42P05` duplicate prepared statement, `26000` invalid statement name | [`ErrorKind::PreparedStatement`] |
-/// | `3D000` invalid catalog name (no such database) | [`ErrorKind::Config`] |
-/// | anything else | [`ErrorKind::Other`] |
 pub fn sqlstate_kind(sqlstate: &str) -> ErrorKind {
+    // | SQLSTATE | kind |
+    // |---|---|
+    // | `40001` serialization failure, `40P01` deadlock detected | [`ErrorKind::Serialization`] |
+    // | `42P01` undefined table; `42S02` (MySQL's) | [`ErrorKind::UndefinedTable`] |
+    // | `42703` undefined column; `42S22` (MySQL's) | [`ErrorKind::UndefinedColumn`] |
+    // | `57014` query canceled (`statement_timeout`, or a cancel request) | [`ErrorKind::Timeout`] |
+    // | class `08` connection exception; `57P01` admin shutdown, `57P02` crash shutdown, `57P03` cannot connect now | [`ErrorKind::ConnectionLost`] |
+    // | `28000` invalid authorization, `28P01` invalid password | [`ErrorKind::Authentication`] |
+    // | `42501` insufficient privilege | [`ErrorKind::Privilege`] |
+    // | `42P05` duplicate prepared statement, `26000` invalid statement name | [`ErrorKind::PreparedStatement`] |
+    // | `3D000` invalid catalog name (no such database) | [`ErrorKind::Config`] |
+    // | anything else | [`ErrorKind::Other`] |
     match sqlstate {
         "40001" | "40P01" => ErrorKind::Serialization,
         "42P01" | "42S02" => ErrorKind::UndefinedTable,
@@ -210,24 +201,23 @@ pub fn sqlstate_kind(sqlstate: &str) -> ErrorKind {
 }
 
 /// The kind of a MySQL or MariaDB error by its number, and by its SQLSTATE
-/// ([`sqlstate_kind`]) where the number is none of these:
-///
-/// | number | kind |
-/// |---|---|
-/// | 1213 `ER_LOCK_DEADLOCK`, 1205 `ER_LOCK_WAIT_TIMEOUT` | [`ErrorKind::Serialization`] |
-/// | 1146 `ER_NO_SUCH_TABLE` | [`ErrorKind::UndefinedTable`] |
-/// | 1054 `ER_BAD_FIELD_ERROR` | [`ErrorKind::UndefinedColumn`] |
-/// | 1317 `ER_QUERY_INTERRUPTED` (`KILL QUERY`), 3024 `ER_QUERY_TIMEOUT` (MySQL's `max_execution_time`), 1969 `ER_STATEMENT_TIMEOUT` (MariaDB's `max_statement_time`) | [`ErrorKind::Timeout`] |
-/// | 1053 `ER_SERVER_SHUTDOWN`, 1927 `ER_CONNECTION_KILLED` (MariaDB), 4031 `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL), 1158..1161 network read and write errors; 2006 `CR_SERVER_GONE_ERROR` and 2013 `CR_SERVER_LOST` (the client library's) | [`ErrorKind::ConnectionLost`] |
-/// | 1045 `ER_ACCESS_DENIED_ERROR`, 1044 `ER_DBACCESS_DENIED_ERROR`, 1698 `ER_ACCESS_DENIED_NO_PASSWORD_ERROR` | [`ErrorKind::Authentication`] |
-/// | 1142 `ER_TABLEACCESS_DENIED_ERROR`, 1143 `ER_COLUMNACCESS_DENIED_ERROR`, 1227 `ER_SPECIFIC_ACCESS_DENIED_ERROR` | [`ErrorKind::Privilege`] |
-/// | 1049 `ER_BAD_DB_ERROR` | [`ErrorKind::Config`] |
-///
-/// 1317 is what `KILL QUERY` raises in the session it interrupts: the statement ends, and the
-/// session and its transaction stay, as after PostgreSQL's cancel request (`57014`), so both
-/// are a [`ErrorKind::Timeout`]. A session ended with `KILL` (`KILL CONNECTION`) answers 1927
-/// on MariaDB, and on MySQL its client finds the connection gone (2013).
+/// ([`sqlstate_kind`]) where the number is none of the known ones.
 pub fn mysql_error_kind(number: u16, sqlstate: Option<&str>) -> ErrorKind {
+    // | number | kind |
+    // |---|---|
+    // | 1213 `ER_LOCK_DEADLOCK`, 1205 `ER_LOCK_WAIT_TIMEOUT` | [`ErrorKind::Serialization`] |
+    // | 1146 `ER_NO_SUCH_TABLE` | [`ErrorKind::UndefinedTable`] |
+    // | 1054 `ER_BAD_FIELD_ERROR` | [`ErrorKind::UndefinedColumn`] |
+    // | 1317 `ER_QUERY_INTERRUPTED` (`KILL QUERY`), 3024 `ER_QUERY_TIMEOUT` (MySQL's `max_execution_time`), 1969 `ER_STATEMENT_TIMEOUT` (MariaDB's `max_statement_time`) | [`ErrorKind::Timeout`] |
+    // | 1053 `ER_SERVER_SHUTDOWN`, 1927 `ER_CONNECTION_KILLED` (MariaDB), 4031 `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL), 1158..1161 network read and write errors; 2006 `CR_SERVER_GONE_ERROR` and 2013 `CR_SERVER_LOST` (the client library's) | [`ErrorKind::ConnectionLost`] |
+    // | 1045 `ER_ACCESS_DENIED_ERROR`, 1044 `ER_DBACCESS_DENIED_ERROR`, 1698 `ER_ACCESS_DENIED_NO_PASSWORD_ERROR` | [`ErrorKind::Authentication`] |
+    // | 1142 `ER_TABLEACCESS_DENIED_ERROR`, 1143 `ER_COLUMNACCESS_DENIED_ERROR`, 1227 `ER_SPECIFIC_ACCESS_DENIED_ERROR` | [`ErrorKind::Privilege`] |
+    // | 1049 `ER_BAD_DB_ERROR` | [`ErrorKind::Config`] |
+    //
+    // 1317 is what `KILL QUERY` raises in the session it interrupts: the statement ends, and the
+    // session and its transaction stay, as after PostgreSQL's cancel request (`57014`), so both
+    // are a [`ErrorKind::Timeout`]. A session ended with `KILL` (`KILL CONNECTION`) answers 1927
+    // on MariaDB, and on MySQL its client finds the connection gone (2013).
     match number {
         1213 | 1205 => ErrorKind::Serialization,
         1146 => ErrorKind::UndefinedTable,
@@ -243,15 +233,14 @@ pub fn mysql_error_kind(number: u16, sqlstate: Option<&str>) -> ErrorKind {
 
 /// The kind of a SQLite error by its result code (primary, or extended: the primary code is
 /// its low byte) and, where the code is a generic one, its message.
-///
-/// | result code | kind |
-/// |---|---|
-/// | 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED` (past the busy timeout) | [`ErrorKind::Timeout`] |
-/// | 9 `SQLITE_INTERRUPT`, 10 `SQLITE_IOERR`, 11 `SQLITE_CORRUPT`, 14 `SQLITE_CANTOPEN`, 26 `SQLITE_NOTADB` | [`ErrorKind::ConnectionLost`] |
-/// | any other, with a message that says `no such table` | [`ErrorKind::UndefinedTable`] |
-/// | any other, with a message that says `no such column` | [`ErrorKind::UndefinedColumn`] |
-/// | anything else | [`ErrorKind::Other`] |
 pub fn sqlite_error_kind(code: i32, message: &str) -> ErrorKind {
+    // | result code | kind |
+    // |---|---|
+    // | 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED` (past the busy timeout) | [`ErrorKind::Timeout`] |
+    // | 9 `SQLITE_INTERRUPT`, 10 `SQLITE_IOERR`, 11 `SQLITE_CORRUPT`, 14 `SQLITE_CANTOPEN`, 26 `SQLITE_NOTADB` | [`ErrorKind::ConnectionLost`] |
+    // | any other, with a message that says `no such table` | [`ErrorKind::UndefinedTable`] |
+    // | any other, with a message that says `no such column` | [`ErrorKind::UndefinedColumn`] |
+    // | anything else | [`ErrorKind::Other`] |
     match code & 0xff {
         5 | 6 => ErrorKind::Timeout,
         9 | 10 | 11 | 14 | 26 => ErrorKind::ConnectionLost,

@@ -514,10 +514,9 @@ impl<F> InboxSpec<F> {
         Self::with(desc)
     }
 
-    /// Keep failed rows: the column marked with the time a row failed (`reject()`, an
-    /// exhausted attempt budget, a row that does not decode). A failed row stays in the
-    /// table and no claim takes it again; without this column a failure returns the row to
-    /// the queue instead.
+    /// Keep failed jobs: the column marked with the time a job failed for good. A failed row
+    /// stays and no claim takes it again; without this column a failure returns the job to
+    /// the queue instead ([Failed rows](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#failed-rows-are-kept)).
     pub const fn failed(self, column: Column) -> InboxSpec<F::Out>
     where
         F: Append<Failed>,
@@ -546,12 +545,9 @@ impl<F> InboxSpec<F> {
         Self::with(desc)
     }
 
-    /// Deduplicated publishing: `columns` hold a unique index (or the table's primary key), and
-    /// a publish of a row whose values there are already in the table writes nothing and says
-    /// so (`ON CONFLICT DO NOTHING` on PostgreSQL and SQLite, `INSERT IGNORE` on MySQL and
-    /// MariaDB). A publish names each column's value, like a key's
-    /// (`Message::column(name, value)`). A partial index (`WHERE processed_at IS NULL`) makes
-    /// it "already queued" rather than "ever published".
+    /// Deduplicated publishing: `columns` hold a unique index, and a publish whose values
+    /// there are already in the table writes nothing and says so; a publish names each
+    /// column's value ([Deduplicated publishing](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#deduplicated-publishing)).
     pub const fn unique(self, columns: &'static [&'static str]) -> Self {
         let mut desc = self.desc;
         desc.unique = columns;

@@ -57,38 +57,30 @@ impl fmt::Display for Count {
     }
 }
 
-/// A table's counts at one time.
-///
-/// - `due`: rows a claim may take now (not processed, not failed, due, no lease running). In
-///   the row lock and advisory lock forms this includes the rows in work, whose holds (a row
-///   lock, a key's lock) the table does not show.
-/// - `scheduled`: rows due later (a retry's delay, a publish with a due time).
-/// - `in_work`: the lease form: rows whose lease runs (in work, or, on a table without a due
-///   column, waiting out a retry's delay); `None` in the other forms.
-/// - `failed`, `processed`: rows marked so; `None` where the table has no such column.
-/// - `oldest_due`: the earliest due time among the rows due, where the table has a due
-///   column: how long the oldest has waited is [`Stats::oldest_due_age`].
-/// - `waiting`: on a table with no due and no lease column, the rows that failed in this
-///   process and wait out their retry's delay in its memory (counted in `due` too); `None`
-///   where the table has such a column or no subscription of it runs in this broker (the
-///   CLI's counts, a publisher's).
+/// A queue table's counts at one time: jobs due, scheduled, in work, failed and processed,
+/// and the oldest due job's age ([Stats](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#stats)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stats {
     /// The table's name as its description gives it.
     pub table: &'static str,
-    /// Rows a claim may take now.
+    /// Rows a claim may take now (not processed, not failed, due, no lease running); in the
+    /// row lock and advisory forms this includes the rows in work, which the table does not show.
     pub due: Count,
-    /// Rows due later.
+    /// Rows due later (a retry's delay, a publish with a due time).
     pub scheduled: Count,
-    /// The lease form: rows whose lease runs.
+    /// The lease form: rows whose lease runs (in work, or, on a table without a due column,
+    /// waiting out a retry's delay); `None` in the other forms.
     pub in_work: Option<Count>,
-    /// Rows marked failed.
+    /// Rows marked failed; `None` where the table has no such column.
     pub failed: Option<Count>,
-    /// Rows marked processed.
+    /// Rows marked processed; `None` where the table has no such column.
     pub processed: Option<Count>,
-    /// The earliest due time among the rows due.
+    /// The earliest due time among the rows due, where the table has a due column (see
+    /// [`Stats::oldest_due_age`]).
     pub oldest_due: Option<Time>,
-    /// Rows waiting out a retry's delay in this process's memory.
+    /// On a table with no due and no lease column, the rows waiting out a retry's delay in
+    /// this process's memory (counted in `due` too); `None` elsewhere, or where no
+    /// subscription of the table runs in this broker (the CLI's counts, a publisher's).
     pub waiting: Option<u64>,
     /// When the counts were read.
     pub at: Time,

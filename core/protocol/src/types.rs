@@ -203,12 +203,8 @@ pub struct Delivered<R> {
     pub key: Option<Arc<str>>,
     /// The driver's row, to decode the message from.
     pub row: Option<R>,
-    /// The connection that holds the delivery, where the handler may take a transaction
-    /// ([`Broker::lend_transaction`](crate::Broker::lend_transaction)): in the row lock form
-    /// the claim's open transaction, in the advisory lock form the connection that holds the
-    /// key; `None` in the lease form. What the handler writes in the lent transaction commits
-    /// with the acknowledgement and rolls back with a retry, a failure, a crash or the
-    /// shutdown.
+    /// The connection that holds the job where its handler may take a transaction (the row
+    /// lock form's claim, the advisory form's key connection); `None` in the lease form.
     pub transaction: Option<ConnId>,
 }
 
@@ -307,10 +303,9 @@ pub enum CheckError {
         /// The level found.
         level: String,
     },
-    /// Two connections reached one server session: a pooler in transaction pooling
-    /// (PgBouncer's `pool_mode = transaction`) stands between the service and PostgreSQL, and
-    /// the form's session locks (the advisory lock form's keys, the row lock form's counts'
-    /// marks) would outlive their use on sessions other clients use.
+    /// Two connections reached one server session: a pooler in transaction pooling stands
+    /// between the service and PostgreSQL, and the form's session locks would outlive their
+    /// use ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
     #[error(
         "table `{table}`: {}, but two of the broker's connections reached one server session (a lock the first took, the second could take too): they go through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection; connect to PostgreSQL directly, or through a pooler in session pooling (`pool_mode = session`)",
         session_locks_of(*.form)
@@ -321,12 +316,9 @@ pub enum CheckError {
         /// The table's form, which holds session locks.
         form: crate::spec::Form,
     },
-    /// Two connections reached one server session, on an adapter whose prepared statements
-    /// live in the server session ([`Broker::set_prepared_statements`](crate::Broker::set_prepared_statements)):
-    /// a pooler in transaction pooling stands between the service and PostgreSQL, where the
-    /// statements of one connection meet the sessions other clients use. The forms that hold
-    /// no session lock (the lease form, the row lock form without an attempt column) work
-    /// there once the statements are sent whole, under the simple query protocol.
+    /// Two connections reached one server session on an adapter that prepares statements: a
+    /// pooler in transaction pooling stands between the service and PostgreSQL. The lease form
+    /// and the row lock form without an attempt column work there under the simple query protocol.
     #[error(
         "table `{table}`: two of the broker's connections reached one server session (a lock the first took, the second could take too): they go through a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, which hands each transaction to any server connection, where the driver's prepared statements, kept per connection, meet other clients' sessions; run the adapter's statements under the simple query protocol (`simple_query(true)` on the tokio-postgres and sqlx brokers), connect to PostgreSQL directly, or through a pooler in session pooling (`pool_mode = session`)"
     )]
@@ -413,11 +405,9 @@ pub enum Event<R> {
         /// How it was settled.
         outcome: Outcome,
     },
-    /// A row failed: rejected, past its attempt budget, or not decodable. `kept` tells
-    /// whether the row was marked failed and stays out of the queue (`true`), or, on a table
-    /// that keeps no failed rows, returned to the queue (`false`). Follows the row's
-    /// [`Event::Settled`] where the runtime was handed the row, and stands alone where it was
-    /// not (an exhausted budget fails the row without a handler).
+    /// A job failed: rejected, past its attempt limit, or not decodable. `kept`: marked failed
+    /// and out of the queue (`true`), or returned to it on a table that keeps no failed rows.
+    /// Follows the row's [`Event::Settled`] where a handler ran, and stands alone otherwise.
     Failed {
         /// The subscription.
         sub: crate::SubId,

@@ -125,11 +125,8 @@ impl Time {
 }
 
 /// What kind of failure a database error is, mapped from the server's codes so the core
-/// reacts without reading messages: an adapter reads its driver's codes through
-/// [`crate::server`] ([`sqlstate_kind`](crate::server::sqlstate_kind),
-/// [`mysql_error_kind`](crate::server::mysql_error_kind),
-/// [`sqlite_error_kind`](crate::server::sqlite_error_kind)) and maps the driver's own errors
-/// (a closed connection, a closed pool) itself.
+/// reacts without reading messages: an adapter maps its driver's codes through
+/// [`crate::server`] and its driver's own errors (a closed connection, a closed pool) itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {

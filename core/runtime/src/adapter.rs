@@ -66,52 +66,40 @@ pub trait Adapter: Send + Sync + 'static {
     /// dialect.
     fn start(&self) -> BoxFuture<Result<Dialect, AdapterError>>;
 
-    /// Runs one command and answers it. Every command gets exactly one reply; a command cut
-    /// short answers [`Reply::Failed`].
-    ///
-    /// The runtime polls the futures of the commands in flight side by side on the broker's
-    /// own task, so a future must not block its thread; a future that panics answers as a
-    /// failure.
+    /// Runs one command and answers it: every command gets exactly one reply, and one cut
+    /// short answers [`Reply::Failed`]. The runtime polls all futures in flight on the broker's
+    /// own task, so a future must not block its thread; one that panics answers as a failure.
     fn execute(&self, command: Command, lock: Option<Self::Lock>) -> BoxFuture<Reply<Self::Row>>;
 
-    /// Closes what `start` opened: a pool the adapter built lends no new connection, and a
-    /// connection still held closes when it comes back. A pool the service passed in stays
-    /// open. Every listening session ([`Adapter::listen`]) has ended on the server when the
-    /// close completes; the runtime drops their streams before it closes.
+    /// Closes what `start` opened, listening sessions included; a pool the service passed in
+    /// stays open.
+    // A pool the adapter built lends no new connection, and a connection still held closes
+    // when it comes back. Every listening session has ended on the server when the close
+    // completes; the runtime drops their streams before it closes.
     fn close(&self) -> BoxFuture<()>;
 
-    /// Opens a session that hears of rows other processes publish, where the database tells
-    /// of them: on PostgreSQL, a connection of its own that runs the dialect's
-    /// [`listen_statement`](ruststream_core::Dialect::listen_statement) and streams the
-    /// payloads of the notifications on
-    /// [`NOTIFY_CHANNEL`](ruststream_core::NOTIFY_CHANNEL). The session is open when the
-    /// future answers.
-    ///
-    /// The runtime calls it after `start`, for a broker with subscriptions, and again after a
-    /// session is lost (with a pause after a failure); after every session it opens it wakes
-    /// every subscription, since notifications sent while no session listened are lost.
-    /// `None`, the default: the database tells of no publish, or the adapter does not listen;
-    /// rows of other processes then wait for the next poll.
+    /// Opens a session that hears of rows other processes publish (on PostgreSQL, `LISTEN` on
+    /// [`NOTIFY_CHANNEL`](ruststream_core::NOTIFY_CHANNEL)); it is open when the future answers.
+    /// The default, `None`: rows of other processes wait for the next poll.
     fn listen(&self) -> Option<BoxFuture<Result<Notifications, DbError>>> {
+        // On PostgreSQL: a connection of its own that runs the dialect's `listen_statement`
+        // and streams the notifications' payloads (table names). The runtime calls it after
+        // `start`, for a broker with subscriptions, and again after a session is lost (with a
+        // pause after a failure); after every session it opens it wakes every subscription,
+        // since notifications sent while no session listened are lost.
         None
     }
 
-    /// Whether the statements the adapter runs are prepared statements that live in the
-    /// server session: a driver's statement cache, kept per connection. Through a pooler in
-    /// transaction pooling (PgBouncer's `pool_mode = transaction`) they meet the server
-    /// sessions other clients use, so on PostgreSQL the start then checks for every form that
-    /// each connection is a session of its own, and refuses transaction pooling naming it
-    /// ([`Broker::set_prepared_statements`](ruststream_core::Broker::set_prepared_statements)).
-    /// `false`, the default: statements sent whole (PostgreSQL's simple query protocol), or a
-    /// database without such poolers.
+    /// Whether the adapter's statements are prepared statements kept in the server session;
+    /// then the start on PostgreSQL refuses a pooler in transaction pooling ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
+    /// The default, `false`: statements sent whole, or a database without such poolers.
     fn prepares_statements(&self) -> bool {
         false
     }
 
-    /// Lends the driver's connection the core holds under `conn` to a handler: the row lock
-    /// form's open transaction ([`Delivered::transaction`](ruststream_core::Delivered::transaction)),
-    /// as the adapter's own type behind `Any` (its extractor downcasts it). It answers `None`
-    /// where nothing is held under `conn`. `None`, the default: the adapter lends nothing.
+    /// Lends the connection the core holds under `conn` (the row lock form's open transaction)
+    /// to a handler, as the adapter's own type behind `Any`; `None` where nothing is held there.
+    /// The default, `None`: the adapter lends nothing.
     fn lend(&self, conn: ConnId) -> Option<BoxFuture<Option<Box<dyn Any + Send>>>> {
         let _ = conn;
         None
@@ -151,11 +139,9 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// The order of one connection's commands, for an adapter whose command futures run the
-/// commands themselves ([`Adapter::execute`]): each command takes a [`Turn`] when `execute` is
-/// called, behind the turn taken before it, and its future waits for that turn to end before
-/// it runs. The order is fixed when the commands are issued, whatever order the runtime first
-/// polls their futures in.
+/// The order of one connection's commands, for an adapter whose command futures run them
+/// themselves: each command takes a [`Turn`] when `execute` is called and waits for the turn
+/// before it, whatever order the runtime polls the futures in.
 #[derive(Debug, Default)]
 pub struct Turns {
     tail: Option<oneshot::Receiver<Link>>,

@@ -182,10 +182,9 @@ impl RustStream {
         self
     }
 
-    /// Gives every subscription's handler `value`, which it reaches by its type with
-    /// [`State`](crate::State): a pool, a client, a configuration. A subscription given a value
-    /// of the same type ([`SubscriberBuilder::state`](crate::SubscriberBuilder::state)) keeps
-    /// its own.
+    /// Gives every subscription's handler `value` (a pool, a client, a configuration), which
+    /// it reads by type with [`State`](crate::State). A subscription's own value of the same
+    /// type ([`SubscriberBuilder::state`](crate::SubscriberBuilder::state)) wins.
     pub fn with_state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.states.insert(value);
         self
@@ -216,10 +215,8 @@ impl RustStream {
             .await
     }
 
-    /// Runs until `stop` completes, then shuts down gracefully: the subscriptions stop
-    /// claiming, the handlers in work finish (up to the shutdown timeout), then every broker
-    /// shuts down and closes what it opened. `stop` is polled once the service has started, so
-    /// it may publish through the brokers; [`RustStream::run`] stops a start too.
+    /// Runs until `stop` completes, then shuts down gracefully ([Shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)).
+    /// `stop` is polled once the service has started, so it may publish through the brokers.
     pub async fn run_until(self, stop: impl Future<Output = ()> + Send) -> Result<(), RunError> {
         self.run_with(None, stop).await
     }

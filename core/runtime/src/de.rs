@@ -43,10 +43,9 @@ pub trait Row {
     /// The value of the column at `index`.
     fn cell(&self, index: usize) -> Cell<'_>;
 
-    /// The bytes that the text of a [`Cell::Untyped`] stands for, when a field reads it as
-    /// bytes (`Vec<u8>`): by default the text's UTF-8 bytes. An adapter whose driver prints
-    /// binary values in a format of its own (PostgreSQL's `\x` hex for `bytea`) decodes it
-    /// here; an `Err` is the message of the [`DecodeError`].
+    /// The bytes a [`Cell::Untyped`]'s text stands for when a field reads it as `Vec<u8>`
+    /// (default: its UTF-8 bytes); an adapter whose driver prints binary in its own format
+    /// (PostgreSQL's `\x` hex) decodes it here. An `Err` is the [`DecodeError`]'s message.
     fn untyped_bytes<'a>(&self, text: &'a str) -> Result<Cow<'a, [u8]>, String> {
         Ok(Cow::Borrowed(text.as_bytes()))
     }
@@ -76,10 +75,9 @@ pub enum Cell<'a> {
 }
 
 impl Cell<'_> {
-    /// The cell as the core reads it for one of a statement's columns (an adapter's reader
-    /// for [`read_rows`](ruststream_core::read_rows)): the value its type gives, read as the
-    /// type the core declares; the text of an [`Cell::Untyped`] is read as that type; a
-    /// float reads as its text, and an [`Cell::Invalid`] fails with its reason.
+    /// The cell as the core reads it for a statement's column, of the type the core declares
+    /// (an adapter's reader for [`read_rows`](ruststream_core::read_rows)). A float reads as
+    /// its text, an untyped cell is parsed as `ty`, and an invalid one fails with its reason.
     pub fn read_as(self, ty: ColumnType) -> Result<Value, String> {
         let natural = match self {
             Cell::Null => Value::Null,

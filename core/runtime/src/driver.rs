@@ -4,9 +4,8 @@
 //! Each command's future runs on a task of its own and answers the driver through a channel:
 //! on a runtime of several threads the commands' sends, reads and decoding run side by side on
 //! all of them, and the driver's task only decides. (Polled on the driver's task instead, every
-//! statement's I/O ran on one thread at a time: measured at 24 workers on two cores, the
-//! machine's CPU stayed a tenth idle and the advisory form ran 12% slower.) The order of the
-//! commands on one connection is fixed when the core issues them, not by when their tasks run.
+//! statement's I/O ran on one thread at a time, and left CPU idle.) The order of the commands
+//! on one connection is fixed when the core issues them, not by when their tasks run.
 //! Handlers run on tasks of their own.
 //!
 //! A table's subscriptions wake (claim now rather than at their next poll) when this broker
@@ -478,10 +477,9 @@ impl<A: Adapter> Driver<A> {
         Ok(p)
     }
 
-    /// The settlement of a handler's outcome: a retry (or a rejection, which a table without
-    /// `failed_at` keeps as a retry) waits the delay it names, or the subscriber's policy's
-    /// for its attempt: in the table's due column or lease where it has one, else in this
-    /// process.
+    /// The settlement of a handler's outcome: a retry (or a rejection on a table without
+    /// `failed_at`) waits the delay it names, or the policy's for its attempt, in the table's
+    /// due column or lease where it has one, else in this process.
     fn settlement(&self, settled: &Settled) -> Settlement {
         let outcome = &settled.outcome;
         let mut settlement = Settlement::new(outcome.outcome());

@@ -47,10 +47,8 @@ pub enum StartError {
     /// A subscription's table failed its check.
     #[error(transparent)]
     Check(ruststream_core::CheckError),
-    /// The session that listens for other processes' publishes did not hear a notification
-    /// the start sent through the pool: a pooler in transaction pooling stands between the
-    /// service and PostgreSQL, and keeps the session's `LISTEN` on a server session other
-    /// clients use.
+    /// The listening session did not hear a notification the start sent through the pool: a
+    /// pooler in transaction pooling stands between the service and PostgreSQL ([Poolers](https://github.com/ruststream/ruststream/blob/main/docs/src/adapters.md#poolers-and-postgresql-sessions)).
     #[error(
         "the session listening for publishes (`LISTEN ruststream`) did not hear a notification sent through the broker's pool within {waited:?}: a pooler in transaction pooling, such as PgBouncer with `pool_mode = transaction`, hands each transaction to any server connection, so the listening session hears nothing; connect to PostgreSQL directly, through a pooler in session pooling (`pool_mode = session`), give the listening session a direct connection (`listen_on` on the tokio-postgres and sqlx brokers), or turn it off (`without_listener()`)"
     )]

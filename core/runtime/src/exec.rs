@@ -32,10 +32,8 @@ impl Executor for Tokio {
     }
 }
 
-/// The async-std executor.
-///
-/// async-std is discontinued upstream, and its maintainers point users to smol: a new service
-/// takes `Smol` (feature `smol`), which runs the same way.
+/// The async-std executor. async-std is discontinued upstream: a new service takes
+/// `Smol` (feature `smol`), which runs the same way.
 #[cfg(feature = "async-std")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AsyncStd;
@@ -51,10 +49,9 @@ impl Executor for AsyncStd {
     }
 }
 
-/// The smol executor: tasks run on smol's global executor (`smol::spawn`, on as many threads
-/// as the `SMOL_THREADS` environment variable says, one by default) and sleeps are
-/// `smol::Timer`s, woken by async-io's reactor thread. A service on smol runs with
-/// `smol::block_on(service.run_until(..))` and `.executor(Arc::new(Smol))`.
+/// The smol executor: tasks run on smol's global executor and sleeps are smol timers; run a
+/// service with `smol::block_on(service.run_until(..))` and `.executor(Arc::new(Smol))`
+/// ([smol](https://github.com/ruststream/ruststream/blob/main/docs/src/executors.md#smol)).
 #[cfg(feature = "smol")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Smol;
@@ -179,13 +176,8 @@ impl Future for Sleep {
 }
 
 /// The executor of the calling context: tokio inside a tokio runtime, else smol (feature
-/// `smol`), else async-std (feature `async-std`).
-///
-/// # Panics
-///
-/// When no enabled executor is running: enable the `tokio` feature and call from within a
-/// tokio runtime, enable the `smol` or `async-std` feature, or pass an executor with
-/// `RustStream::executor`.
+/// `smol`), else async-std (feature `async-std`). Panics when none of them is running
+/// ([Executors](https://github.com/ruststream/ruststream/blob/main/docs/src/executors.md)).
 pub fn current() -> Arc<dyn Executor> {
     #[cfg(feature = "tokio")]
     if tokio::runtime::Handle::try_current().is_ok() {

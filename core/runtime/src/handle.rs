@@ -105,11 +105,9 @@ impl<A: Adapter> BrokerHandle<A> {
         FailedRows::new(self)
     }
 
-    /// `T`'s table's counts now ([`Stats`]): the rows due, scheduled, held by a lease, failed
-    /// and processed, and the oldest due row's age. One statement on a connection of the
-    /// broker's pool, each count answered by an index and counted up to
-    /// [`STATS_CAP`](ruststream_core::STATS_CAP) rows, so it is cheap to poll on a table of any
-    /// size. Answers [`Error::Closed`](crate::Error::Closed) while the broker is not running.
+    /// `T`'s table's counts now ([`Stats`]): rows due, scheduled, in work, failed, processed,
+    /// and the oldest due row's age. One cheap statement, fine to poll; [`Error::Closed`](crate::Error::Closed)
+    /// while the broker is not running ([Stats](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#stats)).
     pub async fn stats<T: InboxTable>(&self) -> Result<Stats, PublishError> {
         match read_table::<T>(&self.state, ReadTable::Stats).await? {
             TableRead::Stats(stats) => Ok(stats),
@@ -159,10 +157,8 @@ impl<A: Adapter> RunningBroker<A> {
         }
     }
 
-    /// Shuts the broker down (see [the guide](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)): claims stop, claims cut short are waited for,
-    /// every advisory lock in work is released, settlements in flight are waited for, then the
-    /// adapter closes what it opened (a pool it built). Answers what the shutdown did to the
-    /// advisory locks.
+    /// Shuts the broker down ([Shutdown](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md)): claims stop, jobs in work settle, keys are
+    /// released, and a pool the adapter built closes. Answers what it did to the advisory locks.
     pub async fn shutdown(self) -> ClosedCounts {
         let _ = self.tx.unbounded_send(Input::Shutdown);
         self.closed.await.unwrap_or_default()
@@ -194,13 +190,9 @@ impl<A: Adapter> RunningBroker<A> {
     }
 }
 
-/// Publishes rows into `T`'s table.
-///
-/// Take it from the broker's handle ([`Publisher::new`], [`BrokerHandle::publisher`]), a route
-/// ([`Route::publisher`](crate::Route::publisher)) or a running broker
-/// ([`RunningBroker::publisher`]). It answers [`Error::Closed`](crate::Error::Closed) until the broker starts and from
-/// its shutdown on, and writes no row then. A publish that wrote its row wakes the broker's
-/// subscriptions of the table.
+/// Publishes rows into `T`'s table; take it from a broker's handle, a route or a running
+/// broker. Until the broker starts and after its shutdown it writes nothing and answers
+/// [`Error::Closed`](crate::Error::Closed) ([Publishing](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md)).
 pub struct Publisher<T, A: Adapter> {
     state: Arc<Mutex<HandleState>>,
     row: PhantomData<fn() -> (T, A)>,
@@ -312,11 +304,9 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
         }
     }
 
-    /// Publishes one row: the message's payload, the values of the key's columns, when it is
-    /// due. Answers what it wrote: on a table that deduplicates its publishes
-    /// ([`InboxSpec::unique`](crate::InboxSpec::unique)) a row already there is not written,
-    /// and [`Published::skipped`] names it. Answers [`Error::Closed`](crate::Error::Closed)
-    /// without writing while the broker is not running.
+    /// Publishes one job. Answers what it wrote: on a table that deduplicates publishes
+    /// ([`InboxSpec::unique`](crate::InboxSpec::unique)) a row already there is not written and
+    /// [`Published::skipped`] names it ([Publishing](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md)).
     pub async fn publish(&self, message: impl IntoRow<T>) -> Result<Published, PublishError> {
         self.send(vec![message.into_row()?]).await
     }
@@ -326,16 +316,15 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
         self.publish(Message::json(message)?).await
     }
 
-    /// Publishes rows together: every row is written, or, when a statement fails, none is.
-    /// Up to [`ruststream_core::PUBLISH_BATCH`] rows go into one insert; more run as several
-    /// inserts in one transaction; on a table that deduplicates its publishes each row takes an
-    /// insert of its own, and [`Published::skipped`] names the rows already there. An empty
-    /// batch writes nothing and answers `Ok`. Answers
-    /// [`Error::Closed`](crate::Error::Closed) without writing while the broker is not running.
+    /// Publishes jobs together: every row is written, or, when a statement fails, none is; an
+    /// empty batch writes nothing ([Publishing](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#the-publisher)).
     pub async fn publish_all(
         &self,
         messages: impl IntoIterator<Item = impl IntoRow<T>>,
     ) -> Result<Published, PublishError> {
+        // Up to `PUBLISH_BATCH` rows go into one insert; more run as several inserts in one
+        // transaction; on a table that deduplicates its publishes each row takes an insert of
+        // its own.
         let messages = messages
             .into_iter()
             .map(IntoRow::into_row)
@@ -357,14 +346,9 @@ impl<T: InboxTable, A: Adapter> Publisher<T, A> {
     }
 }
 
-/// The failed rows of `T`'s table, through a broker: read page by page ([`FailedRows::list`],
-/// [`FailedRows::get`]), returned to the queue ([`FailedRows::redrive`]) or deleted
-/// ([`FailedRows::delete`]), all of them, by id, or by their error's text.
-///
-/// A table keeps failed rows when its description names a `failed_at` column
-/// (`#[field(failed_at)]`, `.failed(..)`); for any other table both answer
-/// [`Error::Invalid`](crate::Error::Invalid) naming the missing column. Like a publisher, it
-/// answers [`Error::Closed`](crate::Error::Closed) while the broker is not running.
+/// The failed jobs of `T`'s table, through a broker: list them, return them to the queue
+/// (redrive) or delete them. On a table without a `failed_at` column every call answers
+/// [`Error::Invalid`](crate::Error::Invalid) ([Redrive](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#redrive)).
 pub struct FailedRows<T, A: Adapter> {
     state: Arc<Mutex<HandleState>>,
     row: PhantomData<fn() -> (T, A)>,

@@ -125,11 +125,9 @@ pub(crate) enum Probe {
     Shared(DbError),
 }
 
-/// At the start, where the adapter listens: opens the listening session and sends a
-/// notification of a payload of its own through the pool (on a connection the core never
-/// names), then waits up to [`PROBE_WAIT`] to hear it. Through a pooler in transaction
-/// pooling the session's `LISTEN` stays on a server session other clients then use, and the
-/// session hears nothing.
+/// At the start, where the adapter listens: opens the listening session, sends a notification
+/// of its own through the pool, and waits up to [`PROBE_WAIT`] to hear it. Through a pooler in
+/// transaction pooling the session hears nothing.
 pub(crate) async fn probe<A: Adapter>(
     adapter: &A,
     dialect: Dialect,

@@ -486,10 +486,9 @@ impl DriverMetrics {
         }
     }
 
-    /// The subscription a claim's search belongs to: the one that rendered the statement, or
-    /// for a statement rendered for one claim (the advisory lock form's candidates that pass
-    /// over keys in work), the one whose search of the same kind shares the longest start of
-    /// its text (the table's name is in it).
+    /// The subscription a claim's search belongs to: the one that rendered the statement, or,
+    /// for a statement rendered for one claim, the one whose search of the same kind shares
+    /// the longest start of its text (the table's name is in it).
     fn owner<R>(&mut self, statement: &Statement, core: &Broker<R>) -> Option<SubId> {
         let address = Arc::as_ptr(&statement.sql).cast::<u8>() as usize;
         if let Some((_, sub)) = self.owners.get(&address) {

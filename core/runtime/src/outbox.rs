@@ -11,17 +11,11 @@ use crate::error::PublishError;
 use crate::handle::{IntoRow, Message};
 use crate::table::InboxTable;
 
-/// The inserts of `T`'s rows for an adapter to run where the service says: in a transaction it
-/// holds, so that a row commits with the data it is about and a rollback leaves none (the
-/// outbox), or on a connection of a pool, with no broker running. Each adapter wraps it in a
-/// type of its own that runs the statements on its driver's connections and transactions
-/// (`SqlxOutbox`, `TokioPostgresOutbox`, `MySqlAsyncOutbox`, `RusqliteOutbox`).
-///
-/// Up to [`PUBLISH_BATCH`](ruststream_core::PUBLISH_BATCH) messages go into one insert; more take
-/// several, all or nothing only inside one transaction. On PostgreSQL each insert notifies the
-/// subscriptions of other processes in the same transaction: they hear of the rows when it
-/// commits. Nothing checks the table before the first insert: the database's error names a
-/// column it lacks.
+/// The inserts of `T`'s jobs, for an adapter to run in a transaction the service holds (so a
+/// job commits with the data it is about) or on a connection with no broker running. Each
+/// adapter wraps it ([Outbox](https://github.com/ruststream/ruststream/blob/main/docs/src/publishing.md#the-outbox-in-the-services-own-transaction)).
+// On PostgreSQL each insert notifies the subscriptions of other processes in the same
+// transaction: they hear of the rows when it commits.
 pub struct Outbox<T> {
     inserts: Mutex<Inserts>,
     row: PhantomData<fn() -> T>,

@@ -41,17 +41,13 @@ impl HandlerOutcome {
         Self::of(Outcome::Ack)
     }
 
-    /// Not now: the row returns to the queue, its attempt counted, after the subscriber's
-    /// retry policy's delay for this attempt (exponential with jitter unless set otherwise).
-    /// The delay is written into the table's due column, or in the lease form into the
-    /// lease; on a table with neither, this process passes the row over until then.
+    /// Not now: the job returns to the queue, its attempt counted, due again after the retry
+    /// policy's delay for this attempt ([Retries](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#retries-and-backoff)).
     pub const fn retry() -> Self {
         Self::of(Outcome::Retry)
     }
 
-    /// Not now, and not before `delay` has passed: a retry whose delay replaces the retry
-    /// policy's. On a table with no due column, outside the lease form, the row waits in this
-    /// process, whose claims pass it over until then.
+    /// A retry that waits `delay` instead of the retry policy's ([Retries](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#retries-and-backoff)).
     pub const fn retry_in(delay: Duration) -> Self {
         Self {
             outcome: Outcome::Retry,
@@ -60,9 +56,8 @@ impl HandlerOutcome {
         }
     }
 
-    /// Never: the row is marked failed (its `failed_at` column, and its error column) and no
-    /// claim takes it again until it is redriven. A table without a `failed_at` column
-    /// keeps the row in the queue instead, as a retry, and reports the failure.
+    /// Never: the job is marked failed and no claim takes it again until it is redriven; a
+    /// table without a `failed_at` column keeps it in the queue as a retry ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#handler-outcomes)).
     pub const fn reject() -> Self {
         Self::of(Outcome::Reject)
     }
@@ -187,11 +182,9 @@ impl<'a, C> Context<'a, C> {
         self
     }
 
-    /// A transaction on the delivery's connection, on which the handler's writes commit with
-    /// the acknowledgement: in the row lock form the claim's, in the advisory lock form one
-    /// the core begins where the key is held. The adapter's connection behind `Any`, for the
-    /// adapter's extractor to take (`SqlxClaim`, `TokioPostgresClaim`, `MySqlAsyncClaim`).
-    /// `None` in the lease form, or once taken.
+    /// The transaction a handler's writes commit in with the job's acknowledgement (the row
+    /// lock form's, or one begun where an advisory key is held), for an adapter's extractor
+    /// (`SqlxClaim`, ..). `None` in the lease form, or once taken.
     pub fn claim_transaction(
         &mut self,
     ) -> Option<crate::exec::BoxFuture<Option<Box<dyn std::any::Any + Send>>>> {
@@ -259,10 +252,9 @@ impl Provides<keys::Attempt> for InboxContext {
     }
 }
 
-/// What a handler's argument after the message is: an extractor, built from the delivery's
-/// context. `#[subscriber]` extracts each argument with it: [`Ctx<K>`](Ctx),
-/// [`State<T>`](crate::State), and each adapter's claim of the row lock form's transaction
-/// (`SqlxClaim<DB>`, `TokioPostgresClaim`, `MySqlAsyncClaim`).
+/// What a handler's argument after the message is: an extractor, built from the job's
+/// context: [`Ctx<K>`](Ctx), [`State<T>`](crate::State), and each adapter's claim of the
+/// job's transaction (`SqlxClaim<DB>`, `TokioPostgresClaim`, `MySqlAsyncClaim`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an extractor a subscriber takes after its message",
     label = "a subscriber's arguments after the message are extractors: `Ctx<key>` (such as `Ctx(attempt): Ctx<keys::Attempt>`), `State<T>`, or an adapter's claim (`SqlxClaim<DB>`, ..)"

@@ -6,16 +6,9 @@ use std::time::Duration;
 
 use ruststream_core::Value;
 
-/// How long a retried row waits before it is due again, by the attempt that failed:
-/// `base * 2^(attempt - 1)`, at most `cap`, each delay moved at random by up to `jitter` of
-/// itself so that rows that failed together do not return together.
-///
-/// The default waits 1 s after the first attempt, then 2 s, 4 s, .. up to an hour, with a
-/// jitter of 20 %. The delay is written into the table's due column (or, in the lease form
-/// without one, into the lease); on a table with neither, the process that retried the row
-/// passes it over until its delay ends. On a
-/// table without an attempt column every retry waits the first attempt's delay. A delay is
-/// at most [`MAX_RETRY_DELAY`](ruststream_core::MAX_RETRY_DELAY).
+/// How long a retried job waits, by the attempt that failed: `base * 2^(attempt - 1)`, at
+/// most `cap`, each delay moved at random by up to `jitter` of itself. The default: 1 s,
+/// doubling up to an hour, jitter 20 % ([Retries](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#retries-and-backoff)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -152,10 +145,10 @@ impl std::fmt::Debug for Failures {
 }
 
 impl Failures {
-    /// Reports a failure: to the hook where one is set; else as a `tracing` error, and on
-    /// standard error too where no `tracing` subscriber is installed, so that a failure is
-    /// never silent. A row that returns to the queue (a table without `failed_at`) and fails
-    /// again is told of at attempts 1, 2, 4, 8, ..: the rest go to `tracing` at debug level.
+    /// Reports a failure to the hook where one is set, else as a `tracing` error (and on
+    /// standard error where no `tracing` subscriber is installed), so it is never silent.
+    // A row that returns to the queue (a table without `failed_at`) and fails again is told
+    // of at attempts 1, 2, 4, 8, ..: the rest go to `tracing` at debug level.
     pub(crate) fn report(&self, failure: &Failure) {
         if let Some(hook) = &self.hook {
             hook(failure);

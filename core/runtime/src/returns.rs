@@ -6,15 +6,9 @@ use std::fmt;
 use crate::app::BoxError;
 use crate::outcome::HandlerOutcome;
 
-/// What a `#[subscriber]` function returns, turned into the outcome its message settles by:
-///
-/// | returned | settles as |
-/// |---|---|
-/// | `HandlerOutcome` | itself |
-/// | `Ok(())`, `Ok(HandlerOutcome::ack())` | acknowledged |
-/// | `Ok(outcome)` | `outcome` |
-/// | `Err(e)` | a retry under the retry policy, with `e` and its sources as the row's error |
-/// | `Err(e)` where `e` is a [`Permanent`] or a `HandlerOutcome` | that outcome: a [`Permanent`] fails the row at once |
+/// What a `#[subscriber]` function returns: a `HandlerOutcome`, or a `Result` whose `Ok`
+/// acknowledges the job and whose `Err(e)` retries it with `e` and its sources as the error
+/// ([`Permanent`] fails it; an `e` that is a `HandlerOutcome` settles as that outcome).
 #[diagnostic::on_unimplemented(
     message = "a subscriber returns `HandlerOutcome`, `Result<(), E>` or `Result<HandlerOutcome, E>`, not `{Self}`",
     label = "the handler's return type",

@@ -8,13 +8,9 @@ use crate::adapter::Adapter;
 use crate::handle::{BrokerHandle, IntoBroker, Publisher};
 use crate::table::InboxTable;
 
-/// A route: the broker with the name of the queue whose subscriptions take `T`'s rows, and a
-/// publisher into `T`'s table. `with_broker` takes it as it takes the broker. An adapter's
-/// broker gives one with `route::<T>(name)`.
-///
-/// The name is the one `InboxQueue::<T>::new(name)` gives; the route records it for the
-/// service's logs and code, and routes nothing by itself: every subscription included in the
-/// broker runs, whatever its queue.
+/// A broker with the name of a queue and a publisher into `T`'s table, as `with_broker` takes
+/// it (`route::<T>(name)` on an adapter's broker). The name is for logs and code: every
+/// subscription included in the broker runs, whatever its queue.
 pub struct Route<T, A: Adapter> {
     handle: BrokerHandle<A>,
     name: &'static str,
@@ -84,11 +80,9 @@ impl<T, A: Adapter> IntoBroker for Route<T, A> {
     }
 }
 
-/// The methods every adapter's broker offers beside its own constructors, written once:
-/// `route`, `handle`, `start` and `start_on`, and [`IntoBroker`](crate::IntoBroker), for an
-/// [`Adapter`](crate::adapter::Adapter) type: `ruststream::broker_methods!(impl RusqliteBroker);`,
-/// or with the type's generic parameters and their bounds,
-/// `ruststream::broker_methods!(impl<DB: SqlxDatabase> SqlxBroker<DB>);`.
+/// Writes the methods every adapter's broker offers (`route`, `handle`, `start`, `start_on`
+/// and [`IntoBroker`](crate::IntoBroker)) for an adapter type: `broker_methods!(impl RusqliteBroker);`
+/// or `broker_methods!(impl<DB: SqlxDatabase> SqlxBroker<DB>);`.
 #[macro_export]
 macro_rules! broker_methods {
     (impl<$($generic:ident: $bound:path),+> $broker:ty) => {
@@ -116,13 +110,9 @@ macro_rules! broker_methods {
                 $crate::BrokerHandle::new(self)
             }
 
-            /// Starts the broker by hand, without a service, with these subscriptions (from
-            /// `IntoSubscription::into_subscription`), on the executor of the calling context
-            /// (tokio inside a tokio runtime): opens its connections, checks every
-            /// subscription's table, and starts claiming. A tool that drives the broker this
-            /// way receives the closed counts from [`ruststream::RunningBroker::shutdown`].
-            ///
-            /// This is not the runtime's `Adapter::start`, which the service calls.
+            /// Starts the broker by hand, without a service, with these subscriptions, on the
+            /// executor of the calling context: it opens its connections, checks each table and
+            /// starts taking jobs ([Rows in work](https://github.com/ruststream/ruststream/blob/main/docs/src/shutdown.md#rows-in-work)).
             pub async fn start(
                 self,
                 subscriptions: impl ::std::iter::IntoIterator<Item = $crate::Subscription<Self>>,

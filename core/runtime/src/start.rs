@@ -39,11 +39,9 @@ pub(crate) async fn or_stopped<T>(
     }
 }
 
-/// Opens the adapter for the subscriptions of `tables`. Where a stop can end the start (a
-/// service run with [`RustStream::run`](crate::RustStream::run)): again, after a wait that
-/// doubles from a second up to a minute, after each failure that may pass, reporting each; at
-/// once with the error, after one that cannot. A broker started by hand, which nothing could
-/// stop, fails at once with any error.
+/// Opens the adapter for the subscriptions of `tables`. Under a service, a failure that may
+/// pass is reported and tried again after a wait doubling from a second up to a minute; any
+/// other failure, or any failure of a broker started by hand, answers at once.
 pub(crate) async fn open<A: Adapter>(
     adapter: &A,
     tables: &str,

@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use crate::outcome::{Context, HandlerOutcome};
 
-/// The values of a subscription's handlers by their type: what
-/// [`RustStream::with_state`](crate::RustStream::with_state) gives every subscription of the
-/// service and [`SubscriberBuilder::state`](crate::SubscriberBuilder::state) gives one, and
-/// what [`State`] extracts. A subscription's own value of a type stands before the service's.
+/// The values a subscription's handlers reach by type ([`State`]): given to the service with
+/// [`RustStream::with_state`](crate::RustStream::with_state) or to one subscription, whose
+/// own value of a type wins.
 #[derive(Clone, Default)]
 pub struct States(Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
 
@@ -52,10 +51,9 @@ impl States {
     }
 }
 
-/// An extractor: the value of type `T` the service or the subscription was given
-/// ([`RustStream::with_state`](crate::RustStream::with_state),
-/// [`SubscriberBuilder::state`](crate::SubscriberBuilder::state)), such as a pool or a client,
-/// so a `#[subscriber]` function reaches it without a `Handle` of its own:
+/// An extractor: the value of type `T` the service or the subscription was given (a pool, a
+/// client), so a `#[subscriber]` function reaches it. A type nobody gave fails the job, with
+/// an error that names the type ([Bad rows](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#bad-rows)).
 ///
 /// ```
 /// use ruststream::{HandlerOutcome, State, subscriber};
@@ -77,9 +75,6 @@ impl States {
 ///     HandlerOutcome::ack()
 /// }
 /// ```
-///
-/// A handler that asks for a type nobody gave fails its row (kept, with an error that names
-/// the type, to redrive once the service gives it), and says so in the log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct State<T>(pub T);
 

@@ -100,10 +100,8 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         }
     }
 
-    /// How many messages may be in work at once (default 1). In the lease form on PostgreSQL
-    /// and MySQL/MariaDB a worker whose handler has ended takes its next message while the
-    /// last one's settlement runs, so up to `workers` more rows may be settling, each held by
-    /// its lease until then.
+    /// How many jobs may be in work at once (default 1). In the lease form a worker may take
+    /// its next job while the last one's settlement runs ([How claims run](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#how-claims-run)).
     pub fn workers(mut self, workers: impl IntoWorkers) -> Self {
         // Zero is kept, for the start to refuse with the subscription's name.
         self.options.workers = workers.into_workers().map_or(0, NonZeroUsize::get);
@@ -124,35 +122,25 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
-    /// How many rows to claim ahead, beyond the workers (default 0). A row claimed ahead is
-    /// held as a row in work is, and goes to the next free worker without a claim's round
-    /// trip; at most `workers` messages are in work at once. In the lease form it waits under
-    /// its lease, extended like a lease in work; in the row lock form in its claim's
-    /// transaction, and in the advisory lock form under its key's lock, each on a connection
-    /// of its own, so `prefetch(n)` holds up to `n` more connections of the pool. When the
-    /// subscription stops, and at the shutdown, the rows still waiting are given back at
-    /// once. A claim that reads the first due rows alone (SQLite's advisory form, a custom
-    /// lock) claims none ahead.
+    /// How many jobs to claim ahead, beyond the workers (default 0), so a free worker gets its
+    /// next job without a round trip. In the row lock and advisory forms each holds a
+    /// connection ([Rows claimed ahead](https://github.com/ruststream/ruststream/blob/main/docs/src/performance.md#rows-claimed-ahead-and-connections-kept)).
     pub fn prefetch(mut self, rows: usize) -> Self {
         self.options.prefetch = rows;
         self
     }
 
-    /// The most attempts a row is handed to the handler for (at least 1). A take that counts
-    /// past it marks the row failed without running the handler, with an error that says
-    /// so: a row whose handler crashes the process ends failed after this many crashes, since
-    /// every take counts. Needs the table's attempt and `failed_at` columns; the broker does
-    /// not start without them, and says which is missing. Unset, a row is handed however
-    /// often it returns.
+    /// The most attempts a job gets (at least 1): a take past it marks the job failed without
+    /// running the handler, so a job that crashes its process fails after this many crashes.
+    /// Needs the attempt and `failed_at` columns ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#retries-and-backoff)).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.options.max_attempts = Some(attempts.max(1));
         self
     }
 
-    /// The start creates what the table's schema lacks: the table, when it does not exist,
-    /// with every column of its description, and its claim index, as
-    /// [`Ddl`](ruststream_core::Ddl) writes them (a key's column is text; give a table of
-    /// other types by hand). Off unless set.
+    /// The start creates what the table's schema lacks: the table with every column of its
+    /// description, and its claim index (a key's column is text). Off unless set
+    /// ([The schema](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#the-schema)).
     pub fn ensure_schema(mut self) -> Self {
         self.options.ensure_schema = true;
         self
@@ -181,19 +169,16 @@ impl<H, S, M, O, X, C> SubscriberBuilder<H, S, M, O, X, C> {
         self
     }
 
-    /// Calls `hook` with every failed row (rejected, past its attempt budget, not
-    /// decodable), once the failure is written, instead of the default report (a `tracing`
-    /// error, and a line on standard error where no `tracing` subscriber is installed). For
-    /// alerting.
+    /// Calls `hook` with every failed job once the failure is written, for alerting, instead
+    /// of the default report (a `tracing` error, or standard error without a subscriber).
     pub fn on_failure(mut self, hook: impl Fn(&Failure) + Send + Sync + 'static) -> Self {
         self.failures.hook = Some(Arc::new(hook));
         self
     }
 
-    /// Gives the subscription's handler `value`, which it reaches by its type with
-    /// [`State`](crate::State): a pool, a client, a configuration. It stands before a value of
-    /// the same type the service gives every subscription
-    /// ([`RustStream::with_state`](crate::RustStream::with_state)).
+    /// Gives this subscription's handler `value` (a pool, a client, a configuration), which it
+    /// reads by type with [`State`](crate::State); it wins over a value of the same type the
+    /// service gives ([`RustStream::with_state`](crate::RustStream::with_state)).
     pub fn state<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.states.insert(value);
         self

@@ -73,11 +73,9 @@ pub trait MessageTable: InboxTable {
     fn message_row(message: &Self::Message) -> Result<crate::Message, crate::PublishError>;
 }
 
-/// A table whose rows a subscriber may decode as `M`: every table, unless its description names
-/// the message its payload holds (`#[inbox(message = Report)]`, `.carries::<Report>()`); then
-/// only as that message. A subscription of such a table whose handler decodes another message
-/// does not compile. Code generic over a table's type states it as a bound
-/// (`T: DecodesAs<Job>`).
+/// A table whose rows a subscriber may decode as `M`: every table, unless its description
+/// names the one message its payload holds (`message = Report`); then a handler of another
+/// message does not compile. Generic code states it as a bound (`T: DecodesAs<Job>`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}`'s description names the message its payload holds, and this subscriber decodes another: `{M}`",
     label = "decode the message `{Self}` names (`MessageTable::Message`) in the handler"

@@ -125,10 +125,9 @@ impl Delivery {
     }
 }
 
-/// The outcomes a handler gave, by message, as a test waits for them in a service that runs
-/// on a real database: wrap the handler with [`Recorded::wrap`], run the service, and await
-/// [`Recorded::outcomes`]. A waiter wakes when the handler answers, before the settlement's
-/// statement runs: the row is settled once that statement has committed.
+/// The outcomes a handler gave, by job, for a test of a service on a real database: wrap the
+/// handler with [`Recorded::wrap`], run the service, and await [`Recorded::outcomes`]. A waiter
+/// wakes when the handler answers, before its row is settled ([Testing](https://github.com/ruststream/ruststream/blob/main/docs/src/testing.md#a-service-until-its-jobs-settle)).
 pub struct Recorded<H> {
     handler: H,
     log: Arc<Log>,
@@ -183,10 +182,9 @@ impl<H> Recorded<H> {
         self.log.seen.lock().expect("not poisoned").outcomes.clone()
     }
 
-    /// Runs `service` until `n` messages have a final outcome (acknowledged or rejected, not
-    /// retried), for at most `within`, then shuts it down gracefully, so every settlement has
-    /// committed when this returns: each message's outcomes. Publish from the service's
-    /// [`on_started`](crate::RustStream::on_started) hook, or from another task.
+    /// Runs `service` until `n` jobs have a final outcome (acknowledged or rejected), for at
+    /// most `within`, then shuts it down, so every settlement has committed: each job's
+    /// outcomes. Publish from the [`on_started`](crate::RustStream::on_started) hook or a task.
     pub async fn settle(
         &self,
         service: crate::RustStream,

@@ -39,11 +39,10 @@ fn pg_bind(query: Query<'_, Postgres>, value: Value) -> Query<'_, Postgres> {
 }
 
 /// A column as the core reads it: integers, booleans and `bytea` as themselves, text as text.
-/// A row of the extended protocol comes in binary, where only text types read as text; a row
-/// of the simple query protocol ([`SqlxBroker::simple_query`](crate::SqlxBroker::simple_query))
-/// comes as text, which sqlx parses for the integers, booleans and `bytea` (its `\x` hex
-/// form), and where a column of any other type (a `uuid` id, a `numeric`) reads as its text,
-/// as the extended protocol cannot.
+// A row of the extended protocol comes in binary, where only text types read as text; a row
+// of the simple query protocol comes as text, which sqlx parses for the integers, booleans
+// and `bytea` (its `\x` hex form), and where a column of any other type (a `uuid` id, a
+// `numeric`) reads as its text, as the extended protocol cannot.
 fn pg_value(row: &PgRow, i: usize) -> Result<Value, String> {
     let raw = row.try_get_raw(i).map_err(|e| e.to_string())?;
     if raw.is_null() {

@@ -69,11 +69,11 @@ impl Gate {
         out
     }
 
-    /// Keeps the SQL of every connection but `conn` back until the reservation ends
-    /// (`None`): a transaction of several statements on `conn` holds SQLite's writer lock, and
-    /// a statement of another connection let in between would wait for it in the busy
-    /// handler while the transaction's next statement waited behind it here. Answers the
-    /// commands an ended reservation lets out.
+    // Keeps the SQL of every connection but `conn` back until the reservation ends
+    // (`None`): a transaction of several statements on `conn` holds SQLite's writer lock, and
+    // a statement of another connection let in between would wait for it in the busy
+    // handler while the transaction's next statement waited behind it here. Answers the
+    // commands an ended reservation lets out.
     pub(super) fn reserve(&mut self, conn: Option<ConnId>) -> Vec<Command> {
         if !self.on {
             return Vec::new();

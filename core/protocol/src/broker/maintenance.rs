@@ -242,16 +242,16 @@ impl Periodic {
 
 impl<R> Broker<R> {
     /// Deletes `desc`'s rows marked processed or failed once older than `retention` says,
-    /// every [`Retention::every`] from now on, by one process at a time across every process
-    /// on the database. One retention per table: a second for the same table is ignored.
-    /// Refused for an age of a mark the table does not have, naming the column, and once
-    /// the broker shuts down.
+    /// every [`Retention::every`], by one process at a time across the database; a second
+    /// retention of the same table is ignored.
     pub fn retain(
         &mut self,
         desc: TableDesc,
         retention: Retention,
         now: Time,
     ) -> Result<(), BrokerError> {
+        // Refused for an age of a mark the table does not have, naming the column, and once the
+        // broker shuts down.
         self.now = now;
         if self.state != State::Running {
             return Err(BrokerError::Closed);
@@ -300,12 +300,11 @@ impl<R> Broker<R> {
         Ok(())
     }
 
-    /// Publishes one row per tick of `job`'s schedule into its table, from now on, across
-    /// every process that runs the same job (by its name): each tick once. At the start it
-    /// reads the schedule's last tick and publishes the ticks missed since, the latest
-    /// [`PeriodicJob::catch_up`] of them. Refused for a table whose description breaks a
-    /// rule, and once the broker shuts down.
+    /// Publishes one job per tick of `job`'s schedule into its table, once per tick across
+    /// every process that runs a job of that name; at the start, the latest
+    /// [`PeriodicJob::catch_up`] ticks missed ([Periodic jobs](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#retention-and-periodic-jobs)).
     pub fn periodic(&mut self, job: PeriodicJob, now: Time) -> Result<(), BrokerError> {
+        // Refused for a table whose description breaks a rule, and once the broker shuts down.
         self.now = now;
         if self.state != State::Running {
             return Err(BrokerError::Closed);

@@ -102,25 +102,25 @@ enum Step {
     },
 }
 
-/// The broker of one database: every subscription's check, claims and deliveries, every
-/// publish, and the shutdown.
-///
-/// It does no IO, reads no clock and spawns nothing. Its methods fall in four groups:
-///
-/// - **getters** (`&self`): [`Broker::is_closed`], [`Broker::statements`], [`Broker::in_work`];
-/// - **inputs**, each with the time: [`Broker::handle_reply`], [`Broker::handle_timeout`],
-///   [`Broker::settle`], [`Broker::drop_delivery`], [`Broker::wake`], [`Broker::shutdown`];
-/// - **application calls**: [`Broker::subscribe`], [`Broker::publisher`], [`Broker::publish`];
-/// - **outputs**: [`Broker::poll_command`], [`Broker::poll_event`], [`Broker::poll_timeout`].
-///
-/// After any input, drain [`Broker::poll_command`] and [`Broker::poll_event`] until both are
-/// empty, then arm one timer for [`Broker::poll_timeout`]. A spurious `handle_timeout` is
-/// harmless. `R` is the adapter's row type, which the core carries to the runtime unread.
-///
-/// Commands of one connection come out in the order they must run. On SQLite the broker hands
-/// out one statement at a time (the next after the reply to the last): SQLite takes one
-/// writer at a time, and statements handed out side by side would wait on each other in its
-/// busy handler, which sleeps.
+/// The broker of one database: every subscription's check, claims and jobs, every publish,
+/// and the shutdown, with no IO, clock or task of its own. Drive it as the [crate] page says:
+/// after any input, drain [`Broker::poll_command`] and [`Broker::poll_event`], then arm one timer.
+// It does no IO, reads no clock and spawns nothing. Its methods fall in four groups:
+//
+// - **getters** (`&self`): [`Broker::is_closed`], [`Broker::statements`], [`Broker::in_work`];
+// - **inputs**, each with the time: [`Broker::handle_reply`], [`Broker::handle_timeout`],
+//   [`Broker::settle`], [`Broker::drop_delivery`], [`Broker::wake`], [`Broker::shutdown`];
+// - **application calls**: [`Broker::subscribe`], [`Broker::publisher`], [`Broker::publish`];
+// - **outputs**: [`Broker::poll_command`], [`Broker::poll_event`], [`Broker::poll_timeout`].
+//
+// After any input, drain [`Broker::poll_command`] and [`Broker::poll_event`] until both are
+// empty, then arm one timer for [`Broker::poll_timeout`]. A spurious `handle_timeout` is
+// harmless. `R` is the adapter's row type, which the core carries to the runtime unread.
+//
+// Commands of one connection come out in the order they must run. On SQLite the broker hands
+// out one statement at a time (the next after the reply to the last): SQLite takes one
+// writer at a time, and statements handed out side by side would wait on each other in its
+// busy handler, which sleeps.
 #[derive(Debug)]
 pub struct Broker<R> {
     dialect: Dialect,
@@ -201,19 +201,17 @@ impl<R> Broker<R> {
         self.rearm();
     }
 
-    /// Whether the adapter runs its statements as prepared statements that live in the server
-    /// session (a driver's statement cache, kept per connection): `false` unless set, as for
-    /// statements sent whole (PostgreSQL's simple query protocol) or prepared and closed within
-    /// one exchange.
-    ///
-    /// Through a pooler in transaction pooling (PgBouncer's `pool_mode = transaction`) such
-    /// statements meet the server sessions other clients use: a statement of the same name
-    /// already there, or one of this connection's missing. Where it is set, the start checks on
-    /// PostgreSQL that each connection is a server session of its own for every form, not
-    /// only for the forms that hold session locks, and fails naming transaction pooling
-    /// ([`CheckError::PreparedStatements`](crate::CheckError::PreparedStatements)). Set it
-    /// before [`Broker::subscribe`].
+    /// Whether the adapter's statements are prepared statements kept in the server session
+    /// (`false` unless set); then the start on PostgreSQL refuses a pooler in transaction
+    /// pooling for every form. Set it before [`Broker::subscribe`].
     pub fn set_prepared_statements(&mut self, prepared: bool) {
+        // Through a pooler in transaction pooling (PgBouncer's `pool_mode = transaction`) such
+        // statements meet the server sessions other clients use: a statement of the same name
+        // already there, or one of this connection's missing. Where it is set, the start checks on
+        // PostgreSQL that each connection is a server session of its own for every form, not
+        // only for the forms that hold session locks, and fails naming transaction pooling
+        // ([`CheckError::PreparedStatements`](crate::CheckError::PreparedStatements)). Set it
+        // before [`Broker::subscribe`].
         self.prepared_statements = prepared;
     }
 
@@ -352,11 +350,9 @@ impl<R> Broker<R> {
         self.publish_all(publisher, vec![row], now)
     }
 
-    /// Publishes rows together: all of them or, when a statement fails, none. Up to
-    /// [`PUBLISH_BATCH`] rows go into one insert; more run as several inserts in one
-    /// transaction. One [`Event::Published`] answers the whole batch. Refused with
-    /// [`BrokerError::Closed`] from the shutdown on, and with [`BrokerError::MissingValue`]
-    /// when a row lacks a column the table needs: nothing is written then.
+    /// Publishes rows together: all of them or, when a statement fails, none; one
+    /// [`Event::Published`] answers the batch. Refused once shut down, and for a row that lacks
+    /// a column the table needs ([`BrokerError::MissingValue`]).
     pub fn publish_all(
         &mut self,
         publisher: PublisherId,
@@ -424,12 +420,9 @@ impl<R> Broker<R> {
         self.settle_with(delivery, Settlement::new(outcome), now);
     }
 
-    /// The handler settled a delivery: an acknowledgement settles the row as done; a retry
-    /// returns it, due again after the settlement's delay (where the table has a due column,
-    /// or in the lease form) with its error recorded (where the table has an error column);
-    /// a rejection marks it failed with its error, or on a table that keeps no failed rows
-    /// returns it as a retry. A failure is reported with [`Event::Failed`] once it takes
-    /// effect.
+    /// The handler settled a job: an acknowledgement settles the row as done, a retry returns
+    /// it after its delay with its error, a rejection marks it failed (or, on a table that
+    /// keeps no failed rows, returns it); a failure is told with [`Event::Failed`].
     pub fn settle_with(&mut self, delivery: DeliveryId, settlement: Settlement, now: Time) {
         self.now = now;
         self.handler_done(delivery);
@@ -439,8 +432,7 @@ impl<R> Broker<R> {
     }
 
     /// Returns the failed rows `which` selects, in `publisher`'s table, to the queue: due now,
-    /// their attempts counted from zero, their `failed_at` and error cleared. On PostgreSQL
-    /// the subscriptions listening hear of them. [`Event::Changed`] tells how many rows.
+    /// attempts from zero, `failed_at` and error cleared. [`Event::Changed`] tells how many.
     /// Refused for a table that keeps no failed rows.
     pub fn redrive(
         &mut self,
@@ -474,18 +466,18 @@ impl<R> Broker<R> {
         self.change_failed(publisher, which, false, now)
     }
 
-    /// The handler asks for a transaction on its delivery's connection, to write in it: in
-    /// the row lock form the claim's open transaction, past a savepoint the core marks; in the
-    /// advisory lock form a transaction the core begins on the connection that holds the key;
-    /// in the lease form a transaction the core begins on a connection it takes for it (not on
-    /// SQLite, which takes one writer at a time). An acknowledgement's statement then runs in
-    /// it, fenced by the lease in the lease form, and commits with the handler's writes (a
-    /// lease lost meanwhile rolls them back); a retry, a failure or a drop undoes them first
-    /// (back to the savepoint, or a rollback). The core answers [`Event::Lent`] with the
-    /// connection, on which it runs nothing until the handler settles. `conn: None`: a
-    /// delivery not in work, one lent already, a lease lost or on SQLite, or a connection, a
-    /// savepoint or a begin that failed.
+    /// The handler asks for a transaction on its job's connection, to write in it; the core
+    /// answers [`Event::Lent`] with the connection, or `conn: None` where it lends none (the
+    /// job not in work, lent already, a lease lost, SQLite's lease form, a failed begin).
     pub fn lend_transaction(&mut self, delivery: DeliveryId, now: Time) {
+        // In the row lock form the claim's open transaction, past a savepoint the core marks; in
+        // the advisory lock form a transaction the core begins on the connection that holds the
+        // key; in the lease form a transaction the core begins on a connection it takes for it
+        // (not on SQLite, which takes one writer at a time). An acknowledgement's statement then
+        // runs in it, fenced by the lease in the lease form, and commits with the handler's writes
+        // (a lease lost meanwhile rolls them back); a retry, a failure or a drop undoes them first
+        // (back to the savepoint, or a rollback). The core runs nothing on the connection until
+        // the handler settles.
         self.now = now;
         self.begin_lend(delivery);
         self.drive();

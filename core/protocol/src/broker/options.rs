@@ -8,24 +8,14 @@ use crate::value::{Time, Value};
 /// How long a dropped delivery may take to release its lock before its connection is closed.
 pub const DROP_GRACE: Duration = Duration::from_secs(5);
 
-/// How long the broker keeps a connection its flow gave back, for the next flow that needs one,
-/// before it gives the connection back to the pool, unless set otherwise
-/// ([`Broker::set_connection_linger`](crate::Broker::set_connection_linger)).
-///
-/// A claim, a settlement or a publish that finds such a connection runs at once, without the
-/// pool's acquire and release (a round trip each on some pools: sqlx tests a connection when it
-/// is taken and when it comes back). Only a connection whose session is clean is kept: no
-/// transaction open or in doubt, no statement that failed on it, no custom lock run on it. The
-/// shutdown gives every kept connection back.
+/// How long the broker keeps a connection its flow gave back, for the next flow that needs
+/// one, before it returns it to the pool; only a clean session is kept
+/// ([Connections kept](https://github.com/ruststream/ruststream/blob/main/docs/src/performance.md#rows-claimed-ahead-and-connections-kept)).
 pub const CONNECTION_LINGER: Duration = Duration::from_millis(5);
 
-/// The row lock and advisory lock forms: a row claimed ahead that waited this long for a free
-/// worker is handed only after a `SELECT 1` on its connection answered
-/// ([`StatementKind::Ping`](crate::StatementKind::Ping)). Its session holds the row's
-/// transaction or its key's lock; a session the server ended meanwhile
-/// (`idle_in_transaction_session_timeout`, `wait_timeout`, a kill) held them no longer, and
-/// another process may have taken the row: such a row is never handed, its connection closes,
-/// and the next claim takes what is due.
+/// The row lock and advisory forms: a row claimed ahead that waited this long for a free
+/// worker is handed only after a `SELECT 1` on its connection answered; a session the server
+/// ended meanwhile no longer holds the row, which is then claimed again.
 pub const PING_AHEAD_AFTER: Duration = Duration::from_secs(1);
 
 /// The most lease settlements one statement runs: settlements asked for while another of
@@ -36,12 +26,9 @@ pub const SETTLE_BATCH: usize = 64;
 /// runs again at once, on its connection, before its delivery's settlement fails.
 pub const DEADLOCK_RERUNS: u8 = 3;
 
-/// PostgreSQL: a publisher's notifying statements start at most this often. A publish within
-/// this time of the publisher's last notification inserts without notifying, and one
-/// notification follows once the time has passed and the insert has taken effect: concurrent
-/// publishers are not made to commit one at a time (PostgreSQL commits notifying
-/// transactions one at a time), and a subscription in another process still hears of the
-/// rows within this time of their insert.
+/// PostgreSQL: a publisher's notifying statements start at most this often; a publish within
+/// it inserts without notifying, and one notification follows once it has passed
+/// ([Wake-up](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#wake-up)).
 pub const NOTIFY_EVERY: Duration = Duration::from_millis(2);
 
 /// The longest a retry waits: a longer delay is cut to this, so that the due time stays
@@ -68,19 +55,17 @@ pub struct SubscribeOptions {
     pub lease: Duration,
     /// The lease form: how often a lease in work is extended.
     pub extend_every: Duration,
-    /// How many rows a subscription may claim ahead, beyond `workers`. A row claimed ahead is
-    /// held as a row in work is (by its lease, extended like a lease in work; by its claim's
-    /// transaction, on a connection of its own, in the row lock form; by its key's lock, on a
-    /// connection of its own, in the advisory lock form) and handed to the runtime as soon as
-    /// a worker frees, without a claim's round trip; at most `workers` are in work at once.
-    /// When the subscription stops or the broker shuts down, the rows still waiting are given
-    /// back at once. A claim that reads the first due rows alone (SQLite's advisory form, a
-    /// custom lock) claims none ahead.
+    /// How many rows a subscription may claim ahead, beyond `workers`, held as rows in work
+    /// are and handed as soon as a worker frees ([Rows claimed ahead](https://github.com/ruststream/ruststream/blob/main/docs/src/performance.md#rows-claimed-ahead-and-connections-kept)).
+    // By its lease, extended like a lease in work; by its claim's transaction, on a connection
+    // of its own, in the row lock form; by its key's lock, on a connection of its own, in the
+    // advisory lock form. At most `workers` are in work at once. When the subscription stops
+    // or the broker shuts down, the rows still waiting are given back at once. A claim that
+    // reads the first due rows alone (SQLite's advisory form, a custom lock) claims none ahead.
     pub prefetch: usize,
-    /// The most attempts a row is handed for. A take that counts past it marks the row
-    /// failed without running the handler, so a row whose handler crashes its process ends
-    /// failed once crashes spent the budget: every take counts, a crash's too. Needs the
-    /// table's attempt and `failed_at` columns; `None` hands a row however often it returns.
+    /// The most attempts a job is handed for: a take past it marks the job failed without
+    /// running the handler, a crash's take too. Needs the attempt and `failed_at` columns;
+    /// `None` hands a job however often it returns.
     pub max_attempts: Option<u32>,
     /// The fields of the row type that decode the description's time columns: the start
     /// check refuses a field whose type cannot decode its column's ([`RowField`]).
@@ -93,11 +78,9 @@ pub struct SubscribeOptions {
     pub missing_claim_index: MissingIndex,
 }
 
-/// What the start does about a table without an index that serves its claim order.
-///
-/// Without one, each claim reads the claimable rows in order by sorting them: a cost that
-/// grows with the queue, and on MySQL and MariaDB a claim that locks every claimable row it
-/// sorts, so claims of other workers wait for it.
+/// What the start does about a table without an index that serves its claim order: without
+/// one each claim sorts the claimable rows, a cost that grows with the queue (and on MySQL
+/// and MariaDB locks every row it sorts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MissingIndex {
     /// The subscription starts, and the start says so ([`Event::Warning`](crate::Event::Warning)),

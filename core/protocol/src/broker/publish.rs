@@ -218,15 +218,13 @@ fn skipped(written: &[u64]) -> Vec<usize> {
         .collect()
 }
 
-/// The inserts of rows into a table, for a caller that runs them itself: in a transaction the
-/// service holds (an outbox, so that a row commits with the data it is about, and a rollback
-/// leaves none), or on a connection of a pool without a broker.
-///
-/// [`Inserts::statements`] answers each statement with its binds, in order: up to
-/// [`PUBLISH_BATCH`] rows in one insert, so more rows than that take several statements, which
-/// are all or nothing only inside one transaction. On PostgreSQL each insert notifies the
-/// subscriptions listening in other processes, in the caller's transaction: they hear of the
-/// rows when it commits, and not at all when it rolls back.
+/// The inserts of jobs into a table, for a caller that runs them itself: in a transaction the
+/// service holds (an outbox), or on a connection without a broker; [`Inserts::statements`]
+/// answers each statement with its binds, in order.
+// Up to `PUBLISH_BATCH` rows go in one insert, so more rows take several statements, which
+// are all or nothing only inside one transaction. On PostgreSQL each insert notifies the
+// subscriptions listening in other processes, in the caller's transaction: they hear of the
+// rows when it commits, and not at all when it rolls back.
 #[derive(Debug)]
 pub struct Inserts {
     dialect: Dialect,

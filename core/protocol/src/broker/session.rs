@@ -60,10 +60,10 @@ struct Probe {
 }
 
 impl<R> Broker<R> {
-    /// The lock and unlock of the session check, where the subscription needs it: on
-    /// PostgreSQL, the advisory lock form on the database's locks and the row lock form with an
-    /// attempt column, which need a server session of their own per connection; and every
-    /// form where the adapter's prepared statements live in the server session.
+    // The lock and unlock of the session check, where the subscription needs it: on
+    // PostgreSQL, the advisory lock form on the database's locks and the row lock form with an
+    // attempt column, which need a server session of their own per connection; and every
+    // form where the adapter's prepared statements live in the server session.
     fn session_probe(&self, sub: SubId) -> Option<Probe> {
         if self.dialect != Dialect::Postgres {
             return None;
@@ -252,14 +252,14 @@ impl<R> Broker<R> {
         }
     }
 
-    /// A step of the session check failed with `error`: the second connection closes (or, not
-    /// yet taken, is forgotten). Answers what the check's connection `a` does next: `None` as
-    /// after any failed step (the error counts, and `a` closes); `Some(next)` where the
-    /// session check has seen to it.
-    ///
-    /// - `b` could not be had where the form does not need the check: the start warns, and
-    ///   the check passes, `a` going back.
-    /// - `b`'s try failed while `a` holds the probe key: `a` releases it, then closes.
+    // A step of the session check failed with `error`: the second connection closes (or, not
+    // yet taken, is forgotten). Answers what the check's connection `a` does next: `None` as
+    // after any failed step (the error counts, and `a` closes); `Some(next)` where the
+    // session check has seen to it.
+    //
+    // - `b` could not be had where the form does not need the check: the start warns, and
+    //   the check passes, `a` going back.
+    // - `b`'s try failed while `a` holds the probe key: `a` releases it, then closes.
     pub(super) fn session_check_failed(
         &mut self,
         sub: SubId,

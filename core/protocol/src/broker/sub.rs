@@ -44,12 +44,12 @@ pub(super) struct CheckState {
     pub(super) schema_ran: bool,
 }
 
-/// The row lock form with an attempt column: a claim counts and commits the attempt, then
-/// locks the counted row. Claims acquire their connections side by side; the claims waiting
-/// when a count starts are counted together, in one statement on the first one's connection
-/// (the leader). The count marks the rows it counts on the leader's session until their locks
-/// have answered, and passes over rows marked by another process's count, looking past them.
-/// The next count starts once the last count's rows have answered their locks.
+// The row lock form with an attempt column: a claim counts and commits the attempt, then
+// locks the counted row. Claims acquire their connections side by side; the claims waiting
+// when a count starts are counted together, in one statement on the first one's connection
+// (the leader). The count marks the rows it counts on the leader's session until their locks
+// have answered, and passes over rows marked by another process's count, looking past them.
+// The next count starts once the last count's rows have answered their locks.
 #[derive(Debug, Default)]
 pub(super) struct CountQueue {
     /// The count whose statements run, until it hands its rows out.
@@ -106,10 +106,10 @@ pub(super) struct Sub {
     pub(super) handling: usize,
     /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     pub(super) prefetch: usize,
-    /// The lease form on the servers: rows in work whose handlers have ended and whose
-    /// settlements (or releases) still run. Up to `workers` of them hold no worker's slot, as
-    /// a handler's worker takes its next row while its lease holds the last one until it
-    /// settles.
+    // The lease form on the servers: rows in work whose handlers have ended and whose
+    // settlements (or releases) still run. Up to `workers` of them hold no worker's slot, as
+    // a handler's worker takes its next row while its lease holds the last one until it
+    // settles.
     pub(super) settling: usize,
     /// Slots that claims in flight hold.
     pub(super) claiming: usize,
@@ -141,14 +141,14 @@ pub(super) struct Sub {
     pub(super) floor: Floor,
 }
 
-/// Where a claim of a table claimed in id order starts: at the lowest id of the last claim
-/// (or lower, where a row in work here keeps it), past the index entries of the rows settled
-/// before it. A row below it that is claimable again (retried, or whose lease ran out, or
-/// committed late under a lower id) is found by the next claim from the start, which runs at
-/// least every [`FROM_START_EVERY`], and soon after a claim from the floor that found less
-/// than it asked for: at once while a look from the start is cheap; while it is dear (the
-/// entries of settled rows that vacuum may not remove yet, behind a transaction held open),
-/// the claims keep the floor and look from the start at most a twentieth of the time.
+// Where a claim of a table claimed in id order starts: at the lowest id of the last claim
+// (or lower, where a row in work here keeps it), past the index entries of the rows settled
+// before it. A row below it that is claimable again (retried, or whose lease ran out, or
+// committed late under a lower id) is found by the next claim from the start, which runs at
+// least every [`FROM_START_EVERY`], and soon after a claim from the floor that found less
+// than it asked for: at once while a look from the start is cheap; while it is dear (the
+// entries of settled rows that vacuum may not remove yet, behind a transaction held open),
+// the claims keep the floor and look from the start at most a twentieth of the time.
 #[derive(Debug, Default)]
 pub(super) struct Floor {
     /// Where the next claim starts (`None`: at the table's start).
@@ -339,16 +339,16 @@ impl Sub {
         matches!(self.keys(), Some(KeyLocks::Registry | KeyLocks::Custom))
     }
 
-    /// Whether a claim may start while another of the subscription runs.
-    ///
-    /// Row lock claims and advisory claims on the database's locks run side by side: `SKIP
-    /// LOCKED` and the key's lock keep two claims from taking one row. Row lock claims that
-    /// count an attempt are counted together, one statement at a time, and the counts' marks
-    /// keep two counts from counting one row ([`CountQueue`]). A lease claim runs alone: it
-    /// takes, just before its statement, a row for every worker that freed while the last
-    /// one ran, where claims side by side would each take a few rows at a statement's cost.
-    /// A claim that reads the first due rows only (SQLite's registry, a custom lock) runs
-    /// alone, so the first row is read once.
+    // Whether a claim may start while another of the subscription runs.
+    //
+    // Row lock claims and advisory claims on the database's locks run side by side: `SKIP
+    // LOCKED` and the key's lock keep two claims from taking one row. Row lock claims that
+    // count an attempt are counted together, one statement at a time, and the counts' marks
+    // keep two counts from counting one row ([`CountQueue`]). A lease claim runs alone: it
+    // takes, just before its statement, a row for every worker that freed while the last
+    // one ran, where claims side by side would each take a few rows at a statement's cost.
+    // A claim that reads the first due rows only (SQLite's registry, a custom lock) runs
+    // alone, so the first row is read once.
     pub(super) fn side_by_side(&self) -> bool {
         match (&self.statements.form, self.keys()) {
             (FormStatements::Lease(_), _) => false,
@@ -399,13 +399,13 @@ impl Sub {
         self.retries_due.first().copied()
     }
 
-    /// The lease form on a server: whether the claim due at `now` waits for the handlers
-    /// that run. Claims run one at a time, and each takes a row for every slot free when its
-    /// statement goes; one started as soon as a handler ends takes that handler's row and the
-    /// few that ended during the last claim, and the next claim waits for it, so short
-    /// handlers get their rows a few at a claim's round trip. It waits until every slot is
-    /// free, or for at most half the last claim's time ([`GATHER_AT_MOST`] at most), once: a
-    /// free worker idles for less than the claim it may save.
+    // The lease form on a server: whether the claim due at `now` waits for the handlers
+    // that run. Claims run one at a time, and each takes a row for every slot free when its
+    // statement goes; one started as soon as a handler ends takes that handler's row and the
+    // few that ended during the last claim, and the next claim waits for it, so short
+    // handlers get their rows a few at a claim's round trip. It waits until every slot is
+    // free, or for at most half the last claim's time ([`GATHER_AT_MOST`] at most), once: a
+    // free worker idles for less than the claim it may save.
     pub(super) fn gathers(&mut self, now: Time, gated: bool) -> bool {
         let slots = self.options.workers + self.prefetch;
         let waits = matches!(self.statements.form, FormStatements::Lease(_))

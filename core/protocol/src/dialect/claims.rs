@@ -18,10 +18,10 @@ impl Renderer<'_> {
         }
     }
 
-    /// Whether advisory claims may start past the rows taken before them: on PostgreSQL
-    /// (whose claims pass over the entries of settled rows until vacuum removes them), in id
-    /// order, without a due column (a row below the start is claimable again only when it
-    /// was in work, in this process or in another), on the database's locks.
+    // Whether advisory claims may start past the rows taken before them: on PostgreSQL
+    // (whose claims pass over the entries of settled rows until vacuum removes them), in id
+    // order, without a due column (a row below the start is claimable again only when it
+    // was in work, in this process or in another), on the database's locks.
     pub(super) fn advisory_floor(&self) -> bool {
         self.dialect == Dialect::Postgres
             && self.desc.due.is_none()
@@ -82,10 +82,10 @@ impl Renderer<'_> {
             .push(&self.id());
     }
 
-    /// The mark of a row a count took, in SQL: on PostgreSQL the two keys of a session's
-    /// advisory lock (the table's name and the row's id, each hashed), which live apart from
-    /// the single keys of the advisory form; on MySQL and MariaDB the name of a `GET_LOCK`
-    /// (the SHA-256 of the database, the table and the id).
+    // The mark of a row a count took, in SQL: on PostgreSQL the two keys of a session's
+    // advisory lock (the table's name and the row's id, each hashed), which live apart from
+    // the single keys of the advisory form; on MySQL and MariaDB the name of a `GET_LOCK`
+    // (the SHA-256 of the database, the table and the id).
     fn mark_of(&self, id: &str) -> String {
         let table = self.dialect.text_literal(self.desc.table);
         if self.dialect == Dialect::Postgres {
@@ -100,14 +100,14 @@ impl Renderer<'_> {
         }
     }
 
-    /// The count of the first claimable rows' attempts, committed on its own.
-    ///
-    /// PostgreSQL: the first `Arg::Limit` rows are locked once, in a CTE, and the first
-    /// `Arg::Take` of them whose mark the count's session takes (a session advisory lock on
-    /// the row, see [`RowLockClaim::Count`](super::RowLockClaim::Count)) are counted: a row
-    /// another process counted and has not locked yet is passed over. The reply has a row for
-    /// each row looked at: its id, its count (`NULL` where it was not counted) and its mark's
-    /// second key, which [`Renderer::unmark_rows`] releases.
+    // The count of the first claimable rows' attempts, committed on its own.
+    //
+    // PostgreSQL: the first `Arg::Limit` rows are locked once, in a CTE, and the first
+    // `Arg::Take` of them whose mark the count's session takes (a session advisory lock on
+    // the row, see [`RowLockClaim::Count`](super::RowLockClaim::Count)) are counted: a row
+    // another process counted and has not locked yet is passed over. The reply has a row for
+    // each row looked at: its id, its count (`NULL` where it was not counted) and its mark's
+    // second key, which [`Renderer::unmark_rows`] releases.
     pub(super) fn count_row(&self, attempt_column: &'static str, floor: bool) -> Statement {
         let attempt = self.q(attempt_column);
         let mut s = Sql::new(self.dialect);
@@ -273,11 +273,11 @@ impl Renderer<'_> {
         s.finish(StatementKind::LockRowById, rows)
     }
 
-    /// `<table> WHERE id = ? AND attempt = ? <claimable> FOR UPDATE SKIP LOCKED`: the counted
-    /// row, while its attempt is the one counted. The count's mark keeps every other count from
-    /// counting the row, but a count that looks at it holds it for the length of its statement
-    /// (PostgreSQL) or transaction (MySQL): the lock passes it over then, and the claim tries
-    /// again shortly.
+    // `<table> WHERE id = ? AND attempt = ? <claimable> FOR UPDATE SKIP LOCKED`: the counted
+    // row, while its attempt is the one counted. The count's mark keeps every other count from
+    // counting the row, but a count that looks at it holds it for the length of its statement
+    // (PostgreSQL) or transaction (MySQL): the lock passes it over then, and the claim tries
+    // again shortly.
     fn counted_row_locked(&self, s: &mut Sql, attempt: &str) {
         s.push(&self.table())
             .push(" WHERE ")
@@ -292,11 +292,11 @@ impl Renderer<'_> {
         s.push(" FOR UPDATE SKIP LOCKED");
     }
 
-    /// [`Renderer::lock_row_by_id`] that also releases the count's one mark
-    /// ([`Arg::MarkAt`]`(0)`) once it has locked the row: the lock of a count's only row, whose
-    /// mark then needs no statement of its own. The release runs only where the lock took the
-    /// row (PostgreSQL: the outer select of a CTE that locks; MySQL: the select list of the
-    /// locking read).
+    // [`Renderer::lock_row_by_id`] that also releases the count's one mark
+    // ([`Arg::MarkAt`]`(0)`) once it has locked the row: the lock of a count's only row, whose
+    // mark then needs no statement of its own. The release runs only where the lock took the
+    // row (PostgreSQL: the outer select of a CTE that locks; MySQL: the select list of the
+    // locking read).
     pub(super) fn lock_row_by_id_unmarking(&self, rows: Output, attempt: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         if self.dialect == Dialect::Postgres {

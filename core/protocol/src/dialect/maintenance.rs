@@ -57,10 +57,9 @@ pub enum MaintenanceKind {
 /// The retention statements of one table ([`Statements::retention`](super::Statements::retention)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetentionStatements {
-    /// Takes the table's retention lock, on the servers: PostgreSQL's
-    /// `pg_try_advisory_lock(int, int)` of the schema and table, MySQL's and MariaDB's
-    /// `GET_LOCK(.., 0)` of a name of the database and table. `None` on SQLite, where one
-    /// broker runs one table's retention at a time.
+    /// Takes the table's retention lock: PostgreSQL's `pg_try_advisory_lock(int, int)` of the
+    /// schema and table, MySQL's and MariaDB's `GET_LOCK(.., 0)` of the database and table.
+    /// `None` on SQLite, where one broker runs one table's retention at a time.
     pub try_lock: Option<Statement>,
     /// Releases the lock [`RetentionStatements::try_lock`] took.
     pub unlock: Option<Statement>,
@@ -143,10 +142,10 @@ fn retention_lock(dialect: Dialect, table: &str, lock: bool) -> Option<Statement
 }
 
 impl Renderer<'_> {
-    /// Deletes up to `batch` rows whose `column` is more than [`Arg::Age`] old, each statement
-    /// its own short transaction. PostgreSQL and SQLite select the batch's ids in a subquery
-    /// and check the mark again in the delete, so that a row changed meanwhile (a redrive
-    /// clears `failed_at`) is kept; MySQL and MariaDB delete with `ORDER BY .. LIMIT`.
+    // Deletes up to `batch` rows whose `column` is more than [`Arg::Age`] old, each statement
+    // its own short transaction. PostgreSQL and SQLite select the batch's ids in a subquery
+    // and check the mark again in the delete, so that a row changed meanwhile (a redrive
+    // clears `failed_at`) is kept; MySQL and MariaDB delete with `ORDER BY .. LIMIT`.
     fn delete_marked(&self, column: &str, batch: usize, kind: MaintenanceKind) -> Statement {
         let mut s = Sql::new(self.dialect);
         let table = self.table();

@@ -9,14 +9,11 @@ use crate::spec::{Column, OrderBy, TableDesc};
 use super::{ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind, named};
 
 /// The schema a description needs, in one dialect: the table with every column it names,
-/// the claim index, and an index on each mark (`failed_at`, `processed_at`) and on the lease
-/// that the counts and the retention read.
+/// the claim index, and the indexes the counts and the retention read; each statement
+/// creates only what is missing ([The schema](https://github.com/ruststream/ruststream/blob/main/docs/src/operating.md#the-schema)).
 ///
-/// Each described column takes the type the queue writes into it (a time is `TIMESTAMPTZ`,
-/// `DATETIME(6)` or SQLite's `INTEGER` microseconds; the payload `BYTEA`, `LONGBLOB` or
-/// `BLOB`); the id is a 64-bit integer, generated where the description says so. A column
-/// the description only names (a key's column, an order's, a unique one) is text, and an
-/// order's column an integer, unless [`Ddl::column_type`] gives its type:
+/// A column the description only names (a key's, an order's, a unique one) is text (an
+/// order's an integer) unless [`Ddl::column_type`] gives its type:
 ///
 /// ```
 /// use ruststream_core::spec::{Advisory, Attempt, Column, InboxSpec, KeyPart, Payload};
@@ -31,10 +28,11 @@ use super::{ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind
 /// let ddl = Ddl::new(Dialect::Postgres, JOBS.desc()).column_type("channel", "BIGINT NOT NULL");
 /// assert!(ddl.to_string().contains("\"channel\" BIGINT NOT NULL"));
 /// ```
-///
-/// Every statement creates only what is missing (`IF NOT EXISTS`); on MySQL and MariaDB the
-/// indexes are part of the `CREATE TABLE`, and [`Ddl::create_indexes`] writes them apart for
-/// a table that exists.
+// Each described column takes the type the queue writes into it (a time is `TIMESTAMPTZ`,
+// `DATETIME(6)` or SQLite's `INTEGER` microseconds; the payload `BYTEA`, `LONGBLOB` or
+// `BLOB`); the id is a 64-bit integer, generated where the description says so. On MySQL and
+// MariaDB the indexes are part of the `CREATE TABLE`, and `Ddl::create_indexes` writes them
+// apart for a table that exists.
 #[derive(Clone, Debug)]
 pub struct Ddl {
     dialect: Dialect,
@@ -344,9 +342,8 @@ pub(crate) fn claim_order(desc: &TableDesc) -> Vec<OrderBy> {
     order
 }
 
-/// Whether one of a table's indexes serves its claims: `indexes` holds each index's columns
-/// in order. An index serves them when, past any leading marks (`processed_at`, `failed_at`,
-/// `locked_until`, which a claim reads as `IS NULL`), its first column is the claim order's
+/// Whether one of a table's indexes (`indexes`: each one's columns in order) serves its
+/// claims: past any leading marks read as `IS NULL`, its first column is the claim order's
 /// first. A claim ordered by the id alone is served by the primary key.
 pub fn serves_claims(desc: &TableDesc, indexes: &[Vec<String>]) -> bool {
     let order = claim_order(desc);

@@ -101,9 +101,9 @@ pub enum StatementKind {
     /// `FOR UPDATE SKIP LOCKED`, to count its attempt: a row of its id.
     SelectRowId,
     /// Row lock form with an attempt column: locks this row while it is still claimable and
-    /// its attempt is still the one this claim counted, `FOR UPDATE SKIP LOCKED`, and reads
-    /// it. The count's mark keeps other counts from counting the row; one that holds it while
-    /// it looks at it makes the lock pass it over, and the claim tries again shortly.
+    /// its attempt is still the one this claim counted, `FOR UPDATE SKIP LOCKED`, and reads it.
+    // The count's mark keeps other counts from counting the row; one that holds it while it
+    // looks at it makes the lock pass it over, and the claim tries again shortly.
     LockRowById,
     /// Row lock form with an attempt column: [`StatementKind::LockRowById`] that also releases
     /// the count's one mark where it took the row.
@@ -199,11 +199,9 @@ pub enum StatementKind {
 }
 
 impl StatementKind {
-    /// Whether the session has a transaction open after a statement of this kind ran:
-    /// `Some(true)` after a `BEGIN` that succeeded, `Some(false)` after a `COMMIT` that
-    /// succeeded or any `ROLLBACK`, `None` where the statement leaves it as it was or in doubt
-    /// (a `COMMIT` that failed may leave it open on MySQL). An adapter keeps this to roll back
-    /// a connection it gives back with a transaction open.
+    /// Whether the session has a transaction open after a statement of this kind ran (`None`:
+    /// as it was, or in doubt), so an adapter can roll back a connection it gives back with a
+    /// transaction open.
     pub fn transaction_after(self, succeeded: bool) -> Option<bool> {
         match self {
             StatementKind::Begin if succeeded => Some(true),
@@ -249,12 +247,9 @@ impl OutColumn {
     }
 }
 
-/// The type the core reads a column of a statement's rows as. An adapter reads the driver's
-/// cell into the [`Value`](crate::Value) its own type gives (an integer for an integer column,
-/// text for text, bytes for binary) and passes it through [`ColumnType::read`]; a driver that
-/// reports no types (PostgreSQL's simple protocol, whose cells are all text) passes the text
-/// through [`ColumnType::read_text`]. No adapter decides a type from a statement's kind or a
-/// column's name.
+/// The type the core reads a column of a statement's rows as: an adapter passes the value its
+/// driver's type gives through [`ColumnType::read`], or a driver that reports no types its
+/// text through [`ColumnType::read_text`]; never a type from a statement's kind or a name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ColumnType {
     /// A boolean: a lock's answer. Reads `true` and `false`, the integers `1` and `0` (MySQL's
@@ -372,13 +367,12 @@ impl Statement {
     }
 
     /// A PostgreSQL statement's text with its binds written in as SQL literals, for the simple
-    /// query protocol (a proxy that takes no prepared statements): each `$n` outside string
-    /// literals, quoted identifiers, dollar quotes and comments becomes the literal of
-    /// `binds[n - 1]`, safe under either setting of `standard_conforming_strings`.
-    ///
-    /// Fails, naming the statement, where a placeholder has no bind, and where a text holds a
-    /// NUL character, which PostgreSQL's text cannot store.
+    /// query protocol. Fails, naming the statement, where a placeholder has no bind, and where
+    /// a text holds a NUL character, which PostgreSQL's text cannot store.
     pub fn inline_binds(&self, binds: &[crate::Value]) -> Result<String, crate::DbError> {
+        // Each `$n` outside string literals, quoted identifiers, dollar quotes and comments
+        // becomes the literal of `binds[n - 1]`, safe under either setting of
+        // `standard_conforming_strings`.
         literal::render(&self.sql, binds)
     }
 }

@@ -9,19 +9,16 @@ use crate::value::{Time, Value};
 use super::Statements;
 
 impl Statements {
-    /// One statement that reads `desc`'s counts ([`Stats`]): the rows due, scheduled, held by a
-    /// lease, failed and processed, each counted up to [`STATS_CAP`] rows, and the oldest
-    /// due time. Each count is a subquery that the claim index (or a mark's index) answers, so
-    /// its cost is bounded by the cap, not by the table, and the database's time it read them at.
-    /// Arguments: none.
+    /// One statement that reads `desc`'s counts ([`Stats`]), each counted up to [`STATS_CAP`]
+    /// rows by a subquery an index answers, so its cost is bounded by the cap, not the table;
+    /// and the database's time it read them at. Arguments: none.
     pub fn stats(dialect: Dialect, desc: &TableDesc) -> Statement {
         Renderer::new(dialect, desc).stats()
     }
 
-    /// Reads up to [`Arg::Limit`] failed rows, in id order, from the first id after
-    /// [`Arg::Floor`] where `after` is set: each row's id, attempt, error, failed time and
-    /// payload ([`FailedRow`]). With `by_id`, the one failed row of [`Arg::Id`]. `None` for
-    /// a table that keeps no failed rows.
+    /// Reads up to [`Arg::Limit`] failed rows in id order, after [`Arg::Floor`] where `after`
+    /// is set, or with `by_id` the one of [`Arg::Id`] ([`FailedRow`]). `None` for a table that
+    /// keeps no failed rows.
     pub fn list_failed(
         dialect: Dialect,
         desc: &TableDesc,

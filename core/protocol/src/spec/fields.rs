@@ -17,10 +17,9 @@ pub enum FieldKind {
     Other,
 }
 
-/// A field of a row type that decodes a column the description names in a role (a time,
-/// the attempt, the payload, the error): the start check compares its type with the
-/// column's, so that a row type that cannot decode the column stops the service at start,
-/// with the column named, instead of failing every row.
+/// A field of a row type that decodes a role column (a time, the attempt, the payload, the
+/// error): the start compares its type with the column's, so a row type that cannot decode
+/// the column stops the service at start, naming the column, instead of failing every job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RowField {
     /// The column it decodes.

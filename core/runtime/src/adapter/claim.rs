@@ -22,20 +22,14 @@ pub trait LendsClaims: ConnectionPool {
     fn target_mut(conn: &mut Self::Connection) -> &mut Self::Target;
 }
 
-/// A transaction on the delivery's connection, lent to its handler: in the row lock form the
-/// claim's open transaction (past a savepoint), in the advisory lock form one begun on the
-/// connection that holds the key. What the handler writes in it commits with the
-/// acknowledgement, in the same transaction as the row's settlement, and rolls back with a
-/// retry, a failure, a crash or the shutdown, so its effects happen once with the settlement.
-/// It derefs to the driver's connection inside the open transaction: run statements on it,
-/// but neither commit nor roll it back.
-///
-/// Each adapter names it in its driver's type (`SqlxClaim`, `TokioPostgresClaim`,
-/// `MySqlAsyncClaim`). In the lease form the transaction runs on a connection taken for it,
-/// and the acknowledgement's settlement in it is fenced by the lease: a lease lost meanwhile
-/// rolls the handler's writes back. SQLite's lease form lends none (SQLite takes one writer
-/// at a time): a handler of such a table that takes it fails its row, with an error that says
-/// so.
+/// A transaction on the job's connection, lent to its handler: what the handler writes in it
+/// commits with the job's acknowledgement and rolls back otherwise. Run statements on it, but
+/// neither commit nor roll it back ([Handler writes](https://github.com/ruststream/ruststream/blob/main/docs/src/forms.md#a-handlers-writes-with-the-settlement)).
+// In the row lock form it is the claim's open transaction (past a savepoint), in the advisory
+// lock form one begun on the connection that holds the key, in the lease form one on a
+// connection taken for it, whose acknowledgement is fenced by the lease (a lease lost
+// meanwhile rolls the handler's writes back). SQLite's lease form lends none: a handler of
+// such a table that takes it fails its row, with an error that says so.
 pub struct Claim<P: LendsClaims> {
     lent: Lent<P>,
 }
@@ -84,14 +78,13 @@ impl<P: LendsClaims, C: Send> FromContext<C> for Claim<P> {
     }
 }
 
-/// A table's own lock and unlock (`custom(lock, unlock)`), as a broker stores them: two
+/// A table's own lock and unlock (`custom(lock, unlock)`) as a broker stores them: two
 /// functions of the adapter's type `F`, each run on the connection of the command that asks
-/// for it (the adapter's [`Adapter::Lock`](super::Adapter::Lock)).
-///
-/// `lock` tries the key without waiting and answers whether it took it; `unlock` answers
-/// whether the session held the key. Each adapter names `F` for its driver (an async function
-/// of its connection and the key, or a blocking one) and builds the pair from its `Lock` and
-/// `Unlock` traits.
+/// ([Custom locks](https://github.com/ruststream/ruststream/blob/main/docs/src/keys.md#custom-locks)).
+// `lock` tries the key without waiting and answers whether it took it; `unlock` answers
+// whether the session held the key. Each adapter names `F` for its driver (an async function
+// of its connection and the key, or a blocking one) and builds the pair from its `Lock` and
+// `Unlock` traits.
 pub struct CustomLock<F> {
     lock: F,
     unlock: F,

@@ -47,11 +47,9 @@ pub enum Ending {
     CutShort,
 }
 
-/// A pool an adapter lends connections from, and what runs on one of its connections: what
-/// an async adapter writes so that [`Connections`] holds the core's connections for it.
-///
-/// The value is cheap to clone (a pool handle and its settings): each connection keeps the one
-/// it was acquired with, and runs its commands, its release and its close through it.
+/// A pool an adapter lends connections from, and what runs on one of its connections, so
+/// that [`Connections`] holds the core's connections for it. Cheap to clone: each connection
+/// runs its commands, release and close through the clone it was acquired with.
 pub trait ConnectionPool: Clone + Send + Sync + 'static {
     /// The driver's connection, as the pool lends it.
     type Connection: Send + 'static;
@@ -425,19 +423,13 @@ impl<P: ConnectionPool> Connections<P> {
         }
     }
 
-    /// Answers `command`. The command takes its place in its connection's order now; the
-    /// future runs it in that order. `pool` is `None` once the broker is closed (or before it
-    /// starts): an acquire then fails as [`ErrorKind::PoolClosed`], while the connections
-    /// still held run their commands on. `lock` is the table's custom lock, for a lock or an
-    /// unlock.
-    ///
-    /// - An acquire takes a connection of the pool.
-    /// - A statement, a lock or an unlock runs on the connection.
-    /// - A release gives the connection back to the pool. The core rolls a transaction back
-    ///   before it releases a connection, and closes one a failure lost; a connection released
-    ///   with either closes instead of going back.
-    /// - A close cuts short the command in flight and fails the ones queued, then closes the
-    ///   connection ([`Ending`]).
+    /// Answers `command`, in its connection's order, fixed now. `pool` is `None` once the
+    /// broker is closed (or before it starts): an acquire then fails as
+    /// [`ErrorKind::PoolClosed`], while connections still held run their commands on.
+    // An acquire takes a connection of the pool; a statement, a lock or an unlock runs on the
+    // connection (`lock` is the table's custom lock); a release gives it back (a connection
+    // with a transaction open or lost by a failure closes instead); a close cuts short the
+    // command in flight and fails the ones queued, then closes the connection (`Ending`).
     pub fn execute(
         self: &Arc<Self>,
         pool: Option<P>,
@@ -458,11 +450,9 @@ impl<P: ConnectionPool> Connections<P> {
         }
     }
 
-    /// Lends `id`'s connection to a handler, once the commands given before on it have run:
-    /// the row lock form's open transaction, whose writes commit with the acknowledgement.
-    /// While it is lent, a command on `id` finds no connection and fails as lost; a release or
-    /// a close meanwhile leaves it to close when the handler gives it back. `None` where `id`
-    /// holds no connection.
+    /// Lends `id`'s connection to a handler once the commands given before it have run;
+    /// meanwhile a command on `id` fails as lost, and a release or close waits for it to come
+    /// back. `None` where `id` holds no connection.
     pub fn lend(&self, id: ConnId) -> BoxFuture<Option<Lent<P>>> {
         let Some(slot) = self.get(id) else {
             return Box::pin(future::ready(None));

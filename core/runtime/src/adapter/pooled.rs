@@ -40,10 +40,9 @@ pub trait PoolSource: Send + Sync + 'static {
         pool: &Self::Pool,
     ) -> ConnFuture<'_, Result<(Self::Lender, Dialect), AdapterError>>;
 
-    /// Closes a pool the broker built: it lends no new connection, its idle connections close,
-    /// and a connection still lent closes when it comes back. `lender`: the running broker's,
-    /// or `None` for a pool whose start failed after it was built; `held`: how many
-    /// connections the core still holds.
+    /// Closes a pool the broker built: it lends no new connection, and a connection still lent
+    /// closes when it comes back. `lender` is `None` for a pool whose start failed after it
+    /// was built; `held` is how many connections the core still holds.
     fn close(
         &self,
         pool: Self::Pool,
@@ -69,16 +68,13 @@ enum State<S: PoolSource> {
 }
 
 /// A broker's pool and the connections the core holds on it, through the broker's life: an
-/// adapter's [`Adapter::start`](super::Adapter::start), `execute` and `close` hand over to
-/// [`Pooled::start`], [`Pooled::execute`] and [`Pooled::close`].
-///
-/// - The start builds the pool where the broker builds it, checks the server and keeps the
-///   lender; a second start, or one after the close, fails naming the broker.
-/// - While it runs, a command runs on the connections of [`Connections`]. Before the start
-///   and after the close, an acquire fails as the pool closed, and the connections still held
-///   run their commands on.
-/// - The close lends no new connection; a pool the broker built closes ([`PoolSource::close`]),
-///   the service's own stays open.
+/// adapter's `start`, `execute` and `close` hand over to [`Pooled::start`],
+/// [`Pooled::execute`] and [`Pooled::close`].
+// The start builds the pool where the broker builds it, checks the server and keeps the
+// lender; a second start, or one after the close, fails naming the broker. While it runs, a
+// command runs on the connections of `Connections`. Before the start and after the close, an
+// acquire fails as the pool closed, and the connections still held run their commands on. The
+// close lends no new connection; a pool the broker built closes, the service's own stays open.
 pub struct Pooled<S: PoolSource> {
     source: S,
     state: Mutex<State<S>>,

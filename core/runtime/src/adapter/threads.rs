@@ -452,10 +452,9 @@ impl<D: BlockingDriver> Thread<D> {
     }
 }
 
-/// How long a connection's thread looks for its next job before it sleeps until one comes.
-/// A flow's next statement follows the answer of its last within tens of microseconds (the
-/// broker handles the answer and sends the next); a thread that went to sleep meanwhile must
-/// be woken, which on a loaded machine costs as long again.
+/// How long a connection's thread looks for its next job before it sleeps until one comes:
+/// a flow's next statement usually follows within tens of microseconds, and waking a thread
+/// that went to sleep meanwhile costs about as long.
 const LOOK_BEFORE_SLEEP: Duration = Duration::from_micros(60);
 
 /// The next job of a connection's thread: one already queued, or one that comes within
@@ -612,11 +611,9 @@ impl<D: BlockingDriver> ConnectionPool for Threads<D> {
     }
 }
 
-/// The answer to a job of a connection's thread. Until `look` has passed since the first
-/// poll, a poll that finds no answer wakes its task again at once: the task comes back to look
-/// once the executor's other ready tasks have run, and the executor's thread does not go to
-/// sleep to be woken by the connection's thread, which costs tens of microseconds. After that
-/// it waits to be woken.
+/// The answer to a job of a connection's thread, looked for during `look` before its task
+/// waits to be woken: until then a poll that finds nothing wakes the task again at once, so
+/// the executor's thread does not sleep and need waking by the connection's thread.
 pub struct Answer<T> {
     receiver: oneshot::Receiver<T>,
     look: Duration,

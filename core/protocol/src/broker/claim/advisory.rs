@@ -51,10 +51,10 @@ pub(in crate::broker) struct Claiming {
     /// The look in flight starts at the floor or sets it: it passed over the keys of this
     /// subscription's rows in work alone, the lowest of which is this id.
     floor_look: Option<Option<i64>>,
-    /// Where the claim's first look started (`None`: at the table's start). Its later looks
-    /// start there too, or at the floor after a first look from the start: a look from the
-    /// start passes every index entry the rows taken before it left, which vacuum may not
-    /// have removed.
+    // Where the claim's first look started (`None`: at the table's start). Its later looks
+    // start there too, or at the floor after a first look from the start: a look from the
+    // start passes every index entry the rows taken before it left, which vacuum may not
+    // have removed.
     from: Option<i64>,
 }
 
@@ -203,10 +203,10 @@ impl<R> Broker<R> {
         Some(statement)
     }
 
-    /// Where a look that passes over `excluded` may leave the floor: `Some` of the lowest id
-    /// of this subscription's rows in work (none: `Some(None)`) when each excluded key is
-    /// held for one of them; `None` when a key is held for another table's row, whose rows
-    /// of this table the look cannot see, or an id is not an integer.
+    // Where a look that passes over `excluded` may leave the floor: `Some` of the lowest id
+    // of this subscription's rows in work (none: `Some(None)`) when each excluded key is
+    // held for one of them; `None` when a key is held for another table's row, whose rows
+    // of this table the look cannot see, or an id is not an integer.
     fn held_floor<'a>(&'a self, sub: SubId, excluded: &[Arc<str>]) -> Option<Option<i64>> {
         let mut keys: BTreeSet<&'a Arc<str>> = BTreeSet::new();
         let mut lowest: Option<i64> = None;

@@ -35,10 +35,10 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The handler asks for a transaction on its delivery's connection: in the row lock form
-    /// the claim's, past a savepoint; in the advisory lock form a new one, begun on the
-    /// connection that holds the key. Then [`Event::Lent`]; anything else answers no
-    /// connection.
+    // The handler asks for a transaction on its delivery's connection: in the row lock form
+    // the claim's, past a savepoint; in the advisory lock form a new one, begun on the
+    // connection that holds the key. Then [`Event::Lent`]; anything else answers no
+    // connection.
     pub(in crate::broker) fn begin_lend(&mut self, delivery: DeliveryId) {
         let sqlite = self.dialect == Dialect::Sqlite;
         if let Some(d) = self.deliveries.get_mut(delivery)

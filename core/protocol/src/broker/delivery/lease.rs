@@ -263,12 +263,12 @@ impl<R> Broker<R> {
         self.delivery_release(delivery);
     }
 
-    /// A lease statement that a deadlock or a serialization failure rolled back (a settlement
-    /// batch beside a claim's row locks, say) runs again at once on its connection, up to
-    /// [`DEADLOCK_RERUNS`] times in the delivery's life: each statement of the form commits on
-    /// its own and is fenced by the lease, so running it again does what it would have. A
-    /// batch runs again with the settlements it carried. `false`: not such a statement, or no
-    /// rerun left.
+    // A lease statement that a deadlock or a serialization failure rolled back (a settlement
+    // batch beside a claim's row locks, say) runs again at once on its connection, up to
+    // [`DEADLOCK_RERUNS`] times in the delivery's life: each statement of the form commits on
+    // its own and is fenced by the lease, so running it again does what it would have. A
+    // batch runs again with the settlements it carried. `false`: not such a statement, or no
+    // rerun left.
     pub(super) fn rerun_lease_step(&mut self, delivery: DeliveryId, stage: DeliveryStage) -> bool {
         if !matches!(
             stage,

@@ -136,10 +136,10 @@ impl<R> Broker<R> {
         self.claim_execute(claim, conn, mark.clone(), binds, stage);
     }
 
-    /// MySQL and MariaDB: the marks of the rows the leader locked to count answered. The
-    /// first rows it marked, one for each claim of the count, are counted; a row marked
-    /// elsewhere (counted by another process and not locked there yet) is passed over, and a
-    /// row marked here past those is not counted, its mark released with the others.
+    // MySQL and MariaDB: the marks of the rows the leader locked to count answered. The
+    // first rows it marked, one for each claim of the count, are counted; a row marked
+    // elsewhere (counted by another process and not locked there yet) is passed over, and a
+    // row marked here past those is not counted, its mark released with the others.
     pub(super) fn rows_marked(&mut self, claim: u64, conn: ConnId, reply: Reply<R>) {
         let (_, take) = self.count_sizes(claim);
         let marked: Vec<usize> = rows_of(reply)
@@ -209,10 +209,10 @@ impl<R> Broker<R> {
             .map_or((1, 1), |count| (count.look, count.take))
     }
 
-    /// How many rows a count of `take` claims looks at: one for each claim, and as many more as
-    /// the last count passed over (marked by another process; up to as many again), within
-    /// what the statements take. The rows of this process's counts before it are locked by
-    /// then, and `SKIP LOCKED` passes them over before the limit.
+    // How many rows a count of `take` claims looks at: one for each claim, and as many more as
+    // the last count passed over (marked by another process; up to as many again), within
+    // what the statements take. The rows of this process's counts before it are locked by
+    // then, and `SKIP LOCKED` passes them over before the limit.
     pub(super) fn count_look(&self, sub: SubId, take: usize) -> usize {
         let s = &self.subs[sub.0];
         let counts = &s.counts;
@@ -228,12 +228,12 @@ impl<R> Broker<R> {
         look.min(most.max(take))
     }
 
-    /// The leader's count committed: each counted row goes to one of the count's claims,
-    /// which locks it on its own connection. The leader takes
-    /// the last row: its delivery waits for the others' locks (it releases the marks first),
-    /// so the rows still go to their handlers in claim order. A claim left without a row ends;
-    /// where the count passed over rows another count had marked, it waits for the next
-    /// count instead, once.
+    // The leader's count committed: each counted row goes to one of the count's claims,
+    // which locks it on its own connection. The leader takes
+    // the last row: its delivery waits for the others' locks (it releases the marks first),
+    // so the rows still go to their handlers in claim order. A claim left without a row ends;
+    // where the count passed over rows another count had marked, it waits for the next
+    // count instead, once.
     pub(super) fn hand_counted(&mut self, leader: u64) {
         let Some((sub, r)) = Self::row_lock(&mut self.claims, leader) else {
             return;
@@ -371,10 +371,10 @@ impl<R> Broker<R> {
         self.next_count(sub);
     }
 
-    /// Whether a count of the subscription has rows whose locks have not answered yet. The
-    /// next count waits for them: its statement would hold those rows for a moment (a count
-    /// looks at the first claimable rows, and a counted row is one of them until its lock), and
-    /// their locks would find them held.
+    // Whether a count of the subscription has rows whose locks have not answered yet. The
+    // next count waits for them: its statement would hold those rows for a moment (a count
+    // looks at the first claimable rows, and a counted row is one of them until its lock), and
+    // their locks would find them held.
     pub(super) fn locks_pending(&self, sub: SubId) -> bool {
         self.subs[sub.0].counts.locking.iter().any(|count| {
             count.members.iter().any(|&member| {
