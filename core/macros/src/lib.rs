@@ -29,11 +29,12 @@ mod subscriber;
 ///   "field, other"` (a publish whose values there are already in the table writes nothing:
 ///   `Published::skipped`); `message = Type` (the payload's one message: a publisher takes
 ///   `&Type`, and the key's and `unique`'s columns come from its fields of the same names);
-///   `locked_until`, `processed_at`, `due`, `failed_at`, `error` `= "column"` (a role column
-///   with no field: the database alone reads and writes it).
+///   `locked_until`, `processed_at`, `due`, `failed_at`, `error`, `errors` `= "column"` (a
+///   role column with no field: the database alone reads and writes it).
 /// - `#[field(..)]`: one role of `id` (exactly one field), `attempt`, `payload`,
 ///   `locked_until` (the lease form), `processed_at`, `due`, `failed_at` (failed rows stay,
-///   marked), `error` (the last error's text); and `generated` (the database fills it) and
+///   marked), `error` (the last error's text), `errors` (the last attempts' errors, as JSON);
+///   and `generated` (the database fills it) and
 ///   `rename = "column"`. A field without a role is a column the key or the order may read.
 /// - A time role's field must decode the column's type: PostgreSQL `TIMESTAMPTZ`, MySQL and
 ///   MariaDB `DATETIME(6)`, SQLite an `INTEGER` of microseconds (`i64`); name the column in
