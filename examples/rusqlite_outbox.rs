@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 /// One row of `receipt_jobs`, in the lease form.
 #[derive(Inbox, Deserialize)]
-#[inbox(table = "receipt_jobs")]
+#[inbox(table = "receipt_jobs", failed_at = "failed_at", error = "error")]
 pub struct SendReceipt {
     #[field(id, generated)]
     id: i64,

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 /// One row of `emails`, in the lease form.
 #[derive(Inbox, Deserialize)]
-#[inbox(table = "emails")]
+#[inbox(table = "emails", failed_at = "failed_at", error = "error")]
 pub struct Email {
     #[field(id, generated)]
     id: i64,

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 /// One row of `thumbnails`, in the lease form.
 #[derive(Inbox, Deserialize)]
-#[inbox(table = "thumbnails")]
+#[inbox(table = "thumbnails", failed_at = "failed_at", error = "error")]
 pub struct Thumbnail {
     #[field(id, generated)]
     id: i64,

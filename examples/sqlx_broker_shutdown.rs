@@ -8,6 +8,10 @@
 //! The service runs on `exports.db` until SIGINT or SIGTERM, and exports the accounts of
 //! `exports`, rows such as `INSERT INTO exports (account_id, payload) VALUES (7, '{"account":7}')`,
 //! one at a time per account. On SIGTERM the exports in work finish before `run` returns.
+//!
+//! The table holds only what the example shows: it names no `failed_at` column, so a job
+//! that fails returns to the queue. A table of yours names `failed_at` and `error` too, so a
+//! job that keeps failing is kept aside ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#failed-rows-are-kept)).
 
 use ruststream::core::Dialect;
 use ruststream_sqlx::prelude::*;

@@ -9,6 +9,10 @@
 //! The service runs on `videos.db` until SIGINT or SIGTERM, and encodes the videos of
 //! `video_jobs`, rows such as
 //! `INSERT INTO video_jobs (channel, payload) VALUES ('news', '{"channel":"news","title":"a"}')`.
+//!
+//! The table holds only what the example shows: it names no `failed_at` column, so a job
+//! that fails returns to the queue. A table of yours names `failed_at` and `error` too, so a
+//! job that keeps failing is kept aside ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#failed-rows-are-kept)).
 
 use ruststream_sqlx::prelude::*;
 use sqlx::sqlite::SqlitePoolOptions;

@@ -7,6 +7,10 @@
 //!
 //! The service runs until SIGINT or SIGTERM and issues the invoices of `invoice_jobs`, rows
 //! such as `INSERT INTO invoice_jobs (payload) VALUES (convert_to('{"number": 1}', 'UTF8'))`.
+//!
+//! The table holds only what the example shows: it names no `failed_at` column, so a job
+//! that fails returns to the queue. A table of yours names `failed_at` and `error` too, so a
+//! job that keeps failing is kept aside ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#failed-rows-are-kept)).
 
 use ruststream_sqlx::prelude::*;
 use sqlx::postgres::PgPoolOptions;

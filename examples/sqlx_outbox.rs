@@ -24,7 +24,7 @@ const ORDERS: &str = "CREATE TABLE IF NOT EXISTS orders (
 
 /// One row of `receipt_jobs`, in the row lock form.
 #[derive(Inbox, sqlx::FromRow)]
-#[inbox(table = "receipt_jobs")]
+#[inbox(table = "receipt_jobs", failed_at = "failed_at", error = "error")]
 pub struct SendReceipt {
     #[field(id, generated)]
     id: i64,

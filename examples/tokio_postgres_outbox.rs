@@ -26,7 +26,7 @@ const ORDERS: &str = "CREATE TABLE IF NOT EXISTS orders (
 
 /// One row of `receipt_jobs`, in the row lock form.
 #[derive(Inbox, Deserialize)]
-#[inbox(table = "receipt_jobs")]
+#[inbox(table = "receipt_jobs", failed_at = "failed_at", error = "error")]
 pub struct SendReceipt {
     #[field(id, generated)]
     id: i64,

@@ -21,7 +21,9 @@ CREATE TABLE orders (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     customer INTEGER NOT NULL,
     attempt INTEGER NOT NULL DEFAULT 0,
-    payload BLOB NOT NULL
+    payload BLOB NOT NULL,
+    failed_at INTEGER,
+    error TEXT
 );";
 
 fn orders(path: &Path, n: i64) {

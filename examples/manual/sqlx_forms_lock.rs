@@ -5,6 +5,10 @@
 //! ```sh
 //! cargo run --example manual_sqlx_forms_lock
 //! ```
+//!
+//! The table holds only what the example shows: it names no `failed_at` column, so a job
+//! that fails returns to the queue. A table of yours names `failed_at` and `error` too, so a
+//! job that keeps failing is kept aside ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#failed-rows-are-kept)).
 
 use ruststream::core::Dialect;
 use ruststream_sqlx::prelude::*;

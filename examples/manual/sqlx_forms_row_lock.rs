@@ -4,6 +4,10 @@
 //! ```sh
 //! PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=test cargo run --example manual_sqlx_forms_row_lock
 //! ```
+//!
+//! The table holds only what the example shows: it names no `failed_at` column, so a job
+//! that fails returns to the queue. A table of yours names `failed_at` and `error` too, so a
+//! job that keeps failing is kept aside ([Failures](https://github.com/ruststream/ruststream/blob/main/docs/src/failures.md#failed-rows-are-kept)).
 
 use ruststream_sqlx::prelude::*;
 use sqlx::postgres::PgPoolOptions;

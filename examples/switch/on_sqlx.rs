@@ -15,7 +15,12 @@ use serde::{Deserialize, Serialize};
 
 /// One row of `orders`, held by the key of its customer while it is in work.
 #[derive(Inbox, sqlx::FromRow)]
-#[inbox(table = "orders", advisory_lock = "orders-{customer}")]
+#[inbox(
+    table = "orders",
+    advisory_lock = "orders-{customer}",
+    failed_at = "failed_at",
+    error = "error"
+)]
 pub struct Order {
     #[field(id, generated)]
     id: i64,
