@@ -219,3 +219,29 @@ async fn a_test_runs_a_service_in_a_postgres_schema_of_its_own() {
     .unwrap();
     assert_eq!(left, 0, "the schema is dropped");
 }
+
+/// A subscription given zero workers (a plain integer, as a setting read at run time may be)
+/// does not start: the service answers an error naming the table and the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_workers_is_refused_naming_the_table() {
+    let db = TempDb::new().with_table::<SendEmail>().unwrap();
+    let workers: usize = "0".parse().unwrap();
+    let service = RustStream::new(AppInfo::new("mail", "0.1.0")).with_broker(
+        db.broker().handle(),
+        move |b| {
+            b.include(send.workers(workers));
+        },
+    );
+    let error = tokio::time::timeout(
+        Duration::from_secs(20),
+        service.run_until(std::future::pending::<()>()),
+    )
+    .await
+    .expect("the refusal comes at once")
+    .expect_err("zero workers do not start");
+    let text = error.to_string();
+    assert!(
+        text.contains("table `emails`") && text.contains("at least one worker"),
+        "{text}"
+    );
+}
