@@ -26,6 +26,17 @@ pub(super) enum PublishStage {
     Close,
 }
 
+/// How a publish's inserts run: named, where they were three positional `bool`s.
+#[derive(Clone, Copy, Debug, Default)]
+struct PublishRun {
+    /// In one transaction.
+    in_tx: bool,
+    /// Without notifying: a notification follows them.
+    quiet: bool,
+    /// The broker's own notification: no [`Event::Published`].
+    internal: bool,
+}
+
 #[derive(Debug)]
 pub(super) struct PublishFlow {
     publisher: PublisherId,
@@ -307,7 +318,15 @@ impl<R> Broker<R> {
         }
         let inserts = p.inserts(dialect, binds, quiet);
         let in_tx = inserts.len() > 1;
-        Ok(self.run_publish(publisher, inserts, in_tx, quiet, false))
+        Ok(self.run_publish(
+            publisher,
+            inserts,
+            PublishRun {
+                in_tx,
+                quiet,
+                internal: false,
+            },
+        ))
     }
 
     /// Starts a redrive (`redrive`) or a deletion of the failed rows `which` selects in
@@ -359,7 +378,7 @@ impl<R> Broker<R> {
         if let Some(notify) = p.notify.clone().filter(|_| redrive) {
             steps.push_back((notify, Vec::new()));
         }
-        let id = self.run_publish(publisher, steps, false, false, false);
+        let id = self.run_publish(publisher, steps, PublishRun::default());
         if let Some(flow) = self.publishes.get_mut(&id) {
             flow.change = true;
         }
@@ -405,9 +424,7 @@ impl<R> Broker<R> {
         let id = self.run_publish(
             publisher,
             VecDeque::from([(statement, binds)]),
-            false,
-            false,
-            false,
+            PublishRun::default(),
         );
         if let Some(flow) = self.publishes.get_mut(&id) {
             flow.read = Some(read);
@@ -420,10 +437,13 @@ impl<R> Broker<R> {
         &mut self,
         publisher: PublisherId,
         inserts: VecDeque<(Statement, Vec<Value>)>,
-        in_tx: bool,
-        quiet: bool,
-        internal: bool,
+        run: PublishRun,
     ) -> PublishId {
+        let PublishRun {
+            in_tx,
+            quiet,
+            internal,
+        } = run;
         let id = PublishId(self.next_publish);
         self.next_publish += 1;
         let conn = self.new_conn();
@@ -582,7 +602,14 @@ impl<R> Broker<R> {
             p.notify_due = None;
             p.notified_at = Some(now);
             let inserts = VecDeque::from([(statement, Vec::new())]);
-            self.run_publish(PublisherId(i), inserts, false, false, true);
+            self.run_publish(
+                PublisherId(i),
+                inserts,
+                PublishRun {
+                    internal: true,
+                    ..PublishRun::default()
+                },
+            );
         }
     }
 }
