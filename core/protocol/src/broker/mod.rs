@@ -45,7 +45,7 @@ pub use options::{
 use ahead::Ahead;
 use check::CheckStage;
 pub use check::start_retry_delay;
-use claim::{Claim, ClaimStage};
+use claim::{Claim, ClaimId, ClaimStage};
 use conns::Conns;
 use delivery::{Deliveries, DeliveryStage, DeliveryState, Ending};
 use gate::Gate;
@@ -75,7 +75,7 @@ enum Step {
         stage: CheckStage,
     },
     Claim {
-        claim: u64,
+        claim: ClaimId,
         stage: ClaimStage,
     },
     Delivery {
@@ -127,7 +127,7 @@ pub struct Broker<R> {
     state: State,
     subs: Vec<Sub>,
     publishers: Vec<Publisher>,
-    claims: BTreeMap<u64, Claim<R>>,
+    claims: BTreeMap<ClaimId, Claim<R>>,
     deliveries: Deliveries,
     ahead: Ahead<R>,
     publishes: BTreeMap<PublishId, PublishFlow>,
@@ -152,7 +152,7 @@ pub struct Broker<R> {
     /// ([`Broker::set_prepared_statements`]).
     prepared_statements: bool,
     next_command: u64,
-    next_claim: u64,
+    next_claim: ClaimId,
     next_delivery: u64,
     next_publish: u64,
     now: Time,
@@ -183,7 +183,7 @@ impl<R> Broker<R> {
             rollback: crate::dialect::rollback(dialect),
             prepared_statements: false,
             next_command: 0,
-            next_claim: 0,
+            next_claim: ClaimId::FIRST,
             next_delivery: 0,
             next_publish: 0,
             now: Time(0),

@@ -1,6 +1,7 @@
 //! A subscription: its table, statements and settings, its check's state, and the counts its
 //! claims are decided by.
 
+use super::claim::ClaimId;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ pub(super) struct CountQueue {
     /// Counts that handed their rows out, until each row's lock has answered.
     pub(super) locking: Vec<Count>,
     /// Claims that hold a connection and wait for a count, in order.
-    pub(super) waiting: VecDeque<u64>,
+    pub(super) waiting: VecDeque<ClaimId>,
     /// The rows the last count passed over, marked by a count of another process.
     pub(super) passed: usize,
 }
@@ -66,9 +67,9 @@ pub(super) struct CountQueue {
 #[derive(Debug)]
 pub(super) struct Count {
     /// The claim whose connection runs the count.
-    pub(super) leader: u64,
+    pub(super) leader: ClaimId,
     /// The claims it counts for (the leader first) that have not locked their row or ended.
-    pub(super) members: Vec<u64>,
+    pub(super) members: Vec<ClaimId>,
     /// The rows it counts at most: one for each member it started with.
     pub(super) take: usize,
     /// The rows its statement looks at, past the rows marked elsewhere.

@@ -22,7 +22,7 @@ pub(super) enum Timer {
     /// A subscription claims.
     Claim(SubId),
     /// A row lock claim's lock of its counted row tries again.
-    Relock(u64),
+    Relock(super::claim::ClaimId),
     /// A run of the maintenance starts: retention or a periodic job.
     Maintenance(super::maintenance::Task),
 }

@@ -18,6 +18,7 @@ use crate::value::Value;
 use super::super::rows::{Candidate, Taken, affected_any, answer, rows_of};
 use super::super::waiting::{Passing, excluded_id};
 use super::super::{Broker, State};
+use super::ClaimId;
 use super::{Claim, ClaimForm, ClaimStage};
 
 /// Where an advisory claim is.
@@ -96,8 +97,8 @@ impl Claiming {
 
 impl<R> Broker<R> {
     fn advisory(
-        claims: &mut BTreeMap<u64, Claim<R>>,
-        claim: u64,
+        claims: &mut BTreeMap<ClaimId, Claim<R>>,
+        claim: ClaimId,
     ) -> Option<(SubId, &mut Claiming)> {
         let c = claims.get_mut(&claim)?;
         match &mut c.form {
@@ -106,7 +107,7 @@ impl<R> Broker<R> {
         }
     }
 
-    pub(super) fn advisory_acquired(&mut self, claim: u64, conn: ConnId) {
+    pub(super) fn advisory_acquired(&mut self, claim: ClaimId, conn: ConnId) {
         let now = self.now;
         let Some((sub, a)) = Self::advisory(&mut self.claims, claim) else {
             return;
@@ -240,7 +241,7 @@ impl<R> Broker<R> {
 
     pub(super) fn on_advisory_claim(
         &mut self,
-        claim: u64,
+        claim: ClaimId,
         conn: ConnId,
         stage: Stage,
         reply: Reply<R>,
@@ -315,7 +316,7 @@ impl<R> Broker<R> {
     /// The current candidate's row was gone when its key's lock came (settled, failed or
     /// taken since the look): the key is released, and the key's next row, which no look of
     /// this claim read, waits for the next claim, which runs as soon as this one ends.
-    fn row_gone(&mut self, claim: u64) {
+    fn row_gone(&mut self, claim: ClaimId) {
         if let Some(c) = self.claims.get_mut(&claim) {
             c.again = true;
         }
@@ -323,7 +324,7 @@ impl<R> Broker<R> {
     }
 
     /// The lock of the current candidate's key answered.
-    fn key_locked(&mut self, claim: u64, locked: bool) {
+    fn key_locked(&mut self, claim: ClaimId, locked: bool) {
         let running = self.state == State::Running;
         let Some((_, a)) = Self::advisory(&mut self.claims, claim) else {
             return;
@@ -352,7 +353,7 @@ impl<R> Broker<R> {
 
     /// The current candidate's row is taken: it goes to a delivery with the claim's
     /// connection, which holds its key.
-    fn taken(&mut self, claim: u64, row: crate::Row<R>) {
+    fn taken(&mut self, claim: ClaimId, row: crate::Row<R>) {
         let Some(c) = self.claims.get_mut(&claim) else {
             return;
         };
@@ -376,7 +377,7 @@ impl<R> Broker<R> {
     }
 
     /// The claim's next candidate, or its end.
-    pub(super) fn next_candidate(&mut self, claim: u64) {
+    pub(super) fn next_candidate(&mut self, claim: ClaimId) {
         loop {
             let running = self.state == State::Running;
             let Some(c) = self.claims.get_mut(&claim) else {
@@ -437,7 +438,7 @@ impl<R> Broker<R> {
     }
 
     /// Locks the current candidate's key, on the claim's connection or a new one.
-    fn try_current(&mut self, claim: u64) {
+    fn try_current(&mut self, claim: ClaimId) {
         let Some(c) = self.claims.get(&claim) else {
             return;
         };
@@ -453,7 +454,7 @@ impl<R> Broker<R> {
         }
     }
 
-    fn lock_current(&mut self, claim: u64) {
+    fn lock_current(&mut self, claim: ClaimId) {
         let running = self.state == State::Running;
         let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
             return;
@@ -503,7 +504,7 @@ impl<R> Broker<R> {
         }
     }
 
-    fn take_current(&mut self, claim: u64) {
+    fn take_current(&mut self, claim: ClaimId) {
         let now = self.now;
         let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
             return;
@@ -528,7 +529,7 @@ impl<R> Broker<R> {
     }
 
     /// The current candidate's row is no longer claimable: release its key.
-    fn unlock_current(&mut self, claim: u64) {
+    fn unlock_current(&mut self, claim: ClaimId) {
         let Some(conn) = self.claims.get(&claim).and_then(|c| c.conn) else {
             return;
         };

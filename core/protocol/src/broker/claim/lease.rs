@@ -15,6 +15,7 @@ use crate::value::{DbError, ErrorKind, Time, Value};
 use super::super::Broker;
 use super::super::delivery::Leased;
 use super::super::rows::{Taken, rows_of};
+use super::ClaimId;
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
 
 /// Where a lease claim is.
@@ -50,8 +51,8 @@ impl<R> Claiming<R> {
 
 impl<R> Broker<R> {
     fn lease(
-        claims: &mut BTreeMap<u64, Claim<R>>,
-        claim: u64,
+        claims: &mut BTreeMap<ClaimId, Claim<R>>,
+        claim: ClaimId,
     ) -> Option<(SubId, usize, &mut Claiming<R>)> {
         let c = claims.get_mut(&claim)?;
         match &mut c.form {
@@ -63,7 +64,7 @@ impl<R> Broker<R> {
     /// Widens the claim to the slots that freed since it started, just before its statement
     /// runs: under load more handlers end while a claim acquires its connection, and one claim
     /// then takes their rows too. Answers the claim's limit.
-    fn top_up(&mut self, claim: u64) -> usize {
+    fn top_up(&mut self, claim: ClaimId) -> usize {
         let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
             return 0;
         };
@@ -78,7 +79,7 @@ impl<R> Broker<R> {
         }
     }
 
-    pub(super) fn lease_claim_acquired(&mut self, claim: u64, conn: ConnId) {
+    pub(super) fn lease_claim_acquired(&mut self, claim: ClaimId, conn: ConnId) {
         let now = self.now;
         self.top_up(claim);
         let Some((sub, limit, l)) = Self::lease(&mut self.claims, claim) else {
@@ -111,7 +112,7 @@ impl<R> Broker<R> {
 
     pub(super) fn on_lease_claim(
         &mut self,
-        claim: u64,
+        claim: ClaimId,
         conn: ConnId,
         stage: Stage,
         reply: Reply<R>,
@@ -189,7 +190,7 @@ impl<R> Broker<R> {
     /// table is claimed in id order the floor learns what it found, and the rows go out.
     fn lease_claimed(
         &mut self,
-        claim: u64,
+        claim: ClaimId,
         sub: SubId,
         limit: usize,
         in_id_order: bool,
@@ -213,7 +214,7 @@ impl<R> Broker<R> {
     /// Delivers the rows a lease claim took, under the lease it wrote. A reply that comes
     /// after the lease ran out delivers nothing: another claim may hold the rows by now, and
     /// the attempt is spent.
-    fn deliver_leased(&mut self, claim: u64, rows: Vec<Taken<R>>) {
+    fn deliver_leased(&mut self, claim: ClaimId, rows: Vec<Taken<R>>) {
         let now = self.now;
         let Some(c) = self.claims.get_mut(&claim) else {
             return;

@@ -15,6 +15,15 @@ use super::{Broker, Step};
 pub(super) use advisory::Stage as AdvisoryStage;
 pub(super) use lease::micros_of;
 
+/// A claim's id, which only this module assigns: one per claim, in the order they start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct ClaimId(u64);
+
+impl ClaimId {
+    /// The id of a broker's first claim.
+    pub(super) const FIRST: ClaimId = ClaimId(0);
+}
+
 /// A claim in flight. `R` rows wait in the lease form's state until the claim can deliver
 /// them.
 #[derive(Debug)]
@@ -87,7 +96,7 @@ impl<R> Broker<R> {
         // frees, beside this one; otherwise this claim's end decides when the next runs.
         s.next_claim_at = (s.side_by_side() && s.last_full).then_some(self.now);
         let claim = self.next_claim;
-        self.next_claim += 1;
+        self.next_claim = ClaimId(claim.0 + 1);
         let conn = self.new_conn();
         self.claims.insert(
             claim,
@@ -107,13 +116,13 @@ impl<R> Broker<R> {
         true
     }
 
-    fn claim_step(&mut self, claim: u64, conn: ConnId, action: Action, stage: ClaimStage) {
+    fn claim_step(&mut self, claim: ClaimId, conn: ConnId, action: Action, stage: ClaimStage) {
         self.send(conn, action, Step::Claim { claim, stage });
     }
 
     fn claim_execute(
         &mut self,
-        claim: u64,
+        claim: ClaimId,
         conn: ConnId,
         statement: Statement,
         binds: Vec<Value>,
@@ -123,7 +132,7 @@ impl<R> Broker<R> {
     }
 
     /// Runs one of the statements every form shares on the claim's connection.
-    fn claim_fixed(&mut self, claim: u64, conn: ConnId, which: Fixed, stage: ClaimStage) {
+    fn claim_fixed(&mut self, claim: ClaimId, conn: ConnId, which: Fixed, stage: ClaimStage) {
         let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
             return;
         };
@@ -136,7 +145,7 @@ impl<R> Broker<R> {
         self.claim_execute(claim, conn, statement, Vec::new(), stage);
     }
 
-    pub(super) fn on_claim(&mut self, claim: u64, stage: ClaimStage, reply: Reply<R>) {
+    pub(super) fn on_claim(&mut self, claim: ClaimId, stage: ClaimStage, reply: Reply<R>) {
         let Some(c) = self.claims.get_mut(&claim) else {
             return;
         };
@@ -173,7 +182,7 @@ impl<R> Broker<R> {
         }
     }
 
-    fn on_claim_failed(&mut self, claim: u64, stage: ClaimStage, error: DbError) {
+    fn on_claim_failed(&mut self, claim: ClaimId, stage: ClaimStage, error: DbError) {
         self.end_count(claim);
         let Some(c) = self.claims.get_mut(&claim) else {
             return;
@@ -241,7 +250,7 @@ impl<R> Broker<R> {
     /// The claim's connection goes back to the pool, or, without one, the claim ends. A
     /// connection whose session holds a row lock count's marks closes instead, and the marks
     /// end with the session.
-    fn claim_release(&mut self, claim: u64) {
+    fn claim_release(&mut self, claim: ClaimId) {
         let Some(c) = self.claims.get_mut(&claim) else {
             return;
         };
@@ -257,7 +266,7 @@ impl<R> Broker<R> {
     }
 
     /// When each row lock claim's lock of its counted row tries again (`None`: it does not).
-    pub(super) fn relock_times(&self) -> Vec<(u64, Option<crate::value::Time>)> {
+    pub(super) fn relock_times(&self) -> Vec<(ClaimId, Option<crate::value::Time>)> {
         self.claims
             .iter()
             .filter_map(|(&id, c)| match &c.form {
@@ -267,7 +276,7 @@ impl<R> Broker<R> {
             .collect()
     }
 
-    fn finish_claim(&mut self, claim: u64) {
+    fn finish_claim(&mut self, claim: ClaimId) {
         self.timers.set(super::timers::Timer::Relock(claim), None);
         self.end_count(claim);
         let Some(c) = self.claims.remove(&claim) else {

@@ -33,6 +33,7 @@ use crate::value::{Time, Value};
 use super::super::rows::{Counted, Taken, rows_of};
 use super::super::waiting::{Passing, excluded_id};
 use super::super::{Broker, State};
+use super::ClaimId;
 use super::{Claim, ClaimForm, ClaimStage, Fixed};
 
 mod count;
@@ -122,8 +123,8 @@ impl<R> Claiming<R> {
 
 impl<R> Broker<R> {
     fn row_lock(
-        claims: &mut BTreeMap<u64, Claim<R>>,
-        claim: u64,
+        claims: &mut BTreeMap<ClaimId, Claim<R>>,
+        claim: ClaimId,
     ) -> Option<(SubId, &mut Claiming<R>)> {
         let c = claims.get_mut(&claim)?;
         match &mut c.form {
@@ -136,7 +137,7 @@ impl<R> Broker<R> {
     /// over the rows that wait their delay in this process.
     fn row_lock_execute(
         &mut self,
-        claim: u64,
+        claim: ClaimId,
         conn: ConnId,
         statement: &crate::Statement,
         stage: Stage,
@@ -156,11 +157,11 @@ impl<R> Broker<R> {
         self.claim_execute(claim, conn, statement, binds, ClaimStage::RowLock(stage));
     }
 
-    fn row_lock_fixed(&mut self, claim: u64, conn: ConnId, which: Fixed, stage: Stage) {
+    fn row_lock_fixed(&mut self, claim: ClaimId, conn: ConnId, which: Fixed, stage: Stage) {
         self.claim_fixed(claim, conn, which, ClaimStage::RowLock(stage));
     }
 
-    pub(super) fn row_lock_acquired(&mut self, claim: u64, conn: ConnId) {
+    pub(super) fn row_lock_acquired(&mut self, claim: ClaimId, conn: ConnId) {
         let Some((sub, _)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
@@ -177,7 +178,7 @@ impl<R> Broker<R> {
 
     pub(super) fn on_row_lock_claim(
         &mut self,
-        claim: u64,
+        claim: ClaimId,
         conn: ConnId,
         stage: Stage,
         reply: Reply<R>,
@@ -222,7 +223,7 @@ impl<R> Broker<R> {
     }
 
     /// Locks the counted row, in the claim's transaction.
-    fn lock_by_id(&mut self, claim: u64, conn: ConnId) {
+    fn lock_by_id(&mut self, claim: ClaimId, conn: ConnId) {
         let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
@@ -279,7 +280,7 @@ impl<R> Broker<R> {
     /// The claims whose counted row's lock tries again now.
     pub(in crate::broker) fn relock_due(&mut self) {
         let now = self.now;
-        let due: Vec<(u64, ConnId)> = self
+        let due: Vec<(ClaimId, ConnId)> = self
             .claims
             .iter()
             .filter_map(|(&id, c)| match &c.form {
@@ -303,7 +304,7 @@ impl<R> Broker<R> {
 
     /// From the shutdown on, a counted row's lock tries no more: the claim gives the row up.
     pub(in crate::broker) fn relock_give_up(&mut self) {
-        let waiting: Vec<(u64, ConnId)> = self
+        let waiting: Vec<(ClaimId, ConnId)> = self
             .claims
             .iter()
             .filter_map(|(&id, c)| match &c.form {
@@ -322,7 +323,7 @@ impl<R> Broker<R> {
     /// The lock of the first row, or of the counted one, answered. A counted row found held
     /// is tried again shortly, a few times. A leader whose session holds its count's marks
     /// keeps the answer until the marks are released.
-    fn row_locked(&mut self, claim: u64, conn: ConnId, stage: Stage, reply: Reply<R>) {
+    fn row_locked(&mut self, claim: ClaimId, conn: ConnId, stage: Stage, reply: Reply<R>) {
         let row = rows_of(reply).pop();
         if row.is_none()
             && matches!(stage, Stage::LockRowById)
@@ -351,7 +352,7 @@ impl<R> Broker<R> {
     }
 
     /// The counted row's lock answered for good.
-    fn row_locked_finally(&mut self, claim: u64, conn: ConnId, row: Option<Row<R>>) {
+    fn row_locked_finally(&mut self, claim: ClaimId, conn: ConnId, row: Option<Row<R>>) {
         let Some((sub, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
@@ -366,7 +367,7 @@ impl<R> Broker<R> {
 
     /// The claim's lock answered and no mark is held: the row goes to a delivery, or, with no
     /// row, the transaction rolls back.
-    fn row_lock_take(&mut self, claim: u64, conn: ConnId, stage: Stage, row: Option<Row<R>>) {
+    fn row_lock_take(&mut self, claim: ClaimId, conn: ConnId, stage: Stage, row: Option<Row<R>>) {
         self.end_count(claim);
         let Some((sub, _)) = Self::row_lock(&mut self.claims, claim) else {
             return;

@@ -10,13 +10,14 @@ use super::super::super::rows::{Counted, rows_of};
 use super::super::super::sub::Count;
 use super::super::super::waiting::{Passing, excluded_id};
 use super::super::super::{Broker, State};
+use super::super::ClaimId;
 use super::super::{ClaimForm, ClaimStage, Fixed};
 use super::Stage;
 
 impl<R> Broker<R> {
     /// Once every other claim of `leader`'s count has locked its row (or ended) and the
     /// leader's own lock has answered, the leader releases the count's marks.
-    pub(super) fn unmark_when_locked(&mut self, sub: SubId, leader: u64) {
+    pub(super) fn unmark_when_locked(&mut self, sub: SubId, leader: ClaimId) {
         let counts = &self.subs[sub.0].counts;
         let Some(count) = counts.locking.iter().find(|c| c.leader == leader) else {
             return;
@@ -65,7 +66,13 @@ impl<R> Broker<R> {
 
     /// The count of the first rows' attempts (PostgreSQL), or the lock of the rows to count
     /// (MySQL, MariaDB), answered on the count's leader.
-    pub(super) fn row_counted(&mut self, claim: u64, conn: ConnId, stage: Stage, reply: Reply<R>) {
+    pub(super) fn row_counted(
+        &mut self,
+        claim: ClaimId,
+        conn: ConnId,
+        stage: Stage,
+        reply: Reply<R>,
+    ) {
         let select = matches!(stage, Stage::SelectRowId);
         let (look, take) = self.count_sizes(claim);
         // A reply of more rows than the count asked for (or the same row twice) counts the
@@ -140,7 +147,7 @@ impl<R> Broker<R> {
     // first rows it marked, one for each claim of the count, are counted; a row marked
     // elsewhere (counted by another process and not locked there yet) is passed over, and a
     // row marked here past those is not counted, its mark released with the others.
-    pub(super) fn rows_marked(&mut self, claim: u64, conn: ConnId, reply: Reply<R>) {
+    pub(super) fn rows_marked(&mut self, claim: ClaimId, conn: ConnId, reply: Reply<R>) {
         let (_, take) = self.count_sizes(claim);
         let marked: Vec<usize> = rows_of(reply)
             .into_iter()
@@ -198,7 +205,7 @@ impl<R> Broker<R> {
 
     /// How many rows the count `leader` runs looks at, and how many it counts, as the count
     /// started with them.
-    pub(super) fn count_sizes(&self, leader: u64) -> (usize, usize) {
+    pub(super) fn count_sizes(&self, leader: ClaimId) -> (usize, usize) {
         let Some(sub) = self.claims.get(&leader).map(|c| c.sub) else {
             return (1, 1);
         };
@@ -234,7 +241,7 @@ impl<R> Broker<R> {
     // so the rows still go to their handlers in claim order. A claim left without a row ends;
     // where the count passed over rows another count had marked, it waits for the next
     // count instead, once.
-    pub(super) fn hand_counted(&mut self, leader: u64) {
+    pub(super) fn hand_counted(&mut self, leader: ClaimId) {
         let Some((sub, r)) = Self::row_lock(&mut self.claims, leader) else {
             return;
         };
@@ -252,7 +259,7 @@ impl<R> Broker<R> {
         let last = rows.pop();
         let alone = rows.is_empty();
         let mut rows = rows.into_iter();
-        let mut members: Vec<(u64, Option<Counted>)> = count
+        let mut members: Vec<(ClaimId, Option<Counted>)> = count
             .members
             .iter()
             .filter(|m| **m != leader)
@@ -298,7 +305,7 @@ impl<R> Broker<R> {
 
     /// A claim the count gave no row while it passed over rows marked elsewhere waits for the
     /// next count, which looks past them, once; answers whether it does.
-    pub(super) fn requeue(&mut self, member: u64) -> bool {
+    pub(super) fn requeue(&mut self, member: ClaimId) -> bool {
         let Some((sub, r)) = Self::row_lock(&mut self.claims, member) else {
             return false;
         };
@@ -313,7 +320,7 @@ impl<R> Broker<R> {
 
     /// The counted row is locked for the handler in a new transaction, unless the broker is
     /// shutting down (the attempt is spent and the row is free).
-    pub(super) fn lock_counted(&mut self, claim: u64, conn: ConnId) {
+    pub(super) fn lock_counted(&mut self, claim: ClaimId, conn: ConnId) {
         if self.state != State::Running {
             self.end_count(claim);
             self.claim_release(claim);
@@ -325,7 +332,7 @@ impl<R> Broker<R> {
     /// `claim`'s count and lock are done, or it ended. A count whose leader ended before its
     /// rows were handed out counts nothing, its other claims wait for the next, and the next
     /// starts.
-    pub(in crate::broker::claim) fn end_count(&mut self, claim: u64) {
+    pub(in crate::broker::claim) fn end_count(&mut self, claim: ClaimId) {
         let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
             return;
         };
@@ -351,7 +358,7 @@ impl<R> Broker<R> {
 
     /// `claim` leaves the count that handed it a row (or none): the count ends with its last
     /// claim, and its leader releases the marks once the others have left.
-    pub(super) fn leave_count(&mut self, sub: SubId, claim: u64) {
+    pub(super) fn leave_count(&mut self, sub: SubId, claim: ClaimId) {
         let counts = &mut self.subs[sub.0].counts;
         let Some(at) = counts
             .locking
