@@ -152,7 +152,7 @@ pub fn derive_inbox(input: TokenStream) -> TokenStream {
 
 /// A subscriber: `#[subscriber(InboxQueue::<Row>::new("name"))]` on `async fn name(message:
 /// &M, extractors..) -> Result<(), E>` makes `name` a subscription a broker includes, with
-/// its options: `b.include(name.workers(4))` ([Getting started](https://github.com/ruststream/ruststream/blob/main/docs/src/getting-started.md#a-publisher-and-a-subscriber)).
+/// its options: `b.include(name.workers(4))` ([Getting started](https://github.com/ruststream/ruststream/blob/main/docs/src/getting-started.md#the-program)).
 ///
 /// The message may be taken by value (a clone); it may return `HandlerOutcome`; each later
 /// argument is an extractor (`Ctx<K>`, `State<T>`, an adapter's claim). `name` becomes a unit
