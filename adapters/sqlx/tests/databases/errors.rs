@@ -8,9 +8,10 @@ use std::time::Duration;
 use ruststream::core::spec::Described;
 use ruststream::core::{Ddl, Dialect as CoreDialect};
 use ruststream::{
-    Context, ERRORS_KEPT, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue, InboxTable,
-    IntoSubscription, RetryPolicy,
+    Context, ERRORS_KEPT, FailedRow, Handle, HandlerOutcome, Inbox, InboxContext, InboxQueue,
+    InboxTable, IntoSubscription, RetryPolicy, RunningBroker,
 };
+use ruststream_sqlx::SqlxBroker;
 
 use crate::common::*;
 
@@ -87,34 +88,36 @@ fn length(dialect: Dialect) -> &'static str {
 
 const ATTEMPTS: u32 = 12;
 
-/// A row that fails all its attempts keeps the newest errors.
-async fn history_is_kept<D: TestDb, T>(db: &D)
+/// A broker whose subscription fails every attempt of `T`'s rows, `max_attempts` of them.
+async fn failing<D: TestDb, T>(db: &D, max_attempts: u32) -> RunningBroker<SqlxBroker<D::DB>>
 where
     T: InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
-    ruststream_sqlx::SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
+    SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
 {
-    let dialect = db.dialect();
-    let table = T::TABLE.table_desc().table;
-    db.exec(&Ddl::new(core_dialect(dialect), T::TABLE.table_desc()).to_string())
-        .await;
-    let running = db
-        .broker()
+    db.broker()
         .start(vec![
             ruststream::subscriber("jobs", FailEvery)
                 .map_source(move |_| InboxQueue::<T>::new("jobs"))
-                .workers(std::num::NonZeroUsize::new(2).expect("2 > 0"))
+                .workers(2)
                 .poll_interval(POLL)
                 .retry_policy(RetryPolicy::fixed(Duration::from_millis(5)))
-                .max_attempts(ATTEMPTS)
+                .max_attempts(max_attempts)
                 .into_subscription(),
         ])
         .await
-        .expect("the broker starts: the description's table passes the check");
-    running
-        .publisher::<T>()
-        .publish(message(1, None))
-        .await
-        .expect("the row is published");
+        .expect("the broker starts: the description's table passes the check")
+}
+
+/// Waits until the table's one row has failed, and reads it as the failed rows' reading does.
+async fn the_failed_row<D: TestDb, T>(
+    db: &D,
+    running: &RunningBroker<SqlxBroker<D::DB>>,
+) -> FailedRow
+where
+    T: InboxTable,
+    SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
+{
+    let table = T::TABLE.table_desc().table;
     eventually("the row fails", || async {
         db.scalar(&format!(
             "SELECT COUNT(*) FROM {table} WHERE failed_at IS NOT NULL"
@@ -123,14 +126,32 @@ where
             == 1
     })
     .await;
-
     let mut rows = running
         .failed_rows::<T>()
         .list(10, None)
         .await
         .expect("the failed rows read");
-    assert_eq!(rows.len(), 1, "{dialect:?}");
-    let row = rows.remove(0);
+    assert_eq!(rows.len(), 1, "{:?}", db.dialect());
+    rows.remove(0)
+}
+
+/// A row that fails all its attempts keeps the newest errors.
+async fn history_is_kept<D: TestDb, T>(db: &D)
+where
+    T: InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
+    SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
+{
+    let dialect = db.dialect();
+    let table = T::TABLE.table_desc().table;
+    db.exec(&Ddl::new(core_dialect(dialect), T::TABLE.table_desc()).to_string())
+        .await;
+    let running = failing::<D, T>(db, ATTEMPTS).await;
+    running
+        .publisher::<T>()
+        .publish(message(1, None))
+        .await
+        .expect("the row is published");
+    let row = the_failed_row::<D, T>(db, &running).await;
     assert_eq!(row.attempt, Some(i64::from(ATTEMPTS)), "{dialect:?}");
     assert_eq!(
         row.error.as_deref(),
@@ -174,7 +195,7 @@ where
 async fn a_cell_that_is_no_array_starts_anew<D: TestDb, T>(db: &D)
 where
     T: InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
-    ruststream_sqlx::SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
+    SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
 {
     let dialect = db.dialect();
     let table = T::TABLE.table_desc().table;
@@ -199,33 +220,8 @@ where
         "INSERT INTO {table} (payload, errors{due}) VALUES ({payload}, {not_an_array}{now})"
     ))
     .await;
-    let running = db
-        .broker()
-        .start(vec![
-            ruststream::subscriber("jobs", FailEvery)
-                .map_source(move |_| InboxQueue::<T>::new("jobs"))
-                .poll_interval(POLL)
-                .retry_policy(RetryPolicy::fixed(Duration::from_millis(5)))
-                .max_attempts(2)
-                .into_subscription(),
-        ])
-        .await
-        .expect("the broker starts");
-    eventually("the row written by hand fails", || async {
-        db.scalar(&format!(
-            "SELECT COUNT(*) FROM {table} WHERE failed_at IS NOT NULL"
-        ))
-        .await
-            == 1
-    })
-    .await;
-    let mut rows = running
-        .failed_rows::<T>()
-        .list(10, None)
-        .await
-        .expect("the failed rows read");
-    assert_eq!(rows.len(), 1, "{dialect:?}");
-    let row = rows.remove(0);
+    let running = failing::<D, T>(db, 2).await;
+    let row = the_failed_row::<D, T>(db, &running).await;
     let attempts: Vec<Option<i64>> = row.errors.iter().map(|e| e.attempt).collect();
     assert_eq!(
         attempts,
@@ -238,7 +234,7 @@ where
 async fn both<D: TestDb, T>(db: &D)
 where
     T: InboxTable + ruststream::PayloadRow + ruststream::DecodesAs<Job>,
-    ruststream_sqlx::SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
+    SqlxBroker<D::DB>: ruststream::adapter::TakesRows<T>,
 {
     history_is_kept::<D, T>(db).await;
     a_cell_that_is_no_array_starts_anew::<D, T>(db).await;
