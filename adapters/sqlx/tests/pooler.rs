@@ -1,7 +1,7 @@
 //! `SqlxBroker<Postgres>` through a real PgBouncer (Debian's `pgbouncer`, which `scripts/test`
-//! installs where it is missing), started by the test on a port of its own in front of the
-//! test server, in transaction pooling (`pool_mode = transaction`), where each transaction may
-//! run on any server session:
+//! installs where it is missing), started by the test on a port of its own in front of a
+//! fresh PostgreSQL the test binary starts (initdb, as the TLS tests do), in transaction
+//! pooling (`pool_mode = transaction`), where each transaction may run on any server session:
 //!
 //! - under the simple query protocol (`simple_query(true)`), with the listening session on a
 //!   direct connection or off, the lease form and the row lock form without an attempt column
@@ -16,6 +16,8 @@
 
 #[path = "databases/common.rs"]
 mod common;
+#[path = "../../tokio-postgres/tests/support/tls_server.rs"]
+mod tls_server;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -37,6 +39,29 @@ mod rows {
 }
 
 use rows::{Keyed, RowLock};
+
+/// A fresh PostgreSQL of this test binary's own, started by its first test and stopped once
+/// the binary exits, and a schema of the test's own on it: the pooler stands in front of a
+/// server that nothing else has configured.
+async fn fresh_pg(test: &str) -> Pg {
+    static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let url = SERVER.get_or_init(|| {
+        let server = tls_server::TlsServer::plain("pooler-sqlx");
+        let url = server.url("");
+        server.stop_at_exit();
+        url
+    });
+    use_pg_url(url.clone());
+    let db = Pg::new(test).await;
+    let port: PgConnectOptions = url.parse().expect("the server's URL parses");
+    assert_eq!(
+        db.scalar("SELECT CAST(current_setting('port') AS BIGINT)")
+            .await,
+        i64::from(port.get_port()),
+        "the test's schema is on the fresh server"
+    );
+    db
+}
 
 /// A PgBouncer process of the test's own, killed when dropped.
 struct Bouncer {
@@ -295,7 +320,7 @@ async fn refused(
 async fn the_lease_form_and_publishing_work_through_transaction_pooling() {
     const N: u32 = 20;
     const OUTBOX: u32 = 5;
-    let db = Pg::new("pooler_lease").await;
+    let db = fresh_pg("pooler_lease").await;
     schema(&db).await;
     let bouncer = start_bouncer("transaction", &db.schema);
     let seen = Seen::default();
@@ -370,7 +395,7 @@ async fn the_lease_form_and_publishing_work_through_transaction_pooling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_row_lock_form_without_attempts_works_through_transaction_pooling() {
     const N: u32 = 12;
-    let db = Pg::new("pooler_plain").await;
+    let db = fresh_pg("pooler_plain").await;
     schema(&db).await;
     let bouncer = start_bouncer("transaction", &db.schema);
     let seen = Seen::default();
@@ -410,7 +435,7 @@ async fn the_row_lock_form_without_attempts_works_through_transaction_pooling() 
 /// column (its counts' marks) and the advisory lock form (its keys). No lock is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_forms_that_hold_session_locks_refuse_transaction_pooling() {
-    let db = Pg::new("pooler_locks").await;
+    let db = fresh_pg("pooler_locks").await;
     schema(&db).await;
     let bouncer = start_bouncer("transaction", &db.schema);
     let broker = || {
@@ -459,7 +484,7 @@ async fn the_forms_that_hold_session_locks_refuse_transaction_pooling() {
 /// pool's connection, and the start fails at once naming the listener.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_simple_query_the_start_fails_at_once_naming_the_pooler() {
-    let db = Pg::new("pooler_prepared").await;
+    let db = fresh_pg("pooler_prepared").await;
     schema(&db).await;
     let bouncer = start_bouncer("transaction", &db.schema);
     let lease = || {

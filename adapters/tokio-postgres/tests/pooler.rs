@@ -1,10 +1,13 @@
 //! Through a real PgBouncer (Debian's `pgbouncer`, which `scripts/test` installs where it is
-//! missing), started by the test on a port of its own in front of the test server: in
-//! transaction pooling the advisory lock form refuses to start, naming transaction pooling and
-//! leaving no lock on the server; in session pooling it starts and serves every row. Both on the
-//! simple query protocol, the one PgBouncer's transaction pooling serves.
+//! missing), started by the test on a port of its own in front of a fresh PostgreSQL the test
+//! binary starts (initdb, as the TLS tests do): in transaction pooling the advisory lock form
+//! refuses to start, naming transaction pooling and leaving no lock on the server; in session
+//! pooling it starts and serves every row. Both on the simple query protocol, the one
+//! PgBouncer's transaction pooling serves.
 
 mod common;
+#[path = "support/tls_server.rs"]
+mod tls_server;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -15,6 +18,29 @@ use common::*;
 use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
 use ruststream_tokio_postgres::prelude::*;
 use ruststream_tokio_postgres::tokio_postgres;
+
+/// A fresh PostgreSQL of this test binary's own, started by its first test and stopped once
+/// the binary exits, and a schema of the test's own on it: the pooler stands in front of a
+/// server that nothing else has configured.
+async fn fresh_db(test: &str) -> Db {
+    static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let url = SERVER.get_or_init(|| {
+        let server = tls_server::TlsServer::plain("pooler-tp");
+        let url = server.url("");
+        server.stop_at_exit();
+        url
+    });
+    use_url(url.clone());
+    let db = Db::new(test).await;
+    let config: tokio_postgres::Config = url.parse().expect("the server's URL parses");
+    assert_eq!(
+        db.count("SELECT CAST(current_setting('port') AS BIGINT)")
+            .await,
+        i64::from(config.get_ports()[0]),
+        "the test's schema is on the fresh server"
+    );
+    db
+}
 
 /// A PgBouncer process of the test's own, killed when dropped.
 struct Bouncer {
@@ -177,7 +203,7 @@ async fn the_count_sees_a_lock_through(bouncer: &Bouncer, db: &Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooling() {
-    let db = Db::new("pooler").await;
+    let db = fresh_db("pooler").await;
     let before = advisory_locks_held(&db).await;
 
     // Transaction pooling: the start fails, naming it, and leaves no lock behind. The
@@ -254,7 +280,7 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
 /// each row at attempt 1, and no mark is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
-    let db = Db::new("pooler_rowlock").await;
+    let db = fresh_db("pooler_rowlock").await;
     let before = advisory_locks_held(&db).await;
     let bouncer = start_bouncer("transaction", &db.name);
     let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
@@ -326,7 +352,7 @@ async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
 /// session pooling the same start hears it and serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_start() {
-    let db = Db::new("pooler_listen").await;
+    let db = fresh_db("pooler_listen").await;
     let bouncer = start_bouncer("transaction", &db.name);
     let broker =
         TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
@@ -388,7 +414,7 @@ async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_form_works_through_transaction_pooling_under_the_simple_query_protocol() {
     const N: u32 = 20;
-    let db = Db::new("pooler_lease").await;
+    let db = fresh_db("pooler_lease").await;
     let bouncer = start_bouncer("transaction", &db.name);
     let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
 

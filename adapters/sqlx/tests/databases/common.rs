@@ -33,7 +33,19 @@ pub const WAIT: Duration = Duration::from_secs(30);
 /// The poll interval of the tests' subscriptions.
 pub const POLL: Duration = Duration::from_millis(100);
 
+/// The PostgreSQL server of this test binary where it is not the shared one ([`use_pg_url`]).
+static PG_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Points this test binary's PostgreSQL at `url` (a throwaway server of its own); the first
+/// call decides.
+pub fn use_pg_url(url: String) {
+    let _ = PG_URL.set(url);
+}
+
 pub fn pg_url() -> String {
+    if let Some(url) = PG_URL.get() {
+        return url.clone();
+    }
     std::env::var("RUSTSTREAM_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }

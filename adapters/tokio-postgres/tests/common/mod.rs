@@ -21,7 +21,19 @@ pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 pub const WAIT: Duration = Duration::from_secs(30);
 pub const POLL: Duration = Duration::from_millis(50);
 
+/// The PostgreSQL server of this test binary where it is not the shared one ([`use_url`]).
+static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Points this test binary at `url` (a throwaway server of its own); the first call decides.
+#[allow(dead_code)]
+pub fn use_url(url: String) {
+    let _ = URL.set(url);
+}
+
 pub fn base_url() -> String {
+    if let Some(url) = URL.get() {
+        return url.clone();
+    }
     std::env::var("RUSTSTREAM_PG_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 

@@ -1,6 +1,7 @@
 //! A throwaway PostgreSQL server that takes TLS sessions only, for the TLS tests of the
 //! tokio-postgres adapter (`tests/tls.rs`) and the sqlx adapter (`adapters/sqlx/tests/tls.rs`,
-//! which includes this file with `#[path]`). Never the shared server on 5432.
+//! which includes this file with `#[path]`), or any session (`TlsServer::plain`), for the
+//! pooler tests. Never the shared server on 5432.
 //!
 //! It starts as chaos/src/cluster.rs starts its own: `initdb` in a fresh temporary directory,
 //! on a free port of 127.0.0.1, TCP only, durability off (the data is thrown away), as the
@@ -117,6 +118,16 @@ fn certificates() -> Certificates {
 impl TlsServer {
     /// Starts a server for the test `name`, or fails the test saying why.
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, true)
+    }
+
+    /// Starts a server that takes sessions without TLS, for a test that needs a fresh server
+    /// of its own rather than the shared one (the pooler tests).
+    pub fn plain(name: &str) -> Self {
+        Self::start_with(name, false)
+    }
+
+    fn start_with(name: &str, tls: bool) -> Self {
         let bin = find_bin().unwrap_or_else(|| {
             panic!(
                 "this TLS test starts a throwaway PostgreSQL of its own and needs initdb and \
@@ -176,14 +187,20 @@ impl TlsServer {
                 "--no-locale",
             ],
         );
+        let ssl = if tls {
+            format!(
+                "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+                server.path("server.crt"),
+                server.path("server.key"),
+            )
+        } else {
+            String::new()
+        };
         let conf = format!(
-            "\n# ruststream TLS test: a throwaway server\nlisten_addresses = '127.0.0.1'\n\
-             port = {port}\nunix_socket_directories = ''\nmax_connections = 50\nfsync = off\n\
-             synchronous_commit = off\nfull_page_writes = off\nssl = on\n\
-             ssl_cert_file = '{cert}'\nssl_key_file = '{key}'\nlog_connections = on\n",
+            "\n# ruststream test: a throwaway server\nlisten_addresses = '127.0.0.1'\n\
+             port = {port}\nunix_socket_directories = ''\nmax_connections = 100\nfsync = off\n\
+             synchronous_commit = off\nfull_page_writes = off\n{ssl}log_connections = on\n",
             port = server.port,
-            cert = server.path("server.crt"),
-            key = server.path("server.key"),
         );
         let conf_path = server.base.join("data").join("postgresql.conf");
         std::fs::OpenOptions::new()
@@ -192,14 +209,44 @@ impl TlsServer {
             .and_then(|mut f| f.write_all(conf.as_bytes()))
             .unwrap_or_else(|e| panic!("append to {}: {e}", conf_path.display()));
         // TLS sessions only: no `host` line, so a session without TLS finds no entry.
-        std::fs::write(
-            server.base.join("data").join("pg_hba.conf"),
-            "# ruststream TLS test: TLS sessions only\nhostssl all all 127.0.0.1/32 trust\n",
-        )
-        .expect("write pg_hba.conf");
+        let hba = if tls {
+            "# ruststream TLS test: TLS sessions only\nhostssl all all 127.0.0.1/32 trust\n"
+        } else {
+            "# ruststream test: any session from this machine\nhost all all 127.0.0.1/32 trust\n"
+        };
+        std::fs::write(server.base.join("data").join("pg_hba.conf"), hba)
+            .expect("write pg_hba.conf");
         server.chown();
         server.pg_ctl("start");
         server
+    }
+
+    /// Keeps the server for the rest of the test process: a watchdog stops it and removes its
+    /// directory once this process has exited, for a server that tests of one binary share.
+    // The watchdog outlives this process by design: it is never waited on.
+    #[allow(clippy::zombie_processes)]
+    pub fn stop_at_exit(self) {
+        let runuser = self
+            .user
+            .map(|u| format!("runuser -u {u} -- "))
+            .unwrap_or_default();
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {runuser}'{pg_ctl}' -D '{data}' -m immediate -w -t 30 stop && rm -rf '{base}'",
+            pid = std::process::id(),
+            pg_ctl = self.tool("pg_ctl"),
+            data = self.path("data"),
+            base = self.base.display(),
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the throwaway server's watchdog starts");
+        std::mem::forget(self);
     }
 
     /// The URL of the server's `postgres` database, with `query` (`?sslmode=..`) after it.
