@@ -76,7 +76,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts PgBouncer in `mode` (`transaction` or `session`) in front of the test server, every
+/// Starts PgBouncer in `mode` (`transaction` or `session`) in front of the test's server, every
 /// server session on the test's schema.
 fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
     let target: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
