@@ -235,13 +235,39 @@ fn open(config: &Config, start: bool) -> Result<Connection, DbError> {
         conn.execute_batch(synchronous.pragma()).map_err(failed)?;
     }
     if start {
-        // WAL lets readers run beside the writer; an in-memory database answers `memory`.
-        // The mode is the file's, so the first connection sets it for all.
-        let _mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-            .map_err(failed)?;
+        set_wal(&conn, config.busy_timeout).map_err(failed)?;
     }
     Ok(conn)
+}
+
+/// Puts the file in WAL mode, which lets readers run beside the writer (an in-memory
+/// database stays `memory`). The mode is the file's, so the first start sets it for all. A
+/// change that meets another connection's lock answers "busy" at once, whatever the busy
+/// timeout: it is tried again until the mode reads `wal` or `timeout` has passed.
+fn set_wal(conn: &Connection, timeout: Duration) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mode = |sql: &str| conn.query_row(sql, [], |row| row.get::<_, String>(0));
+    loop {
+        let read = mode("PRAGMA journal_mode").and_then(|current| match current.as_str() {
+            "wal" | "memory" => Ok(current),
+            _ => mode("PRAGMA journal_mode = WAL"),
+        });
+        match read {
+            Ok(_) => return Ok(()),
+            Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, with any extended code.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Ends a transaction that a released connection left open, as a pool does.
@@ -322,6 +348,47 @@ mod tests {
             statement_cache: 4,
             look_for_answer: std::time::Duration::ZERO,
             synchronous,
+        }
+    }
+
+    /// Starts that open one fresh file together each get it in WAL mode: a start whose mode
+    /// change meets another connection's lock waits for it, up to the busy timeout, rather
+    /// than failing with "database is locked".
+    #[test]
+    fn starts_that_open_one_fresh_file_together_all_set_wal() {
+        for round in 0..10 {
+            let dir = std::env::temp_dir().join(format!("rs-wal-{}-{round}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("a directory");
+            let path = dir.join("wal.db");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let opens: Vec<_> = (0..6)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let conn = open(&config(path, None), true)?;
+                        // Work at once, as a start's schema check and first claims do.
+                        for _ in 0..20 {
+                            conn.execute_batch(
+                                "BEGIN IMMEDIATE; \
+                                 CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY); \
+                                 INSERT INTO t DEFAULT VALUES; COMMIT",
+                            )
+                            .map_err(|e| db_error(&e))?;
+                        }
+                        let mode: String = conn
+                            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                            .map_err(|e| db_error(&e))?;
+                        Ok::<_, DbError>(mode)
+                    })
+                })
+                .collect();
+            for open in opens {
+                let mode = open.join().expect("no panic").expect("every start opens");
+                assert_eq!(mode, "wal", "round {round}");
+            }
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 

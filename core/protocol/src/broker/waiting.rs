@@ -35,6 +35,11 @@ impl Waiting {
         true
     }
 
+    /// Whether `id` waits past `now`.
+    pub(super) fn holds(&self, id: &Value, now: Time) -> bool {
+        self.rows.get(id).is_some_and(|until| *until > now)
+    }
+
     /// Forgets the rows whose delay has passed by `now`.
     pub(super) fn expire(&mut self, now: Time) {
         self.rows.retain(|_, until| *until > now);

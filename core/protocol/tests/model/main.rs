@@ -272,6 +272,9 @@ struct World {
     /// By row: until when (the database's clock) a retry's delay may keep it in a process,
     /// on a table with nowhere to write it.
     waits_until: BTreeMap<i64, i64>,
+    /// By row: the process that retried it on such a table, the delivery, and until when
+    /// (the database's clock) that process may not take it again.
+    retried_here: BTreeMap<i64, (usize, DeliveryId, i64)>,
 }
 
 /// The process number of the other system whose session holds keys.
@@ -333,6 +336,7 @@ impl World {
             inserted: BTreeMap::new(),
             foreign: None,
             waits_until: BTreeMap::new(),
+            retried_here: BTreeMap::new(),
         };
         for _ in 0..config.processes {
             world.processes.push(start(desc, config, now));
@@ -501,6 +505,14 @@ impl World {
                         earlier.map(|(id, _)| id)
                     );
                 }
+                // A row retried here on a table with nowhere to write the delay waits it here.
+                if let Some((process, _, until)) = self.retried_here.get(&row) {
+                    assert!(
+                        *process != self.ids[slot] || self.now.micros() >= *until,
+                        "row {row} taken again by the process that retried it, {} µs before its delay ended",
+                        until - self.now.micros()
+                    );
+                }
                 // The attempt handed out is the row's, and grows with every take.
                 let attempt = d.attempt.expect("the table counts attempts");
                 assert_eq!(
@@ -598,7 +610,13 @@ impl World {
                     self.config.prefetch
                 );
             }
-            Event::Settled { .. } | Event::SettleFailed { .. } | Event::Returned { .. } => {}
+            Event::SettleFailed { delivery, .. } => {
+                // The retry did not take effect: the row may return at once.
+                let process = self.ids[slot];
+                self.retried_here
+                    .retain(|_, (p, d, _)| !(*p == process && *d == delivery));
+            }
+            Event::Settled { .. } | Event::Returned { .. } => {}
             Event::Failed { id, kept, .. } => {
                 let row = id.as_int().expect("an integer id");
                 if kept {
@@ -907,6 +925,10 @@ impl World {
                     settlement = settlement.delay(Duration::from_millis(delay_ms));
                     let until = self.now.plus(Duration::from_millis(delay_ms)).micros();
                     self.waits_until.insert(h.row, until);
+                    let nowhere = self.desc.due.is_none() && self.desc.locked_until.is_none();
+                    if nowhere && outcome == Outcome::Retry {
+                        self.retried_here.insert(h.row, (self.ids[slot], id, until));
+                    }
                 }
                 p.broker.settle_with(id, settlement, now);
                 self.pump(slot);

@@ -417,6 +417,11 @@ impl<R> Broker<R> {
                 }
                 return;
             };
+            // A row read before its retry began to wait here (another claim took it meanwhile):
+            // it waits out its delay.
+            if self.subs[c.sub.0].waiting.holds(&candidate.id, self.now) {
+                continue;
+            }
             match &a.st.keys {
                 KeyLocks::Database { .. }
                     if self.keys.contains(&candidate.key) || a.passed.contains(&candidate.key) =>
@@ -462,12 +467,18 @@ impl<R> Broker<R> {
         let Some((sub, a)) = Self::advisory(&mut self.claims, claim) else {
             return;
         };
-        let Some(key) = a.current.as_ref().map(|c| c.key.clone()) else {
+        let Some((id, key)) = a.current.as_ref().map(|c| (c.id.clone(), c.key.clone())) else {
             return;
         };
         if !running {
             // The shutdown began while the claim's connection was acquired: take nothing.
             a.abandon();
+            self.next_candidate(claim);
+            return;
+        }
+        if self.subs[sub.0].waiting.holds(&id, self.now) {
+            // The row was taken, and retried, here while this claim acquired its connection.
+            a.current = None;
             self.next_candidate(claim);
             return;
         }

@@ -693,6 +693,68 @@ fn a_failure_with_nowhere_to_wait_waits_its_delay_while_the_rows_behind_go_on() 
     }
 }
 
+/// A claim that read a row before its retry began to wait here passes over it. Here one
+/// claim reads two rows and waits on the first one's key, held elsewhere, while a claim
+/// beside it takes the second, whose handler retries it; the first claim then comes to the
+/// row, and does not take it again before its delay.
+#[test]
+fn a_claim_that_read_a_row_before_its_retry_passes_over_it() {
+    for dialect in SERVERS {
+        let mut desc = failing(Form::Advisory, false);
+        desc.failed_at = None;
+        let cx = format!("{dialect:?}");
+        let mut sim = Sim::start(dialect, desc, 2, &[2]);
+        let first = sim.delivery(0, 1);
+        sim.hold_elsewhere("jobs-3");
+        let elsewhere = sim.insert(3);
+        let row = sim.insert(0);
+        // The next claim's first lock waits.
+        let held = std::rc::Rc::new(std::cell::Cell::new(false));
+        let h = held.clone();
+        sim.hook(move |_, c| match &c.action {
+            Action::Execute { statement, .. }
+                if statement.kind == StatementKind::TryLock && !h.get() =>
+            {
+                h.set(true);
+                Intercept::Hold
+            }
+            _ => Intercept::Run,
+        });
+        let mark = sim.mark();
+        sim.advance(POLL);
+        let waits = sim.take_held(0);
+        assert_eq!(
+            waits.len(),
+            1,
+            "{cx}: a claim waits on the lock of row {elsewhere}'s key"
+        );
+        // A worker frees: a claim beside it takes the row, and its handler retries it.
+        sim.settle(0, first, Outcome::Ack);
+        sim.run();
+        assert_eq!(sim.delivered_rows(0, mark), [row], "{cx}");
+        let retried = sim.delivery(0, row);
+        let delay = Duration::from_secs(30);
+        sim.settle_with(0, retried, Settlement::new(Outcome::Retry).delay(delay));
+        sim.run();
+        // The first claim's lock answers (held elsewhere): it comes to the row.
+        for command in waits {
+            sim.run_command(0, command);
+        }
+        sim.run();
+        assert_eq!(
+            sim.delivered_rows(0, mark),
+            [row],
+            "{cx}: the row is not taken again before its delay"
+        );
+        sim.advance(delay + POLL);
+        assert_eq!(
+            sim.delivered_rows(0, mark),
+            [row, row],
+            "{cx}: after its delay"
+        );
+    }
+}
+
 /// A row whose key column is `NULL` has no key to hold it in order: the advisory claim takes
 /// it (counting the attempt) and fails it without running the handler, with an error naming
 /// the table, the row and the key's column; the rows beside it are served. Where the table
