@@ -640,77 +640,96 @@ impl Statements {
             &self.list_indexes,
         ];
         out.extend(&self.current_database);
-        match &self.form {
-            FormStatements::RowLock(f) => {
-                out.extend(&f.isolation);
-                match &f.claim {
-                    RowLockClaim::Lock { lock_row } => out.push(lock_row),
-                    RowLockClaim::Count {
-                        count_row,
-                        lock_row_by_id,
-                        lock_row_by_id_unmarking,
-                        unmark_rows,
-                    } => {
-                        out.extend([count_row, lock_row_by_id, lock_row_by_id_unmarking]);
-                        out.extend(unmark_rows);
-                    }
-                    RowLockClaim::SelectCount {
-                        read_committed,
-                        select_row_id,
-                        mark_rows,
-                        count_attempts,
-                        lock_row_by_id,
-                        lock_row_by_id_unmarking,
-                        unmark_rows,
-                    } => {
-                        out.extend([read_committed, select_row_id]);
-                        out.extend(mark_rows);
-                        out.extend(count_attempts);
-                        out.extend([lock_row_by_id, lock_row_by_id_unmarking]);
-                        out.extend(unmark_rows);
-                    }
-                }
-                out.push(&f.settle);
-                out.extend(f.fail.iter().chain(&f.retry));
-                out.push(&f.ping);
-                out.extend(&f.count_row_from);
-                out.extend([&f.savepoint, &f.rollback_to_savepoint]);
-                if let Some((lock, unlock)) = &f.session_probe {
-                    out.extend([lock, unlock]);
-                }
+        out.extend(match &self.form {
+            FormStatements::RowLock(f) => f.all(),
+            FormStatements::Lease(f) => f.all(),
+            FormStatements::Advisory(f) => f.all(),
+        });
+        out.push(&self.publish);
+        out
+    }
+}
+
+impl RowLockStatements {
+    /// The form's statements, for [`Statements::all`].
+    fn all(&self) -> Vec<&Statement> {
+        let mut out: Vec<&Statement> = self.isolation.iter().collect();
+        match &self.claim {
+            RowLockClaim::Lock { lock_row } => out.push(lock_row),
+            RowLockClaim::Count {
+                count_row,
+                lock_row_by_id,
+                lock_row_by_id_unmarking,
+                unmark_rows,
+            } => {
+                out.extend([count_row, lock_row_by_id, lock_row_by_id_unmarking]);
+                out.extend(unmark_rows);
             }
-            FormStatements::Lease(f) => {
-                match &f.claim {
-                    LeaseClaim::Returning { claim } => out.push(claim),
-                    LeaseClaim::Locking { select, mark } => {
-                        out.push(select);
-                        out.extend(mark);
-                    }
-                }
-                out.extend(&f.claim_from);
-                out.extend([&f.extend, &f.release, &f.settle]);
-                out.extend(&f.fail);
-                out.push(&f.retry);
-            }
-            FormStatements::Advisory(f) => {
-                out.push(&f.candidates);
-                out.extend(&f.candidates_from);
-                if let KeyLocks::Database { try_lock, unlock } = &f.keys {
-                    out.extend([try_lock, unlock]);
-                }
-                match &f.take {
-                    AdvisoryTake::Returning { take } => out.push(take),
-                    AdvisoryTake::CountThenRead {
-                        take_count,
-                        read_row,
-                    } => out.extend([take_count, read_row]),
-                }
-                out.push(&f.settle);
-                out.extend(f.fail.iter().chain(&f.retry));
-                out.extend(&f.ping);
+            RowLockClaim::SelectCount {
+                read_committed,
+                select_row_id,
+                mark_rows,
+                count_attempts,
+                lock_row_by_id,
+                lock_row_by_id_unmarking,
+                unmark_rows,
+            } => {
+                out.extend([read_committed, select_row_id]);
+                out.extend(mark_rows);
+                out.extend(count_attempts);
+                out.extend([lock_row_by_id, lock_row_by_id_unmarking]);
+                out.extend(unmark_rows);
             }
         }
-        out.push(&self.publish);
+        out.push(&self.settle);
+        out.extend(self.fail.iter().chain(&self.retry));
+        out.push(&self.ping);
+        out.extend(&self.count_row_from);
+        out.extend([&self.savepoint, &self.rollback_to_savepoint]);
+        if let Some((lock, unlock)) = &self.session_probe {
+            out.extend([lock, unlock]);
+        }
+        out
+    }
+}
+
+impl LeaseStatements {
+    /// The form's statements, for [`Statements::all`].
+    fn all(&self) -> Vec<&Statement> {
+        let mut out = Vec::new();
+        match &self.claim {
+            LeaseClaim::Returning { claim } => out.push(claim),
+            LeaseClaim::Locking { select, mark } => {
+                out.push(select);
+                out.extend(mark);
+            }
+        }
+        out.extend(&self.claim_from);
+        out.extend([&self.extend, &self.release, &self.settle]);
+        out.extend(&self.fail);
+        out.push(&self.retry);
+        out
+    }
+}
+
+impl AdvisoryStatements {
+    /// The form's statements, for [`Statements::all`].
+    fn all(&self) -> Vec<&Statement> {
+        let mut out = vec![&self.candidates];
+        out.extend(&self.candidates_from);
+        if let KeyLocks::Database { try_lock, unlock } = &self.keys {
+            out.extend([try_lock, unlock]);
+        }
+        match &self.take {
+            AdvisoryTake::Returning { take } => out.push(take),
+            AdvisoryTake::CountThenRead {
+                take_count,
+                read_row,
+            } => out.extend([take_count, read_row]),
+        }
+        out.push(&self.settle);
+        out.extend(self.fail.iter().chain(&self.retry));
+        out.extend(&self.ping);
         out
     }
 }

@@ -218,7 +218,22 @@ impl TableDesc {
                 role: "table",
             });
         }
-        let roles = [
+        self.validate_roles()?;
+        self.validate_form()?;
+        for order in self.order {
+            if order.column.trim().is_empty() {
+                return Err(DescError::EmptyName {
+                    table,
+                    role: "order",
+                });
+            }
+        }
+        self.validate_unique()
+    }
+
+    /// The columns by role, the id first.
+    fn roles(&self) -> [(&'static str, Option<Column>); 8] {
+        [
             ("id", Some(self.id)),
             ("payload", self.payload),
             ("attempt", self.attempt),
@@ -227,7 +242,13 @@ impl TableDesc {
             ("due", self.due),
             ("failed_at", self.failed_at),
             ("error", self.error),
-        ];
+        ]
+    }
+
+    /// No role's column is unnamed, and no column has two roles.
+    fn validate_roles(&self) -> Result<(), DescError> {
+        let table = self.table;
+        let roles = self.roles();
         for (i, (role, column)) in roles.iter().enumerate() {
             let Some(column) = column else { continue };
             if column.name.trim().is_empty() {
@@ -244,6 +265,13 @@ impl TableDesc {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// One form, a custom lock only with its unlock and in the advisory form, and a key of
+    /// named parts.
+    fn validate_form(&self) -> Result<(), DescError> {
+        let table = self.table;
         if self.advisory.is_some() && self.locked_until.is_some() {
             return Err(DescError::TwoForms { table });
         }
@@ -253,29 +281,30 @@ impl TableDesc {
         if self.own_lock && self.advisory.is_none() {
             return Err(DescError::CustomLockOutsideAdvisory { table });
         }
-        if let Some(parts) = self.advisory {
-            if parts.is_empty() {
-                return Err(DescError::EmptyKey { table });
-            }
-            for part in parts {
-                if let KeyPart::Column(name) = part
-                    && name.trim().is_empty()
-                {
-                    return Err(DescError::EmptyName {
-                        table,
-                        role: "advisory key column",
-                    });
-                }
-            }
+        let Some(parts) = self.advisory else {
+            return Ok(());
+        };
+        if parts.is_empty() {
+            return Err(DescError::EmptyKey { table });
         }
-        for order in self.order {
-            if order.column.trim().is_empty() {
+        for part in parts {
+            if let KeyPart::Column(name) = part
+                && name.trim().is_empty()
+            {
                 return Err(DescError::EmptyName {
                     table,
-                    role: "order",
+                    role: "advisory key column",
                 });
             }
         }
+        Ok(())
+    }
+
+    /// The columns of the unique index that deduplicates publishes: named, and none of them
+    /// a role's column but a written id.
+    fn validate_unique(&self) -> Result<(), DescError> {
+        let table = self.table;
+        let roles = self.roles();
         for &column in self.unique {
             if column.trim().is_empty() {
                 return Err(DescError::EmptyName {

@@ -171,42 +171,11 @@ impl<R> Broker<R> {
                 let binds = unlock.binds(|_| probe.clone());
                 self.check_execute(sub, a, unlock, binds, CheckStage::SessionUnlock { b });
             }
-            CheckStage::SessionUnlock { b } => {
-                let s = &mut self.subs[sub.0];
-                s.check.pooled |= !yes;
-                let pooled = s.check.pooled;
-                if !pooled && s.check.rounds > 0 {
-                    // Another round, from `b`'s first statement.
-                    s.check.rounds -= 1;
-                    let ping = session_ping();
-                    return self.check_execute(
-                        sub,
-                        b,
-                        ping,
-                        Vec::new(),
-                        CheckStage::SessionPing { b },
-                    );
-                }
-                self.session_cleanup(sub, b, unlock, probe, pooled, CLEANUPS);
-            }
+            CheckStage::SessionUnlock { b } => self.session_round_ended(sub, b, unlock, probe, yes),
             CheckStage::SessionCleanup { b, left } => {
                 self.session_cleanup(sub, b, unlock, probe, yes, left);
             }
-            CheckStage::SessionRelease => {
-                let s = &mut self.subs[sub.0];
-                s.check.probe = None;
-                if std::mem::take(&mut s.check.pooled) {
-                    let table = s.desc.table;
-                    let form = s.desc.form();
-                    let error = if needed {
-                        CheckError::TransactionPooling { table, form }
-                    } else {
-                        CheckError::PreparedStatements { table }
-                    };
-                    self.check_failed(sub, error);
-                }
-                self.check_step(sub, a, Action::Release, CheckStage::Release);
-            }
+            CheckStage::SessionRelease => self.session_released(sub, a, needed),
             // `a` released the key after `b` failed: it closes, as after any failed step.
             CheckStage::SessionAbandon => {
                 self.subs[sub.0].check.probe = None;
@@ -214,6 +183,45 @@ impl<R> Broker<R> {
             }
             _ => {}
         }
+    }
+
+    /// `a` released the probe key (`unlocked`): where no pooler showed yet, another round
+    /// from `b`'s first statement, else the cleanup of what the rounds left.
+    fn session_round_ended(
+        &mut self,
+        sub: SubId,
+        b: ConnId,
+        unlock: Statement,
+        probe: Value,
+        unlocked: bool,
+    ) {
+        let s = &mut self.subs[sub.0];
+        s.check.pooled |= !unlocked;
+        let pooled = s.check.pooled;
+        if !pooled && s.check.rounds > 0 {
+            s.check.rounds -= 1;
+            let ping = session_ping();
+            return self.check_execute(sub, b, ping, Vec::new(), CheckStage::SessionPing { b });
+        }
+        self.session_cleanup(sub, b, unlock, probe, pooled, CLEANUPS);
+    }
+
+    /// The session check's second connection went back: the check fails where it found a
+    /// pooler (the form `needed` sessions, or the adapter's statements live in them).
+    fn session_released(&mut self, sub: SubId, a: ConnId, needed: bool) {
+        let s = &mut self.subs[sub.0];
+        s.check.probe = None;
+        if std::mem::take(&mut s.check.pooled) {
+            let table = s.desc.table;
+            let form = s.desc.form();
+            let error = if needed {
+                CheckError::TransactionPooling { table, form }
+            } else {
+                CheckError::PreparedStatements { table }
+            };
+            self.check_failed(sub, error);
+        }
+        self.check_step(sub, a, Action::Release, CheckStage::Release);
     }
 
     /// A session check's connection (`a`, else `b`) answered its server process id: one that

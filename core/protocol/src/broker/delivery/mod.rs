@@ -132,6 +132,41 @@ pub(super) struct Delivery {
 }
 
 impl Delivery {
+    /// The delivery of a row a claim just took, at `now`; `delivered`: the broker runs, so
+    /// the runtime is to be handed it.
+    fn taken<R>(
+        sub: SubId,
+        taken: &Taken<R>,
+        conn: Option<ConnId>,
+        now: Time,
+        delivered: bool,
+        held: Held,
+    ) -> Self {
+        Delivery {
+            sub,
+            id: taken.id.clone(),
+            conn,
+            state: DeliveryState::InWork,
+            ending: None,
+            deadline: None,
+            queued: None,
+            holds: true,
+            settled: false,
+            delivered,
+            handling: false,
+            freed: false,
+            claimed_at: now,
+            attempt: taken.attempt,
+            delay: None,
+            error: None,
+            failure: None,
+            exhausted: false,
+            savepoint: false,
+            paced: false,
+            held,
+        }
+    }
+
     fn key(&self) -> Option<&Arc<str>> {
         match &self.held {
             Held::Advisory { key, .. } => Some(key),
@@ -299,32 +334,8 @@ impl<R> Broker<R> {
         let running = self.state == State::Running;
         self.subs[sub.0].in_work += 1;
         let held = self.held_for(sub, key.clone(), lease);
-        self.deliveries.insert(
-            id,
-            Delivery {
-                sub,
-                id: taken.id.clone(),
-                conn,
-                state: DeliveryState::InWork,
-                ending: None,
-                deadline: None,
-                queued: None,
-                holds: true,
-                settled: false,
-                delivered: running,
-                handling: false,
-                freed: false,
-                claimed_at: now,
-                attempt: taken.attempt,
-                delay: None,
-                error: None,
-                failure: None,
-                exhausted: false,
-                savepoint: false,
-                paced: false,
-                held,
-            },
-        );
+        let delivery = Delivery::taken(sub, &taken, conn, now, running, held);
+        self.deliveries.insert(id, delivery);
         if !running {
             self.end(id, Ending::Shutdown);
             return;
@@ -347,6 +358,14 @@ impl<R> Broker<R> {
             row: taken.raw,
             transaction,
         };
+        self.hand(delivered);
+    }
+
+    /// Hands a row to a free worker, or else keeps it claimed ahead: held (by its lease, its
+    /// transaction or its key's lock) until a worker frees, or given back at once when the
+    /// subscription has stopped meanwhile.
+    fn hand(&mut self, delivered: Delivered<R>) {
+        let (sub, id) = (delivered.sub, delivered.delivery);
         let s = &mut self.subs[sub.0];
         if s.handling < s.options.workers {
             s.handed += 1;
@@ -357,8 +376,6 @@ impl<R> Broker<R> {
             self.events.push_back(Event::Delivered(delivered));
             return;
         }
-        // Claimed ahead: held (by its lease, its transaction or its key's lock) until a
-        // worker frees, or given back at once when the subscription has stopped meanwhile.
         let stopped = s.stopped;
         if let Some(d) = self.deliveries.get_mut(id) {
             d.delivered = false;

@@ -138,42 +138,7 @@ impl<R> Broker<R> {
         if error.kind == ErrorKind::Serialization && self.rerun_lease_step(delivery, stage) {
             return;
         }
-        let Some(d) = self.deliveries.get_mut(delivery) else {
-            return;
-        };
-        let sub = d.sub;
-        let settling = matches!(d.ending, Some(Ending::Settle(_)))
-            && matches!(
-                stage,
-                DeliveryStage::Acquire
-                    | DeliveryStage::Settle
-                    | DeliveryStage::SettleBatch
-                    | DeliveryStage::ReleaseLease
-                    | DeliveryStage::Commit
-            );
-        if settling {
-            let batch = d
-                .lease_mut()
-                .map(|l| std::mem::take(&mut l.batch))
-                .unwrap_or_default();
-            self.events.push_back(Event::SettleFailed {
-                delivery,
-                error: SettleError::Db(error.clone()),
-            });
-            for each in batch {
-                self.events.push_back(Event::SettleFailed {
-                    delivery: each,
-                    error: SettleError::Db(error.clone()),
-                });
-                if let Some(d) = self.deliveries.get_mut(each) {
-                    d.holds = false;
-                }
-                self.finish_delivery(each);
-            }
-            self.settle_done(sub, delivery);
-        } else {
-            self.events.push_back(Event::Error { sub, error });
-        }
+        self.report_failed_step(delivery, stage, error);
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
@@ -197,6 +162,48 @@ impl<R> Broker<R> {
             }
             (_, None) => self.after_failed_step(delivery),
         }
+    }
+
+    /// A delivery's step failed: a settlement's statement fails the settlement (and those
+    /// settled with it in one statement, which end here); any other step is an error of the
+    /// subscription.
+    fn report_failed_step(&mut self, delivery: DeliveryId, stage: DeliveryStage, error: DbError) {
+        let Some(d) = self.deliveries.get_mut(delivery) else {
+            return;
+        };
+        let sub = d.sub;
+        let settling = matches!(d.ending, Some(Ending::Settle(_)))
+            && matches!(
+                stage,
+                DeliveryStage::Acquire
+                    | DeliveryStage::Settle
+                    | DeliveryStage::SettleBatch
+                    | DeliveryStage::ReleaseLease
+                    | DeliveryStage::Commit
+            );
+        if !settling {
+            self.events.push_back(Event::Error { sub, error });
+            return;
+        }
+        let batch = d
+            .lease_mut()
+            .map(|l| std::mem::take(&mut l.batch))
+            .unwrap_or_default();
+        self.events.push_back(Event::SettleFailed {
+            delivery,
+            error: SettleError::Db(error.clone()),
+        });
+        for each in batch {
+            self.events.push_back(Event::SettleFailed {
+                delivery: each,
+                error: SettleError::Db(error.clone()),
+            });
+            if let Some(d) = self.deliveries.get_mut(each) {
+                d.holds = false;
+            }
+            self.finish_delivery(each);
+        }
+        self.settle_done(sub, delivery);
     }
 
     pub(super) fn after_failed_step(&mut self, delivery: DeliveryId) {

@@ -409,20 +409,7 @@ impl<R> Broker<R> {
             },
             FormStatements::Lease(_) | FormStatements::Advisory(_) => 1,
         };
-        let mut members = Vec::new();
-        while members.len() < most {
-            let Some(claim) = self.subs[sub.0].counts.waiting.pop_front() else {
-                break;
-            };
-            if self.claims.get(&claim).and_then(|c| c.conn).is_none() {
-                continue;
-            }
-            if self.state != State::Running {
-                self.claim_release(claim);
-                continue;
-            }
-            members.push(claim);
-        }
+        let members = self.count_members(sub, most);
         let Some(&leader) = members.first() else {
             return;
         };
@@ -445,32 +432,8 @@ impl<R> Broker<R> {
         });
         match &st.claim {
             RowLockClaim::Count { count_row, .. } => {
-                let now = self.now;
-                let from = st.count_row_from.as_ref().and_then(|from| {
-                    let floor = self.subs[sub.0].floor.start(now)?;
-                    Some((from, floor))
-                });
-                let (statement, floor) = match from {
-                    Some((from, floor)) => (from.clone(), floor),
-                    None => (count_row.clone(), i64::MIN),
-                };
-                if let Some(count) = self.subs[sub.0].counts.counting.as_mut() {
-                    count.from_floor = floor != i64::MIN;
-                }
-                // The count passes over the rows that wait their delay in this process.
-                let passing = Passing::RowLock {
-                    floor: floor != i64::MIN,
-                };
-                let (statement, ids) = self.passing(sub, passing, statement);
-                let binds = statement.binds(|arg| {
-                    excluded_id(arg, &ids).unwrap_or(match arg {
-                        Arg::Limit => Value::Int(look as i64),
-                        Arg::Take => Value::Int(take as i64),
-                        _ => Value::Int(floor),
-                    })
-                });
-                let stage = ClaimStage::RowLock(Stage::CountRow);
-                self.claim_execute(leader, conn, statement, binds, stage);
+                let from = st.count_row_from.as_ref();
+                self.send_count_row(sub, leader, conn, count_row, from, (look, take));
             }
             RowLockClaim::SelectCount { read_committed, .. } => {
                 let stage = ClaimStage::RowLock(Stage::ReadCommitted);
@@ -478,5 +441,61 @@ impl<R> Broker<R> {
             }
             RowLockClaim::Lock { .. } => {}
         }
+    }
+
+    /// The claims waiting for a count that the next one counts for, at most `most`: those
+    /// that still hold a connection; from the shutdown on, each lets its connection go.
+    fn count_members(&mut self, sub: SubId, most: usize) -> Vec<ClaimId> {
+        let mut members = Vec::new();
+        while members.len() < most {
+            let Some(claim) = self.subs[sub.0].counts.waiting.pop_front() else {
+                break;
+            };
+            if self.claims.get(&claim).and_then(|c| c.conn).is_none() {
+                continue;
+            }
+            if self.state != State::Running {
+                self.claim_release(claim);
+                continue;
+            }
+            members.push(claim);
+        }
+        members
+    }
+
+    /// Sends the count of `(look, take)` rows on the leader's connection: from the floor
+    /// where the subscription's claims start past the rows taken before them, passing over
+    /// the rows that wait their delay in this process.
+    fn send_count_row(
+        &mut self,
+        sub: SubId,
+        leader: ClaimId,
+        conn: ConnId,
+        count_row: &crate::Statement,
+        from: Option<&crate::Statement>,
+        (look, take): (usize, usize),
+    ) {
+        let now = self.now;
+        let from = from.and_then(|from| Some((from, self.subs[sub.0].floor.start(now)?)));
+        let (statement, floor) = match from {
+            Some((from, floor)) => (from.clone(), floor),
+            None => (count_row.clone(), i64::MIN),
+        };
+        if let Some(count) = self.subs[sub.0].counts.counting.as_mut() {
+            count.from_floor = floor != i64::MIN;
+        }
+        let passing = Passing::RowLock {
+            floor: floor != i64::MIN,
+        };
+        let (statement, ids) = self.passing(sub, passing, statement);
+        let binds = statement.binds(|arg| {
+            excluded_id(arg, &ids).unwrap_or(match arg {
+                Arg::Limit => Value::Int(look as i64),
+                Arg::Take => Value::Int(take as i64),
+                _ => Value::Int(floor),
+            })
+        });
+        let stage = ClaimStage::RowLock(Stage::CountRow);
+        self.claim_execute(leader, conn, statement, binds, stage);
     }
 }
