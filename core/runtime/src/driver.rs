@@ -164,19 +164,13 @@ pub(crate) async fn start<A: Adapter>(
     }
     let tables = crate::start::tables_named(subs.iter().map(|s| s.desc.table));
     let dialect: Dialect = crate::start::open(&*adapter, &tables, &exec, &stop).await?;
-    let mut core = Broker::new(dialect);
-    core.set_prepared_statements(adapter.prepares_statements());
-    let now = now();
-    for sub in &subs {
-        if let Err(error) = core.subscribe(sub.desc, sub.options, now) {
+    let core = match subscribed(&*adapter, dialect, &subs) {
+        Ok(core) => core,
+        Err(error) => {
             adapter.close().await;
             return Err(StartError::Description(error));
         }
-    }
-    if let Err(error) = crate::maintenance::register(&mut core, &subs, now) {
-        adapter.close().await;
-        return Err(StartError::Description(error));
-    }
+    };
     let (tx, rx) = mpsc::unbounded();
     let (ready_tx, ready_rx) = oneshot::channel();
     let (closed_tx, closed_rx) = oneshot::channel();
@@ -226,15 +220,40 @@ pub(crate) async fn start<A: Adapter>(
     if not_ready == 0 {
         return Ok(started);
     }
-    let ready = ready_rx.map(Ok::<_, StartError>);
-    let error = match crate::start::or_stopped(ready, &stop).await {
+    checked(started, ready_rx, &stop).await
+}
+
+/// A broker for `dialect` with every subscription and the tables' maintenance registered.
+fn subscribed<A: Adapter>(
+    adapter: &A,
+    dialect: Dialect,
+    subs: &[Subscription<A>],
+) -> Result<Broker<A::Row>, ruststream_core::BrokerError> {
+    let mut core = Broker::new(dialect);
+    core.set_prepared_statements(adapter.prepares_statements());
+    let now = now();
+    for sub in subs {
+        core.subscribe(sub.desc, sub.options, now)?;
+    }
+    crate::maintenance::register(&mut core, subs, now)?;
+    Ok(core)
+}
+
+/// Waits until every subscription's table passed its check; on a failed check or a stop
+/// meanwhile, the broker shuts down what it opened and the start fails.
+async fn checked(
+    started: Started,
+    ready: oneshot::Receiver<Result<(), CheckError>>,
+    stop: &StopSignal,
+) -> Result<Started, StartError> {
+    let ready = ready.map(Ok::<_, StartError>);
+    let error = match crate::start::or_stopped(ready, stop).await {
         Ok(Ok(Ok(()))) => return Ok(started),
         Ok(Ok(Err(error))) => StartError::Check(error),
         Ok(Err(_)) => return Err(StartError::AlreadyStarted),
         // Stopped while the checks run.
         Err(stopped) => stopped,
     };
-    // The broker shuts down what it opened.
     let _ = started.tx.unbounded_send(Input::Shutdown);
     let _ = started.closed.await;
     Err(error)

@@ -150,6 +150,30 @@ pub(crate) async fn probe<A: Adapter>(
     let Some(sql) = dialect.notify_statement(&payload) else {
         return Probe::NotListening;
     };
+    if let Err(failed) = send_probe(adapter, sql).await {
+        return failed;
+    }
+    let heard = async {
+        while let Some(notice) = session.next().await {
+            if matches!(&notice, Ok(p) if *p == payload) {
+                return true;
+            }
+        }
+        false
+    };
+    let timeout = exec.sleep(PROBE_WAIT);
+    futures::pin_mut!(heard);
+    match futures::future::select(heard, timeout).await {
+        futures::future::Either::Left((true, _)) => Probe::Heard(session),
+        // The session ended before the probe came: it opens again as after a loss.
+        futures::future::Either::Left((false, _)) => Probe::Later,
+        futures::future::Either::Right(((), _)) => Probe::Deaf,
+    }
+}
+
+/// Sends the probe's notification (`sql`) through the pool, on a connection of its own;
+/// on a failure, what the probe concludes: try later, or the pool's session listens too.
+async fn send_probe<A: Adapter>(adapter: &A, sql: String) -> Result<(), Probe> {
     let conn = ConnId(u64::MAX);
     let statement = Statement {
         kind: StatementKind::Notify,
@@ -179,7 +203,7 @@ pub(crate) async fn probe<A: Adapter>(
         if let Reply::Failed(error) = adapter.execute(command, None).await {
             tracing::debug!("the start's probe notification failed: {error}");
             if acquire {
-                return Probe::Later;
+                return Err(Probe::Later);
             }
             if sent && error.kind == ErrorKind::SharedSession {
                 shared = Some(error);
@@ -187,31 +211,16 @@ pub(crate) async fn probe<A: Adapter>(
             sent = false;
         }
     }
-    if !sent {
-        let close = Command {
-            id: CommandId(u64::MAX - 3),
-            conn,
-            action: Action::Close,
-        };
-        let _ = adapter.execute(close, None).await;
-        return shared.map_or(Probe::Later, Probe::Shared);
+    if sent {
+        return Ok(());
     }
-    let heard = async {
-        while let Some(notice) = session.next().await {
-            if matches!(&notice, Ok(p) if *p == payload) {
-                return true;
-            }
-        }
-        false
+    let close = Command {
+        id: CommandId(u64::MAX - 3),
+        conn,
+        action: Action::Close,
     };
-    let timeout = exec.sleep(PROBE_WAIT);
-    futures::pin_mut!(heard);
-    match futures::future::select(heard, timeout).await {
-        futures::future::Either::Left((true, _)) => Probe::Heard(session),
-        // The session ended before the probe came: it opens again as after a loss.
-        futures::future::Either::Left((false, _)) => Probe::Later,
-        futures::future::Either::Right(((), _)) => Probe::Deaf,
-    }
+    let _ = adapter.execute(close, None).await;
+    Err(shared.map_or(Probe::Later, Probe::Shared))
 }
 
 /// The notices of the adapter's listening sessions, or `None` where the adapter does not
