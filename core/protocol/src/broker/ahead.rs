@@ -61,7 +61,7 @@ impl<R> Broker<R> {
     pub(super) fn hand_ahead(&mut self, sub: SubId) {
         while self.state == State::Running {
             let s = &self.subs[sub.0];
-            if s.handling >= s.options.workers || s.stopped {
+            if s.at_handlers >= s.options.workers || s.stopped {
                 return;
             }
             let ping = match &s.statements.form {
@@ -96,7 +96,7 @@ impl<R> Broker<R> {
             d.handling = true;
             let waited = now.since(d.claimed_at) >= PING_AHEAD_AFTER;
             let conn = d.holding_conn();
-            self.subs[sub.0].handling += 1;
+            self.subs[sub.0].at_handlers += 1;
             if let (true, Some(ping), Some(conn)) = (waited, ping, conn) {
                 // The worker's slot is kept for the row while its session is asked.
                 d.state = DeliveryState::Busy;
@@ -106,7 +106,7 @@ impl<R> Broker<R> {
                 continue;
             }
             d.delivered = true;
-            self.subs[sub.0].handed += 1;
+            self.subs[sub.0].rows_handed += 1;
             self.events.push_back(Event::Delivered(next));
         }
     }
@@ -126,12 +126,12 @@ impl<R> Broker<R> {
         let queued = d.queued.take();
         if queued.is_some() || self.subs[sub.0].stopped || !running {
             d.handling = false;
-            self.subs[sub.0].handling -= 1;
+            self.subs[sub.0].at_handlers -= 1;
             self.end(delivery, queued.unwrap_or(Ending::Drop));
             return;
         }
         d.delivered = true;
-        self.subs[sub.0].handed += 1;
+        self.subs[sub.0].rows_handed += 1;
         self.events.push_back(Event::Delivered(next));
     }
 
@@ -150,8 +150,8 @@ impl<R> Broker<R> {
         // the settlement would only wait for it, on a second connection.
         d.freed = d.lease().is_some() && !self.gate.is_on();
         let s = &mut self.subs[sub.0];
-        s.handling -= 1;
-        s.settling += usize::from(d.freed);
+        s.at_handlers -= 1;
+        s.settling_freed += usize::from(d.freed);
         self.hand_ahead(sub);
     }
 

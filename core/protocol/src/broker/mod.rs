@@ -244,12 +244,12 @@ impl<R> Broker<R> {
 
     /// How many messages are in work, over every subscription.
     pub fn in_work_total(&self) -> usize {
-        self.subs.iter().map(|s| s.handed).sum()
+        self.subs.iter().map(|s| s.rows_handed).sum()
     }
 
     /// How many messages of a subscription are in work.
     pub fn in_work(&self, sub: SubId) -> usize {
-        self.subs.get(sub.0).map_or(0, |s| s.handed)
+        self.subs.get(sub.0).map_or(0, |s| s.rows_handed)
     }
 
     /// How many rows failed in this process on a subscription's table with nowhere to write

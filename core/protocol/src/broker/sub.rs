@@ -99,22 +99,21 @@ pub(super) struct Sub {
     pub(super) state: SubState,
     pub(super) check: CheckState,
     /// Rows claimed and not yet ended: in work, claimed ahead, or settling.
-    pub(super) in_work: usize,
+    pub(super) rows_claimed: usize,
     /// The deliveries handed to the runtime and not yet ended.
-    pub(super) handed: usize,
+    pub(super) rows_handed: usize,
     /// The deliveries handed to the runtime that it has not settled or dropped yet: at most
     /// `workers`. A row claimed ahead goes to the runtime when this falls below `workers`.
-    pub(super) handling: usize,
+    pub(super) at_handlers: usize,
     /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     pub(super) prefetch: usize,
-    // The lease form on the servers: rows in work whose handlers have ended and whose
-    // settlements (or releases) still run. Up to `workers` of them hold no worker's slot, as
-    // a handler's worker takes its next row while its lease holds the last one until it
-    // settles.
-    pub(super) settling: usize,
+    /// The lease form on the servers: rows whose handlers have ended and whose settlements
+    /// still run. Up to `workers` of them hold no worker's slot (see ARCHITECTURE.md).
+    pub(super) settling_freed: usize,
     /// Slots that claims in flight hold.
-    pub(super) claiming: usize,
-    pub(super) claims_in_flight: usize,
+    pub(super) claim_slots: usize,
+    /// Claims started and not yet finished.
+    pub(super) claims_running: usize,
     /// Claims no more: the runtime stopped it.
     pub(super) stopped: bool,
     pub(super) next_claim_at: Option<Time>,
@@ -291,13 +290,13 @@ impl Sub {
             options,
             state: SubState::Checking,
             check: CheckState::default(),
-            in_work: 0,
-            handed: 0,
-            handling: 0,
+            rows_claimed: 0,
+            rows_handed: 0,
+            at_handlers: 0,
             prefetch: 0,
-            settling: 0,
-            claiming: 0,
-            claims_in_flight: 0,
+            settling_freed: 0,
+            claim_slots: 0,
+            claims_running: 0,
             stopped: false,
             next_claim_at: None,
             retries_due: std::collections::BTreeSet::new(),
@@ -373,13 +372,13 @@ impl Sub {
 
     /// How many more rows claims may take now.
     pub(super) fn free(&self) -> usize {
-        if self.registry() && self.in_work + self.claiming > 0 {
+        if self.registry() && self.rows_claimed + self.claim_slots > 0 {
             // SQLite's registry: one delivery in work at a time. A claim meanwhile would read
             // the row in work, or take a second.
             return 0;
         }
-        let held = self.in_work - self.settling.min(self.options.workers);
-        (self.options.workers + self.prefetch).saturating_sub(held + self.claiming)
+        let held = self.rows_claimed - self.settling_freed.min(self.options.workers);
+        (self.options.workers + self.prefetch).saturating_sub(held + self.claim_slots)
     }
 
     /// A row this process retried into its table is due at `due`. Kept for the claims that
@@ -411,7 +410,7 @@ impl Sub {
         let slots = self.options.workers + self.prefetch;
         let waits = matches!(self.statements.form, FormStatements::Lease(_))
             && !gated
-            && self.handling > 0
+            && self.at_handlers > 0
             && self.free() < slots;
         if !waits {
             self.gather_until = None;
@@ -427,6 +426,6 @@ impl Sub {
         self.state == SubState::Ready
             && !self.stopped
             && self.free() > 0
-            && (self.side_by_side() || self.claims_in_flight == 0)
+            && (self.side_by_side() || self.claims_running == 0)
     }
 }

@@ -130,13 +130,13 @@ impl<R> Broker<R> {
         };
         let s = &self.subs[sub.0];
         // Enough to pass over the rows in work (claimed ahead too) and the rows the
-        // subscription's other claims are taking, and still find this claim's: `claiming`
+        // subscription's other claims are taking, and still find this claim's: `claim_slots`
         // counts this claim's slots and theirs.
         let mut limit = if s.first_rows_only() {
             1
         } else {
             let own = self.claims.get(&claim).map_or(0, |c| c.limit);
-            s.in_work + s.claiming + own
+            s.rows_claimed + s.claim_slots + own
         };
         if excluded.len() > EXCLUDE_MAX {
             limit += excluded.len() - EXCLUDE_MAX;

@@ -69,7 +69,7 @@ impl<R> Broker<R> {
             return 0;
         };
         let extra = self.subs[sub.0].free();
-        self.subs[sub.0].claiming += extra;
+        self.subs[sub.0].claim_slots += extra;
         match self.claims.get_mut(&claim) {
             Some(c) => {
                 c.limit += extra;

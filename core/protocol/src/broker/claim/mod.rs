@@ -89,8 +89,8 @@ impl<R> Broker<R> {
                 (limit, ClaimForm::Advisory(advisory::Claiming::new(st)))
             }
         };
-        s.claiming += limit;
-        s.claims_in_flight += 1;
+        s.claim_slots += limit;
+        s.claims_running += 1;
         s.gather_until = None;
         // After a claim that found all it asked for, the next may start as soon as a slot
         // frees, beside this one; otherwise this claim's end decides when the next runs.
@@ -285,8 +285,8 @@ impl<R> Broker<R> {
         debug_assert!(c.conn.is_none(), "a claim ended holding a connection");
         let now = self.now;
         let s = &mut self.subs[c.sub.0];
-        s.claiming -= c.limit;
-        s.claims_in_flight -= 1;
+        s.claim_slots -= c.limit;
+        s.claims_running -= 1;
         s.claim_took = now.since(c.started);
         s.last_full = !c.failed && c.found >= c.limit;
         let poll = now.plus(s.options.poll_interval);

@@ -107,7 +107,7 @@ pub(super) struct Delivery {
     /// Handed to the runtime, which has not settled or dropped it yet.
     pub(super) handling: bool,
     /// The lease form: the runtime has settled or dropped it, and its row counts among the
-    /// subscription's [`settling`](super::sub::Sub::settling) until it ends.
+    /// subscription's [`settling_freed`](super::sub::Sub::settling_freed) until it ends.
     pub(super) freed: bool,
     /// When its claim took it.
     pub(super) claimed_at: Time,
@@ -332,7 +332,7 @@ impl<R> Broker<R> {
         self.next_delivery += 1;
         let now = self.now;
         let running = self.state == State::Running;
-        self.subs[sub.0].in_work += 1;
+        self.subs[sub.0].rows_claimed += 1;
         let held = self.held_for(sub, key.clone(), lease);
         let delivery = Delivery::taken(sub, &taken, conn, now, running, held);
         self.deliveries.insert(id, delivery);
@@ -367,9 +367,9 @@ impl<R> Broker<R> {
     fn hand(&mut self, delivered: Delivered<R>) {
         let (sub, id) = (delivered.sub, delivered.delivery);
         let s = &mut self.subs[sub.0];
-        if s.handling < s.options.workers {
-            s.handed += 1;
-            s.handling += 1;
+        if s.at_handlers < s.options.workers {
+            s.rows_handed += 1;
+            s.at_handlers += 1;
             if let Some(d) = self.deliveries.get_mut(id) {
                 d.handling = true;
             }

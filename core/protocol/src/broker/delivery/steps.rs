@@ -260,13 +260,13 @@ impl<R> Broker<R> {
         );
         self.settle_done(d.sub, delivery);
         let s = &mut self.subs[d.sub.0];
-        s.in_work -= 1;
-        s.settling -= usize::from(d.freed);
+        s.rows_claimed -= 1;
+        s.settling_freed -= usize::from(d.freed);
         if d.delivered {
-            s.handed -= 1;
+            s.rows_handed -= 1;
         }
         if d.handling {
-            s.handling -= 1;
+            s.at_handlers -= 1;
         }
         // A delivery that gives its row back, or releases its key, lets the next claim run at
         // once: the row, or the next row of the key, waits for no poll.
