@@ -29,18 +29,35 @@ id!(
     ConnId(u64)
 );
 id!(
-    /// A message in work.
-    DeliveryId(u64)
-);
-id!(
     /// A subscription.
     SubId(usize)
 );
-id!(
+
+/// An id only the core assigns: its field is private to the crate, so nothing outside it can
+/// forge one.
+macro_rules! assigned_id {
+    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub(crate) $inner);
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}#{}", stringify!($name), self.0)
+            }
+        }
+    };
+}
+
+assigned_id!(
+    /// A message in work.
+    DeliveryId(u64)
+);
+assigned_id!(
     /// A table a publisher writes.
     PublisherId(usize)
 );
-id!(
+assigned_id!(
     /// A publish in flight.
     PublishId(u64)
 );
