@@ -11,6 +11,8 @@ use crate::Errors;
 
 const SHAPE: &str = "async fn name(message: &Message, Ctx(value): Ctx<keys::Key>, State(value): State<T>, ..) -> Result<(), E>";
 
+/// Expands `#[subscriber(SOURCE)]` on an `async fn`: reads the source's type and the
+/// handler's signature, reporting every mistake at once, then writes the subscriber.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if args.is_empty() {
         return Err(syn::Error::new(
@@ -21,9 +23,65 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
     let source: Expr = syn::parse2(args)?;
     let source_ty = source_type(&source)?;
     let function: ItemFn = syn::parse2(item)?;
-    let sig = &function.sig;
+    let handler = Handler::read(&function.sig)?;
+    Ok(Subscriber::new(&function, &source, source_ty, handler).tokens())
+}
 
-    let mut errors = Errors::default();
+/// How the handler takes its message.
+#[derive(Clone, Copy)]
+enum Taking {
+    /// `&Message`: the decoded message, lent.
+    Lent,
+    /// `Message`: a clone of the decoded message.
+    Owned,
+}
+
+/// The handler's first argument: its message.
+struct MessageArg {
+    pat: Box<syn::Pat>,
+    ty: Box<Type>,
+    taking: Taking,
+}
+
+/// An argument after the message: its pattern, its type and what it extracts.
+struct ExtractorArg {
+    pat: Box<syn::Pat>,
+    ty: Box<Type>,
+    kind: Extractor,
+}
+
+/// A handler whose signature passed every rule: its message, its extractors and its
+/// return type.
+struct Handler {
+    message: MessageArg,
+    extractors: Vec<ExtractorArg>,
+    output: Box<Type>,
+}
+
+impl Handler {
+    /// Reads and checks the signature; every mistake is reported together, each at the token
+    /// at fault.
+    fn read(sig: &syn::Signature) -> syn::Result<Self> {
+        let mut errors = Errors::default();
+        check_qualifiers(sig, &mut errors);
+        let mut inputs = sig.inputs.iter();
+        let message = message_arg(sig, inputs.next(), &mut errors);
+        let extractors = extractor_args(inputs, &mut errors);
+        let output = output_type(sig, &mut errors);
+        errors.finish()?;
+        let (Some(message), Some(output)) = (message, output) else {
+            return Err(syn::Error::new(sig.span(), "reported above"));
+        };
+        Ok(Self {
+            message,
+            extractors,
+            output,
+        })
+    }
+}
+
+/// A subscriber is a safe, plain Rust `async fn` without generics or variadic arguments.
+fn check_qualifiers(sig: &syn::Signature, errors: &mut Errors) {
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new(
             sig.fn_token.span(),
@@ -60,41 +118,57 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             "a subscriber takes no variadic arguments",
         ));
     }
+}
 
-    // The message: `pattern: &Message`.
-    let mut inputs = sig.inputs.iter();
-    let message = match inputs.next() {
+/// The message: `pattern: &Message`, or `pattern: Message` for a clone of it.
+fn message_arg(
+    sig: &syn::Signature,
+    first: Option<&FnArg>,
+    errors: &mut Errors,
+) -> Option<MessageArg> {
+    let arg = match first {
         None => {
             errors.push(syn::Error::new(
                 sig.paren_token.span.join(),
                 format!("a subscriber takes its message first: `{SHAPE}`"),
             ));
-            None
+            return None;
         }
         Some(FnArg::Receiver(receiver)) => {
             errors.push(syn::Error::new_spanned(
                 receiver,
                 "a subscriber is a free `async fn`, without `self`",
             ));
-            None
+            return None;
         }
-        Some(FnArg::Typed(arg)) => match &*arg.ty {
-            Type::Reference(reference) if reference.mutability.is_none() => {
-                Some((arg.pat.clone(), reference.elem.clone(), false))
-            }
-            Type::Reference(reference) => {
-                errors.push(syn::Error::new(
-                    reference.mutability.span(),
-                    "the message is lent to the handler shared, not mutable: write `&Message`, or take it by value: `Message`",
-                ));
-                None
-            }
-            // By value: a clone of the decoded message.
-            other => Some((arg.pat.clone(), Box::new(other.clone()), true)),
-        },
+        Some(FnArg::Typed(arg)) => arg,
     };
+    let (ty, taking) = match &*arg.ty {
+        Type::Reference(reference) if reference.mutability.is_none() => {
+            (reference.elem.clone(), Taking::Lent)
+        }
+        Type::Reference(reference) => {
+            errors.push(syn::Error::new(
+                reference.mutability.span(),
+                "the message is lent to the handler shared, not mutable: write `&Message`, or take it by value: `Message`",
+            ));
+            return None;
+        }
+        // By value: a clone of the decoded message.
+        other => (Box::new(other.clone()), Taking::Owned),
+    };
+    Some(MessageArg {
+        pat: arg.pat.clone(),
+        ty,
+        taking,
+    })
+}
 
-    // The extractors: `pattern: Ctx<Key>`.
+/// The extractors: `pattern: Ctx<Key>`, `pattern: State<T>` or any other `FromContext`.
+fn extractor_args<'a>(
+    inputs: impl Iterator<Item = &'a FnArg>,
+    errors: &mut Errors,
+) -> Vec<ExtractorArg> {
     let mut extractors = Vec::new();
     for input in inputs {
         match input {
@@ -102,13 +176,19 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 receiver,
                 "a subscriber is a free `async fn`, without `self`",
             )),
-            FnArg::Typed(arg) => {
-                extractors.push((arg.pat.clone(), arg.ty.clone(), extractor(&arg.ty)))
-            }
+            FnArg::Typed(arg) => extractors.push(ExtractorArg {
+                pat: arg.pat.clone(),
+                ty: arg.ty.clone(),
+                kind: extractor(&arg.ty),
+            }),
         }
     }
+    extractors
+}
 
-    let output = match &sig.output {
+/// The return type, which says the outcome; a handler that returns nothing is an error.
+fn output_type(sig: &syn::Signature, errors: &mut Errors) -> Option<Box<Type>> {
+    match &sig.output {
         ReturnType::Type(_, ty) => Some(ty.clone()),
         ReturnType::Default => {
             errors.push(syn::Error::new(
@@ -117,102 +197,212 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             ));
             None
         }
-    };
-    errors.finish()?;
-    let (Some((message_pat, message_ty, by_value)), Some(output)) = (message, output) else {
-        return Err(syn::Error::new(sig.span(), "reported above"));
-    };
+    }
+}
 
-    let name = &sig.ident;
-    let name_text = name.unraw().to_string();
-    let vis = &function.vis;
-    let (docs, attrs): (Vec<_>, Vec<_>) = function
-        .attrs
-        .iter()
-        .partition(|attr| attr.path().is_ident("doc"));
-    let cfgs: Vec<_> = attrs
-        .iter()
-        .filter(|attr| attr.path().is_ident("cfg"))
-        .collect();
-    let attrs: Vec<_> = attrs
-        .iter()
-        .filter(|attr| !attr.path().is_ident("cfg"))
-        .collect();
-    let block = &function.block;
+/// The function's attributes as the output places them: the docs on the struct, the `cfg`s
+/// on every item, and the rest on `handle`.
+struct Attributes<'a> {
+    docs: Vec<&'a syn::Attribute>,
+    cfgs: Vec<&'a syn::Attribute>,
+    others: Vec<&'a syn::Attribute>,
+}
 
-    // The delivery's context: its row, attempt and key, for the extractors and for a test's
-    // recorder ([`ruststream::testing::Recorded`]).
-    let context = quote!(::ruststream::InboxContext);
-    let ctx = Ident::new("ctx", Span::mixed_site());
-    let ctx_param = if extractors.is_empty() {
-        quote!(_)
-    } else {
-        quote!(#ctx)
-    };
-    // Spanned at the return type, so a body that answers something else is an error there.
-    let outcome = format_ident!("__ruststream_outcome", span = output.span());
-    let extract = extractors.iter().map(|(pat, ty, which)| match which {
-        // The attempt of a table without the column is a compile error, naming it.
-        Extractor::Ctx(key) if names_attempt(key) => quote_spanned! {ty.span()=>
-            ::ruststream::__private::counts_attempts::<#source_ty>();
-            let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
-        },
-        Extractor::Ctx(key) => quote_spanned! {ty.span()=>
-            let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
-        },
-        Extractor::Other => quote_spanned! {ty.span()=>
-            let #pat: #ty = <#ty as ::ruststream::FromContext<#context>>::from_context(#ctx).await?;
-        },
-    });
-    let into_outcome = quote_spanned!(output.span()=> ::ruststream::IntoOutcome::into_outcome);
-    // A message taken by value is a clone of the decoded one.
-    let message = Ident::new("message", Span::mixed_site());
-    let take_message = if by_value {
-        quote_spanned! {message_ty.span()=>
-            let #message_pat: #message_ty = ::ruststream::__private::owned(#message);
+impl<'a> Attributes<'a> {
+    /// Sorts the attributes into docs, `cfg`s and the rest, each in the order written.
+    fn split(attrs: &'a [syn::Attribute]) -> Self {
+        let (docs, rest): (Vec<_>, Vec<_>) =
+            attrs.iter().partition(|attr| attr.path().is_ident("doc"));
+        let (cfgs, others) = rest
+            .into_iter()
+            .partition(|attr| attr.path().is_ident("cfg"));
+        Self { docs, cfgs, others }
+    }
+}
+
+/// A checked handler and its source, ready to be written out as a unit struct, its `Handle`
+/// impl, its options and its `IntoSubscription` impl.
+struct Subscriber<'a> {
+    function: &'a ItemFn,
+    attrs: Attributes<'a>,
+    source: &'a Expr,
+    source_ty: TokenStream,
+    handler: Handler,
+    /// The name the subscription is known by: the function's, without `r#`.
+    name_text: String,
+    /// The delivery's context: its row, attempt and key, for the extractors and for a test's
+    /// recorder ([`ruststream::testing::Recorded`]).
+    context: TokenStream,
+    /// The `handle` parameter the extractors read the context from.
+    ctx: Ident,
+    /// The `handle` parameter that holds the decoded message.
+    message: Ident,
+}
+
+impl<'a> Subscriber<'a> {
+    /// The subscriber of a checked handler, with the names its output uses.
+    fn new(
+        function: &'a ItemFn,
+        source: &'a Expr,
+        source_ty: TokenStream,
+        handler: Handler,
+    ) -> Self {
+        Self {
+            function,
+            attrs: Attributes::split(&function.attrs),
+            source,
+            source_ty,
+            handler,
+            name_text: function.sig.ident.unraw().to_string(),
+            context: quote!(::ruststream::InboxContext),
+            ctx: Ident::new("ctx", Span::mixed_site()),
+            message: Ident::new("message", Span::mixed_site()),
         }
-    } else {
-        quote!(let #message_pat: &#message_ty = #message;)
-    };
-    let builder = quote! {
-        ::ruststream::SubscriberBuilder<#name, #source_ty, #message_ty, (), (), #context>
-    };
-    let builder_doc = format!(
-        "The subscription `{name_text}` as a builder, to set its workers and timings before it is included."
-    );
+    }
 
-    Ok(quote! {
-        #(#cfgs)*
-        #(#docs)*
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug)]
-        #vis struct #name;
+    /// The unit struct, then its impls, each under the function's `cfg`s.
+    fn tokens(&self) -> TokenStream {
+        let name = &self.function.sig.ident;
+        let vis = &self.function.vis;
+        let Attributes { docs, cfgs, .. } = &self.attrs;
+        let handle = self.handle_impl();
+        let options = self.options_impl();
+        let subscription = self.subscription_impl();
+        quote! {
+            #(#cfgs)*
+            #(#docs)*
+            #[allow(non_camel_case_types)]
+            #[derive(Clone, Copy, Debug)]
+            #vis struct #name;
 
-        #(#cfgs)*
-        impl ::ruststream::Handle<#message_ty, (), (), #context> for #name {
-            #(#attrs)*
-            async fn handle(
-                &self,
-                #message: &#message_ty,
-                _: &(),
-                #ctx_param: &mut ::ruststream::Context<'_, #context>,
-            ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
-                #take_message
-                #(#extract)*
-                let #outcome: #output = async move #block.await;
-                #into_outcome(#outcome).into_result()
+            #(#cfgs)*
+            #handle
+
+            #(#cfgs)*
+            #options
+
+            #(#cfgs)*
+            #subscription
+        }
+    }
+
+    /// `SubscriberBuilder<..>`: the type each option answers.
+    fn builder_ty(&self) -> TokenStream {
+        let (name, source_ty, context) = (&self.function.sig.ident, &self.source_ty, &self.context);
+        let message_ty = &self.handler.message.ty;
+        quote! {
+            ::ruststream::SubscriberBuilder<#name, #source_ty, #message_ty, (), (), #context>
+        }
+    }
+
+    /// `Handle`: takes the message, runs the extractors, then the function's body, and turns
+    /// what it answers into the delivery's outcome.
+    fn handle_impl(&self) -> TokenStream {
+        let (name, context, ctx, message) = (
+            &self.function.sig.ident,
+            &self.context,
+            &self.ctx,
+            &self.message,
+        );
+        let others = &self.attrs.others;
+        let message_ty = &self.handler.message.ty;
+        let output = &self.handler.output;
+        let block = &self.function.block;
+        let ctx_param = if self.handler.extractors.is_empty() {
+            quote!(_)
+        } else {
+            quote!(#ctx)
+        };
+        // Spanned at the return type, so a body that answers something else is an error there.
+        let outcome = format_ident!("__ruststream_outcome", span = output.span());
+        let into_outcome = quote_spanned!(output.span()=> ::ruststream::IntoOutcome::into_outcome);
+        let take_message = self.take_message();
+        let extract = self.extract();
+        quote! {
+            impl ::ruststream::Handle<#message_ty, (), (), #context> for #name {
+                #(#others)*
+                async fn handle(
+                    &self,
+                    #message: &#message_ty,
+                    _: &(),
+                    #ctx_param: &mut ::ruststream::Context<'_, #context>,
+                ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
+                    #take_message
+                    #(#extract)*
+                    let #outcome: #output = async move #block.await;
+                    #into_outcome(#outcome).into_result()
+                }
             }
         }
+    }
 
-        #(#cfgs)*
-        #[allow(dead_code)]
-        impl #name {
-            #[doc = #builder_doc]
-            #vis fn builder(self) -> #builder {
-                ::ruststream::subscriber::<Self, #message_ty, (), (), #context>(#name_text, self)
-                    .map_source(|_| #source)
+    /// Binds the message's pattern: to the decoded message, or to a clone of it when the
+    /// handler takes it by value.
+    fn take_message(&self) -> TokenStream {
+        let MessageArg { pat, ty, taking } = &self.handler.message;
+        let message = &self.message;
+        match taking {
+            Taking::Owned => quote_spanned! {ty.span()=>
+                let #pat: #ty = ::ruststream::__private::owned(#message);
+            },
+            Taking::Lent => quote!(let #pat: &#ty = #message;),
+        }
+    }
+
+    /// Binds each extractor's pattern to what it extracts from the context, each spanned at
+    /// its type so a type that extracts nothing is an error there.
+    fn extract(&self) -> Vec<TokenStream> {
+        let (source_ty, context, ctx) = (&self.source_ty, &self.context, &self.ctx);
+        let extract = |ExtractorArg { pat, ty, kind }: &ExtractorArg| match kind {
+            // The attempt of a table without the column is a compile error, naming it.
+            Extractor::Ctx(key) if names_attempt(key) => quote_spanned! {ty.span()=>
+                ::ruststream::__private::counts_attempts::<#source_ty>();
+                let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
+            },
+            Extractor::Ctx(key) => quote_spanned! {ty.span()=>
+                let #pat: #ty = ::ruststream::Ctx::<#key>::from_context(#ctx).await?;
+            },
+            Extractor::Other => quote_spanned! {ty.span()=>
+                let #pat: #ty = <#ty as ::ruststream::FromContext<#context>>::from_context(#ctx).await?;
+            },
+        };
+        self.handler.extractors.iter().map(extract).collect()
+    }
+
+    /// The subscriber's options: `builder()`, and each of the builder's options as a method
+    /// of the unit struct, so `name.workers(4)` reads as the subscription with four workers.
+    fn options_impl(&self) -> TokenStream {
+        let (name, name_text, vis) = (
+            &self.function.sig.ident,
+            &self.name_text,
+            &self.function.vis,
+        );
+        let (source, context) = (self.source, &self.context);
+        let message_ty = &self.handler.message.ty;
+        let builder = self.builder_ty();
+        let builder_doc = format!(
+            "The subscription `{name_text}` as a builder, to set its workers and timings before it is included."
+        );
+        let options = self.option_methods();
+        quote! {
+            #[allow(dead_code)]
+            impl #name {
+                #[doc = #builder_doc]
+                #vis fn builder(self) -> #builder {
+                    ::ruststream::subscriber::<Self, #message_ty, (), (), #context>(#name_text, self)
+                        .map_source(|_| #source)
+                }
+
+                #options
             }
+        }
+    }
 
+    /// The builder's options, each a method of the unit struct that starts from `builder()`.
+    fn option_methods(&self) -> TokenStream {
+        let vis = &self.function.vis;
+        let builder = self.builder_ty();
+        quote! {
             /// How many messages may be in work at once (default 1): `8`, or a
             /// `NonZeroUsize`; the start refuses zero.
             #vis fn workers(self, workers: impl ::ruststream::IntoWorkers) -> #builder {
@@ -272,17 +462,24 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 self.builder().state(value)
             }
         }
+    }
 
-        #(#cfgs)*
-        impl<A: ::ruststream::adapter::Adapter> ::ruststream::IntoSubscription<A> for #name
-        where
-            #builder: ::ruststream::IntoSubscription<A>,
-        {
-            fn into_subscription(self) -> ::ruststream::Subscription<A> {
-                ::ruststream::IntoSubscription::<A>::into_subscription(self.builder())
+    /// `IntoSubscription`: the subscriber with its default options, for any adapter its
+    /// builder suits.
+    fn subscription_impl(&self) -> TokenStream {
+        let name = &self.function.sig.ident;
+        let builder = self.builder_ty();
+        quote! {
+            impl<A: ::ruststream::adapter::Adapter> ::ruststream::IntoSubscription<A> for #name
+            where
+                #builder: ::ruststream::IntoSubscription<A>,
+            {
+                fn into_subscription(self) -> ::ruststream::Subscription<A> {
+                    ::ruststream::IntoSubscription::<A>::into_subscription(self.builder())
+                }
             }
         }
-    })
+    }
 }
 
 /// What a failed expansion leaves: its errors, the function as it is written, and the source
