@@ -5,11 +5,13 @@ use std::sync::Arc;
 use crate::dialect::Statement;
 use crate::value::{DbError, ErrorKind, Value};
 
+/// An id: the core's own (`pub(crate)` field, so nothing outside it can forge one) or one
+/// an adapter or the runtime may name too (`pub` field).
 macro_rules! id {
-    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
+    ($(#[$doc:meta])* $name:ident($vis:vis $inner:ty)) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(pub $inner);
+        pub struct $name($vis $inner);
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -21,45 +23,28 @@ macro_rules! id {
 
 id!(
     /// A command; its reply comes back with the same id.
-    CommandId(u64)
+    CommandId(pub u64)
 );
 id!(
     /// A connection the core named when it asked for it; the adapter keeps the driver's
     /// connection under this id until the core releases or closes it.
-    ConnId(u64)
+    ConnId(pub u64)
 );
 id!(
     /// A subscription.
-    SubId(usize)
+    SubId(pub usize)
 );
-
-/// An id only the core assigns: its field is private to the crate, so nothing outside it can
-/// forge one.
-macro_rules! assigned_id {
-    ($(#[$doc:meta])* $name:ident($inner:ty)) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(pub(crate) $inner);
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "{}#{}", stringify!($name), self.0)
-            }
-        }
-    };
-}
-
-assigned_id!(
+id!(
     /// A message in work.
-    DeliveryId(u64)
+    DeliveryId(pub(crate) u64)
 );
-assigned_id!(
+id!(
     /// A table a publisher writes.
-    PublisherId(usize)
+    PublisherId(pub(crate) usize)
 );
-assigned_id!(
+id!(
     /// A publish in flight.
-    PublishId(u64)
+    PublishId(pub(crate) u64)
 );
 
 /// Something the adapter does for the core. Every command gets exactly one reply, through
