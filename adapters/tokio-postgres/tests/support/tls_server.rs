@@ -3,9 +3,9 @@
 //! which includes this file with `#[path]`), or any session (`TlsServer::plain`), for the
 //! pooler tests. Never the shared server on 5432.
 //!
-//! It starts as chaos/src/cluster.rs starts its own: `initdb` in a fresh temporary directory,
-//! on a free port of 127.0.0.1, TCP only, durability off (the data is thrown away), as the
-//! `postgres` user when running as root (PostgreSQL refuses root); it is stopped and its
+//! It starts as tools/chaos/src/cluster.rs starts its own: `initdb` in a fresh temporary
+//! directory, on a free port of 127.0.0.1, TCP only, durability off (the data is thrown away),
+//! as the `postgres` user when running as root (PostgreSQL refuses root); it is stopped and its
 //! directory removed when dropped. Besides that: `ssl = on`, with a server certificate for
 //! `127.0.0.1` and `localhost` signed by a CA made for the test (rcgen), and a pg_hba.conf of
 //! one line, `hostssl all all 127.0.0.1/32 trust`, with no `host` line: a session without TLS
