@@ -104,6 +104,7 @@ fn desc(u: &mut Unstructured<'_>) -> Result<TableDesc> {
         due: maybe(u)?,
         failed_at: maybe(u)?,
         error: maybe(u)?,
+        errors: maybe(u)?,
         advisory,
         order: leak(order),
         own_lock: own,

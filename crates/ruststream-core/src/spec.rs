@@ -232,7 +232,7 @@ impl TableDesc {
     }
 
     /// The columns by role, the id first.
-    fn roles(&self) -> [(&'static str, Option<Column>); 8] {
+    fn roles(&self) -> [(&'static str, Option<Column>); 9] {
         [
             ("id", Some(self.id)),
             ("payload", self.payload),
@@ -242,6 +242,7 @@ impl TableDesc {
             ("due", self.due),
             ("failed_at", self.failed_at),
             ("error", self.error),
+            ("errors", self.errors),
         ]
     }
 

@@ -2665,6 +2665,23 @@ fn deduplicated_publishes() {
     ));
 }
 
+/// One column in two roles is refused, the errors history's among them.
+#[test]
+fn a_column_in_two_roles_is_refused() {
+    let mut desc = *LEASE.desc();
+    desc.error = Some(Column::new("error"));
+    desc.errors = Some(Column::new("error"));
+    assert!(matches!(
+        desc.validate(),
+        Err(ruststream_core::DescError::SameColumn {
+            column: "error",
+            first: "error",
+            second: "errors",
+            ..
+        })
+    ));
+}
+
 /// The claims that pass over rows waiting their delay in the process: the first claimable
 /// rows but those ids, one placeholder each, in every claim that picks rows; none in a form
 /// that writes the delay into its lease.
