@@ -279,88 +279,13 @@ async fn work(
 
 /// Runs the quick start.
 pub async fn run(args: Args) -> Result<Summary, BoxError> {
-    let progress = if args.progress {
-        let bar = ProgressBar::new(args.jobs);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {bar:40} {pos}/{len} jobs  {per_sec}  {elapsed}",
-            )
-            .expect("a valid template"),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = progress_bar(&args);
     let counts = Arc::new(Counts::default());
     let worker = (counts.clone(), progress.clone());
-    // The pool of a server: a connection for each delivery in work, for the claims and for
-    // the publishes.
-    let connections = args.workers as u32 + 4;
     let (elapsed, rows_left) = match &args.database {
-        Database::Sqlite(path) => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            for suffix in ["", "-wal", "-shm"] {
-                let mut file = path.clone().into_os_string();
-                file.push(suffix);
-                let _ = std::fs::remove_file(file);
-            }
-            Connection::open(path)?.execute_batch(&schema(Dialect::Sqlite))?;
-            // WAL (which the broker sets) with `synchronous = NORMAL`: a commit does not wait
-            // for the disk. A crash of the process loses nothing; a power loss may undo the
-            // last commits (a finished job runs again, a published one is gone).
-            let broker = RusqliteBroker::open(path).synchronous(Synchronous::Normal);
-            let elapsed = process(broker.handle(), &args, worker).await?;
-            let rows_left: i64 = Connection::open(path)?.query_row(
-                "SELECT COUNT(*) FROM quickstart_jobs",
-                [],
-                |r| r.get(0),
-            )?;
-            (elapsed, rows_left)
-        }
-        Database::Postgres(url) => {
-            // The table, on a connection of its own: a server that does not answer fails
-            // here at once, naming the URL.
-            let mut conn = PgConnection::connect(url)
-                .await
-                .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
-            sqlx::raw_sql(AssertSqlSafe(schema(Dialect::Postgres)))
-                .execute(&mut conn)
-                .await?;
-            conn.close().await?;
-            let pool = PgPoolOptions::new()
-                .max_connections(connections)
-                .connect(url)
-                .await?;
-            let elapsed = process(SqlxBroker::new(pool.clone()).handle(), &args, worker).await?;
-            let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
-                .fetch_one(&pool)
-                .await?;
-            pool.close().await;
-            (elapsed, rows_left)
-        }
-        Database::MySql(url) => {
-            // The table, on a connection of its own: a server that does not answer fails
-            // here at once, naming the URL.
-            let mut conn = MySqlConnection::connect(url)
-                .await
-                .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
-            sqlx::raw_sql(AssertSqlSafe(schema(Dialect::MySql)))
-                .execute(&mut conn)
-                .await?;
-            conn.close().await?;
-            let pool = MySqlPoolOptions::new()
-                .max_connections(connections)
-                .connect(url)
-                .await?;
-            let elapsed = process(SqlxBroker::new(pool.clone()).handle(), &args, worker).await?;
-            let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
-                .fetch_one(&pool)
-                .await?;
-            pool.close().await;
-            (elapsed, rows_left)
-        }
+        Database::Sqlite(path) => on_sqlite(path, &args, worker).await?,
+        Database::Postgres(url) => on_postgres(url, &args, worker).await?,
+        Database::MySql(url) => on_mysql(url, &args, worker).await?,
     };
     progress.finish();
     Ok(Summary {
@@ -371,6 +296,105 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
         rows_left,
         elapsed,
     })
+}
+
+/// A progress bar of the jobs done, or a hidden one.
+fn progress_bar(args: &Args) -> ProgressBar {
+    if !args.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(args.jobs);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} jobs  {per_sec}  {elapsed}")
+            .expect("a valid template"),
+    );
+    bar
+}
+
+/// The pool of a server: a connection for each job in work, for the claims and for the
+/// publishes.
+fn connections(args: &Args) -> u32 {
+    args.workers as u32 + 4
+}
+
+/// The run on a fresh SQLite file: how long the processing took, and the rows left.
+async fn on_sqlite(
+    path: &std::path::Path,
+    args: &Args,
+    worker: (Arc<Counts>, ProgressBar),
+) -> Result<(Duration, i64), BoxError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.to_path_buf().into_os_string();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+    Connection::open(path)?.execute_batch(&schema(Dialect::Sqlite))?;
+    // WAL (which the broker sets) with `synchronous = NORMAL`: a commit does not wait for the
+    // disk. A crash of the process loses nothing; a power loss may undo the last commits (a
+    // finished job runs again, a published one is gone).
+    let broker = RusqliteBroker::open(path).synchronous(Synchronous::Normal);
+    let elapsed = process(broker.handle(), args, worker).await?;
+    let rows_left: i64 =
+        Connection::open(path)?
+            .query_row("SELECT COUNT(*) FROM quickstart_jobs", [], |r| r.get(0))?;
+    Ok((elapsed, rows_left))
+}
+
+/// The run on PostgreSQL: how long the processing took, and the rows left.
+async fn on_postgres(
+    url: &str,
+    args: &Args,
+    worker: (Arc<Counts>, ProgressBar),
+) -> Result<(Duration, i64), BoxError> {
+    // The table, on a connection of its own: a server that does not answer fails here at
+    // once, naming the URL.
+    let mut conn = PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
+    sqlx::raw_sql(AssertSqlSafe(schema(Dialect::Postgres)))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(connections(args))
+        .connect(url)
+        .await?;
+    let elapsed = process(SqlxBroker::new(pool.clone()).handle(), args, worker).await?;
+    let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
+        .fetch_one(&pool)
+        .await?;
+    pool.close().await;
+    Ok((elapsed, rows_left))
+}
+
+/// The run on MySQL or MariaDB: how long the processing took, and the rows left.
+async fn on_mysql(
+    url: &str,
+    args: &Args,
+    worker: (Arc<Counts>, ProgressBar),
+) -> Result<(Duration, i64), BoxError> {
+    // The table, on a connection of its own: a server that does not answer fails here at
+    // once, naming the URL.
+    let mut conn = MySqlConnection::connect(url)
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
+    sqlx::raw_sql(AssertSqlSafe(schema(Dialect::MySql)))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    let pool = MySqlPoolOptions::new()
+        .max_connections(connections(args))
+        .connect(url)
+        .await?;
+    let elapsed = process(SqlxBroker::new(pool.clone()).handle(), args, worker).await?;
+    let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
+        .fetch_one(&pool)
+        .await?;
+    pool.close().await;
+    Ok((elapsed, rows_left))
 }
 
 /// Starts the broker with the jobs' subscription, publishes the batch, waits until every job

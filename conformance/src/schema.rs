@@ -70,6 +70,26 @@ pub fn drop(spec: &TableSpec) -> Vec<String> {
     .collect()
 }
 
+/// The columns of a table whose rows may fail: due, failed_at, error and the errors history.
+fn failing_columns(dialect: Dialect, time: &str) -> [String; 4] {
+    let due = match dialect {
+        Dialect::Sqlite => "INTEGER NOT NULL DEFAULT 0",
+        Dialect::Postgres => "TIMESTAMPTZ NOT NULL DEFAULT 'epoch'",
+        Dialect::MySql | Dialect::MariaDb => "DATETIME(6) NOT NULL DEFAULT '1970-01-02 00:00:00'",
+    };
+    let (error, errors) = match dialect {
+        Dialect::Postgres => ("TEXT", "JSONB"),
+        Dialect::MySql | Dialect::MariaDb => ("TEXT NULL", "JSON NULL"),
+        Dialect::Sqlite => ("TEXT", "TEXT"),
+    };
+    [
+        format!("due_at {due}"),
+        format!("failed_at {time}"),
+        format!("error {error}"),
+        format!("errors {errors}"),
+    ]
+}
+
 /// The statements that create every table of `spec`, one statement each.
 pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
     let (id, int, bytes, time, text, suffix) = match dialect {
@@ -111,26 +131,7 @@ pub fn create(dialect: Dialect, spec: &TableSpec) -> Vec<String> {
         columns.push(format!("processed_at {time}"));
     }
     if spec.failing {
-        let due = match dialect {
-            Dialect::Sqlite => "INTEGER NOT NULL DEFAULT 0",
-            Dialect::Postgres => "TIMESTAMPTZ NOT NULL DEFAULT 'epoch'",
-            Dialect::MySql | Dialect::MariaDb => {
-                "DATETIME(6) NOT NULL DEFAULT '1970-01-02 00:00:00'"
-            }
-        };
-        let error = match dialect {
-            Dialect::MySql | Dialect::MariaDb => "TEXT NULL",
-            Dialect::Postgres | Dialect::Sqlite => "TEXT",
-        };
-        columns.push(format!("due_at {due}"));
-        columns.push(format!("failed_at {time}"));
-        columns.push(format!("error {error}"));
-        let errors = match dialect {
-            Dialect::Postgres => "JSONB",
-            Dialect::MySql | Dialect::MariaDb => "JSON NULL",
-            Dialect::Sqlite => "TEXT",
-        };
-        columns.push(format!("errors {errors}"));
+        columns.extend(failing_columns(dialect, time));
     }
     let key = key_column(dialect);
     let mut out = vec![format!(

@@ -11,6 +11,9 @@ use crate::rows::{Rows, SuiteRow};
 use crate::support::{Cx, Opts, Recorder, subscription};
 use crate::{Form, TestName, Verdict};
 
+/// How long each service of the scenario may take to shut down.
+const SHUTDOWN: Duration = Duration::from_secs(10);
+
 /// Rows claimed ahead (`prefetch`): at most `workers` messages in work at once and every job
 /// handled once; at the shutdown the rows still waiting are given back at once (their leases
 /// released, their transactions rolled back, their keys unlocked), so another service takes
@@ -31,7 +34,6 @@ async fn claims_ahead_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
 where
     H::Adapter: TakesRows<T>,
 {
-    const SHUTDOWN: Duration = Duration::from_secs(10);
     let opts = Opts::default().workers(2).prefetch(3);
     // Every job once, two at a time.
     let recorder = Recorder::sleeping(Duration::from_millis(20));
@@ -60,8 +62,15 @@ where
         "{cx}: {} in work at once with workers(2)",
         recorder.max_in_work()
     );
+    given_back_at_shutdown::<H, T>(cx, opts).await;
+    handed_after_a_ping::<H, T>(cx).await;
+}
 
-    // The shutdown gives back the rows claimed ahead.
+/// The shutdown gives back the rows claimed ahead: the next service takes them at once.
+async fn given_back_at_shutdown<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>, opts: Opts)
+where
+    H::Adapter: TakesRows<T>,
+{
     let slow = Recorder::sleeping(Duration::from_millis(400));
     let broker = cx.broker();
     let publisher = broker.publisher::<T>();
@@ -109,10 +118,15 @@ where
         (101..=108).collect::<Vec<_>>(),
         "{cx}: every job handled once, before or after the shutdown"
     );
+}
 
-    // Rows that wait longer than `PING_AHEAD_AFTER` for the one worker: in the row lock and
-    // advisory forms each is handed after its session answered a ping, once, at its first
-    // attempt.
+/// Rows that wait longer than `PING_AHEAD_AFTER` for the one worker: in the row lock and
+/// advisory forms each is handed after its session answered a ping, once, at its first
+/// attempt.
+async fn handed_after_a_ping<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
     let long = Recorder::sleeping(PING_AHEAD_AFTER + Duration::from_millis(200));
     let broker = cx.broker();
     let publisher = broker.publisher::<T>();

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ruststream::Publisher;
 use ruststream::adapter::TakesRows;
 
 use super::{body, needs, run};
@@ -208,25 +209,7 @@ where
     );
     let mut closed = None;
     let stop = async {
-        // Lock answers false: another system holds job 1's key.
-        cx.hold_in_held_keys(1).await;
-        cx.publish(&publisher, 1, 1).await;
-        sleep(POLL * 10).await;
-        assert_eq!(
-            recorder.count(),
-            0,
-            "{cx}: a lock that answers false takes nothing"
-        );
-        assert_eq!(
-            cx.attempt_of(1).await,
-            0,
-            "{cx}: a lock that answers false counts no attempt"
-        );
-        cx.release_in_held_keys(1).await;
-        cx.until("job 1 is handled once its key is free", || async {
-            recorder.saw(1) && cx.count("1=1").await == 0
-        })
-        .await;
+        lock_answers_false(cx, &publisher, &recorder).await;
 
         // Unlock answers false: the key is gone from held_keys while job 2 is in work.
         cx.publish(&publisher, 2, 2).await;
@@ -274,6 +257,35 @@ where
         "{cx}: an unlock that answers false closes its connection: session {session} took a key again ({later:?})"
     );
     assert_eq!(cx.held_keys().await, 0, "{cx}: every key released");
+}
+
+/// Lock answers false: another system holds job 1's key, so the job waits, its attempt
+/// uncounted, until the key is free.
+async fn lock_answers_false<H: Harness, T: SuiteRow>(
+    cx: &Cx<'_, H>,
+    publisher: &Publisher<T, H::Adapter>,
+    recorder: &Recorder,
+) where
+    H::Adapter: TakesRows<T>,
+{
+    cx.hold_in_held_keys(1).await;
+    cx.publish(publisher, 1, 1).await;
+    sleep(POLL * 10).await;
+    assert_eq!(
+        recorder.count(),
+        0,
+        "{cx}: a lock that answers false takes nothing"
+    );
+    assert_eq!(
+        cx.attempt_of(1).await,
+        0,
+        "{cx}: a lock that answers false counts no attempt"
+    );
+    cx.release_in_held_keys(1).await;
+    cx.until("job 1 is handled once its key is free", || async {
+        recorder.saw(1) && cx.count("1=1").await == 0
+    })
+    .await;
 }
 
 /// `workers(n)`: where the form takes one row at a time (SQLite's advisory lock form, the

@@ -72,21 +72,24 @@ where
     std::process::exit(3);
 }
 
+/// How many orders `n` the log table holds.
+async fn orders<H: Harness>(cx: &Cx<'_, H>, n: i64) -> i64 {
+    let sql = format!(
+        "SELECT COUNT(*) FROM {} WHERE n = {n}",
+        schema::log(cx.table.name)
+    );
+    cx.i64(&sql).await
+}
+
 async fn outbox_in<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
 where
     H::Adapter: TakesRows<T>,
 {
-    let orders = |n: i64| {
-        format!(
-            "SELECT COUNT(*) FROM {} WHERE n = {n}",
-            schema::log(cx.table.name)
-        )
-    };
     let wakes = cx.dialect() == Dialect::Postgres;
-    let poll = if wakes {
-        Duration::from_secs(30)
+    let (poll, within) = if wakes {
+        (Duration::from_secs(30), Duration::from_secs(5))
     } else {
-        Duration::from_millis(200)
+        (Duration::from_millis(200), Duration::from_secs(20))
     };
     let recorder = Recorder::acking();
     let broker = cx.broker();
@@ -99,81 +102,10 @@ where
         // The service's first look at the empty table has passed: a later row waits for a
         // wake-up or the next poll.
         sleep(Duration::from_millis(500)).await;
-
-        // Rolled back: neither the order nor the job.
-        cx.harness
-            .publish_in_transaction::<T>(&cx.db, &order(cx, 1), vec![message(1)], TxEnd::Rollback)
-            .await
-            .unwrap_or_else(|e| panic!("{cx}: the rolled back transaction: {e}"));
-        assert_eq!(cx.i64(&orders(1)).await, 0, "{cx}: the order rolled back");
-        assert_eq!(
-            cx.count("1=1").await,
-            0,
-            "{cx}: no row of a rolled back publish"
-        );
-
-        // Committed: the order and both jobs, taken at once.
-        let committed = Instant::now();
-        cx.harness
-            .publish_in_transaction::<T>(
-                &cx.db,
-                &order(cx, 2),
-                vec![message(2), message(3)],
-                TxEnd::Commit,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{cx}: the committed transaction: {e}"));
-        assert_eq!(cx.i64(&orders(2)).await, 1, "{cx}: the order committed");
-        let within = if wakes {
-            Duration::from_secs(5)
-        } else {
-            Duration::from_secs(20)
-        };
-        cx.until_within("both committed jobs are handled", within, || async {
-            recorder.saw(2) && recorder.saw(3)
-        })
-        .await;
-        println!(
-            "{cx}: the committed jobs were handled {:?} after the commit (poll {poll:?})",
-            committed.elapsed()
-        );
-        cx.until("the committed rows are settled", || async {
-            cx.count("1=1").await == 0
-        })
-        .await;
-
-        // A crash between the publish and the commit: neither.
-        let child = ChildWorker::spawn(cx.test, &cx.db);
-        cx.until("the child aborts", || async { child.exited() })
-            .await;
-        sleep(Duration::from_millis(100)).await;
-        assert!(
-            child.stderr().contains(ABORT_MARK),
-            "{cx}: the child aborts with its transaction open: {}",
-            child.stderr()
-        );
-        assert_eq!(cx.i64(&orders(4)).await, 0, "{cx}: the crashed order");
-        assert_eq!(
-            cx.count("k = 4").await,
-            0,
-            "{cx}: no row of a crashed publish"
-        );
-
-        // No broker: the harness's own pool.
-        cx.harness
-            .publish_without_broker::<T>(&cx.db, vec![message(5), message(6)])
-            .await
-            .unwrap_or_else(|e| panic!("{cx}: the publish without a broker: {e}"));
-        cx.until_within(
-            "the jobs published without a broker are handled",
-            within,
-            || async { recorder.saw(5) && recorder.saw(6) },
-        )
-        .await;
-        cx.until("every row is settled", || async {
-            cx.count("1=1").await == 0
-        })
-        .await;
+        rolled_back::<H, T>(cx).await;
+        committed::<H, T>(cx, &recorder, within, poll).await;
+        crashed(cx).await;
+        without_broker::<H, T>(cx, &recorder, within).await;
     };
     service.run_until(stop).await.expect("the service runs");
     let mut ns = recorder.ns();
@@ -183,4 +115,98 @@ where
         [2, 3, 5, 6],
         "{cx}: each committed job once, none other"
     );
+}
+
+/// Rolled back: neither the order nor the job.
+async fn rolled_back<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
+where
+    H::Adapter: TakesRows<T>,
+{
+    cx.harness
+        .publish_in_transaction::<T>(&cx.db, &order(cx, 1), vec![message(1)], TxEnd::Rollback)
+        .await
+        .unwrap_or_else(|e| panic!("{cx}: the rolled back transaction: {e}"));
+    assert_eq!(orders(cx, 1).await, 0, "{cx}: the order rolled back");
+    assert_eq!(
+        cx.count("1=1").await,
+        0,
+        "{cx}: no row of a rolled back publish"
+    );
+}
+
+/// Committed: the order and both jobs, taken at once.
+async fn committed<H: Harness, T: SuiteRow>(
+    cx: &Cx<'_, H>,
+    recorder: &Recorder,
+    within: Duration,
+    poll: Duration,
+) where
+    H::Adapter: TakesRows<T>,
+{
+    let committed = Instant::now();
+    cx.harness
+        .publish_in_transaction::<T>(
+            &cx.db,
+            &order(cx, 2),
+            vec![message(2), message(3)],
+            TxEnd::Commit,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{cx}: the committed transaction: {e}"));
+    assert_eq!(orders(cx, 2).await, 1, "{cx}: the order committed");
+    cx.until_within("both committed jobs are handled", within, || async {
+        recorder.saw(2) && recorder.saw(3)
+    })
+    .await;
+    println!(
+        "{cx}: the committed jobs were handled {:?} after the commit (poll {poll:?})",
+        committed.elapsed()
+    );
+    cx.until("the committed rows are settled", || async {
+        cx.count("1=1").await == 0
+    })
+    .await;
+}
+
+/// A crash between the publish and the commit: neither.
+async fn crashed<H: Harness>(cx: &Cx<'_, H>) {
+    let child = ChildWorker::spawn(cx.test, &cx.db);
+    cx.until("the child aborts", || async { child.exited() })
+        .await;
+    sleep(Duration::from_millis(100)).await;
+    assert!(
+        child.stderr().contains(ABORT_MARK),
+        "{cx}: the child aborts with its transaction open: {}",
+        child.stderr()
+    );
+    assert_eq!(orders(cx, 4).await, 0, "{cx}: the crashed order");
+    assert_eq!(
+        cx.count("k = 4").await,
+        0,
+        "{cx}: no row of a crashed publish"
+    );
+}
+
+/// No broker: the harness's own pool.
+async fn without_broker<H: Harness, T: SuiteRow>(
+    cx: &Cx<'_, H>,
+    recorder: &Recorder,
+    within: Duration,
+) where
+    H::Adapter: TakesRows<T>,
+{
+    cx.harness
+        .publish_without_broker::<T>(&cx.db, vec![message(5), message(6)])
+        .await
+        .unwrap_or_else(|e| panic!("{cx}: the publish without a broker: {e}"));
+    cx.until_within(
+        "the jobs published without a broker are handled",
+        within,
+        || async { recorder.saw(5) && recorder.saw(6) },
+    )
+    .await;
+    cx.until("every row is settled", || async {
+        cx.count("1=1").await == 0
+    })
+    .await;
 }
