@@ -9,7 +9,8 @@
 //!   neither do those of one key. A delivery whose process was SIGKILLed (or died) without
 //!   recording its end ends when the parent saw the process gone. An overlap is excused, and
 //!   counted apart, where the fault explains it: in the row lock and advisory forms a session
-//!   killed on the server (or the server restarted) between the two starts, since the row's
+//!   killed on the server (or the server restarted) between the first one's take (at most
+//!   [`TAKE_SLACK_US`] before its start) and the second start, since the row's
 //!   transaction or the key's lock ended with that session while its handler went on; in the
 //!   lease form the second start a whole lease after the first (the lease ran out while the
 //!   handler worked).
@@ -175,6 +176,10 @@ const LEASE_SLACK_US: i64 = 500_000;
 /// the times the log and the server hold.
 pub const RETRY_SLACK_US: i64 = 5_000;
 
+/// How long before its handler starts a delivery's row (or key) may have been taken: a
+/// session killed in between ended the lock before the handler began.
+const TAKE_SLACK_US: i64 = 250_000;
+
 /// Whether a fault of one of `kinds` (sorted by `from_us`) overlaps `[from, to]`.
 fn fault_in(faults: &[Fault], from: i64, to: i64, kinds: &[FaultKind]) -> bool {
     fault_where(faults, from, to, |f| kinds.contains(&f.kind))
@@ -223,7 +228,8 @@ fn overlaps(what: &str, list: &[&Delivery], input: &Input<'_>, report: &mut Repo
                 // The first delivery's row lock or key lock ends with its session: a
                 // session of its process killed, or the server restarted.
                 Form::RowLock | Form::Advisory => {
-                    fault_where(input.faults, before.start_us, d.start_us, |f| {
+                    let taken = before.start_us.saturating_sub(TAKE_SLACK_US);
+                    fault_where(input.faults, taken, d.start_us, |f| {
                         f.kind == FaultKind::Restart
                             || (f.kind == FaultKind::SessionKill
                                 && f.spawn.is_none_or(|s| s == before.spawn))
@@ -680,6 +686,34 @@ mod tests {
         assert_eq!(report.violations.len(), 1);
         let report = run(Form::Lease, &jobs, &[], &log, &[], &cut);
         assert_eq!(report.violations.len(), 1);
+    }
+
+    #[test]
+    fn a_session_killed_between_the_take_and_the_handler_excuses_an_overlap() {
+        let jobs = [(1, 1)];
+        let start = 1_000_000;
+        let log = [
+            d(1, 1, 1, start, Some(start + 100_000), "ack"),
+            d(1, 1, 2, start + 25_000, Some(start + 120_000), "ack"),
+        ];
+        // Killed 10 ms before the first handler started: after its take.
+        let cut = [Fault {
+            from_us: start - 10_000,
+            to_us: start - 9_000,
+            kind: FaultKind::SessionKill,
+            spawn: Some(1),
+        }];
+        let report = run(Form::RowLock, &jobs, &[], &log, &[], &cut);
+        assert_eq!(report.violations, Vec::<String>::new());
+        assert_eq!(report.excused.len(), 1);
+        // Killed long before: it explains nothing.
+        let early = [Fault {
+            from_us: start - 2 * TAKE_SLACK_US,
+            to_us: start - 2 * TAKE_SLACK_US + 1_000,
+            ..cut[0]
+        }];
+        let report = run(Form::RowLock, &jobs, &[], &log, &[], &early);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     }
 
     #[test]
