@@ -137,9 +137,11 @@ fn literals(desc: &TableDesc) -> Vec<&'static str> {
 
 /// Text the core writes itself: a plain lowercase name, or a literal of its own.
 fn own_text(text: &str) -> bool {
-    text.chars().all(|c| {
-        c.is_ascii_alphanumeric() || matches!(c, '_' | ' ' | '-' | '.' | ':' | '%' | '!' | ',')
-    })
+    // The JSON paths and the empty array of the errors history.
+    matches!(text, "[]" | "$" | "$[#]" | "$[0]")
+        || text.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | ' ' | '-' | '.' | ':' | '%' | '!' | ',')
+        })
 }
 
 /// Reads `sql` as `dialect` does; panics where a statement breaks the target's rules.
