@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::dialect::FormStatements;
 use crate::types::{Delivered, DeliveryId, Event, SubId};
 
-use super::delivery::{DeliveryStage, DeliveryState, Ending};
+use super::delivery::{DeliveryStage, Ending};
 use super::options::PING_AHEAD_AFTER;
 use super::{Broker, State};
 
@@ -79,33 +79,29 @@ impl<R> Broker<R> {
             // A lease that ran out while the row waited may be another process's now. A row
             // lock or a key's lock holds while its session does: one that waited long is
             // handed once its session has answered a ping.
-            if d.ending.is_some() || d.lease_gone(now) {
-                match d.state {
-                    DeliveryState::InWork if d.ending.is_none() => {
-                        d.ending = Some(Ending::Drop);
-                        self.finish_delivery(next.delivery);
-                    }
+            if d.ending().is_some() || d.lease_gone(now) {
+                if d.in_work() {
+                    d.begin_ending(Ending::Drop);
+                    self.finish_delivery(next.delivery);
+                } else {
                     // An extension runs: the row is given back once it has answered.
-                    DeliveryState::Busy if d.ending.is_none() && d.queued.is_none() => {
-                        d.queued = Some(Ending::Drop);
-                    }
-                    DeliveryState::InWork | DeliveryState::Busy => {}
+                    d.queue_ending(Ending::Drop);
                 }
                 continue;
             }
-            d.handling = true;
             let waited = now.since(d.claimed_at) >= PING_AHEAD_AFTER;
             let conn = d.holding_conn();
             self.subs[sub.0].at_handlers += 1;
             if let (true, Some(ping), Some(conn)) = (waited, ping, conn) {
                 // The worker's slot is kept for the row while its session is asked.
-                d.state = DeliveryState::Busy;
+                d.start_ping();
+                d.begin_step();
                 let delivery = next.delivery;
                 self.ahead.pinging.insert(delivery, next);
                 self.delivery_execute(delivery, conn, &ping, Vec::new(), DeliveryStage::Ping);
                 continue;
             }
-            d.delivered = true;
+            d.hand();
             self.subs[sub.0].rows_handed += 1;
             self.events.push_back(Event::Delivered(next));
         }
@@ -121,16 +117,15 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        d.state = DeliveryState::InWork;
         let sub = d.sub;
-        let queued = d.queued.take();
+        let queued = d.back_to_work();
         if queued.is_some() || self.subs[sub.0].stopped || !running {
-            d.handling = false;
+            d.unhand();
             self.subs[sub.0].at_handlers -= 1;
             self.end(delivery, queued.unwrap_or(Ending::Drop));
             return;
         }
-        d.delivered = true;
+        d.hand();
         self.subs[sub.0].rows_handed += 1;
         self.events.push_back(Event::Delivered(next));
     }
@@ -140,18 +135,17 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        if !d.handling {
-            return;
-        }
-        d.handling = false;
-        let sub = d.sub;
         // A lease holds the row while its statement runs: the worker is free for the next.
         // Not behind the gate (SQLite), where statements go out one at a time: a claim beside
         // the settlement would only wait for it, on a second connection.
-        d.freed = d.lease().is_some() && !self.gate.is_on();
+        let frees = d.lease().is_some() && !self.gate.is_on();
+        if !d.leave_handler(frees) {
+            return;
+        }
+        let sub = d.sub;
         let s = &mut self.subs[sub.0];
         s.at_handlers -= 1;
-        s.settling_freed += usize::from(d.freed);
+        s.settling_freed += usize::from(d.is_freed());
         self.hand_ahead(sub);
     }
 
@@ -163,10 +157,7 @@ impl<R> Broker<R> {
             .map(|d| d.delivery)
             .collect();
         for delivery in waiting {
-            let ends = self
-                .deliveries
-                .get(delivery)
-                .is_some_and(|d| d.state == DeliveryState::InWork && d.ending.is_none());
+            let ends = self.deliveries.get(delivery).is_some_and(|d| d.in_work());
             if ends {
                 self.end(delivery, Ending::Drop);
             }

@@ -47,7 +47,7 @@ use check::CheckStage;
 pub use check::start_retry_delay;
 use claim::{Claim, ClaimId, ClaimStage};
 use conns::Conns;
-use delivery::{Deliveries, DeliveryStage, DeliveryState, Ending};
+use delivery::{Deliveries, Delivery, DeliveryStage, Ending};
 use gate::Gate;
 pub use maintenance::{
     MAINTENANCE_RETRY, Maintained, PERIODIC_CATCH_UP, PeriodicJob, RETENTION_BATCH,
@@ -403,9 +403,10 @@ impl<R> Broker<R> {
                 let Timer::Extend(delivery) = *timer else {
                     continue;
                 };
-                let extend = self.deliveries.get(delivery).is_some_and(|d| {
-                    d.state == DeliveryState::InWork && d.extend_at().is_some_and(|t| t <= now)
-                });
+                let extend = self
+                    .deliveries
+                    .get(delivery)
+                    .is_some_and(|d| d.in_work() && d.extend_at().is_some_and(|t| t <= now));
                 if extend {
                     self.extend(delivery);
                 }
@@ -518,17 +519,12 @@ impl<R> Broker<R> {
         self.notify_owed(true);
         self.deliveries.mark_all_dirty();
         // A lease extension in flight ends with the shutdown once it is answered.
-        for id in self.deliveries.ids_where(|d| {
-            d.state == DeliveryState::Busy && d.ending.is_none() && d.queued.is_none()
-        }) {
+        for id in self.deliveries.ids_where(Delivery::may_queue) {
             if let Some(d) = self.deliveries.get_mut(id) {
-                d.queued = Some(Ending::Shutdown);
+                d.queue_ending(Ending::Shutdown);
             }
         }
-        for id in self
-            .deliveries
-            .ids_where(|d| d.state == DeliveryState::InWork)
-        {
+        for id in self.deliveries.ids_where(Delivery::in_work) {
             self.end(id, Ending::Shutdown);
         }
         self.relock_give_up();
@@ -668,8 +664,7 @@ impl<R> Broker<R> {
             let (deadline, extend) = match self.deliveries.get(id) {
                 Some(d) => (
                     d.deadline(),
-                    d.extend_at()
-                        .filter(|_| running && d.state == DeliveryState::InWork),
+                    d.extend_at().filter(|_| running && d.in_work()),
                 ),
                 None => (None, None),
             };

@@ -14,7 +14,7 @@ use crate::value::Time;
 use crate::value::{DbError, ErrorKind};
 
 use super::super::Broker;
-use super::{DeliveryStage, DeliveryState, Ending, Held};
+use super::{DeliveryStage, Ending, Held};
 
 impl<R> Broker<R> {
     /// The statement that settles a delivery of the row lock or advisory lock form as it
@@ -42,12 +42,16 @@ impl<R> Broker<R> {
     pub(in crate::broker) fn begin_lend(&mut self, delivery: DeliveryId) {
         let sqlite = self.dialect == Dialect::Sqlite;
         if let Some(d) = self.deliveries.get_mut(delivery)
-            && let Held::Lease(l) = &mut d.held
+            && d.lease().is_some()
         {
-            if d.ending.is_some() || d.savepoint || l.lent.is_some() || l.lost || sqlite {
+            let (ends, busy, lent) = (d.ending().is_some(), !d.in_work(), d.lent);
+            let Some(l) = d.lease_mut() else {
+                return;
+            };
+            if ends || lent || l.lent.is_some() || l.lost || sqlite {
                 return self.lent_none(delivery);
             }
-            if d.state == DeliveryState::Busy {
+            if busy {
                 // An extension runs on its own connection: the transaction is begun after it.
                 l.lend_wanted = true;
                 return;
@@ -55,7 +59,7 @@ impl<R> Broker<R> {
             return self.lease_lend(delivery);
         }
         let lendable = self.deliveries.get(delivery).and_then(|d| {
-            if d.state != DeliveryState::InWork || d.ending.is_some() || d.savepoint {
+            if !d.in_work() || d.lent {
                 return None;
             }
             match (&d.held, d.conn) {
@@ -70,7 +74,7 @@ impl<R> Broker<R> {
             return self.lent_none(delivery);
         };
         if let Some(d) = self.deliveries.get_mut(delivery) {
-            d.state = DeliveryState::Busy;
+            d.begin_step();
         }
         self.delivery_execute(
             delivery,
@@ -96,7 +100,7 @@ impl<R> Broker<R> {
             return;
         };
         d.conn = Some(conn);
-        d.state = DeliveryState::Busy;
+        d.begin_step();
         self.delivery_step(delivery, conn, Action::Acquire, DeliveryStage::LendAcquire);
     }
 
@@ -120,9 +124,8 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        d.savepoint = true;
-        d.state = DeliveryState::InWork;
-        let queued = d.queued.take();
+        d.lent = true;
+        let queued = d.back_to_work();
         let held_conn = d.conn;
         if let Held::Lease(l) = &mut d.held {
             l.lent = held_conn;
@@ -152,7 +155,7 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get(delivery) else {
             return;
         };
-        let Some(ending) = d.ending else {
+        let Some(ending) = d.ending() else {
             return;
         };
         match d.held {
@@ -160,7 +163,7 @@ impl<R> Broker<R> {
             Held::Advisory { .. } => self.advisory_end(delivery, ending),
             // A delivery the shutdown ends keeps its lease; any other ending's statement runs
             // on the connection the lent transaction rolled back on.
-            Held::Lease(_) if ending == Ending::Shutdown && d.delivered => {
+            Held::Lease(_) if ending == Ending::Shutdown && d.is_handed() => {
                 self.delivery_release(delivery)
             }
             Held::Lease(_) => self.lease_acquired(delivery),
@@ -189,9 +192,9 @@ impl<R> Broker<R> {
             }
             return self.finish_delivery(delivery);
         };
-        if d.savepoint && matches!(ending, Ending::Settle(Outcome::Retry | Outcome::Reject)) {
+        if d.lent && matches!(ending, Ending::Settle(Outcome::Retry | Outcome::Reject)) {
             // What the handler wrote in the lent transaction goes with a retry or a failure.
-            d.savepoint = false;
+            d.lent = false;
             let unwind = st.rollback_to_savepoint.clone();
             return self.delivery_execute(
                 delivery,
@@ -243,8 +246,8 @@ impl<R> Broker<R> {
             }
             return self.finish_delivery(delivery);
         };
-        if d.savepoint && ending != Ending::Settle(Outcome::Ack) {
-            d.savepoint = false;
+        if d.lent && ending != Ending::Settle(Outcome::Ack) {
+            d.lent = false;
             let rollback = self.subs[d.sub.0].statements.rollback.clone();
             return self.delivery_execute(
                 delivery,
@@ -275,7 +278,7 @@ impl<R> Broker<R> {
                 let commit = self.subs[d.sub.0].statements.commit.clone();
                 self.delivery_execute(delivery, conn, &commit, Vec::new(), DeliveryStage::Commit);
             }
-            Held::Advisory { .. } if d.savepoint => {
+            Held::Advisory { .. } if d.lent => {
                 // The handler's writes and the settlement commit together.
                 let Some(conn) = d.conn else {
                     return;
@@ -293,8 +296,8 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        d.savepoint = false;
-        let outcome = match d.ending {
+        d.lent = false;
+        let outcome = match d.ending() {
             Some(Ending::Settle(o)) => o,
             _ => Outcome::Ack,
         };
@@ -313,8 +316,8 @@ impl<R> Broker<R> {
         }
         d.holds = false;
         if matches!(stage, DeliveryStage::Commit) {
-            d.settled = true;
-            if let Some(Ending::Settle(outcome)) = d.ending {
+            d.mark_settled();
+            if let Some(Ending::Settle(outcome)) = d.ending() {
                 self.settled_event(delivery, outcome);
             }
         }
@@ -365,7 +368,7 @@ impl<R> Broker<R> {
             s.next_claim_at = Some(now);
         }
         d.holds = false;
-        if d.ending == Some(Ending::Settle(Outcome::Retry)) && !d.settled {
+        if d.ending() == Some(Ending::Settle(Outcome::Retry)) && !d.is_settled() {
             // A retry that wrote nothing: the release returns the row.
             self.settled_event(delivery, Outcome::Retry);
         }
@@ -375,7 +378,7 @@ impl<R> Broker<R> {
         let Some(conn) = d.conn.take() else {
             return self.finish_delivery(delivery);
         };
-        if d.ending == Some(Ending::Shutdown) {
+        if d.ending() == Some(Ending::Shutdown) {
             if released {
                 self.counts.locks_released += 1;
             } else {
@@ -384,7 +387,7 @@ impl<R> Broker<R> {
         }
         // A delivery the runtime dropped closes its connection; a row claimed ahead and given
         // back before it was handed gives its connection back to the pool.
-        let close = !released || (d.ending == Some(Ending::Drop) && d.delivered);
+        let close = !released || (d.ending() == Some(Ending::Drop) && d.is_handed());
         let (action, stage) = if close {
             (Action::Close, DeliveryStage::Close)
         } else {

@@ -12,7 +12,7 @@ use crate::value::{Time, Value};
 use super::super::Broker;
 use super::super::options::{DEADLOCK_RERUNS, SETTLE_BATCH};
 use super::super::rows::{affected_any, first_column};
-use super::{DeliveryStage, DeliveryState, Ending, Leased};
+use super::{DeliveryStage, Ending, Leased};
 
 impl<R> Broker<R> {
     /// A lease delivery ends: a settlement or a release of the lease, each on a connection of
@@ -28,7 +28,7 @@ impl<R> Broker<R> {
             if ending == Ending::Settle(Outcome::Ack) {
                 return self.settle_alone(delivery, conn);
             }
-            d.savepoint = false;
+            d.lent = false;
             let rollback = self.subs[d.sub.0].statements.rollback.clone();
             return self.delivery_execute(
                 delivery,
@@ -39,7 +39,7 @@ impl<R> Broker<R> {
             );
         }
         let sub = d.sub;
-        if ending == Ending::Shutdown && d.delivered {
+        if ending == Ending::Shutdown && d.is_handed() {
             // The delivery keeps its lease, which runs out unless it settles first.
             self.finish_delivery(delivery);
             return;
@@ -62,7 +62,7 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        d.state = DeliveryState::Busy;
+        d.begin_step();
         if let Some(l) = d.lease_mut() {
             l.extend_at = None;
         }
@@ -94,7 +94,7 @@ impl<R> Broker<R> {
         let st = l.st.clone();
         let batched = self.subs[sub.0].settles.settling == Some(delivery)
             && !self.subs[sub.0].settles.waiting.is_empty();
-        match d.ending {
+        match d.ending() {
             None => {
                 // The row's expiry moves by the time passed since the statement that wrote
                 // it left: a lease's length past the database's time, read by no clock here.
@@ -160,7 +160,7 @@ impl<R> Broker<R> {
         }
         if !held {
             d.holds = false;
-            if d.delivered {
+            if d.is_handed() {
                 self.events.push_back(Event::LeaseLost { delivery });
             }
         }
@@ -173,10 +173,10 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        if d.savepoint
+        if d.lent
             && let Some(conn) = d.conn
         {
-            d.savepoint = false;
+            d.lent = false;
             let statements = &self.subs[d.sub.0].statements;
             let (end, stage) = if affected_any(reply) {
                 (statements.commit.clone(), DeliveryStage::Commit)
@@ -191,7 +191,7 @@ impl<R> Broker<R> {
         }
         let sub = d.sub;
         d.holds = false;
-        let outcome = match d.ending {
+        let outcome = match d.ending() {
             Some(Ending::Settle(o)) => o,
             _ => Outcome::Ack,
         };
@@ -224,7 +224,7 @@ impl<R> Broker<R> {
                 continue;
             };
             d.holds = false;
-            let outcome = match d.ending {
+            let outcome = match d.ending() {
                 Some(Ending::Settle(o)) => o,
                 _ => Outcome::Ack,
             };
@@ -250,7 +250,7 @@ impl<R> Broker<R> {
             return;
         };
         d.holds = false;
-        if let Some(Ending::Settle(outcome)) = d.ending {
+        if let Some(Ending::Settle(outcome)) = d.ending() {
             if affected_any(reply) {
                 self.settled_event(delivery, outcome);
             } else {

@@ -7,6 +7,7 @@
 
 mod held;
 mod lease;
+mod phase;
 mod settle;
 mod steps;
 
@@ -19,14 +20,7 @@ use crate::value::{Time, Value};
 
 use super::rows::Taken;
 use super::{Broker, State};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum DeliveryState {
-    /// The handler has it (or it waits, claimed ahead).
-    InWork,
-    /// A statement of its settlement, extension or release runs.
-    Busy,
-}
+use phase::{Failure, Handler, Phase, Terms};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Ending {
@@ -92,77 +86,38 @@ pub(super) struct Delivery {
     /// Row lock and advisory lock forms: the connection that holds the row or the key; the
     /// lease form: the connection of the statement that runs.
     conn: Option<ConnId>,
-    pub(super) state: DeliveryState,
-    pub(super) ending: Option<Ending>,
+    phase: Phase,
+    handler: Handler,
     /// A dropped delivery's connection is closed by then.
     deadline: Option<Time>,
-    /// A settlement asked for while an extension ran.
-    pub(super) queued: Option<Ending>,
     /// Whether its key or row is still held.
     holds: bool,
-    /// Whether the settlement's statement took effect.
-    settled: bool,
-    /// Whether the runtime was handed it (a claim cut short by the shutdown hands nothing).
-    pub(super) delivered: bool,
-    /// Handed to the runtime, which has not settled or dropped it yet.
-    pub(super) handling: bool,
-    /// The lease form: the runtime has settled or dropped it, and its row counts among the
-    /// subscription's [`settling_freed`](super::sub::Sub::settling_freed) until it ends.
-    pub(super) freed: bool,
+    /// A transaction is lent to the handler: in the row lock form the claim's, past a
+    /// savepoint that a settlement other than an acknowledgement rolls back to.
+    lent: bool,
     /// When its claim took it.
     pub(super) claimed_at: Time,
     /// The attempt its take counted, where the table counts them.
     attempt: Option<i64>,
-    /// A retry: how long the row waits before it is due again.
-    delay: Option<std::time::Duration>,
-    /// The error its settlement records.
-    error: Option<Arc<str>>,
-    /// Its settlement is a failure, reported once it takes effect: `Some(kept)`, whether
-    /// the row is marked failed.
-    failure: Option<bool>,
-    /// Its take counted past the attempt budget: it fails without a handler.
-    exhausted: bool,
-    /// The row lock form: its transaction was lent to the handler, past a savepoint that a
-    /// settlement other than an acknowledgement rolls back to.
-    savepoint: bool,
-    /// A failure returned to the queue of a table with nowhere to write its delay: the
-    /// delay paces the subscription's next claim instead.
-    paced: bool,
+    terms: Terms,
     held: Held,
 }
 
 impl Delivery {
-    /// The delivery of a row a claim just took, at `now`; `delivered`: the broker runs, so
-    /// the runtime is to be handed it.
-    fn taken<R>(
-        sub: SubId,
-        taken: &Taken<R>,
-        conn: Option<ConnId>,
-        now: Time,
-        delivered: bool,
-        held: Held,
-    ) -> Self {
+    /// The delivery of a row a claim just took, at `now`, not handed yet.
+    fn taken<R>(sub: SubId, taken: &Taken<R>, conn: Option<ConnId>, now: Time, held: Held) -> Self {
         Delivery {
             sub,
             id: taken.id.clone(),
             conn,
-            state: DeliveryState::InWork,
-            ending: None,
+            phase: Phase::InWork,
+            handler: Handler::Unhanded,
             deadline: None,
-            queued: None,
             holds: true,
-            settled: false,
-            delivered,
-            handling: false,
-            freed: false,
+            lent: false,
             claimed_at: now,
             attempt: taken.attempt,
-            delay: None,
-            error: None,
-            failure: None,
-            exhausted: false,
-            savepoint: false,
-            paced: false,
+            terms: Terms::default(),
             held,
         }
     }
@@ -334,7 +289,7 @@ impl<R> Broker<R> {
         let running = self.state == State::Running;
         self.subs[sub.0].rows_claimed += 1;
         let held = self.held_for(sub, key.clone(), lease);
-        let delivery = Delivery::taken(sub, &taken, conn, now, running, held);
+        let delivery = Delivery::taken(sub, &taken, conn, now, held);
         self.deliveries.insert(id, delivery);
         if !running {
             self.end(id, Ending::Shutdown);
@@ -371,16 +326,12 @@ impl<R> Broker<R> {
             s.rows_handed += 1;
             s.at_handlers += 1;
             if let Some(d) = self.deliveries.get_mut(id) {
-                d.handling = true;
+                d.hand();
             }
             self.events.push_back(Event::Delivered(delivered));
             return;
         }
-        let stopped = s.stopped;
-        if let Some(d) = self.deliveries.get_mut(id) {
-            d.delivered = false;
-        }
-        if stopped {
+        if s.stopped {
             self.end(id, Ending::Drop);
         } else {
             self.ahead.push(sub, delivered);
@@ -399,12 +350,11 @@ impl<R> Broker<R> {
             return false;
         }
         if let Some(d) = self.deliveries.get_mut(id) {
-            d.delivered = false;
-            d.exhausted = true;
-            d.failure = Some(true);
+            d.terms.exhausted = true;
+            d.terms.failure = Some(Failure::Kept);
             // Only crashes and lost leases take a row past its budget: a handler's retry at
             // the last attempt fails it at once. The row says why it failed now.
-            d.error = Some(Arc::from(format!(
+            d.terms.error = Some(Arc::from(format!(
                 "attempt {attempt} is past max_attempts ({max}): failed without running the handler"
             )));
         }
@@ -422,10 +372,7 @@ impl<R> Broker<R> {
         let s = &self.subs[sub.0];
         let (table, columns) = (s.desc.table, s.desc.key_columns());
         let poll = s.options.poll_interval;
-        let Some(row) = self.deliveries.get_mut(id).map(|d| {
-            d.delivered = false;
-            d.id.clone()
-        }) else {
+        let Some(row) = self.deliveries.get(id).map(|d| d.id.clone()) else {
             return true;
         };
         let columns: Vec<String> = columns.iter().map(|c| format!("`{c}`")).collect();

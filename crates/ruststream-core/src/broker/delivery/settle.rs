@@ -9,7 +9,7 @@ use crate::value::{Time, Value};
 use super::super::claim::micros_of;
 use super::super::options::{DROP_GRACE, MAX_ERROR_LEN, MAX_RETRY_DELAY};
 use super::super::{Broker, State, Step};
-use super::{DeliveryState, Ending, Held};
+use super::{Ending, Failure, Held};
 
 /// `error`, cut to at most `max` bytes on a character boundary, ending in `…` where cut.
 fn cut_error(error: Arc<str>, max: usize) -> Arc<str> {
@@ -52,19 +52,24 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return outcome;
         };
-        if d.ending.is_none() && d.queued.is_none() {
-            d.delay = settlement
+        if d.unsettled() {
+            let terms = &mut d.terms;
+            terms.delay = settlement
                 .delay
                 .filter(|_| outcome == Outcome::Retry)
                 .map(|delay| delay.min(MAX_RETRY_DELAY));
-            d.error = settlement.error.map(|e| cut_error(e, MAX_ERROR_LEN));
-            d.failure = (outcome == Outcome::Reject || settlement.outcome == Outcome::Reject)
-                .then_some(keeps_failed);
-            d.paced = settlement.outcome == Outcome::Reject && !keeps_failed && !writes_delay;
+            terms.error = settlement.error.map(|e| cut_error(e, MAX_ERROR_LEN));
+            let failed = outcome == Outcome::Reject || settlement.outcome == Outcome::Reject;
+            terms.failure = failed.then_some(if keeps_failed {
+                Failure::Kept
+            } else {
+                Failure::Returned
+            });
+            terms.paced = settlement.outcome == Outcome::Reject && !keeps_failed && !writes_delay;
             // A table with nowhere to write the delay: the row waits it in this process from
             // now on, before its settlement lets the row go, so no claim issued from here on
             // takes it back (finish_delivery holds it again from the settlement's end).
-            let held = d.delay.filter(|t| !t.is_zero() && !writes_delay);
+            let held = terms.delay.filter(|t| !t.is_zero() && !writes_delay);
             let (sub, id) = (d.sub, d.id.clone());
             if let Some(delay) = held {
                 let until = self.now.plus(delay);
@@ -91,8 +96,9 @@ impl<R> Broker<R> {
         statement.binds(|arg| match arg {
             crate::Arg::Id => d.id.clone(),
             crate::Arg::Fence => Value::Int(fence.micros()),
-            crate::Arg::RetryIn => Value::Int(micros_of(d.delay.unwrap_or_default())),
+            crate::Arg::RetryIn => Value::Int(micros_of(d.terms.delay.unwrap_or_default())),
             crate::Arg::Error => d
+                .terms
                 .error
                 .as_deref()
                 .map_or(Value::Null, |e| Value::Text(e.to_owned())),
@@ -104,7 +110,7 @@ impl<R> Broker<R> {
     pub(in crate::broker) fn retry_writes(&self, delivery: DeliveryId) -> bool {
         self.deliveries
             .get(delivery)
-            .is_some_and(|d| d.delay.is_some_and(|t| !t.is_zero()) || d.error.is_some())
+            .is_some_and(|d| d.terms.delay.is_some_and(|t| !t.is_zero()) || d.terms.error.is_some())
     }
 
     /// A settlement took effect: [`Event::Settled`] where the runtime was handed the row, then
@@ -113,18 +119,18 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        d.settled = true;
-        if d.delivered {
+        d.mark_settled();
+        if d.is_handed() {
             self.events.push_back(Event::Settled { delivery, outcome });
         }
-        if let Some(kept) = d.failure.take() {
+        if let Some(failure) = d.terms.failure.take() {
             self.events.push_back(Event::Failed {
                 sub: d.sub,
                 delivery,
                 id: d.id.clone(),
                 attempt: d.attempt,
-                error: d.error.clone(),
-                kept,
+                error: d.terms.error.clone(),
+                kept: failure == Failure::Kept,
             });
         }
     }
@@ -145,11 +151,9 @@ impl<R> Broker<R> {
             }
             return;
         };
-        if d.state == DeliveryState::Busy {
-            if d.ending.is_none() && d.queued.is_none() {
-                d.queued = Some(ending);
-            } else if matches!(ending, Ending::Settle(_)) {
-                let error = if !running || d.ending == Some(Ending::Shutdown) {
+        if !d.in_work() {
+            if !d.queue_ending(ending) && matches!(ending, Ending::Settle(_)) {
+                let error = if !running || d.ending() == Some(Ending::Shutdown) {
                     SettleError::Closed
                 } else {
                     SettleError::NotInWork
@@ -172,7 +176,7 @@ impl<R> Broker<R> {
             if let Some((error, ending)) = failed {
                 self.events
                     .push_back(Event::SettleFailed { delivery, error });
-                d.ending = Some(ending);
+                d.begin_ending(ending);
                 if let Some(conn) = d.take_lent() {
                     // The handler's transaction ends with its connection.
                     self.send(conn, Action::Close, Step::Orphan);
@@ -181,8 +185,7 @@ impl<R> Broker<R> {
                 return;
             }
         }
-        d.ending = Some(ending);
-        d.state = DeliveryState::Busy;
+        d.begin_ending(ending);
         if let Some(l) = d.lease_mut() {
             l.extend_at = None;
         }

@@ -7,7 +7,7 @@ use crate::value::{DbError, ErrorKind, Value};
 use super::super::Broker;
 use super::super::Step;
 use super::super::rows::answer;
-use super::{DeliveryStage, DeliveryState, Ending};
+use super::{DeliveryStage, Ending};
 
 impl<R> Broker<R> {
     pub(super) fn delivery_step(
@@ -73,9 +73,9 @@ impl<R> Broker<R> {
             return;
         };
         d.conn = None;
-        if d.ending.is_none() {
-            d.state = DeliveryState::InWork;
-            self.back_in_work(delivery);
+        if d.ending().is_none() {
+            let queued = d.back_to_work();
+            self.back_in_work(delivery, queued);
         } else {
             self.finish_delivery(delivery);
         }
@@ -83,14 +83,14 @@ impl<R> Broker<R> {
 
     /// A delivery's step ended with the delivery still in work: the settlement asked for
     /// meanwhile runs, or else the transaction its handler asked for meanwhile is begun.
-    fn back_in_work(&mut self, delivery: DeliveryId) {
+    fn back_in_work(&mut self, delivery: DeliveryId, queued: Option<Ending>) {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
         let wanted = d
             .lease_mut()
             .is_some_and(|l| std::mem::take(&mut l.lend_wanted));
-        match d.queued.take() {
+        match queued {
             Some(queued) => {
                 if wanted {
                     self.lent_none(delivery);
@@ -128,7 +128,7 @@ impl<R> Broker<R> {
             // connection closes.
             self.ahead.forget_ping(delivery);
             if let Some(d) = self.deliveries.get_mut(delivery) {
-                d.ending = Some(d.queued.take().unwrap_or(Ending::Drop));
+                d.ping_failed();
             }
         }
         if matches!(stage, DeliveryStage::Release | DeliveryStage::Close) {
@@ -147,7 +147,7 @@ impl<R> Broker<R> {
         {
             // The connection closes, and the key's lock with it.
             self.keys.remove(&key);
-            if d.ending == Some(Ending::Shutdown) {
+            if d.ending() == Some(Ending::Shutdown) {
                 self.counts.connections_closed += 1;
             }
         }
@@ -172,7 +172,7 @@ impl<R> Broker<R> {
             return;
         };
         let sub = d.sub;
-        let settling = matches!(d.ending, Some(Ending::Settle(_)))
+        let settling = matches!(d.ending(), Some(Ending::Settle(_)))
             && matches!(
                 stage,
                 DeliveryStage::Acquire
@@ -211,15 +211,15 @@ impl<R> Broker<R> {
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;
         };
-        if d.ending.is_some() {
+        if d.ending().is_some() {
             self.finish_delivery(delivery);
             return;
         }
-        d.state = DeliveryState::InWork;
+        let queued = d.back_to_work();
         if let Some(l) = d.lease_mut() {
             l.extend_at = Some(now.plus(std::time::Duration::from_secs(1)));
         }
-        self.back_in_work(delivery);
+        self.back_in_work(delivery, queued);
     }
 
     /// A dropped delivery's deadline passed: close its connection, whatever still runs on it.
@@ -261,17 +261,18 @@ impl<R> Broker<R> {
         self.settle_done(d.sub, delivery);
         let s = &mut self.subs[d.sub.0];
         s.rows_claimed -= 1;
-        s.settling_freed -= usize::from(d.freed);
-        if d.delivered {
+        s.settling_freed -= usize::from(d.is_freed());
+        if d.is_handed() {
             s.rows_handed -= 1;
         }
-        if d.handling {
+        if d.at_handler() {
             s.at_handlers -= 1;
         }
         // A delivery that gives its row back, or releases its key, lets the next claim run at
         // once: the row, or the next row of the key, waits for no poll.
-        let retried = d.ending == Some(Ending::Settle(Outcome::Retry));
-        let waits = d.delay.filter(|t| !t.is_zero() && retried && d.settled);
+        let (ending, settled) = (d.ending(), d.is_settled());
+        let retried = ending == Some(Ending::Settle(Outcome::Retry));
+        let waits = d.terms.delay.filter(|t| !t.is_zero() && retried && settled);
         // A table with nowhere to write the delay: the row waits it here, and the claims
         // pass over it meanwhile.
         let nowhere = s.desc.due.is_none() && s.desc.locked_until.is_none();
@@ -283,7 +284,7 @@ impl<R> Broker<R> {
             });
         if held {
             s.next_claim_at = Some(self.now);
-        } else if let Some(delay) = waits.filter(|_| d.paced && !s.stopped) {
+        } else if let Some(delay) = waits.filter(|_| d.terms.paced && !s.stopped) {
             // A failure that returned at once: the next claim, which would take it again,
             // waits its delay or the poll, whichever comes first, unless a claim comes sooner.
             let next = self.now.plus(delay.min(s.options.poll_interval));
@@ -295,7 +296,7 @@ impl<R> Broker<R> {
             // The row is due again after its delay: claim then, if no claim comes sooner.
             let due = self.now.plus(delay);
             s.next_claim_at = Some(s.next_claim_at.map_or(due, |t| t.min(due)));
-        } else if (d.key().is_some() || !d.settled || retried || d.exhausted) && !s.stopped {
+        } else if (d.key().is_some() || !settled || retried || d.terms.exhausted) && !s.stopped {
             s.next_claim_at = Some(self.now);
         }
         // A row retried into its table's due or lease column: the claims that start before
@@ -303,13 +304,13 @@ impl<R> Broker<R> {
         if let Some(delay) = waits.filter(|_| !nowhere && !s.stopped) {
             s.note_retry_due(self.now.plus(delay));
         }
-        let returned = !d.settled && matches!(d.ending, Some(Ending::Drop | Ending::Shutdown));
+        let returned = !settled && matches!(ending, Some(Ending::Drop | Ending::Shutdown));
         // A lease kept past the shutdown returns when it runs out, not now.
-        let kept_lease = d.lease().is_some() && d.ending == Some(Ending::Shutdown);
-        if returned && d.delivered && !kept_lease {
+        let kept_lease = d.lease().is_some() && ending == Some(Ending::Shutdown);
+        if returned && d.is_handed() && !kept_lease {
             self.events.push_back(Event::Returned { delivery });
         }
-        if d.delivered || d.handling {
+        if d.is_handed() || d.at_handler() {
             self.hand_ahead(d.sub);
         }
     }
