@@ -15,7 +15,7 @@ use crate::dialect::StatementKind;
 use crate::types::{Action, Command, CommandId, ConnId, Reply};
 use crate::value::Time;
 
-use super::{Broker, State, Step};
+use super::{Broker, State, Step, Sweep};
 
 /// Whether a session's transaction is open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -284,12 +284,12 @@ impl<R> Broker<R> {
 
     /// Gives kept connections back to the pool: those kept longer than the linger, or all of
     /// them.
-    pub(super) fn release_idle(&mut self, all: bool) {
+    pub(super) fn release_idle(&mut self, which: Sweep) {
         let now = self.now;
         let linger = self.conns.linger;
         let (expired, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.conns.idle)
             .into_iter()
-            .partition(|(_, since)| all || since.plus(linger) <= now);
+            .partition(|(_, since)| which == Sweep::All || since.plus(linger) <= now);
         self.conns.idle = kept;
         for (conn, _) in expired {
             self.send_now(conn, Action::Release, Step::Orphan);

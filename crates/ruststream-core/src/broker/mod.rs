@@ -55,10 +55,19 @@ pub use maintenance::{
 };
 use maintenance::{Maintenance, MaintenanceStage, Task};
 pub use publish::Inserts;
-use publish::{PublishFlow, PublishStage, Publisher};
+use publish::{FailedChange, PublishFlow, PublishStage, Publisher};
 use sub::{Sub, SubState};
 use timers::{Timer, Timers};
 pub use waiting::WAITING_MAX;
+
+/// Which of the kept connections, or of the notifications owed, go now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sweep {
+    /// Those due: kept past the linger, or owed past their time.
+    Due,
+    /// All of them: the linger is off, or the shutdown began.
+    All,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -196,7 +205,7 @@ impl<R> Broker<R> {
     pub fn set_connection_linger(&mut self, linger: Duration) {
         self.conns.linger = linger;
         if linger.is_zero() {
-            self.release_idle(true);
+            self.release_idle(Sweep::All);
         }
         self.rearm();
     }
@@ -386,9 +395,9 @@ impl<R> Broker<R> {
     pub fn handle_timeout(&mut self, now: Time) {
         self.now = now;
         let due = self.timers.due(now);
-        self.release_idle(false);
+        self.release_idle(Sweep::Due);
         if self.state != State::Closed {
-            self.notify_owed(false);
+            self.notify_owed(Sweep::Due);
         }
         for timer in &due {
             if let Timer::Deadline(delivery) = timer {
@@ -441,7 +450,7 @@ impl<R> Broker<R> {
         which: FailedRowsOf,
         now: Time,
     ) -> Result<PublishId, BrokerError> {
-        self.change_failed(publisher, which, true, now)
+        self.change_failed(publisher, which, FailedChange::Redrive, now)
     }
 
     /// Reads `publisher`'s table's state for people: its counts ([`crate::Stats`]), or its
@@ -464,7 +473,7 @@ impl<R> Broker<R> {
         which: FailedRowsOf,
         now: Time,
     ) -> Result<PublishId, BrokerError> {
-        self.change_failed(publisher, which, false, now)
+        self.change_failed(publisher, which, FailedChange::Delete, now)
     }
 
     /// The handler asks for a transaction on its job's connection, to write in it; the core
@@ -515,8 +524,8 @@ impl<R> Broker<R> {
         }
         self.state = State::ShuttingDown;
         self.ahead.clear();
-        self.release_idle(true);
-        self.notify_owed(true);
+        self.release_idle(Sweep::All);
+        self.notify_owed(Sweep::All);
         self.deliveries.mark_all_dirty();
         // A lease extension in flight ends with the shutdown once it is answered.
         for id in self.deliveries.ids_where(Delivery::may_queue) {

@@ -13,7 +13,7 @@ use crate::types::{
 use crate::value::{DbError, Time, Value};
 
 use super::options::{BrokerError, FailedRowsOf, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
-use super::{Broker, State, Step};
+use super::{Broker, State, Step, Sweep};
 
 /// Where a publish is.
 #[derive(Clone, Copy, Debug)]
@@ -26,7 +26,15 @@ pub(super) enum PublishStage {
     Close,
 }
 
-/// How a publish's inserts run: named, where they were three positional `bool`s.
+/// Whether an insert notifies the table's listeners (PostgreSQL) itself, or leaves it to a
+/// notification that follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Notice {
+    Sent,
+    Deferred,
+}
+
+/// How a publish's inserts run.
 #[derive(Clone, Copy, Debug, Default)]
 struct PublishRun {
     /// In one transaction.
@@ -35,6 +43,15 @@ struct PublishRun {
     quiet: bool,
     /// The broker's own notification: no [`Event::Published`].
     internal: bool,
+}
+
+/// What a change of failed rows does to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FailedChange {
+    /// Back to the queue, due now.
+    Redrive,
+    /// Deleted.
+    Delete,
 }
 
 #[derive(Debug)]
@@ -102,7 +119,8 @@ impl Publisher {
 
     /// The insert of `rows` rows, notifying or `quiet`, rendered once per size; a table whose
     /// rows have no column to write takes its one-row insert.
-    fn insert(&mut self, dialect: Dialect, rows: usize, quiet: bool) -> Statement {
+    fn insert(&mut self, dialect: Dialect, rows: usize, notice: Notice) -> Statement {
+        let quiet = notice == Notice::Deferred;
         if rows == 1 && !quiet {
             return self.statement.clone();
         }
@@ -193,7 +211,7 @@ impl Publisher {
         &mut self,
         dialect: Dialect,
         binds: Vec<Vec<Value>>,
-        quiet: bool,
+        notice: Notice,
     ) -> VecDeque<(Statement, Vec<Value>)> {
         let mut inserts = VecDeque::new();
         let mut binds = binds.into_iter().peekable();
@@ -204,12 +222,12 @@ impl Publisher {
         };
         while binds.peek().is_some() {
             let chunk: Vec<Vec<Value>> = binds.by_ref().take(per_statement).collect();
-            let statement = self.insert(dialect, chunk.len(), quiet);
+            let statement = self.insert(dialect, chunk.len(), notice);
             if statement.args.len() == chunk.iter().map(Vec::len).sum::<usize>() {
                 inserts.push_back((statement, chunk.concat()));
             } else {
                 // Rows with no column to write: one `DEFAULT VALUES` insert each.
-                let one = self.insert(dialect, 1, quiet);
+                let one = self.insert(dialect, 1, notice);
                 for binds in chunk {
                     inserts.push_back((one.clone(), binds));
                 }
@@ -285,7 +303,10 @@ impl Inserts {
             .iter()
             .map(|row| self.publisher.binds(row))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(self.publisher.inserts(self.dialect, binds, false).into())
+        Ok(self
+            .publisher
+            .inserts(self.dialect, binds, Notice::Sent)
+            .into())
     }
 }
 
@@ -316,7 +337,12 @@ impl<R> Broker<R> {
         if p.notify.is_some() && !quiet && !binds.is_empty() {
             p.notified_at = Some(now);
         }
-        let inserts = p.inserts(dialect, binds, quiet);
+        let notice = if quiet {
+            Notice::Deferred
+        } else {
+            Notice::Sent
+        };
+        let inserts = p.inserts(dialect, binds, notice);
         let in_tx = inserts.len() > 1;
         Ok(self.run_publish(
             publisher,
@@ -329,13 +355,13 @@ impl<R> Broker<R> {
         ))
     }
 
-    /// Starts a redrive (`redrive`) or a deletion of the failed rows `which` selects in
+    /// Starts a redrive or a deletion (`change`) of the failed rows `which` selects in
     /// `publisher`'s table.
     pub(super) fn change_failed(
         &mut self,
         publisher: PublisherId,
         which: FailedRowsOf,
-        redrive: bool,
+        change: FailedChange,
         now: Time,
     ) -> Result<PublishId, BrokerError> {
         self.now = now;
@@ -352,17 +378,15 @@ impl<R> Broker<R> {
             FailedRowsOf::Ids(ids) => FailedRows::Ids(ids.len()),
             FailedRowsOf::ErrorContains(_) => FailedRows::ErrorContains,
         };
-        let statement = if redrive {
-            Statements::redrive(dialect, &p.desc, selects)
-        } else {
-            Statements::delete_failed(dialect, &p.desc, selects)
+        let statement = match change {
+            FailedChange::Redrive => Statements::redrive(dialect, &p.desc, selects),
+            FailedChange::Delete => Statements::delete_failed(dialect, &p.desc, selects),
         }
         .ok_or(DescError::NeedsColumn {
             table: p.desc.table,
-            setting: if redrive {
-                "a redrive of failed rows"
-            } else {
-                "a deletion of failed rows"
+            setting: match change {
+                FailedChange::Redrive => "a redrive of failed rows",
+                FailedChange::Delete => "a deletion of failed rows",
             },
             role: "failed_at",
             method: ".failed(..)` (`#[field(failed_at)]`)",
@@ -375,7 +399,7 @@ impl<R> Broker<R> {
             _ => Value::Int(now.micros()),
         });
         let mut steps = VecDeque::from([(statement, binds)]);
-        if let Some(notify) = p.notify.clone().filter(|_| redrive) {
+        if let Some(notify) = p.notify.clone().filter(|_| change == FailedChange::Redrive) {
             steps.push_back((notify, Vec::new()));
         }
         let id = self.run_publish(publisher, steps, PublishRun::default());
@@ -554,7 +578,7 @@ impl<R> Broker<R> {
                 p.notify_due = Some(due);
             }
             if self.state == State::ShuttingDown {
-                self.notify_owed(true);
+                self.notify_owed(Sweep::All);
             }
         }
         if let Some(read) = flow.read {
@@ -591,11 +615,13 @@ impl<R> Broker<R> {
 
     /// PostgreSQL: the notifications owed for quiet inserts, those due (or all of them, at
     /// the shutdown).
-    pub(super) fn notify_owed(&mut self, all: bool) {
+    pub(super) fn notify_owed(&mut self, which: Sweep) {
         let now = self.now;
         for i in 0..self.publishers.len() {
             let p = &mut self.publishers[i];
-            let due = p.notify_due.is_some_and(|t| all || t <= now);
+            let due = p
+                .notify_due
+                .is_some_and(|t| which == Sweep::All || t <= now);
             let Some(statement) = p.notify.clone().filter(|_| due) else {
                 continue;
             };

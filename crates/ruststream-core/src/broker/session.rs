@@ -41,6 +41,13 @@ use super::check::CheckStage;
 use super::rows::{answer, first_int};
 use super::{Broker, Step};
 
+/// One of a session check's two connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    A,
+    B,
+}
+
 /// How often `b` releases the probe key at most: once for its own lock, once for `a`'s where
 /// `a`'s unlock reached yet another session.
 const CLEANUPS: u8 = 2;
@@ -149,12 +156,12 @@ impl<R> Broker<R> {
                 self.check_execute(sub, b, ping, Vec::new(), CheckStage::SessionPing { b });
             }
             CheckStage::SessionPing { b } => {
-                self.note_pid(sub, false, pid_of(reply));
+                self.note_pid(sub, Side::B, pid_of(reply));
                 let ping = session_ping();
                 self.check_execute(sub, a, ping, Vec::new(), CheckStage::SessionPingA { b });
             }
             CheckStage::SessionPingA { b } => {
-                self.note_pid(sub, true, pid_of(reply));
+                self.note_pid(sub, Side::A, pid_of(reply));
                 let binds = try_lock.binds(|_| probe.clone());
                 self.check_execute(sub, a, try_lock, binds, CheckStage::SessionLock { b });
             }
@@ -224,17 +231,16 @@ impl<R> Broker<R> {
         self.check_step(sub, a, Action::Release, CheckStage::Release);
     }
 
-    /// A session check's connection (`a`, else `b`) answered its server process id: one that
+    /// A session check's connection (`side`) answered its server process id: one that
     /// changed, or one the other connection has, is a pooler in transaction pooling.
-    fn note_pid(&mut self, sub: SubId, a: bool, pid: Option<i64>) {
+    fn note_pid(&mut self, sub: SubId, side: Side, pid: Option<i64>) {
         let Some(pid) = pid else {
             return;
         };
         let check = &mut self.subs[sub.0].check;
-        let (mine, other) = if a {
-            (&mut check.pids.0, check.pids.1)
-        } else {
-            (&mut check.pids.1, check.pids.0)
+        let (mine, other) = match side {
+            Side::A => (&mut check.pids.0, check.pids.1),
+            Side::B => (&mut check.pids.1, check.pids.0),
         };
         let first = *mine.get_or_insert(pid);
         check.pooled |= first != pid || other == Some(pid);

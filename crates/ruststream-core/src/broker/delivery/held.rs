@@ -16,6 +16,14 @@ use crate::value::{DbError, ErrorKind};
 use super::super::Broker;
 use super::{DeliveryStage, Ending, Held};
 
+/// What the release of an advisory delivery's key answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Unlocked {
+    Released,
+    /// The release failed or answered no: the key may still be held.
+    MaybeHeld,
+}
+
 impl<R> Broker<R> {
     /// The statement that settles a delivery of the row lock or advisory lock form as it
     /// ends, where one runs on its connection: the delete or mark of an acknowledgement, the
@@ -336,7 +344,7 @@ impl<R> Broker<R> {
         match &st.keys {
             KeyLocks::Registry => {
                 self.keys.remove(&key);
-                self.after_unlock(delivery, true);
+                self.after_unlock(delivery, Unlocked::Released);
             }
             KeyLocks::Custom => {
                 let action = Action::Unlock { sub, key };
@@ -351,9 +359,10 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The key is released (`true`) or may still be held (`false`): the connection goes back
-    /// to the pool, or is closed.
-    pub(super) fn after_unlock(&mut self, delivery: DeliveryId, released: bool) {
+    /// The key is released, or may still be held: the connection goes back to the pool, or
+    /// is closed.
+    pub(super) fn after_unlock(&mut self, delivery: DeliveryId, unlocked: Unlocked) {
+        let released = unlocked == Unlocked::Released;
         let now = self.now;
         let Some(d) = self.deliveries.get_mut(delivery) else {
             return;

@@ -7,6 +7,7 @@ use crate::value::{DbError, ErrorKind, Value};
 use super::super::Broker;
 use super::super::Step;
 use super::super::rows::answer;
+use super::held::Unlocked;
 use super::{DeliveryStage, Ending};
 
 impl<R> Broker<R> {
@@ -58,7 +59,14 @@ impl<R> Broker<R> {
             DeliveryStage::SettleBatch => self.batch_settled(delivery, reply),
             DeliveryStage::ReleaseLease => self.lease_released(delivery, &reply),
             DeliveryStage::Commit | DeliveryStage::Rollback => self.row_lock_ended(delivery, stage),
-            DeliveryStage::Unlock => self.after_unlock(delivery, answer(reply)),
+            DeliveryStage::Unlock => {
+                let unlocked = if answer(reply) {
+                    Unlocked::Released
+                } else {
+                    Unlocked::MaybeHeld
+                };
+                self.after_unlock(delivery, unlocked);
+            }
             DeliveryStage::Ping => self.pinged(delivery),
             DeliveryStage::Savepoint => self.savepoint_set(delivery),
             DeliveryStage::Unwind => self.unwound(delivery),
