@@ -22,6 +22,7 @@
 
 mod db;
 mod scenarios;
+mod sim;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
