@@ -3,39 +3,61 @@
 
 use super::*;
 
+use ruststream_core::{CheckError, FieldKind, RowField};
+
+const AS_INTEGER: &[RowField] = &[RowField {
+    column: "locked_until",
+    field: "locked_until",
+    rust: "Option<i64>",
+    kind: FieldKind::Integer,
+}];
+const AS_TIME: &[RowField] = &[RowField {
+    column: "locked_until",
+    field: "locked_until",
+    rust: "Option<DateTime<Utc>>",
+    kind: FieldKind::Time,
+}];
+/// A local time decodes MySQL's DATETIME, not PostgreSQL's timestamptz.
+const AS_LOCAL: &[RowField] = &[RowField {
+    column: "locked_until",
+    field: "locked_until",
+    rust: "Option<NaiveDateTime>",
+    kind: FieldKind::LocalTime,
+}];
+
+/// The check's failure of a lease table whose `locked_until` the server declares `ty` (the
+/// usual type where `None`), with the row type's `fields`.
+fn check_lease(
+    dialect: Dialect,
+    fields: &'static [RowField],
+    ty: Option<&str>,
+) -> Option<CheckError> {
+    let mut sim = Sim::new(dialect, failing(Form::Lease, true), 1);
+    sim.row_fields = fields;
+    if let Some(ty) = ty {
+        sim.db.column_types.insert("locked_until", ty.to_owned());
+    }
+    sim.spawn();
+    sim.run();
+    let sub = sim.procs[0].sub;
+    sim.events(0, 0).into_iter().find_map(|e| match e {
+        Event::CheckFailed { error, .. } => Some(error),
+        Event::Ready { sub: s } if s == sub => None,
+        _ => None,
+    })
+}
+
 /// The start check compares the time columns' types with what the queue writes, and with
 /// what the row type's fields decode: a mismatch fails the check, naming the column, before
 /// any row is claimed.
 #[test]
 fn the_check_refuses_time_columns_the_row_type_cannot_decode() {
-    use ruststream_core::{CheckError, FieldKind, RowField};
-    const AS_INTEGER: &[RowField] = &[RowField {
-        column: "locked_until",
-        field: "locked_until",
-        rust: "Option<i64>",
-        kind: FieldKind::Integer,
-    }];
-    const AS_TIME: &[RowField] = &[RowField {
-        column: "locked_until",
-        field: "locked_until",
-        rust: "Option<DateTime<Utc>>",
-        kind: FieldKind::Time,
-    }];
-    let check = |dialect: Dialect, fields: &'static [RowField], ty: Option<&str>| {
-        let mut sim = Sim::new(dialect, failing(Form::Lease, true), 1);
-        sim.row_fields = fields;
-        if let Some(ty) = ty {
-            sim.db.column_types.insert("locked_until", ty.to_owned());
-        }
-        sim.spawn();
-        sim.run();
-        let sub = sim.procs[0].sub;
-        sim.events(0, 0).into_iter().find_map(|e| match e {
-            Event::CheckFailed { error, .. } => Some(error),
-            Event::Ready { sub: s } if s == sub => None,
-            _ => None,
-        })
-    };
+    refuses_fields_that_cannot_decode();
+    refuses_columns_the_queue_cannot_write();
+}
+
+fn refuses_fields_that_cannot_decode() {
+    let check = check_lease;
     // The integer field on a server's time column: refused, naming field and column.
     for dialect in SERVERS {
         let error = check(dialect, AS_INTEGER, None).expect("refused");
@@ -73,6 +95,10 @@ fn the_check_refuses_time_columns_the_row_type_cannot_decode() {
         check(Dialect::Sqlite, AS_TIME, None),
         Some(CheckError::FieldType { .. })
     ));
+}
+
+fn refuses_columns_the_queue_cannot_write() {
+    let check = check_lease;
     // A time column declared as an integer on a server: the queue cannot write its times.
     let error = check(Dialect::Postgres, &[], Some("bigint")).expect("refused");
     assert!(
@@ -103,13 +129,6 @@ fn the_check_refuses_time_columns_the_row_type_cannot_decode() {
     for ty in ["", "NUMERIC", "DATETIME", "BIGINT"] {
         assert_eq!(check(Dialect::Sqlite, &[], Some(ty)), None, "{ty}");
     }
-    // A local time decodes MySQL's DATETIME, not PostgreSQL's timestamptz.
-    const AS_LOCAL: &[RowField] = &[RowField {
-        column: "locked_until",
-        field: "locked_until",
-        rust: "Option<NaiveDateTime>",
-        kind: FieldKind::LocalTime,
-    }];
     assert!(check(Dialect::Postgres, AS_LOCAL, None).is_some());
     assert_eq!(check(Dialect::MariaDb, AS_LOCAL, None), None);
 }

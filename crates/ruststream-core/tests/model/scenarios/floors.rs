@@ -54,6 +54,19 @@ fn claims_in_id_order_start_past_the_rows_taken_before_them() {
     }
 }
 
+/// The floors the claims of `kind` since `mark` started at: `None` for a look from the
+/// table's start.
+fn starts(sim: &Sim, mark: usize, kind: StatementKind) -> Vec<Option<i64>> {
+    sim.runs_of(0, mark, kind)
+        .iter()
+        .map(|r| {
+            let st = r.statement.as_ref()?;
+            let i = st.args.iter().position(|a| *a == Arg::Floor)?;
+            r.binds[i].as_int()
+        })
+        .collect()
+}
+
 /// After a claim from the floor that found less than it asked for, the next claim looks from
 /// the table's start for rows claimable again below the floor: at once while such a look is
 /// cheap; while it is dear (here 20 ms: the entries of settled rows that vacuum may not
@@ -103,16 +116,7 @@ fn a_dear_look_from_the_start_waits_while_claims_keep_the_floor() {
                 sim.run();
             }
             assert_eq!(sim.delivered_rows(0, mark), [6], "{form:?}");
-            let starts = |sim: &Sim| -> Vec<Option<i64>> {
-                sim.runs_of(0, mark, kind)
-                    .iter()
-                    .map(|r| {
-                        let st = r.statement.as_ref()?;
-                        let i = st.args.iter().position(|a| *a == Arg::Floor)?;
-                        r.binds[i].as_int()
-                    })
-                    .collect()
-            };
+            let starts = |sim: &Sim| starts(sim, mark, kind);
             let now = starts(&sim);
             if !dear {
                 assert_eq!(
