@@ -437,7 +437,7 @@ fn advisory_retry_runs_no_statement_and_the_row_returns() {
             vec![Exec(StatementKind::Unlock), Release]
         };
         assert_eq!(sim.ops_on(0, conn, mark), expected, "{dialect:?}");
-        let sess = sim.procs[0].conns.get(&conn).copied();
+        let sess = sim.procs[0].adapter.conns.get(&conn).copied();
         assert_eq!(sess, None, "{dialect:?}: the connection went back");
         // The row returns (at once where the database holds the keys, after a poll on
         // SQLite), its attempt counted by the claim alone.
@@ -552,7 +552,7 @@ fn advisory_dropped_delivery_whose_unlock_never_answers_is_closed_within_five_se
             sim.run_command(0, command);
         }
         sim.run();
-        assert!(!sim.procs[0].conns.contains_key(&conn));
+        assert!(!sim.procs[0].adapter.conns.contains_key(&conn));
         // The row returns: the freed worker takes it again.
         sim.advance(POLL);
         assert_eq!(sim.procs[0].broker.held_connections(), sim.in_work(0));

@@ -104,7 +104,7 @@ fn custom_unlock_answering_false_closes_the_connection() {
                 "{dialect:?}: the session ended"
             );
             assert!(sim.db.custom.values().all(|s| *s != sess));
-            assert!(!sim.procs[0].conns.contains_key(&conn));
+            assert!(!sim.procs[0].adapter.conns.contains_key(&conn));
         }
     }
 }

@@ -1,29 +1,18 @@
-//! The simulation driver: a [`Sim`] drives one or more brokers (processes) against the
-//! in-memory [`Db`], runs every polled command and hands its reply back until all is quiet,
-//! and records every command and event, so a test asserts which statements ran, and where.
-//!
-//! A hook can hold a command back (it never answers until the test says so) or answer it in
-//! the database's place.
+//! The scenarios' driver: a [`Sim`] runs every polled command of its processes in order and
+//! hands its reply back until all is quiet, and records every command and event it saw.
+//! A hook can hold a command back, or answer it in the database's place.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use ruststream_core::{
-    Action, Arg, Broker, BrokerError, ClosedCounts, Command, ConnId, DbError, Delivered,
-    DeliveryId, Dialect, ErrorKind, Event, Outcome, Publish, PublishId, PublisherId, Reply,
-    Statement, StatementKind, SubId, SubscribeOptions, TableDesc, Time, Value,
+    Action, Arg, Broker, BrokerError, Command, ConnId, DeliveryId, Dialect, Event, Outcome,
+    Publish, PublishId, PublisherId, Reply, Statement, StatementKind, SubId, SubscribeOptions,
+    TableDesc, Time, Value,
 };
 
-use crate::db::{Db, DbRow, SessId, lock_arg};
-
-/// The time every simulation starts at.
-pub(crate) const T0: Time = Time(1_700_000_000_000_000);
-pub(crate) const POLL: Duration = Duration::from_secs(1);
-pub(crate) const LEASE_TIME: Duration = Duration::from_secs(30);
-pub(crate) const EXTEND: Duration = Duration::from_secs(10);
-
-/// A process of another system, which holds locks the broker must pass over.
-pub(crate) const OTHER_SYSTEM: usize = 99;
+use super::{Adapter, T0, message, options, start_broker};
+use crate::db::Db;
 
 /// What a command did, as a test names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,8 +120,7 @@ pub(crate) struct Proc {
     pub(crate) publisher: PublisherId,
     pub(crate) queue: VecDeque<Command>,
     pub(crate) held: Vec<Command>,
-    pub(crate) conns: BTreeMap<ConnId, SessId>,
-    pub(crate) closed: BTreeSet<ConnId>,
+    pub(crate) adapter: Adapter,
     pub(crate) alive: bool,
     /// Its timers do not fire (a stalled process).
     pub(crate) paused: bool,
@@ -214,15 +202,10 @@ impl Sim {
 
     pub(crate) fn options(&self) -> SubscribeOptions {
         SubscribeOptions {
-            workers: self.workers,
-            poll_interval: POLL,
-            lease: LEASE_TIME,
-            extend_every: EXTEND,
-            prefetch: self.prefetch,
-            max_attempts: self.max_attempts,
             row_fields: self.row_fields,
             ensure_schema: self.ensure_schema,
             missing_claim_index: self.missing_index,
+            ..options(self.workers, self.prefetch, self.max_attempts)
         }
     }
 
@@ -239,13 +222,12 @@ impl Sim {
     /// or behind it.
     pub(crate) fn spawn_skewed(&mut self, skew: Duration, ahead: bool) -> usize {
         let skew = i64::try_from(skew.as_micros()).expect("fits") * if ahead { 1 } else { -1 };
-        let mut broker = Broker::new(self.dialect);
-        broker.set_connection_linger(self.linger);
-        broker.set_prepared_statements(self.prepared_statements);
-        let sub = broker
-            .subscribe(self.desc, self.options(), Time(self.now.0 + skew))
-            .expect("subscribes");
-        let publisher = broker.publisher(self.desc).expect("a publisher");
+        let (broker, sub, publisher) = start_broker(
+            (self.dialect, self.desc),
+            self.options(),
+            (self.linger, self.prepared_statements),
+            Time(self.now.0 + skew),
+        );
         self.procs.push(Proc {
             broker,
             process: self.procs.len() + 1,
@@ -253,8 +235,7 @@ impl Sim {
             publisher,
             queue: VecDeque::new(),
             held: Vec::new(),
-            conns: BTreeMap::new(),
-            closed: BTreeSet::new(),
+            adapter: Adapter::default(),
             alive: true,
             paused: false,
             skew,
@@ -367,61 +348,11 @@ impl Sim {
 
     /// Runs a command on the database, as an adapter would.
     pub(crate) fn exec(&mut self, p: usize, command: &Command) -> Reply<i64> {
-        let (dialect, desc) = (self.dialect, self.desc);
+        let table = (self.dialect, &self.desc);
         let proc = &mut self.procs[p];
-        if proc.closed.contains(&command.conn) {
-            assert!(
-                !matches!(
-                    command.action,
-                    Action::Acquire | Action::Release | Action::Close
-                ),
-                "{:?} on {} after it was closed",
-                command.action,
-                command.conn
-            );
-            return Reply::Failed(DbError::new(
-                ErrorKind::ConnectionLost,
-                "the connection was closed",
-            ));
-        }
-        let reply = match &command.action {
-            Action::Acquire => {
-                let sess = self.db.acquire(proc.process);
-                proc.conns.insert(command.conn, sess);
-                Reply::Done
-            }
-            Action::Release => {
-                let sess = proc.conns.remove(&command.conn).expect("a held connection");
-                if self.db.sessions[&sess].alive {
-                    self.db.release(sess);
-                }
-                Reply::Done
-            }
-            Action::Close => {
-                proc.closed.insert(command.conn);
-                let sess = proc.conns.remove(&command.conn).expect("a held connection");
-                self.db.kill(sess);
-                Reply::Done
-            }
-            Action::Execute { statement, binds } => {
-                let sess = *proc
-                    .conns
-                    .get(&command.conn)
-                    .unwrap_or_else(|| panic!("{} was never acquired", command.conn));
-                self.db.clock = self.now.micros();
-                self.db.execute(dialect, &desc, sess, statement, binds)
-            }
-            Action::Lock { key, .. } => {
-                let sess = proc.conns[&command.conn];
-                self.db.custom_lock(sess, key)
-            }
-            Action::Unlock { key, .. } => {
-                let sess = proc.conns[&command.conn];
-                self.db.custom_unlock(sess, key)
-            }
-        };
-        assert!(self.db.violations.is_empty(), "{:?}", self.db.violations);
-        reply
+        let process = proc.process;
+        proc.adapter
+            .run(&mut self.db, process, table, self.now, command, None)
     }
 
     /// Moves the clock to `target`, firing every timer due on the way, each at its time.
@@ -503,16 +434,7 @@ impl Sim {
 
     /// A row to publish of `channel`: the key's column where the description's key reads it.
     pub(crate) fn message(&self, channel: i64) -> Publish {
-        let columns = if self.desc.key_columns().contains(&"channel") {
-            vec![("channel", Value::Int(channel))]
-        } else {
-            Vec::new()
-        };
-        Publish {
-            payload: b"{}".to_vec(),
-            columns,
-            ..Publish::default()
-        }
+        message(&self.desc, channel)
     }
 
     pub(crate) fn publish(&mut self, p: usize, channel: i64) -> Result<PublishId, BrokerError> {
@@ -528,260 +450,5 @@ impl Sim {
     pub(crate) fn crash(&mut self, p: usize) {
         self.db.kill_process(self.procs[p].process);
         self.procs[p].alive = false;
-    }
-
-    // ----- what happened -----
-
-    pub(crate) fn mark(&self) -> usize {
-        self.journal.len()
-    }
-
-    pub(crate) fn runs(&self, p: usize, since: usize) -> Vec<&Ran> {
-        self.journal[since..]
-            .iter()
-            .filter_map(|e| match e {
-                Entry::Ran(r) if r.proc == p => Some(r),
-                _ => None,
-            })
-            .collect()
-    }
-
-    pub(crate) fn ops(&self, p: usize, since: usize) -> Vec<Op> {
-        self.runs(p, since)
-            .into_iter()
-            .map(|r| r.op.clone())
-            .collect()
-    }
-
-    /// The ops on the connection of `p`'s first command since `since`: one flow's, where a
-    /// claim runs beside it.
-    pub(crate) fn first_flow_ops(&self, p: usize, since: usize) -> Vec<Op> {
-        match self.runs(p, since).first() {
-            Some(first) => self.ops_on(p, first.conn, since),
-            None => Vec::new(),
-        }
-    }
-
-    pub(crate) fn ops_on(&self, p: usize, conn: ConnId, since: usize) -> Vec<Op> {
-        self.runs(p, since)
-            .into_iter()
-            .filter(|r| r.conn == conn)
-            .map(|r| r.op.clone())
-            .collect()
-    }
-
-    /// The runs of a statement kind.
-    pub(crate) fn runs_of(&self, p: usize, since: usize, kind: StatementKind) -> Vec<&Ran> {
-        self.runs(p, since)
-            .into_iter()
-            .filter(|r| r.op == Exec(kind))
-            .collect()
-    }
-
-    pub(crate) fn events(&self, p: usize, since: usize) -> Vec<Event<i64>> {
-        self.journal[since..]
-            .iter()
-            .filter_map(|e| match e {
-                Entry::Event { proc, event, .. } if *proc == p => Some(event.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The index in the journal of the first event of `p` that matches.
-    /// The index in the journal of `p`'s subscription's `Ready`: what ran after its check.
-    pub(crate) fn ready_at(&self, p: usize) -> usize {
-        let sub = self.procs[p].sub;
-        self.event_index(p, |e| *e == Event::Ready { sub })
-            .expect("the subscription is ready")
-    }
-
-    pub(crate) fn event_index(
-        &self,
-        p: usize,
-        matches: impl Fn(&Event<i64>) -> bool,
-    ) -> Option<usize> {
-        self.journal.iter().position(
-            |e| matches!(e, Entry::Event { proc, event, .. } if *proc == p && matches(event)),
-        )
-    }
-
-    pub(crate) fn delivered(&self, p: usize, since: usize) -> Vec<Delivered<i64>> {
-        self.events(p, since)
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::Delivered(d) => Some(d),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The ids the statements of `kind` that `p` ran since `since` started at.
-    pub(crate) fn floors(&self, p: usize, since: usize, kind: StatementKind) -> Vec<Value> {
-        self.runs_of(p, since, kind)
-            .into_iter()
-            .filter_map(|r| {
-                let st = r.statement.as_ref()?;
-                let i = st.args.iter().position(|a| *a == Arg::Floor)?;
-                Some(r.binds[i].clone())
-            })
-            .collect()
-    }
-
-    /// Acknowledges every row `p` was handed but `row`, 100 ms apart, until `row` is handed
-    /// again after `since` (at most 40 times): claims keep running past it. Answers when.
-    pub(crate) fn ack_others_until(
-        &mut self,
-        row: i64,
-        since: usize,
-        done: &mut BTreeSet<i64>,
-    ) -> Option<Time> {
-        for _ in 0..40 {
-            if self.delivered_rows(0, since).contains(&row) {
-                return Some(self.now);
-            }
-            for other in self.delivered_rows(0, 0) {
-                if other != row && done.insert(other) {
-                    let d = self.delivery(0, other);
-                    self.settle(0, d, Outcome::Ack);
-                }
-            }
-            self.run();
-            self.advance(Duration::from_millis(100));
-        }
-        None
-    }
-
-    pub(crate) fn delivered_rows(&self, p: usize, since: usize) -> Vec<i64> {
-        self.delivered(p, since)
-            .iter()
-            .map(|d| d.row.expect("the driver row"))
-            .collect()
-    }
-
-    /// The time of the first delivery of `row` by `p` since `since`.
-    pub(crate) fn delivered_at(&self, p: usize, since: usize, row: i64) -> Option<Time> {
-        self.journal[since..].iter().find_map(|e| match e {
-            Entry::Event {
-                proc,
-                event: Event::Delivered(d),
-                at,
-                ..
-            } if *proc == p && d.row == Some(row) => Some(*at),
-            _ => None,
-        })
-    }
-
-    /// The last delivery of `row` by `p`.
-    pub(crate) fn delivery(&self, p: usize, row: i64) -> DeliveryId {
-        self.delivered(p, 0)
-            .iter()
-            .rev()
-            .find(|d| d.row == Some(row))
-            .unwrap_or_else(|| panic!("row {row} was never delivered"))
-            .delivery
-    }
-
-    /// The connection whose claim statement read `row` last: the delivery's connection.
-    pub(crate) fn conn_of(&self, p: usize, row: i64) -> ConnId {
-        self.runs(p, 0)
-            .into_iter()
-            .rev()
-            .find(|r| {
-                matches!(
-                    r.op,
-                    Exec(
-                        StatementKind::LockRow
-                            | StatementKind::LockRowById
-                            | StatementKind::LockRowByIdUnmarking
-                            | StatementKind::Take
-                            | StatementKind::ReadRow
-                    )
-                ) && r.raw_rows().contains(&row)
-            })
-            .unwrap_or_else(|| panic!("no claim read row {row}"))
-            .conn
-    }
-
-    pub(crate) fn sess_of(&self, p: usize, conn: ConnId) -> SessId {
-        self.procs[p].conns[&conn]
-    }
-
-    /// Every `Closed` event of `p`, with the connections held then.
-    pub(crate) fn closed(&self, p: usize) -> Vec<(ClosedCounts, usize)> {
-        self.journal
-            .iter()
-            .filter_map(|e| match e {
-                Entry::Event {
-                    proc,
-                    event: Event::Closed(counts),
-                    held,
-                    ..
-                } if *proc == p => Some((*counts, *held)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    pub(crate) fn row(&self, id: i64) -> &DbRow {
-        self.db
-            .rows
-            .get(&id)
-            .unwrap_or_else(|| panic!("row {id} is not in the table"))
-    }
-
-    pub(crate) fn executed(&self, kind: StatementKind) -> usize {
-        self.db.executed.get(&kind).copied().unwrap_or(0)
-    }
-
-    pub(crate) fn in_work(&self, p: usize) -> usize {
-        self.procs[p].broker.in_work(self.procs[p].sub)
-    }
-
-    pub(crate) fn statements(&self, p: usize) -> &ruststream_core::Statements {
-        self.procs[p]
-            .broker
-            .statements(self.procs[p].sub)
-            .expect("the subscription's statements")
-    }
-
-    /// A session of another system that holds the advisory lock of `key`.
-    pub(crate) fn hold_elsewhere(&mut self, key: &str) -> SessId {
-        let sess = self.db.acquire(OTHER_SYSTEM);
-        self.db
-            .advisory
-            .insert(lock_arg(self.dialect, key), (sess, 1));
-        sess
-    }
-}
-
-impl Sim {
-    /// Publishes `rows` rows of `channel` in one batch.
-    pub(crate) fn publish_all(
-        &mut self,
-        p: usize,
-        channel: i64,
-        rows: usize,
-    ) -> Result<PublishId, BrokerError> {
-        let publisher = self.procs[p].publisher;
-        let batch = (0..rows).map(|_| self.message(channel)).collect();
-        let result = self.procs[p].broker.publish_all(publisher, batch, self.now);
-        self.poll(p);
-        result
-    }
-
-    /// The results of the publishes answered since `since`.
-    pub(crate) fn published(
-        &self,
-        p: usize,
-        since: usize,
-    ) -> Vec<(PublishId, Result<(), DbError>)> {
-        self.events(p, since)
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::Published { publish, result } => Some((publish, result.map(drop))),
-                _ => None,
-            })
-            .collect()
     }
 }
