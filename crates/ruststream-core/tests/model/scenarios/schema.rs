@@ -247,6 +247,34 @@ fn the_counts_read_what_the_table_holds() {
     );
 }
 
+/// Reads `what` through `p`'s publisher, runs, and answers the read's result.
+fn read_table(sim: &mut Sim, p: usize, what: ReadTable) -> Result<TableRead, DbError> {
+    let publisher = sim.procs[p].publisher;
+    let now = sim.now;
+    let mark = sim.mark();
+    let id = sim.procs[p]
+        .broker
+        .read_table(publisher, what, now)
+        .expect("reads");
+    sim.poll(p);
+    sim.run();
+    sim.events(p, mark)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Read { publish, result } if publish == id => Some(result),
+            _ => None,
+        })
+        .expect("answered")
+}
+
+/// The ids of the failed rows a read answered.
+fn ids(r: Result<TableRead, DbError>) -> Vec<Value> {
+    match r {
+        Ok(TableRead::Failed(rows)) => rows.into_iter().map(|r| r.id).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A read of failed rows pages through them by id; a read of one row finds it; a table that
 /// keeps no failed rows refuses the read, naming the column.
 #[test]
@@ -270,28 +298,7 @@ fn failed_rows_are_read_page_by_page() {
     }
     let p = sim.spawn();
     sim.run();
-    let publisher = sim.procs[p].publisher;
-    let read = |sim: &mut Sim, what: ReadTable| {
-        let now = sim.now;
-        let mark = sim.mark();
-        let id = sim.procs[p]
-            .broker
-            .read_table(publisher, what, now)
-            .expect("reads");
-        sim.poll(p);
-        sim.run();
-        sim.events(p, mark)
-            .into_iter()
-            .find_map(|e| match e {
-                Event::Read { publish, result } if publish == id => Some(result),
-                _ => None,
-            })
-            .expect("answered")
-    };
-    let ids = |r: Result<TableRead, DbError>| match r {
-        Ok(TableRead::Failed(rows)) => rows.into_iter().map(|r| r.id).collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
-    };
+    let read = |sim: &mut Sim, what: ReadTable| read_table(sim, p, what);
     let first = read(
         &mut sim,
         ReadTable::Failed {
