@@ -16,7 +16,7 @@
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use ruststream_core::spec::{Column, KeyPart, OrderBy, TableDesc};
+use ruststream_core::spec::{Column, Hold, KeyPart, OrderBy, TableDesc};
 use ruststream_core::{Dialect, FailedRows, Form, Inserts, Publish, Statement, Statements, Value};
 
 const DIALECTS: [Dialect; 4] = [
@@ -67,7 +67,7 @@ fn leak<T>(items: Vec<T>) -> &'static [T] {
 
 fn desc(u: &mut Unstructured<'_>) -> Result<TableDesc> {
     let form = u.int_in_range(0..=2u8)?;
-    let advisory = if form == 2 {
+    let hold = if form == 2 {
         let mut parts = Vec::new();
         for _ in 0..u.int_in_range(1..=3)? {
             parts.push(if u.arbitrary()? {
@@ -76,11 +76,17 @@ fn desc(u: &mut Unstructured<'_>) -> Result<TableDesc> {
                 KeyPart::Column(name(u)?)
             });
         }
-        Some(leak(parts))
+        Hold::Advisory {
+            key: leak(parts),
+            custom_lock: u.ratio(1, 4)?,
+        }
+    } else if form == 1 {
+        Hold::Lease {
+            locked_until: column(u)?,
+        }
     } else {
-        None
+        Hold::RowLock
     };
-    let own = form == 2 && u.ratio(1, 4)?;
     let mut order = Vec::new();
     for _ in 0..u.int_in_range(0..=2)? {
         let column = name(u)?;
@@ -99,16 +105,13 @@ fn desc(u: &mut Unstructured<'_>) -> Result<TableDesc> {
         id: column(u)?,
         payload: maybe(u)?,
         attempt: maybe(u)?,
-        locked_until: if form == 1 { Some(column(u)?) } else { None },
+        hold,
         processed_at: maybe(u)?,
         due: maybe(u)?,
         failed_at: maybe(u)?,
         error: maybe(u)?,
         errors: maybe(u)?,
-        advisory,
         order: leak(order),
-        own_lock: own,
-        own_unlock: own,
         unique: leak(unique),
     })
 }
@@ -125,7 +128,7 @@ fn names(desc: &TableDesc) -> Vec<&'static str> {
 }
 
 fn literals(desc: &TableDesc) -> Vec<&'static str> {
-    desc.advisory
+    desc.advisory()
         .unwrap_or(&[])
         .iter()
         .filter_map(|part| match part {

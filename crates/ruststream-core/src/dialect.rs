@@ -30,7 +30,7 @@
 
 use std::sync::Arc;
 
-use crate::spec::{Form, TableDesc};
+use crate::spec::{Form, Hold, TableDesc};
 
 mod claims;
 mod failed;
@@ -422,13 +422,14 @@ impl Statements {
         };
         let mysql_like = dialect.mysql_like();
         let read_row = r.read_row(rows.clone());
-        // As `TableDesc::form` decides: an advisory key, else a lease column, else row locks.
-        let form = match (desc.advisory, desc.locked_until) {
-            (Some(_), _) => FormStatements::Advisory(Arc::new(r.advisory_statements(rows))),
-            (None, Some(lease)) => {
-                FormStatements::Lease(Arc::new(r.lease_statements(rows, batch, lease.name)))
+        let form = match desc.hold {
+            Hold::Advisory { .. } => {
+                FormStatements::Advisory(Arc::new(r.advisory_statements(rows)))
             }
-            (None, None) => FormStatements::RowLock(Arc::new(r.row_lock_statements(rows, batch))),
+            Hold::Lease { locked_until } => {
+                FormStatements::Lease(Arc::new(r.lease_statements(rows, batch, locked_until.name)))
+            }
+            Hold::RowLock => FormStatements::RowLock(Arc::new(r.row_lock_statements(rows, batch))),
         };
         Statements {
             dialect,
@@ -501,7 +502,7 @@ impl Statements {
     /// `None` where the database cannot return them (MySQL; MariaDB's `processed_at` mark).
     pub fn settle_leases(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let lease = desc
-            .locked_until
+            .locked_until()
             .filter(|_| rows > 0 && Self::settles_leases_together(dialect, desc))?;
         Some(Renderer::new(dialect, desc).settle_leases(rows, lease.name))
     }
@@ -514,7 +515,7 @@ impl Statements {
         desc: &TableDesc,
         excluded: usize,
     ) -> Option<Statement> {
-        desc.advisory
+        desc.advisory()
             .is_some()
             .then(|| Renderer::new(dialect, desc).candidates(excluded, false))
     }
@@ -531,7 +532,7 @@ impl Statements {
     ) -> Option<Statement> {
         let mut r = Renderer::new(dialect, desc);
         r.exclude_ids = ids;
-        let applies = desc.advisory.is_some() && (!from || r.advisory_floor());
+        let applies = desc.advisory().is_some() && (!from || r.advisory_floor());
         applies.then(|| r.candidates(keys, from))
     }
 
@@ -544,7 +545,7 @@ impl Statements {
         ids: usize,
         floor: bool,
     ) -> Option<Statement> {
-        if desc.advisory.is_some() || desc.locked_until.is_some() {
+        if desc.advisory().is_some() || desc.locked_until().is_some() {
             return None;
         }
         let mut r = Renderer::new(dialect, desc);
@@ -611,7 +612,7 @@ impl Statements {
             Dialect::MariaDb => desc.processed_at.is_none(),
             Dialect::MySql => false,
         };
-        returns && desc.locked_until.is_some()
+        returns && desc.locked_until().is_some()
     }
 
     /// The rendered statement of `kind`, where the form runs one: for tools and tests that

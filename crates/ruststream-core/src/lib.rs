@@ -49,7 +49,7 @@ pub use dialect::{
 };
 pub use read::{column_position, read_rows};
 pub use spec::{
-    Column, DescError, ERRORS_KEPT, FieldKind, Form, InboxSpec, KeyPart, OrderBy, RowField,
+    Column, DescError, ERRORS_KEPT, FieldKind, Form, Hold, InboxSpec, KeyPart, OrderBy, RowField,
     TableDesc,
 };
 pub use stats::{AttemptError, Count, FailedRow, STATS_CAP, Stats};

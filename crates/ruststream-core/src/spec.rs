@@ -117,6 +117,36 @@ impl Form {
     }
 }
 
+/// How a table's rows are held while in work: the form, with what only that form reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// A row lock, in a transaction held while the handler runs: the default.
+    RowLock,
+    /// A lease: an expiry written into the row, extended while in work.
+    Lease {
+        /// The column that holds the lease's expiry.
+        locked_until: Column,
+    },
+    /// A lock on the row's key, held by the delivery's own connection.
+    Advisory {
+        /// The key's parts.
+        key: &'static [KeyPart],
+        /// The service's own `Lock` and `Unlock` replace the dialect's.
+        custom_lock: bool,
+    },
+}
+
+impl Hold {
+    /// The form this hold is.
+    pub const fn form(self) -> Form {
+        match self {
+            Hold::RowLock => Form::RowLock,
+            Hold::Lease { .. } => Form::Lease,
+            Hold::Advisory { .. } => Form::Advisory,
+        }
+    }
+}
+
 /// The untyped content of a description: what the machines and the dialects read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableDesc {
@@ -128,8 +158,6 @@ pub struct TableDesc {
     pub payload: Option<Column>,
     /// The number of takes so far; each take adds one.
     pub attempt: Option<Column>,
-    /// The lease's expiry: its presence selects the lease form.
-    pub locked_until: Option<Column>,
     /// Settling marks this column with the time instead of deleting the row.
     pub processed_at: Option<Column>,
     /// A row is claimable once this time has come.
@@ -141,14 +169,10 @@ pub struct TableDesc {
     pub error: Option<Column>,
     /// A JSON array of the row's last [`ERRORS_KEPT`] errors, each with its attempt and time.
     pub errors: Option<Column>,
-    /// The advisory key's parts: their presence selects the advisory lock form.
-    pub advisory: Option<&'static [KeyPart]>,
+    /// The form that holds a row while it is in work, with the columns the form reads.
+    pub hold: Hold,
     /// The claim order; empty means the due column (if any), then the id.
     pub order: &'static [OrderBy],
-    /// The service locks keys with its own `Lock`.
-    pub own_lock: bool,
-    /// The service unlocks keys with its own `Unlock`.
-    pub own_unlock: bool,
     /// The columns of a unique index that deduplicates publishes: a publish of a row whose
     /// values there are already in the table writes nothing. Empty: every publish writes.
     pub unique: &'static [&'static str],
@@ -157,18 +181,34 @@ pub struct TableDesc {
 impl TableDesc {
     /// The form the description selects.
     pub const fn form(&self) -> Form {
-        if self.advisory.is_some() {
-            Form::Advisory
-        } else if self.locked_until.is_some() {
-            Form::Lease
-        } else {
-            Form::RowLock
-        }
+        self.hold.form()
     }
 
     /// Whether the service's own `Lock` and `Unlock` replace the dialect's.
     pub const fn custom_lock(&self) -> bool {
-        self.own_lock && self.own_unlock
+        matches!(
+            self.hold,
+            Hold::Advisory {
+                custom_lock: true,
+                ..
+            }
+        )
+    }
+
+    /// The lease form: the column that holds the lease's expiry.
+    pub const fn locked_until(&self) -> Option<Column> {
+        match self.hold {
+            Hold::Lease { locked_until } => Some(locked_until),
+            Hold::RowLock | Hold::Advisory { .. } => None,
+        }
+    }
+
+    /// The advisory lock form: the key's parts.
+    pub const fn advisory(&self) -> Option<&'static [KeyPart]> {
+        match self.hold {
+            Hold::Advisory { key, .. } => Some(key),
+            Hold::RowLock | Hold::Lease { .. } => None,
+        }
     }
 
     /// Every column the description names, each once, in a stable order: the id, the
@@ -178,7 +218,7 @@ impl TableDesc {
         let described = [
             self.payload,
             self.attempt,
-            self.locked_until,
+            self.locked_until(),
             self.processed_at,
             self.due,
             self.failed_at,
@@ -200,7 +240,7 @@ impl TableDesc {
     /// The columns the advisory key reads, each once, in the key's order.
     pub fn key_columns(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
-        for part in self.advisory.unwrap_or(&[]) {
+        for part in self.advisory().unwrap_or(&[]) {
             if let KeyPart::Column(name) = part {
                 push_unique(&mut out, name);
             }
@@ -237,7 +277,7 @@ impl TableDesc {
             ("id", Some(self.id)),
             ("payload", self.payload),
             ("attempt", self.attempt),
-            ("locked_until", self.locked_until),
+            ("locked_until", self.locked_until()),
             ("processed_at", self.processed_at),
             ("due", self.due),
             ("failed_at", self.failed_at),
@@ -269,20 +309,10 @@ impl TableDesc {
         Ok(())
     }
 
-    /// One form, a custom lock only with its unlock and in the advisory form, and a key of
-    /// named parts.
+    /// An advisory key of named parts.
     fn validate_form(&self) -> Result<(), DescError> {
         let table = self.table;
-        if self.advisory.is_some() && self.locked_until.is_some() {
-            return Err(DescError::TwoForms { table });
-        }
-        if self.own_lock != self.own_unlock {
-            return Err(DescError::LockWithoutUnlock { table });
-        }
-        if self.own_lock && self.advisory.is_none() {
-            return Err(DescError::CustomLockOutsideAdvisory { table });
-        }
-        let Some(parts) = self.advisory else {
+        let Some(parts) = self.advisory() else {
             return Ok(());
         };
         if parts.is_empty() {
@@ -355,28 +385,6 @@ pub enum DescError {
         /// Its second role.
         second: &'static str,
     },
-    /// The description selects the lease and the advisory lock form at once.
-    #[error(
-        "table `{table}`: a table takes its rows in one form, and this description names both `locked_until` (lease) and `advisory_lock`"
-    )]
-    TwoForms {
-        /// The table.
-        table: &'static str,
-    },
-    /// `own::Lock` without `own::Unlock`, or the other way round.
-    #[error("table `{table}`: `own::Lock` and `own::Unlock` come together")]
-    LockWithoutUnlock {
-        /// The table.
-        table: &'static str,
-    },
-    /// A custom lock outside the advisory lock form.
-    #[error(
-        "table `{table}`: a custom lock (`own::Lock`, `own::Unlock`) is only for the advisory lock form"
-    )]
-    CustomLockOutsideAdvisory {
-        /// The table.
-        table: &'static str,
-    },
     /// A unique column of deduplicated publishing is one the queue or the database writes (a
     /// role column other than an id the publish gives), so no publish names its value.
     #[error(
@@ -424,6 +432,9 @@ pub enum DescError {
 /// markers such as `(Advisory, Attempt, Payload)`. Each builder method appends its marker.
 pub struct InboxSpec<F = ()> {
     desc: TableDesc,
+    /// Whether `own::Lock` and `own::Unlock` are named so far: the key's lock is the
+    /// service's own once both are, in the advisory lock form.
+    own: (bool, bool),
     features: PhantomData<fn() -> F>,
 }
 
@@ -451,18 +462,16 @@ impl InboxSpec<()> {
                 id,
                 payload: None,
                 attempt: None,
-                locked_until: None,
                 processed_at: None,
                 due: None,
                 failed_at: None,
                 error: None,
                 errors: None,
-                advisory: None,
+                hold: Hold::RowLock,
                 order: &[],
-                own_lock: false,
-                own_unlock: false,
                 unique: &[],
             },
+            own: (false, false),
             features: PhantomData,
         }
     }
@@ -480,9 +489,10 @@ impl<F> InboxSpec<F> {
         crate::Ddl::new(dialect, &self.desc)
     }
 
-    const fn with<G>(desc: TableDesc) -> InboxSpec<G> {
+    const fn with<G>(self, desc: TableDesc) -> InboxSpec<G> {
         InboxSpec {
             desc,
+            own: self.own,
             features: PhantomData,
         }
     }
@@ -494,7 +504,7 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.payload = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// The column that counts takes.
@@ -504,7 +514,7 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.attempt = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// The lease form: the column that holds the lease's expiry.
@@ -513,8 +523,10 @@ impl<F> InboxSpec<F> {
         F: Append<Lease>,
     {
         let mut desc = self.desc;
-        desc.locked_until = Some(column);
-        Self::with(desc)
+        desc.hold = Hold::Lease {
+            locked_until: column,
+        };
+        self.with(desc)
     }
 
     /// The advisory lock form: the key's parts.
@@ -523,8 +535,11 @@ impl<F> InboxSpec<F> {
         F: Append<Advisory>,
     {
         let mut desc = self.desc;
-        desc.advisory = Some(parts);
-        Self::with(desc)
+        desc.hold = Hold::Advisory {
+            key: parts,
+            custom_lock: self.own.0 && self.own.1,
+        };
+        self.with(desc)
     }
 
     /// Settle by writing the time into this column instead of deleting the row.
@@ -534,7 +549,7 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.processed_at = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// A row is claimable once the time in this column has come.
@@ -544,7 +559,7 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.due = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// Keep failed jobs: the column marked with the time a job failed for good. A failed row
@@ -556,7 +571,7 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.failed_at = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// The column that keeps the text of a row's last error: why it failed, or why its last
@@ -567,7 +582,7 @@ impl<F> InboxSpec<F> {
     {
         let mut desc = self.desc;
         desc.error = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// Keep a history of the row's errors: a JSON array of its last [`ERRORS_KEPT`] failed
@@ -575,7 +590,7 @@ impl<F> InboxSpec<F> {
     pub const fn errors(self, column: Column) -> Self {
         let mut desc = self.desc;
         desc.errors = Some(column);
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// Deduplicated publishing: `columns` hold a unique index, and a publish whose values
@@ -584,14 +599,14 @@ impl<F> InboxSpec<F> {
     pub const fn unique(self, columns: &'static [&'static str]) -> Self {
         let mut desc = self.desc;
         desc.unique = columns;
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// The claim order, instead of the due column and then the id.
     pub const fn order(self, order: &'static [OrderBy]) -> Self {
         let mut desc = self.desc;
         desc.order = order;
-        Self::with(desc)
+        self.with(desc)
     }
 
     /// The message the payload holds: the table's subscribers decode `M`, and a subscriber
@@ -600,7 +615,7 @@ impl<F> InboxSpec<F> {
     where
         F: Append<Carries<M>>,
     {
-        Self::with(self.desc)
+        self.with(self.desc)
     }
 
     /// The service's own lock or unlock: `.own::<own::Lock>()`, `.own::<own::Unlock>()`.
@@ -608,13 +623,19 @@ impl<F> InboxSpec<F> {
     where
         F: Append<O>,
     {
-        let mut desc = self.desc;
+        let mut spec = self;
         if O::LOCK {
-            desc.own_lock = true;
+            spec.own.0 = true;
         } else {
-            desc.own_unlock = true;
+            spec.own.1 = true;
         }
-        Self::with(desc)
+        if let Hold::Advisory { key, .. } = spec.desc.hold {
+            spec.desc.hold = Hold::Advisory {
+                key,
+                custom_lock: spec.own.0 && spec.own.1,
+            };
+        }
+        spec.with(spec.desc)
     }
 }
 
@@ -701,4 +722,48 @@ pub fn describe<D: Database, S: ValidOn<D>>(spec: &S) -> Result<TableDesc, DescE
     let desc = *spec.table_desc();
     desc.validate()?;
     Ok(desc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &[KeyPart] = &[KeyPart::Literal("k-"), KeyPart::Column("k")];
+
+    #[test]
+    fn own_lock_and_unlock_make_a_custom_lock_in_any_order() {
+        let before = InboxSpec::new("t", Column::new("id"))
+            .own::<own::Lock>()
+            .advisory(KEY)
+            .own::<own::Unlock>();
+        let after = InboxSpec::new("t", Column::new("id"))
+            .advisory(KEY)
+            .own::<own::Unlock>()
+            .own::<own::Lock>();
+        let custom = Hold::Advisory {
+            key: KEY,
+            custom_lock: true,
+        };
+        assert_eq!(before.desc().hold, custom);
+        assert_eq!(after.desc().hold, custom);
+        let half = InboxSpec::new("t", Column::new("id"))
+            .own::<own::Lock>()
+            .advisory(KEY);
+        assert!(!half.desc().custom_lock());
+    }
+
+    #[test]
+    fn each_form_reads_only_its_own_columns() {
+        let lease = InboxSpec::new("t", Column::new("id")).lease(Column::new("until"));
+        assert_eq!(lease.desc().form(), Form::Lease);
+        assert_eq!(lease.desc().locked_until(), Some(Column::new("until")));
+        assert_eq!(lease.desc().advisory(), None);
+        let advisory = InboxSpec::new("t", Column::new("id")).advisory(KEY);
+        assert_eq!(advisory.desc().form(), Form::Advisory);
+        assert_eq!(advisory.desc().locked_until(), None);
+        assert_eq!(advisory.desc().key_columns(), ["k"]);
+        let row_lock = InboxSpec::new("t", Column::new("id"));
+        assert_eq!(row_lock.desc().hold, Hold::RowLock);
+        assert_eq!(row_lock.desc().columns(), ["id"]);
+    }
 }

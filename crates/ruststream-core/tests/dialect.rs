@@ -1543,7 +1543,7 @@ fn args_are_the_ones_each_statement_needs() {
                     StatementKind::ExtendLease => Some(Arg::Extend),
                     // Without a due column or a lease a retry writes only the error.
                     StatementKind::RetryLater { .. }
-                        if desc.due.is_some() || desc.locked_until.is_some() =>
+                        if desc.due.is_some() || desc.locked_until().is_some() =>
                     {
                         Some(Arg::RetryIn)
                     }
@@ -1603,7 +1603,7 @@ fn times_are_the_database_clock() {
                             "due by the database's clock: {what}"
                         );
                     }
-                    if let Some(lease) = desc.locked_until {
+                    if let Some(lease) = desc.locked_until() {
                         let lease = dialect.quote(lease.name);
                         assert!(
                             st.sql

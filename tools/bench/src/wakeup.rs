@@ -264,7 +264,7 @@ where
         tokio::time::sleep(IDLE + phase).await;
         let mut message = Message::json(&Job { t: now_us() })?;
         if ruststream::core::spec::Described::table_desc(&T::TABLE)
-            .advisory
+            .advisory()
             .is_some()
         {
             message = message.column("k", ruststream::core::Value::Int(i as i64));

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use ruststream_core::{Column, KeyPart, OrderBy, TableDesc};
+use ruststream_core::{Column, Hold, KeyPart, OrderBy, TableDesc};
 use serde::Deserialize;
 
 /// The table: its name and columns, as flags or in a TOML file (`--config`), whose keys are
@@ -134,9 +134,18 @@ impl TableArgs {
         if self.generated_id {
             id = id.generated();
         }
-        let advisory = match &self.advisory_lock {
-            Some(template) => Some(&*Box::leak(key_parts(template)?.into_boxed_slice())),
-            None => None,
+        let hold = match (&self.advisory_lock, column(&self.locked_until)) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "table `{table}`: a table takes its rows in one form, and this description names both `locked_until` (lease) and `advisory_lock`: keep one"
+                ));
+            }
+            (Some(template), None) => Hold::Advisory {
+                key: Box::leak(key_parts(template)?.into_boxed_slice()),
+                custom_lock: false,
+            },
+            (None, Some(locked_until)) => Hold::Lease { locked_until },
+            (None, None) => Hold::RowLock,
         };
         let order: Vec<OrderBy> = self
             .order
@@ -167,16 +176,13 @@ impl TableArgs {
             id,
             payload: column(&self.payload),
             attempt: column(&self.attempt),
-            locked_until: column(&self.locked_until),
+            hold,
             processed_at: column(&self.processed_at),
             due: column(&self.due),
             failed_at: column(&self.failed_at),
             error: column(&self.error),
             errors: column(&self.errors),
-            advisory,
             order: Box::leak(order.into_boxed_slice()),
-            own_lock: false,
-            own_unlock: false,
             unique: Box::leak(unique.into_boxed_slice()),
         };
         desc.validate().map_err(|e| e.to_string())?;

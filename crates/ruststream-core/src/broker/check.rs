@@ -401,7 +401,7 @@ fn missing_column(
     let described = [
         (desc.payload, "the payload"),
         (desc.attempt, "the attempt"),
-        (desc.locked_until, "the lease's `locked_until`"),
+        (desc.locked_until(), "the lease's `locked_until`"),
         (desc.processed_at, "`processed_at`"),
         (desc.due, "the due time"),
         (desc.failed_at, "`failed_at`, the mark of a failed row"),
@@ -524,7 +524,7 @@ fn type_mismatch(
     types: &BTreeMap<String, String>,
 ) -> Option<CheckError> {
     let roles = [
-        (desc.locked_until, "locked_until", Family::Time),
+        (desc.locked_until(), "locked_until", Family::Time),
         (desc.due, "due", Family::Time),
         (desc.processed_at, "processed_at", Family::Time),
         (desc.failed_at, "failed_at", Family::Time),

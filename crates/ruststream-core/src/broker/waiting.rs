@@ -98,7 +98,7 @@ impl<R> Broker<R> {
         // after the retry's commit let it go but before this process held it back.
         let nowhere = {
             let desc = &self.subs[sub.0].desc;
-            desc.due.is_none() && desc.locked_until.is_none()
+            desc.due.is_none() && desc.locked_until().is_none()
         };
         let in_work = match kind {
             Passing::RowLock { .. } if nowhere => {
@@ -143,7 +143,7 @@ impl<R> Broker<R> {
         let mut rows = BTreeSet::new();
         let mut holds = false;
         for s in self.subs.iter_mut().filter(|s| s.desc.table == stats.table) {
-            if s.desc.due.is_some() || s.desc.locked_until.is_some() {
+            if s.desc.due.is_some() || s.desc.locked_until().is_some() {
                 return stats;
             }
             holds = true;

@@ -126,7 +126,7 @@ impl Renderer<'_> {
         s.db_now();
         self.set_error(&mut s, false);
         self.set_errors(&mut s, false);
-        if let Some(lease) = self.desc.locked_until {
+        if let Some(lease) = self.desc.locked_until() {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
         }
         s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);
@@ -153,7 +153,7 @@ impl Renderer<'_> {
             s.db_now_plus(Arg::RetryIn);
             first = false;
         }
-        if let Some(lease) = self.desc.locked_until {
+        if let Some(lease) = self.desc.locked_until() {
             s.push(if first { " SET " } else { ", " })
                 .push(&self.q(lease.name))
                 .push(" = ");
@@ -235,7 +235,7 @@ impl Renderer<'_> {
             s.push(", ").push(&self.q(due.name)).push(" = ");
             s.db_now();
         }
-        if let Some(lease) = self.desc.locked_until {
+        if let Some(lease) = self.desc.locked_until() {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
         }
         self.failed_rows(&mut s, failed, which);

@@ -201,7 +201,7 @@ impl Renderer<'_> {
             lead = " AND ";
             wrote = true;
         }
-        if let Some(lease) = self.desc.locked_until {
+        if let Some(lease) = self.desc.locked_until() {
             let lease = self.q(lease.name);
             s.push(lead)
                 .push("(")
@@ -325,7 +325,7 @@ impl Renderer<'_> {
     /// The key as text, rendered by the database; `NULL` where a key column is `NULL` unless
     /// `coalesce`, which renders such a column as empty text (to compare keys with).
     fn key_expr(&self, coalesce: bool) -> String {
-        let parts = self.desc.advisory.unwrap_or(&[]);
+        let parts = self.desc.advisory().unwrap_or(&[]);
         let texts: Vec<String> = parts
             .iter()
             .map(|part| match part {
@@ -471,7 +471,7 @@ impl Renderer<'_> {
             .push(&self.q(processed.name))
             .push(" = ");
         s.db_now();
-        if let Some(lease) = self.desc.locked_until {
+        if let Some(lease) = self.desc.locked_until() {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
         }
         true
@@ -520,7 +520,7 @@ impl Renderer<'_> {
             Some(self.desc.id),
             self.desc.payload,
             self.desc.attempt,
-            self.desc.locked_until,
+            self.desc.locked_until(),
             self.desc.processed_at,
             self.desc.due,
             self.desc.failed_at,

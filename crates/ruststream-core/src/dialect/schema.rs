@@ -175,7 +175,7 @@ impl Ddl {
                 "DATETIME(6) NOT NULL",
                 "INTEGER NOT NULL",
             )
-        } else if is(d.locked_until) || is(d.processed_at) || is(d.failed_at) {
+        } else if is(d.locked_until()) || is(d.processed_at) || is(d.failed_at) {
             ("TIMESTAMPTZ NULL", "DATETIME(6) NULL", "INTEGER NULL")
         } else if is(d.error) {
             ("TEXT NULL", "TEXT NULL", "TEXT NULL")
@@ -218,7 +218,7 @@ impl Ddl {
             }
             columns.extend(order.iter().map(|o| (o.column, o.descending)));
             if self.mysql_like()
-                && let Some(lease) = d.locked_until
+                && let Some(lease) = d.locked_until()
             {
                 // The lease is read beside the order: a count of the claimable rows reads it
                 // in the index.
@@ -235,7 +235,7 @@ impl Ddl {
         for (mark, suffix) in [
             (d.failed_at, "failed"),
             (d.processed_at, "processed"),
-            (d.locked_until, "lease"),
+            (d.locked_until(), "lease"),
         ] {
             if let Some(mark) = mark {
                 out.push(Index {
@@ -353,7 +353,7 @@ pub fn serves_claims(desc: &TableDesc, indexes: &[Vec<String>]) -> bool {
     if first.column == desc.id.name {
         return true;
     }
-    let marks: Vec<&str> = [desc.processed_at, desc.failed_at, desc.locked_until]
+    let marks: Vec<&str> = [desc.processed_at, desc.failed_at, desc.locked_until()]
         .into_iter()
         .flatten()
         .map(|c| c.name)
@@ -440,23 +440,23 @@ impl Renderer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Column, KeyPart};
+    use crate::spec::{Column, Hold, KeyPart};
 
     const ADVISORY: TableDesc = TableDesc {
         table: "jobs",
         id: Column::new("id").generated(),
         payload: Some(Column::new("payload")),
         attempt: Some(Column::new("attempt")),
-        locked_until: None,
+        hold: Hold::Advisory {
+            key: &[KeyPart::Literal("k-"), KeyPart::Column("channel")],
+            custom_lock: false,
+        },
         processed_at: None,
         due: Some(Column::new("due_at")),
         failed_at: Some(Column::new("failed_at")),
         error: Some(Column::new("error")),
         errors: None,
-        advisory: Some(&[KeyPart::Literal("k-"), KeyPart::Column("channel")]),
         order: &[],
-        own_lock: false,
-        own_unlock: false,
         unique: &[],
     };
 
@@ -552,7 +552,7 @@ mod tests {
         let desc = TableDesc {
             order: ORDER,
             unique: &["dedupe"],
-            advisory: None,
+            hold: Hold::RowLock,
             ..ADVISORY
         };
         let ddl = Ddl::new(Dialect::Postgres, &desc).statements();

@@ -102,7 +102,7 @@ impl Renderer<'_> {
             }
         }
         s.push(", ");
-        match d.locked_until {
+        match d.locked_until() {
             Some(lease) => self.capped_count(&mut s, "in_work", |s| {
                 s.push(" WHERE ");
                 if self.marks_null(s) {
@@ -280,23 +280,22 @@ impl FailedRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Column, KeyPart};
+    use crate::spec::{Column, Hold, KeyPart};
 
     const LEASE: TableDesc = TableDesc {
         table: "jobs",
         id: Column::new("id").generated(),
         payload: Some(Column::new("payload")),
         attempt: Some(Column::new("attempt")),
-        locked_until: Some(Column::new("locked_until")),
+        hold: Hold::Lease {
+            locked_until: Column::new("locked_until"),
+        },
         processed_at: Some(Column::new("done_at")),
         due: Some(Column::new("due_at")),
         failed_at: Some(Column::new("failed_at")),
         error: Some(Column::new("error")),
         errors: None,
-        advisory: None,
         order: &[],
-        own_lock: false,
-        own_unlock: false,
         unique: &[],
     };
 
@@ -325,13 +324,15 @@ mod tests {
     #[test]
     fn a_table_without_marks_or_lease_reads_null_for_them() {
         let desc = TableDesc {
-            locked_until: None,
+            hold: Hold::Advisory {
+                key: &[KeyPart::Column("k")],
+                custom_lock: false,
+            },
             processed_at: None,
             failed_at: None,
             due: None,
             error: None,
             errors: None,
-            advisory: Some(&[KeyPart::Column("k")]),
             ..LEASE
         };
         for dialect in [Dialect::Postgres, Dialect::MariaDb, Dialect::Sqlite] {

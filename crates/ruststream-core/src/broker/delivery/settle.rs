@@ -36,7 +36,7 @@ impl<R> Broker<R> {
         };
         let desc = self.subs[d.sub.0].desc;
         let keeps_failed = desc.failed_at.is_some();
-        let writes_delay = desc.due.is_some() || desc.locked_until.is_some();
+        let writes_delay = desc.due.is_some() || desc.locked_until().is_some();
         // The last attempt the budget allows fails at once, with the handler's own error:
         // its row would only wait its backoff to fail at its next take.
         let last = self.subs[d.sub.0]

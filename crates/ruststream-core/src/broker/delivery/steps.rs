@@ -283,7 +283,7 @@ impl<R> Broker<R> {
         let waits = d.terms.delay.filter(|t| !t.is_zero() && retried && settled);
         // A table with nowhere to write the delay: the row waits it here, and the claims
         // pass over it meanwhile.
-        let nowhere = s.desc.due.is_none() && s.desc.locked_until.is_none();
+        let nowhere = s.desc.due.is_none() && s.desc.locked_until().is_none();
         let held = waits
             .filter(|_| nowhere && !s.stopped)
             .is_some_and(|delay| {

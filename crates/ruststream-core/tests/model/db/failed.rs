@@ -34,7 +34,7 @@ impl Db {
                 Value::Int(0)
             },
             or_null(
-                desc.locked_until.is_some(),
+                desc.locked_until().is_some(),
                 count(&|r| open(r) && leased(r)),
             ),
             or_null(desc.failed_at.is_some(), count(&|r| r.failed_at.is_some())),

@@ -99,7 +99,7 @@ pub const NULL_CHANNEL: i64 = i64::MIN;
 /// compare keys: the literals, the row's id and its `channel` (a `NULL` one as empty text).
 pub fn render_key(desc: &TableDesc, id: i64, row: &DbRow) -> String {
     let mut key = String::new();
-    for part in desc.advisory.unwrap_or(&[]) {
+    for part in desc.advisory().unwrap_or(&[]) {
         match part {
             KeyPart::Literal(text) => key.push_str(text),
             KeyPart::Column(column) if *column == desc.id.name => key.push_str(&id.to_string()),
@@ -115,7 +115,7 @@ pub fn render_key(desc: &TableDesc, id: i64, row: &DbRow) -> String {
 fn candidate_key(desc: &TableDesc, id: i64, row: &DbRow) -> Value {
     let null = row.channel == NULL_CHANNEL
         && desc
-            .advisory
+            .advisory()
             .unwrap_or(&[])
             .contains(&KeyPart::Column("channel"));
     if null {
@@ -302,7 +302,7 @@ impl Db {
         (desc.processed_at.is_none() || row.processed_at.is_none())
             && (desc.failed_at.is_none() || row.failed_at.is_none())
             && (desc.due.is_none() || row.due <= now)
-            && (desc.locked_until.is_none() || row.locked_until.is_none_or(|t| t <= now))
+            && (desc.locked_until().is_none() || row.locked_until.is_none_or(|t| t <= now))
     }
 
     /// Claimable rows in claim order, but those `passed` over: due, then id.

@@ -73,7 +73,7 @@ impl Db {
 /// role's time type, an integer otherwise.
 fn default_type(dialect: Dialect, desc: &TableDesc, column: &str) -> &'static str {
     let time = [
-        desc.locked_until,
+        desc.locked_until(),
         desc.due,
         desc.processed_at,
         desc.failed_at,

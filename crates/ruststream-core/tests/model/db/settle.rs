@@ -28,7 +28,7 @@ impl Db {
             self.write(sess, id, |r| *r = None);
         } else {
             let now = clock;
-            let lease = desc.locked_until.is_some();
+            let lease = desc.locked_until().is_some();
             self.write(sess, id, |r| {
                 let r = r.as_mut().expect("row");
                 r.processed_at = Some(now);
@@ -69,9 +69,9 @@ impl Db {
             .flatten();
         let fail = matches!(statement.kind, StatementKind::Fail { .. });
         let now = clock;
-        let retry_at = (!fail && (desc.due.is_some() || desc.locked_until.is_some()))
+        let retry_at = (!fail && (desc.due.is_some() || desc.locked_until().is_some()))
             .then(|| clock + c.int(Arg::RetryIn));
-        let (due, lease) = (desc.due.is_some(), desc.locked_until.is_some());
+        let (due, lease) = (desc.due.is_some(), desc.locked_until().is_some());
         self.write(sess, id, |r| {
             let r = r.as_mut().expect("row");
             if let Some(error) = error {

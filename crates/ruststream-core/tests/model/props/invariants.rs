@@ -163,7 +163,7 @@ impl World {
     /// where its delay has nowhere to be written waits it in its process.
     fn check_key_order(&self, slot: usize, row: i64, key: Option<&str>) {
         let db_row = &self.db.rows[&row];
-        if self.desc.advisory.is_some() {
+        if self.desc.advisory().is_some() {
             assert_eq!(key, Some(key_text(db_row.channel).as_str()));
             // No row overtakes an earlier row of its key that is still queued, but one
             // that waits its retry's delay in a process (a table with nowhere to
@@ -381,7 +381,7 @@ impl World {
     /// its lock since another session released that key, or since another process inserted
     /// the row: nothing told it, and it looks again at its poll.
     pub(super) fn check_liveness(&self) {
-        if self.desc.advisory.is_none()
+        if self.desc.advisory().is_none()
             || self.config.dialect == Dialect::Sqlite
             || self.config.table == Table::Custom
         {

@@ -90,7 +90,7 @@ impl World {
             settlement = settlement.delay(Duration::from_millis(delay_ms));
             let until = self.now.plus(Duration::from_millis(delay_ms)).micros();
             self.waits_until.insert(h.row, until);
-            let nowhere = self.desc.due.is_none() && self.desc.locked_until.is_none();
+            let nowhere = self.desc.due.is_none() && self.desc.locked_until().is_none();
             if nowhere && outcome == Outcome::Retry {
                 self.retried_here.insert(h.row, (self.ids[slot], id, until));
             }

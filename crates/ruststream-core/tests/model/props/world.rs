@@ -294,7 +294,7 @@ impl World {
 
     /// Another system's session takes the key of `channel`, or releases what it holds.
     pub(super) fn foreign(&mut self, channel: i64, hold: bool) {
-        if self.desc.advisory.is_none() || self.config.dialect == Dialect::Sqlite {
+        if self.desc.advisory().is_none() || self.config.dialect == Dialect::Sqlite {
             return;
         }
         let sess = match self.foreign {

@@ -9,7 +9,7 @@ use ruststream_core::dialect::{FormStatements, KeyLocks, RowLockClaim};
 use ruststream_core::spec::own;
 use ruststream_core::{
     Action, Arg, Broker, BrokerError, CONNECTION_LINGER, CheckError, ClosedCounts, Column, ConnId,
-    DROP_GRACE, DbError, DeliveryId, DescError, Dialect, ErrorKind, Event, Form, InboxSpec,
+    DROP_GRACE, DbError, DeliveryId, DescError, Dialect, ErrorKind, Event, Form, Hold, InboxSpec,
     KeyPart, NOTIFY_EVERY, Outcome, PING_AHEAD_AFTER, Publish, Published, Reply, Row, SettleError,
     StatementKind, SubscribeOptions, TableDesc, Time, Value,
 };
@@ -235,8 +235,17 @@ fn failing(form: Form, due: bool) -> TableDesc {
     }
     match form {
         Form::RowLock => {}
-        Form::Lease => desc.locked_until = Some(Column::new("locked_until")),
-        Form::Advisory => desc.advisory = Some(KEY),
+        Form::Lease => {
+            desc.hold = Hold::Lease {
+                locked_until: Column::new("locked_until"),
+            }
+        }
+        Form::Advisory => {
+            desc.hold = Hold::Advisory {
+                key: KEY,
+                custom_lock: false,
+            }
+        }
     }
     desc
 }
