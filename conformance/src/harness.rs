@@ -5,7 +5,7 @@ use std::pin::Pin;
 
 use futures::future::LocalBoxFuture;
 use ruststream::adapter::{Adapter, TakesRows};
-use ruststream::{BoxError, BrokerHandle};
+use ruststream::{BoxError, BrokerHandle, Context, HandlerOutcome, InboxContext, Published, Stats};
 use ruststream_core::Dialect;
 
 use crate::rows::{Body, SuiteRow, Tables};
@@ -17,6 +17,9 @@ pub type HarnessResult<T> = Result<T, BoxError>;
 
 /// A future of a harness: sendable, since the scenarios await it inside a running service.
 pub type HarnessFuture<'a, T> = Pin<Box<dyn Future<Output = HarnessResult<T>> + Send + 'a>>;
+
+/// What [`Harness::write_in_claim`] answers: the outcome to settle by where the write failed.
+pub type ClaimFuture<'a> = Pin<Box<dyn Future<Output = Result<(), HandlerOutcome>> + Send + 'a>>;
 
 /// Whether a harness can do something a scenario needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +46,9 @@ pub struct Capabilities {
     /// Killing a worker process with SIGKILL: the crash test re-runs the test binary as a
     /// child and kills it.
     pub kill_process: Support,
+    /// Lending the delivery's transaction to a handler (its claim) in the lease form.
+    /// rusqlite: no, it lends one in the advisory lock form only.
+    pub claim_in_lease: Support,
 }
 
 /// What [`abort_in_transaction`] writes to stderr before the process aborts.
@@ -144,7 +150,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
 
     /// In one transaction on a connection of the harness's own driver, as a service holds one:
     /// runs `sql` (the service's own write), publishes `messages` into `T`'s table through the
-    /// adapter's outbox, then ends the transaction as `end` says. [`TxEnd::Crash`] aborts the
+    /// adapter's outbox, then ends the transaction as `end` says, answering what it wrote. [`TxEnd::Crash`] aborts the
     /// process with the transaction open, and so never answers.
     fn publish_in_transaction<'a, T: crate::rows::SuiteRow>(
         &'a self,
@@ -152,7 +158,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: TxEnd,
-    ) -> HarnessFuture<'a, ()>;
+    ) -> HarnessFuture<'a, Published>;
 
     /// Publishes `messages` into `T`'s table through the adapter's outbox on connections of a
     /// pool of its own (on SQLite, a connection), with no broker running.
@@ -160,7 +166,18 @@ pub trait Harness: Send + Sync + Sized + 'static {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()>;
+    ) -> HarnessFuture<'a, Published>;
+
+    /// `T`'s table's counts through the adapter's outbox, on a connection of its own (a pool,
+    /// on a server) with no broker running.
+    fn outbox_stats<'a, T: crate::rows::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, Stats>;
+
+    /// Runs `sql` in the transaction the delivery of `ctx` lends its handler (the adapter's
+    /// claim extractor): it commits with the acknowledgement and rolls back otherwise.
+    fn write_in_claim<'a>(ctx: &'a mut Context<'_, InboxContext>, sql: String) -> ClaimFuture<'a>;
 
     /// Removes what [`Harness::prepare`] made, once a scenario passed (a failed one leaves it
     /// to look at). Nothing by default.

@@ -102,8 +102,8 @@ use std::future::Future;
 
 pub use files::SqliteFiles;
 pub use harness::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, NoRowLocks, RowLockSupport,
-    RowLockTable, RowLocks, Runs, Support, TxEnd, abort_in_transaction,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, NoRowLocks,
+    RowLockSupport, RowLockTable, RowLocks, Runs, Support, TxEnd, abort_in_transaction,
 };
 pub use rows::{Body, Rows, SuiteRow, Tables};
 pub use support::Cx;
@@ -271,6 +271,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms [$harness] free_keys_flow_past_a_held_key: advisory Advisory);
         $crate::conformance_tests!(@forms [$harness] hot_key_long_handler: advisory Advisory);
         $crate::conformance_tests!(@forms [$harness] brokers_count_each_take_once: lease Lease, advisory Advisory, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] claim_commits_with_the_ack: lease Lease, advisory Advisory, row_lock RowLock);
         $crate::conformance_tests!(@one [$harness] custom_lock_answers);
         $crate::conformance_tests!(@one [$harness] lease_extended_while_in_work);
         $crate::conformance_tests!(@one [$harness] lease_acks_together);
@@ -279,6 +280,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one [$harness] publisher_closed_after_shutdown);
         $crate::conformance_tests!(@one [$harness] publish_all_writes_every_row);
         $crate::conformance_tests!(@one [$harness] outbox_commits_with_the_transaction);
+        $crate::conformance_tests!(@one [$harness] outbox_skips_rows_already_there);
         $crate::conformance_tests!(@one [$harness] role_fields_checked_at_start);
     };
     (@forms [$harness:expr] $scenario:ident: $($test:ident $form:ident),+) => {

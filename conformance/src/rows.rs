@@ -135,6 +135,7 @@ macro_rules! __suite_tables {
             free_keys_flow_past_a_held_key FreeKeysFlowPastAHeldKey delete;
             hot_key_long_handler HotKeyLongHandler delete;
             brokers_count_each_take_once BrokersCountEachTakeOnce failing;
+            claim_commits_with_the_ack ClaimCommitsWithTheAck delete;
         ] }
     };
 }
@@ -165,6 +166,10 @@ macro_rules! __rows {
             /// The same table with `#[derive(Inbox)]` naming `locked_until` in `#[inbox(..)]`,
             /// without a field.
             type RoleColumnOnly: SuiteRow;
+            /// The lease table of the scenario
+            /// [`outbox_skips_rows_already_there`](crate::scenarios::outbox_skips_rows_already_there),
+            /// whose description names the unique column `order_id`.
+            type Receipt: SuiteRow;
         }
     };
 
@@ -200,6 +205,7 @@ macro_rules! __rows {
             $(type $tables = $module::Family;)+
             type RoleFieldAsInteger = role_fields::AsInteger;
             type RoleColumnOnly = role_fields::ColumnOnly;
+            type Receipt = receipts::Receipt;
         }
     };
 }
@@ -259,6 +265,34 @@ macro_rules! __derived_rows {
             impl $crate::SuiteRow for ColumnOnly {
                 const FORM: $crate::Form = $crate::Form::Lease;
                 const NAME: &'static str = TABLE;
+                const PROCESSED: bool = false;
+                const FAILING: bool = false;
+            }
+        }
+
+        /// A table that deduplicates its publishes by a unique column.
+        pub mod receipts {
+            /// A receipt's job, one per order: `order_id` holds a unique index.
+            $($attr)*
+            #[derive(Debug, ::ruststream::Inbox)]
+            #[inbox(table = "cf_receipts_lease", locked_until = "locked_until", unique = "order_id")]
+            pub struct Receipt {
+                /// The id.
+                #[field(id, generated)]
+                pub id: i64,
+                /// The order, once per table.
+                pub order_id: i64,
+                /// The takes so far.
+                #[field(attempt, generated)]
+                pub attempt: i64,
+                /// The encoded message.
+                #[field(payload)]
+                pub payload: Vec<u8>,
+            }
+
+            impl $crate::SuiteRow for Receipt {
+                const FORM: $crate::Form = $crate::Form::Lease;
+                const NAME: &'static str = "cf_receipts_lease";
                 const PROCESSED: bool = false;
                 const FAILING: bool = false;
             }

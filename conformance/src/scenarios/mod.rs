@@ -21,12 +21,16 @@
 //!   [`publisher_closed_after_shutdown`], [`publish_all_writes_every_row`].
 //! - Crashes (`crash.rs`): [`panicking_handler_returns_the_row`], [`sigkill_worker`],
 //!   [`killed_connection`], [`killed_while_claimed_ahead`].
+//! - The claim extractor (`claim.rs`): [`claim_commits_with_the_ack`].
 //! - The outbox (`outbox.rs`): [`outbox_commits_with_the_transaction`].
+//! - Deduplicated publishes (`dedup.rs`): [`outbox_skips_rows_already_there`].
 //! - Scaling out (`scale.rs`): [`brokers_count_each_take_once`], [`two_brokers_share_keys`],
 //!   [`free_keys_flow_past_a_held_key`], [`hot_key_long_handler`].
 
 mod ahead;
+mod claim;
 mod crash;
+mod dedup;
 mod failures;
 mod keys;
 mod lease;
@@ -36,10 +40,12 @@ mod settle;
 mod shutdown;
 
 pub use ahead::claims_ahead;
+pub use claim::claim_commits_with_the_ack;
 pub use crash::{
     killed_connection, killed_while_claimed_ahead, panicking_handler_returns_the_row,
     sigkill_worker,
 };
+pub use dedup::outbox_skips_rows_already_there;
 pub use failures::{
     crashing_worker_fails_its_row, delayed_retry_waits, failed_rows_redriven_or_deleted,
     failing_row_waits_its_delay, max_attempts_fails_the_row, panics_and_timeouts_retry,

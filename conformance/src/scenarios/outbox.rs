@@ -122,10 +122,12 @@ async fn rolled_back<H: Harness, T: SuiteRow>(cx: &Cx<'_, H>)
 where
     H::Adapter: TakesRows<T>,
 {
-    cx.harness
+    let written = cx
+        .harness
         .publish_in_transaction::<T>(&cx.db, &order(cx, 1), vec![message(1)], TxEnd::Rollback)
         .await
         .unwrap_or_else(|e| panic!("{cx}: the rolled back transaction: {e}"));
+    assert!(written.wrote_all(), "{cx}: the publish before the rollback");
     assert_eq!(orders(cx, 1).await, 0, "{cx}: the order rolled back");
     assert_eq!(
         cx.count("1=1").await,
@@ -144,7 +146,8 @@ async fn committed<H: Harness, T: SuiteRow>(
     H::Adapter: TakesRows<T>,
 {
     let committed = Instant::now();
-    cx.harness
+    let written = cx
+        .harness
         .publish_in_transaction::<T>(
             &cx.db,
             &order(cx, 2),
@@ -153,6 +156,7 @@ async fn committed<H: Harness, T: SuiteRow>(
         )
         .await
         .unwrap_or_else(|e| panic!("{cx}: the committed transaction: {e}"));
+    assert!(written.wrote_all(), "{cx}: the committed publish");
     assert_eq!(orders(cx, 2).await, 1, "{cx}: the order committed");
     cx.until_within("both committed jobs are handled", within, || async {
         recorder.saw(2) && recorder.saw(3)
@@ -195,10 +199,12 @@ async fn without_broker<H: Harness, T: SuiteRow>(
 ) where
     H::Adapter: TakesRows<T>,
 {
-    cx.harness
+    let written = cx
+        .harness
         .publish_without_broker::<T>(&cx.db, vec![message(5), message(6)])
         .await
         .unwrap_or_else(|e| panic!("{cx}: the publish without a broker: {e}"));
+    assert!(written.wrote_all(), "{cx}: the publish without a broker");
     cx.until_within(
         "the jobs published without a broker are handled",
         within,

@@ -8,13 +8,14 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use ruststream::BrokerHandle;
+use ruststream::FromContext;
 use ruststream_conformance::urls::{self, database_of, with_database};
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
 };
 use ruststream_core::Dialect;
 use ruststream_core::keys::mysql_lock_name;
-use ruststream_mysql_async::{MySqlAsyncBroker, MySqlAsyncOutbox};
+use ruststream_mysql_async::{MySqlAsyncBroker, MySqlAsyncClaim, MySqlAsyncOutbox};
 
 /// MariaDB on mysql_async: each scenario gets the database `<table>_m<pid>`, dropped once the
 /// scenario passed. The harness's own SQL runs on a session it opens for each call.
@@ -92,6 +93,7 @@ impl Harness for MySqlAsyncHarness {
             hold_key: Support::Yes,
             kill_connection: Support::Yes,
             kill_process: Support::Yes,
+            claim_in_lease: Support::Yes,
         }
     }
 
@@ -120,14 +122,14 @@ impl Harness for MySqlAsyncHarness {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: ruststream_conformance::TxEnd,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let mut conn = connect(db).await?;
             let mut tx = conn
                 .start_transaction(mysql_async::TxOpts::default())
                 .await?;
             tx.query_drop(sql).await?;
-            MySqlAsyncOutbox::<T>::new()
+            let published = MySqlAsyncOutbox::<T>::new()
                 .publish_all(&mut tx, messages)
                 .await?;
             match end {
@@ -138,7 +140,7 @@ impl Harness for MySqlAsyncHarness {
                 }
             }
             conn.disconnect().await?;
-            Ok(())
+            Ok(published)
         })
     }
 
@@ -146,14 +148,26 @@ impl Harness for MySqlAsyncHarness {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let pool = mysql_async::Pool::new(mysql_async::Opts::from_url(db)?);
             let published = MySqlAsyncOutbox::<T>::new()
                 .publish_on(&pool, messages)
                 .await;
             pool.disconnect().await?;
-            Ok(published.map(drop)?)
+            Ok(published?)
+        })
+    }
+
+    fn outbox_stats<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, ruststream::Stats> {
+        Box::pin(async move {
+            let pool = mysql_async::Pool::new(mysql_async::Opts::from_url(db)?);
+            let stats = MySqlAsyncOutbox::<T>::new().stats(&pool).await;
+            pool.disconnect().await?;
+            Ok(stats?)
         })
     }
 
@@ -205,6 +219,19 @@ impl Harness for MySqlAsyncHarness {
             }
             conn.disconnect().await?;
             Ok(holder.is_some())
+        })
+    }
+
+    fn write_in_claim<'a>(
+        ctx: &'a mut ruststream::Context<'_, ruststream::InboxContext>,
+        sql: String,
+    ) -> ClaimFuture<'a> {
+        Box::pin(async move {
+            let mut claim = MySqlAsyncClaim::from_context(ctx).await?;
+            claim
+                .query_drop(sql)
+                .await
+                .map_err(|e| ruststream::HandlerOutcome::retry().with_error(e))
         })
     }
 

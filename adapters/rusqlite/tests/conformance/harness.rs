@@ -4,12 +4,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use ruststream::BrokerHandle;
+use ruststream::FromContext;
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles, Support,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles,
+    Support,
 };
 use ruststream_core::Dialect;
 use ruststream_rusqlite::rusqlite::{self, Connection};
-use ruststream_rusqlite::{RusqliteBroker, RusqliteOutbox};
+use ruststream_rusqlite::{RusqliteBroker, RusqliteClaim, RusqliteOutbox};
 
 /// SQLite on rusqlite: each scenario gets a new database file under
 /// `std::env::temp_dir()/ruststream-conformance`, removed once the scenario passed. The
@@ -75,6 +77,7 @@ impl Harness for RusqliteHarness {
             ),
             kill_connection: Support::No("SQLite has no server to kill a connection from"),
             kill_process: Support::Yes,
+            claim_in_lease: Support::No("rusqlite lends a claim in the advisory lock form only"),
         }
     }
 
@@ -92,14 +95,14 @@ impl Harness for RusqliteHarness {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: ruststream_conformance::TxEnd,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         let (db, sql) = (db.to_owned(), sql.to_owned());
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || -> HarnessResult<()> {
+            tokio::task::spawn_blocking(move || -> HarnessResult<ruststream::Published> {
                 let mut conn = open(&db)?;
                 let tx = conn.transaction()?;
                 tx.execute_batch(&sql)?;
-                RusqliteOutbox::<T>::new().publish_all(&tx, messages)?;
+                let published = RusqliteOutbox::<T>::new().publish_all(&tx, messages)?;
                 match end {
                     ruststream_conformance::TxEnd::Commit => tx.commit()?,
                     ruststream_conformance::TxEnd::Rollback => tx.rollback()?,
@@ -107,7 +110,7 @@ impl Harness for RusqliteHarness {
                         ruststream_conformance::abort_in_transaction()
                     }
                 }
-                Ok(())
+                Ok(published)
             })
             .await?
         })
@@ -117,13 +120,25 @@ impl Harness for RusqliteHarness {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         let db = db.to_owned();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || -> HarnessResult<()> {
+            tokio::task::spawn_blocking(move || -> HarnessResult<ruststream::Published> {
                 let conn = open(&db)?;
-                RusqliteOutbox::<T>::new().publish_all(&conn, messages)?;
-                Ok(())
+                Ok(RusqliteOutbox::<T>::new().publish_all(&conn, messages)?)
+            })
+            .await?
+        })
+    }
+
+    fn outbox_stats<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, ruststream::Stats> {
+        let db = db.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || -> HarnessResult<ruststream::Stats> {
+                Ok(RusqliteOutbox::<T>::new().stats(&open(&db)?)?)
             })
             .await?
         })
@@ -140,6 +155,22 @@ impl Harness for RusqliteHarness {
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt.query_map([], |row| row.get::<_, i64>(0))?;
             rows.collect()
+        })
+    }
+
+    fn write_in_claim<'a>(
+        ctx: &'a mut ruststream::Context<'_, ruststream::InboxContext>,
+        sql: String,
+    ) -> ClaimFuture<'a> {
+        Box::pin(async move {
+            let claim = RusqliteClaim::from_context(ctx).await?;
+            claim
+                .call(move |conn: &mut Connection| conn.execute_batch(&sql))
+                .await
+                .ok_or_else(|| {
+                    ruststream::HandlerOutcome::retry().with_error("the connection's thread ended")
+                })?
+                .map_err(|e| ruststream::HandlerOutcome::retry().with_error(e))
         })
     }
 

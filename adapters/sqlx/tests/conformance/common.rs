@@ -1,11 +1,13 @@
 //! What the three harnesses of the sqlx adapter share: their brokers' pool settings, reading
-//! the answer of a query, and publishing through the outbox.
+//! the answer of a query, publishing through the outbox, and writing in a claim.
 
 use std::time::Duration;
 
-use ruststream::{InboxTable, Message};
+use ruststream::{
+    Context, FromContext, HandlerOutcome, InboxContext, InboxTable, Message, Published, Stats,
+};
 use ruststream_conformance::{HarnessResult, TxEnd};
-use ruststream_sqlx::{SqlxDatabase, SqlxOutbox};
+use ruststream_sqlx::{SqlxClaim, SqlxDatabase, SqlxOutbox};
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Row, ValueRef};
 
 /// The most connections a broker's pool opens: the most workers of a scenario, a claim and a
@@ -39,7 +41,7 @@ pub(crate) async fn publish_in_transaction<DB, T>(
     sql: &str,
     messages: Vec<Message>,
     end: TxEnd,
-) -> HarnessResult<()>
+) -> HarnessResult<Published>
 where
     DB: SqlxDatabase,
     T: InboxTable,
@@ -49,7 +51,7 @@ where
     sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
         .execute(&mut *tx)
         .await?;
-    SqlxOutbox::<T, DB>::new()
+    let published = SqlxOutbox::<T, DB>::new()
         .publish_all(&mut tx, messages)
         .await?;
     match end {
@@ -58,7 +60,7 @@ where
         TxEnd::Crash => ruststream_conformance::abort_in_transaction(),
     }
     sqlx::Connection::close(conn).await?;
-    Ok(())
+    Ok(published)
 }
 
 /// Publishes `messages` into `T`'s table through [`SqlxOutbox::publish_on`], on a pool of its
@@ -66,7 +68,7 @@ where
 pub(crate) async fn publish_without_broker<DB, T>(
     url: &str,
     messages: Vec<Message>,
-) -> HarnessResult<()>
+) -> HarnessResult<Published>
 where
     DB: SqlxDatabase,
     T: InboxTable,
@@ -77,5 +79,38 @@ where
         .await?;
     let published = SqlxOutbox::<T, DB>::new().publish_on(&pool, messages).await;
     pool.close().await;
-    Ok(published.map(drop)?)
+    Ok(published?)
+}
+
+/// `T`'s table's counts through [`SqlxOutbox::stats`], on a pool of its own at `url`, with no
+/// broker running.
+pub(crate) async fn outbox_stats<DB, T>(url: &str) -> HarnessResult<Stats>
+where
+    DB: SqlxDatabase,
+    T: InboxTable,
+{
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(2)
+        .connect(url)
+        .await?;
+    let stats = SqlxOutbox::<T, DB>::new().stats(&pool).await;
+    pool.close().await;
+    Ok(stats?)
+}
+
+/// Runs `sql` in the transaction the delivery of `ctx` lends its handler ([`SqlxClaim`]).
+pub(crate) async fn write_in_claim<DB>(
+    ctx: &mut Context<'_, InboxContext>,
+    sql: String,
+) -> Result<(), HandlerOutcome>
+where
+    DB: SqlxDatabase,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let mut claim = SqlxClaim::<DB>::from_context(ctx).await?;
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&mut *claim)
+        .await
+        .map(drop)
+        .map_err(|e| HandlerOutcome::retry().with_error(e))
 }

@@ -12,7 +12,7 @@ mod rows;
 use ruststream::BrokerHandle;
 use ruststream_conformance::urls::{self, database_of, with_database};
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
 };
 use ruststream_core::Dialect;
 use ruststream_core::keys::mysql_lock_name;
@@ -105,6 +105,7 @@ impl Harness for SqlxMySqlHarness {
             hold_key: Support::Yes,
             kill_connection: Support::Yes,
             kill_process: Support::Yes,
+            claim_in_lease: Support::Yes,
         }
     }
 
@@ -136,7 +137,7 @@ impl Harness for SqlxMySqlHarness {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: ruststream_conformance::TxEnd,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let conn = connect(db).await?;
             crate::common::publish_in_transaction::<MySql, T>(conn, sql, messages, end).await
@@ -147,10 +148,17 @@ impl Harness for SqlxMySqlHarness {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(crate::common::publish_without_broker::<MySql, T>(
             db, messages,
         ))
+    }
+
+    fn outbox_stats<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, ruststream::Stats> {
+        Box::pin(crate::common::outbox_stats::<MySql, T>(db))
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
@@ -208,6 +216,13 @@ impl Harness for SqlxMySqlHarness {
             conn.close().await?;
             Ok(holder.is_some())
         })
+    }
+
+    fn write_in_claim<'a>(
+        ctx: &'a mut ruststream::Context<'_, ruststream::InboxContext>,
+        sql: String,
+    ) -> ClaimFuture<'a> {
+        Box::pin(crate::common::write_in_claim::<MySql>(ctx, sql))
     }
 
     fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {

@@ -7,7 +7,7 @@ use ruststream_conformance::urls::{
     self, database_of, search_path_of, with_database, with_search_path,
 };
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
 };
 use ruststream_core::Dialect;
 use ruststream_core::keys::POSTGRES_KEY_HASH_SQL;
@@ -163,6 +163,7 @@ impl Harness for SqlxPostgresHarness {
             hold_key: Support::Yes,
             kill_connection: Support::Yes,
             kill_process: Support::Yes,
+            claim_in_lease: Support::Yes,
         }
     }
 
@@ -197,7 +198,7 @@ impl Harness for SqlxPostgresHarness {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: ruststream_conformance::TxEnd,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let conn = connect(db).await?;
             crate::common::publish_in_transaction::<Postgres, T>(conn, sql, messages, end).await
@@ -208,10 +209,17 @@ impl Harness for SqlxPostgresHarness {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(crate::common::publish_without_broker::<Postgres, T>(
             db, messages,
         ))
+    }
+
+    fn outbox_stats<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, ruststream::Stats> {
+        Box::pin(crate::common::outbox_stats::<Postgres, T>(db))
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
@@ -277,6 +285,13 @@ impl Harness for SqlxPostgresHarness {
             conn.close().await?;
             Ok(killed > 0)
         })
+    }
+
+    fn write_in_claim<'a>(
+        ctx: &'a mut ruststream::Context<'_, ruststream::InboxContext>,
+        sql: String,
+    ) -> ClaimFuture<'a> {
+        Box::pin(crate::common::write_in_claim::<Postgres>(ctx, sql))
     }
 
     fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {

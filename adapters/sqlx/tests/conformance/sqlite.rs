@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use ruststream::BrokerHandle;
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles, Support,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles,
+    Support,
 };
 use ruststream_core::Dialect;
 use ruststream_sqlx::SqlxBroker;
@@ -84,6 +85,7 @@ impl Harness for SqlxSqliteHarness {
             ),
             kill_connection: Support::No("SQLite has no server to kill a connection from"),
             kill_process: Support::Yes,
+            claim_in_lease: Support::No("sqlx on SQLite: not covered in the lease form"),
         }
     }
 
@@ -104,7 +106,7 @@ impl Harness for SqlxSqliteHarness {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: ruststream_conformance::TxEnd,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let conn = connect(db).await?;
             crate::common::publish_in_transaction::<Sqlite, T>(conn, sql, messages, end).await
@@ -115,10 +117,17 @@ impl Harness for SqlxSqliteHarness {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(crate::common::publish_without_broker::<Sqlite, T>(
             db, messages,
         ))
+    }
+
+    fn outbox_stats<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, ruststream::Stats> {
+        Box::pin(crate::common::outbox_stats::<Sqlite, T>(db))
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
@@ -143,6 +152,13 @@ impl Harness for SqlxSqliteHarness {
             conn.close().await?;
             values
         })
+    }
+
+    fn write_in_claim<'a>(
+        ctx: &'a mut ruststream::Context<'_, ruststream::InboxContext>,
+        sql: String,
+    ) -> ClaimFuture<'a> {
+        Box::pin(crate::common::write_in_claim::<Sqlite>(ctx, sql))
     }
 
     fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {

@@ -8,9 +8,7 @@
 
 mod adapter;
 mod bad_rows;
-mod claim;
 mod common;
-mod dedup;
 mod errors;
 mod forms;
 mod maintenance;

@@ -2,15 +2,17 @@
 //! `postgres://postgres@127.0.0.1:5432/test`), a schema of its own per scenario and process.
 
 use ruststream::BrokerHandle;
+use ruststream::FromContext;
 use ruststream_conformance::urls::{self, search_path_of, with_search_path};
 use ruststream_conformance::{
-    Capabilities, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support, TxEnd,
+    Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
+    TxEnd,
 };
 use ruststream_core::Dialect;
 use ruststream_core::keys::postgres_key_hash;
 use ruststream_tokio_postgres::deadpool_postgres::{Manager, Pool, PoolConfig};
 use ruststream_tokio_postgres::tokio_postgres::{self, Client, NoTls, SimpleQueryMessage};
-use ruststream_tokio_postgres::{TokioPostgresBroker, TokioPostgresOutbox};
+use ruststream_tokio_postgres::{TokioPostgresBroker, TokioPostgresClaim, TokioPostgresOutbox};
 
 /// PostgreSQL on tokio-postgres. Each scenario gets the schema `<table>_x<pid>` (`_s<pid>` under
 /// the simple query protocol), on the search path of every session the locator's URL opens (the
@@ -99,6 +101,7 @@ impl Harness for TokioPostgresHarness {
             hold_key: Support::Yes,
             kill_connection: Support::Yes,
             kill_process: Support::Yes,
+            claim_in_lease: Support::Yes,
         }
     }
 
@@ -128,12 +131,12 @@ impl Harness for TokioPostgresHarness {
         sql: &'a str,
         messages: Vec<ruststream::Message>,
         end: TxEnd,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let mut client = connect(db).await?;
             let tx = client.transaction().await?;
             tx.batch_execute(sql).await?;
-            TokioPostgresOutbox::<T>::new()
+            let published = TokioPostgresOutbox::<T>::new()
                 .publish_all(&tx, messages)
                 .await?;
             match end {
@@ -141,7 +144,7 @@ impl Harness for TokioPostgresHarness {
                 TxEnd::Rollback => tx.rollback().await?,
                 TxEnd::Crash => ruststream_conformance::abort_in_transaction(),
             }
-            Ok(())
+            Ok(published)
         })
     }
 
@@ -149,7 +152,7 @@ impl Harness for TokioPostgresHarness {
         &'a self,
         db: &'a str,
         messages: Vec<ruststream::Message>,
-    ) -> HarnessFuture<'a, ()> {
+    ) -> HarnessFuture<'a, ruststream::Published> {
         Box::pin(async move {
             let config: tokio_postgres::Config = db.parse()?;
             let manager = Manager::new(config, NoTls);
@@ -158,7 +161,22 @@ impl Harness for TokioPostgresHarness {
                 .publish_on(&pool, messages)
                 .await;
             pool.close();
-            Ok(published.map(drop)?)
+            Ok(published?)
+        })
+    }
+
+    fn outbox_stats<'a, T: ruststream_conformance::SuiteRow>(
+        &'a self,
+        db: &'a str,
+    ) -> HarnessFuture<'a, ruststream::Stats> {
+        Box::pin(async move {
+            let config: tokio_postgres::Config = db.parse()?;
+            let pool = Pool::builder(Manager::new(config, NoTls))
+                .max_size(2)
+                .build()?;
+            let stats = TokioPostgresOutbox::<T>::new().stats(&pool).await;
+            pool.close();
+            Ok(stats?)
         })
     }
 
@@ -218,6 +236,19 @@ impl Harness for TokioPostgresHarness {
                 )
                 .await?;
             Ok(killed.first().copied().unwrap_or(0) > 0)
+        })
+    }
+
+    fn write_in_claim<'a>(
+        ctx: &'a mut ruststream::Context<'_, ruststream::InboxContext>,
+        sql: String,
+    ) -> ClaimFuture<'a> {
+        Box::pin(async move {
+            let claim = TokioPostgresClaim::from_context(ctx).await?;
+            claim
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| ruststream::HandlerOutcome::retry().with_error(e))
         })
     }
 
