@@ -85,7 +85,9 @@ impl Harness for SqlxSqliteHarness {
             ),
             kill_connection: Support::No("SQLite has no server to kill a connection from"),
             kill_process: Support::Yes,
-            claim_in_lease: Support::No("sqlx on SQLite: not covered in the lease form"),
+            claim_in_lease: Support::No(
+                "SQLite: the lease form lends a handler no transaction (one writer at a time)",
+            ),
         }
     }
 
