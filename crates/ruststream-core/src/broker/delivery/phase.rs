@@ -33,7 +33,7 @@ pub(super) enum Handler {
     /// Handed, and settled or dropped by the runtime.
     Done,
     /// As [`Handler::Done`], in the lease form: its row counts among the subscription's
-    /// [`settling_freed`](super::super::sub::Sub::settling_freed) until it ends.
+    /// [`settling_freed`](super::super::sub::LeaseState::settling_freed) until it ends.
     Freed,
 }
 
