@@ -85,12 +85,17 @@ pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
                 let escape = i > 0
                     && matches!(chars[i - 1], 'e' | 'E')
                     && (i < 2 || !ident_char(chars[i - 2]));
-                let end = quoted_end(&chars, i, '\'', escape);
+                let backslash = if escape {
+                    Backslash::Escapes
+                } else {
+                    Backslash::Plain
+                };
+                let end = quoted_end(&chars, i, '\'', backslash);
                 out.extend(&chars[i..end]);
                 i = end;
             }
             '"' => {
-                let end = quoted_end(&chars, i, '"', false);
+                let end = quoted_end(&chars, i, '"', Backslash::Plain);
                 out.extend(&chars[i..end]);
                 i = end;
             }
@@ -154,13 +159,21 @@ pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
     Ok(out)
 }
 
+/// Whether a backslash escapes the character after it inside a quoted token: in an escape
+/// string (`E'..'`) it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backslash {
+    Escapes,
+    Plain,
+}
+
 /// The index past a quoted token that opens at `start` with `quote`; a doubled quote stays
 /// inside, and so does a backslash-escaped one in an escape string.
-fn quoted_end(chars: &[char], start: usize, quote: char, escape: bool) -> usize {
+fn quoted_end(chars: &[char], start: usize, quote: char, backslash: Backslash) -> usize {
     let mut i = start + 1;
     while i < chars.len() {
         let c = chars[i];
-        if escape && c == '\\' {
+        if backslash == Backslash::Escapes && c == '\\' {
             i += 2;
             continue;
         }
