@@ -81,16 +81,7 @@ pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
         let c = chars[i];
         match c {
             '\'' => {
-                // An escape string when an `E` that begins a token stands before it.
-                let escape = i > 0
-                    && matches!(chars[i - 1], 'e' | 'E')
-                    && (i < 2 || !ident_char(chars[i - 2]));
-                let backslash = if escape {
-                    Backslash::Escapes
-                } else {
-                    Backslash::Plain
-                };
-                let end = quoted_end(&chars, i, '\'', backslash);
+                let end = quoted_end(&chars, i, '\'', Backslash::at(&chars, i));
                 out.extend(&chars[i..end]);
                 i = end;
             }
@@ -165,6 +156,20 @@ pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
 enum Backslash {
     Escapes,
     Plain,
+}
+
+impl Backslash {
+    /// How backslashes read in the string whose quote is at `i`: an escape string when an
+    /// `E` that begins a token stands before it.
+    fn at(chars: &[char], i: usize) -> Self {
+        let escape =
+            i > 0 && matches!(chars[i - 1], 'e' | 'E') && (i < 2 || !ident_char(chars[i - 2]));
+        if escape {
+            Backslash::Escapes
+        } else {
+            Backslash::Plain
+        }
+    }
 }
 
 /// The index past a quoted token that opens at `start` with `quote`; a doubled quote stays
