@@ -38,6 +38,7 @@ mod literal;
 mod maintenance;
 mod render;
 mod schema;
+mod session;
 mod statement;
 mod stats;
 
@@ -48,9 +49,11 @@ pub use maintenance::{
 };
 pub(crate) use schema::claim_order;
 pub use schema::{Ddl, serves_claims};
+pub(crate) use session::{session_ping, session_probe};
 pub use statement::{Arg, ColumnType, OutColumn, Output, Statement, StatementKind};
 
-use render::Renderer;
+use claims::Start;
+use render::{Notifies, Renderer};
 use statement::Sql;
 
 /// The PostgreSQL channel every publish notifies, with the table's name as the payload. A
@@ -473,8 +476,11 @@ impl Statements {
     /// database: `DEFAULT VALUES` writes one row per statement.
     pub fn publish_rows(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let r = Renderer::new(dialect, desc);
-        (rows > 0 && !r.publish_columns().is_empty())
-            .then(|| r.publish_n(rows, dialect == Dialect::Postgres))
+        let notifies = match dialect {
+            Dialect::Postgres => Notifies::Notify,
+            Dialect::MySql | Dialect::MariaDb | Dialect::Sqlite => Notifies::Quiet,
+        };
+        (rows > 0 && !r.publish_columns().is_empty()).then(|| r.publish_n(rows, notifies))
     }
 
     /// The insert of `rows` rows of `desc` without the notification (on PostgreSQL a
@@ -483,7 +489,7 @@ impl Statements {
     pub fn publish_quiet(dialect: Dialect, desc: &TableDesc, rows: usize) -> Option<Statement> {
         let r = Renderer::new(dialect, desc);
         (rows == 1 || (rows > 1 && !r.publish_columns().is_empty()))
-            .then(|| r.publish_n(rows, false))
+            .then(|| r.publish_n(rows, Notifies::Quiet))
     }
 
     /// PostgreSQL: tells the subscriptions listening in other processes that `desc`'s table
@@ -517,7 +523,7 @@ impl Statements {
     ) -> Option<Statement> {
         desc.advisory()
             .is_some()
-            .then(|| Renderer::new(dialect, desc).candidates(excluded, false))
+            .then(|| Renderer::new(dialect, desc).candidates(excluded, Start::Beginning))
     }
 
     /// The candidates that pass over `keys` keys and `ids` rows ([`Arg::ExcludedId`] `0..ids`:
@@ -533,7 +539,7 @@ impl Statements {
         let mut r = Renderer::new(dialect, desc);
         r.exclude_ids = ids;
         let applies = desc.advisory().is_some() && (!from || r.advisory_floor());
-        applies.then(|| r.candidates(keys, from))
+        applies.then(|| r.candidates(keys, Start::floor_if(from)))
     }
 
     /// The row lock form: the claim's first statement (the lock, or the count with an attempt
@@ -556,7 +562,7 @@ impl Statements {
                 raw: true,
             }),
             (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => {
-                r.count_row(attempt.name, floor)
+                r.count_row(attempt.name, Start::floor_if(floor))
             }
             (Some(attempt), Dialect::MySql | Dialect::MariaDb) => r.select_row_id(attempt.name),
         })
@@ -571,7 +577,8 @@ impl Statements {
         excluded: usize,
     ) -> Option<Statement> {
         let r = Renderer::new(dialect, desc);
-        r.advisory_floor().then(|| r.candidates(excluded, true))
+        r.advisory_floor()
+            .then(|| r.candidates(excluded, Start::Floor))
     }
 
     /// Returns the failed rows `which` selects to the queue: clears `failed_at` and the error,
@@ -741,52 +748,6 @@ pub fn rollback(dialect: Dialect) -> Statement {
     let mut s = Sql::new(dialect);
     s.push("ROLLBACK");
     s.finish(StatementKind::Rollback, Output::Nothing)
-}
-
-// The first statement of the session check's second connection, before the probe key is
-// locked: `SELECT pg_backend_pid()`, which answers a row, so an adapter that prepares its
-// statements prepares it. Where the connection's server session holds another client's
-// prepared statement of the same name (a pooler in transaction pooling), it fails before any
-// lock is taken, and no lock is left on a server session other clients use.
-// Rendered once for the process.
-pub(crate) fn session_ping() -> Statement {
-    static PING: std::sync::LazyLock<Statement> = std::sync::LazyLock::new(|| {
-        let mut s = Sql::new(Dialect::Postgres);
-        s.push("SELECT pg_backend_pid() AS pid");
-        s.finish(StatementKind::Ping, named(&[("pid", ColumnType::Int)]))
-    });
-    PING.clone()
-}
-
-/// A key's lock (`lock`) or its unlock in `dialect`, answering one boolean: PostgreSQL's
-/// session lock (`pg_try_advisory_lock`), `GET_LOCK` with no wait elsewhere. The advisory lock
-/// form's keys, and the probe of the session check ([`session_probe`]).
-pub(crate) fn key_lock(dialect: Dialect, lock: bool) -> Statement {
-    let mut s = Sql::new(dialect);
-    let (kind, column) = if lock {
-        (StatementKind::TryLock, "locked")
-    } else {
-        (StatementKind::Unlock, "unlocked")
-    };
-    match (dialect, lock) {
-        (Dialect::Postgres, true) => s.push("SELECT pg_try_advisory_lock(").arg(Arg::Key),
-        (Dialect::Postgres, false) => s.push("SELECT pg_advisory_unlock(").arg(Arg::Key),
-        (_, true) => s.push("SELECT GET_LOCK(").arg(Arg::Key).push(", 0"),
-        (_, false) => s.push("SELECT RELEASE_LOCK(").arg(Arg::Key),
-    };
-    s.push(") AS ").push(column);
-    s.finish(kind, named(&[(column, ColumnType::Bool)]))
-}
-
-// The probe of the session check on PostgreSQL, for a form that holds no session lock but
-// runs on an adapter whose prepared statements live in the server session
-// ([`Broker::set_prepared_statements`](crate::Broker::set_prepared_statements)): a key's
-// session lock and its unlock.
-pub(crate) fn session_probe() -> (Statement, Statement) {
-    (
-        key_lock(Dialect::Postgres, true),
-        key_lock(Dialect::Postgres, false),
-    )
 }
 
 fn named(columns: &[(&'static str, ColumnType)]) -> Output {

@@ -145,7 +145,9 @@ impl<R> Broker<R> {
         let sub = d.sub;
         let s = &mut self.subs[sub.0];
         s.at_handlers -= 1;
-        s.settling_freed += usize::from(d.is_freed());
+        if let Some(lease) = s.lease_mut() {
+            lease.settling_freed += usize::from(d.is_freed());
+        }
         self.hand_ahead(sub);
     }
 

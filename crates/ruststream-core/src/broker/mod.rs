@@ -662,7 +662,7 @@ impl<R> Broker<R> {
             let claim = s
                 .next_claim_at
                 .filter(|_| running && s.may_claim())
-                .map(|t| s.gather_until.map_or(t, |g| t.max(g)));
+                .map(|t| s.gather_until().map_or(t, |g| t.max(g)));
             self.timers.set(Timer::Claim(SubId(i)), claim);
         }
         self.rearm_maintenance();

@@ -1,14 +1,17 @@
 //! A subscription: its table, statements and settings, its check's state, and the counts its
 //! claims are decided by.
 
-use super::claim::ClaimId;
-use std::collections::{BTreeMap, VecDeque};
+mod form;
+
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::dialect::{FormStatements, KeyLocks, RowLockClaim, Statement, Statements};
 use crate::spec::TableDesc;
-use crate::types::{ConnId, DeliveryId};
+use crate::types::ConnId;
 use crate::value::{Time, Value};
+
+pub(super) use form::{Count, CountQueue, FormState, LeaseState};
 
 use super::options::SubscribeOptions;
 
@@ -45,52 +48,6 @@ pub(super) struct CheckState {
     pub(super) schema_ran: bool,
 }
 
-// The row lock form with an attempt column: a claim counts and commits the attempt, then
-// locks the counted row. Claims acquire their connections side by side; the claims waiting
-// when a count starts are counted together, in one statement on the first one's connection
-// (the leader). The count marks the rows it counts on the leader's session until their locks
-// have answered, and passes over rows marked by another process's count, looking past them.
-// The next count starts once the last count's rows have answered their locks.
-#[derive(Debug, Default)]
-pub(super) struct CountQueue {
-    /// The count whose statements run, until it hands its rows out.
-    pub(super) counting: Option<Count>,
-    /// Counts that handed their rows out, until each row's lock has answered.
-    pub(super) locking: Vec<Count>,
-    /// Claims that hold a connection and wait for a count, in order.
-    pub(super) waiting: VecDeque<ClaimId>,
-    /// The rows the last count passed over, marked by a count of another process.
-    pub(super) passed: usize,
-}
-
-/// One count of several claims' rows.
-#[derive(Debug)]
-pub(super) struct Count {
-    /// The claim whose connection runs the count.
-    pub(super) leader: ClaimId,
-    /// The claims it counts for (the leader first) that have not locked their row or ended.
-    pub(super) members: Vec<ClaimId>,
-    /// The rows it counts at most: one for each member it started with.
-    pub(super) take: usize,
-    /// The rows its statement looks at, past the rows marked elsewhere.
-    pub(super) look: usize,
-    /// The marks its leader holds, once it handed its rows out.
-    pub(super) marks: usize,
-    /// Its statement starts at the subscription's [`Floor`].
-    pub(super) from_floor: bool,
-}
-
-/// The lease form, where the database returns the rows a statement settled: the delivery
-/// whose settlement statement runs now. Settlements asked for meanwhile wait, then run
-/// together in one statement.
-#[derive(Debug, Default)]
-pub(super) struct SettleQueue {
-    pub(super) settling: Option<DeliveryId>,
-    pub(super) waiting: VecDeque<DeliveryId>,
-    /// The settlements of several leases in one statement, by the rows they settle.
-    pub(super) batches: BTreeMap<usize, Statement>,
-}
-
 #[derive(Debug)]
 pub(super) struct Sub {
     pub(super) desc: TableDesc,
@@ -107,9 +64,6 @@ pub(super) struct Sub {
     pub(super) at_handlers: usize,
     /// Rows claimed ahead, beyond `workers` ([`SubscribeOptions::prefetch`]).
     pub(super) prefetch: usize,
-    /// The lease form on the servers: rows whose handlers have ended and whose settlements
-    /// still run. Up to `workers` of them hold no worker's slot (see ARCHITECTURE.md).
-    pub(super) settling_freed: usize,
     /// Slots that claims in flight hold.
     pub(super) claim_slots: usize,
     /// Claims started and not yet finished.
@@ -121,24 +75,16 @@ pub(super) struct Sub {
     /// claim that starts sooner finds them not yet due, and its end claims again then rather
     /// than at the poll.
     pub(super) retries_due: std::collections::BTreeSet<Time>,
-    /// The lease form: until when the claim due waits for the handlers that run
-    /// ([`Sub::gathers`]).
-    pub(super) gather_until: Option<Time>,
-    /// How long the last claim took, from its start to its end.
-    pub(super) claim_took: Duration,
     /// The last claim found all it asked for.
     pub(super) last_full: bool,
-    pub(super) counts: CountQueue,
-    pub(super) settles: SettleQueue,
-    /// The advisory lock form: the candidates that pass over `n` keys, by `n` and whether
-    /// they start at the floor.
-    pub(super) excluding: BTreeMap<(usize, bool), Statement>,
     /// The rows that failed here and wait their delay in memory.
     pub(super) waiting: super::waiting::Waiting,
     /// The claim statements that pass over the waiting rows, by kind and how many.
     pub(super) passing: BTreeMap<(super::waiting::Passing, usize), Statement>,
     /// Where the next claim may start, in a table claimed in id order.
     pub(super) floor: Floor,
+    /// What its form alone keeps.
+    pub(super) form: FormState,
 }
 
 // Where a claim of a table claimed in id order starts: at the lowest id of the last claim
@@ -284,6 +230,7 @@ impl Floor {
 
 impl Sub {
     pub(super) fn new(desc: TableDesc, statements: Statements, options: SubscribeOptions) -> Self {
+        let form = FormState::new(desc.hold);
         let mut sub = Self {
             desc,
             statements,
@@ -294,21 +241,16 @@ impl Sub {
             rows_handed: 0,
             at_handlers: 0,
             prefetch: 0,
-            settling_freed: 0,
             claim_slots: 0,
             claims_running: 0,
             stopped: false,
             next_claim_at: None,
             retries_due: std::collections::BTreeSet::new(),
-            gather_until: None,
-            claim_took: Duration::ZERO,
             last_full: false,
-            counts: CountQueue::default(),
-            settles: SettleQueue::default(),
-            excluding: BTreeMap::new(),
             waiting: super::waiting::Waiting::default(),
             passing: BTreeMap::new(),
             floor: Floor::default(),
+            form,
         };
         // A claim that reads the first due rows alone takes one row at a time: none ahead.
         sub.prefetch = if sub.first_rows_only() {
@@ -317,6 +259,49 @@ impl Sub {
             options.prefetch
         };
         sub
+    }
+
+    /// The row lock form's counts.
+    pub(super) fn counts(&self) -> Option<&CountQueue> {
+        match &self.form {
+            FormState::RowLock(r) => Some(&r.counts),
+            FormState::Lease(_) | FormState::Advisory(_) => None,
+        }
+    }
+
+    /// The row lock form's counts, to change.
+    pub(super) fn counts_mut(&mut self) -> Option<&mut CountQueue> {
+        match &mut self.form {
+            FormState::RowLock(r) => Some(&mut r.counts),
+            FormState::Lease(_) | FormState::Advisory(_) => None,
+        }
+    }
+
+    /// The lease form's state.
+    pub(super) fn lease(&self) -> Option<&LeaseState> {
+        match &self.form {
+            FormState::Lease(l) => Some(l),
+            FormState::RowLock(_) | FormState::Advisory(_) => None,
+        }
+    }
+
+    /// The lease form's state, to change.
+    pub(super) fn lease_mut(&mut self) -> Option<&mut LeaseState> {
+        match &mut self.form {
+            FormState::Lease(l) => Some(l),
+            FormState::RowLock(_) | FormState::Advisory(_) => None,
+        }
+    }
+
+    /// The lease form: until when the claim due waits for the handlers ([`Sub::gathers`]).
+    pub(super) fn gather_until(&self) -> Option<Time> {
+        self.lease().and_then(|l| l.gather_until)
+    }
+
+    /// The lease form on the servers: the rows settling whose workers are free
+    /// ([`LeaseState::settling_freed`]); none in another form.
+    pub(super) fn settling_freed(&self) -> usize {
+        self.lease().map_or(0, |l| l.settling_freed)
     }
 
     /// The advisory lock form: who holds the keys.
@@ -377,7 +362,7 @@ impl Sub {
             // the row in work, or take a second.
             return 0;
         }
-        let held = self.rows_claimed - self.settling_freed.min(self.options.workers);
+        let held = self.rows_claimed - self.settling_freed().min(self.options.workers);
         (self.options.workers + self.prefetch).saturating_sub(held + self.claim_slots)
     }
 
@@ -408,16 +393,16 @@ impl Sub {
     // free worker idles for less than the claim it may save.
     pub(super) fn gathers(&mut self, now: Time, gated: bool) -> bool {
         let slots = self.options.workers + self.prefetch;
-        let waits = matches!(self.statements.form, FormStatements::Lease(_))
-            && !gated
-            && self.at_handlers > 0
-            && self.free() < slots;
+        let waits = !gated && self.at_handlers > 0 && self.free() < slots;
+        let Some(lease) = self.lease_mut() else {
+            return false;
+        };
         if !waits {
-            self.gather_until = None;
+            lease.gather_until = None;
             return false;
         }
-        let wait = (self.claim_took / 2).min(GATHER_AT_MOST);
-        let until = *self.gather_until.get_or_insert(now.plus(wait));
+        let wait = (lease.claim_took / 2).min(GATHER_AT_MOST);
+        let until = *lease.gather_until.get_or_insert(now.plus(wait));
         now < until
     }
 

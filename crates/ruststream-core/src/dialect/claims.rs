@@ -1,12 +1,40 @@
 //! The claims' statements: the row lock form's lock, count and lock by id, the lease form's
 //! claim and marks, and the start of a claim at an id in a table claimed in id order.
 
+use super::render::Lead;
 use super::{
     Arg, ColumnType, Dialect, OutColumn, Output, Renderer, Sql, Statement, StatementKind, named,
 };
 
 /// The column a row lock count reads each row's mark from.
 const MARK: &str = "rs_mark";
+
+/// Where a claim's statement starts: at the table's start, or at [`Arg::Floor`] in a table
+/// claimed in id order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Start {
+    Beginning,
+    Floor,
+}
+
+impl Start {
+    /// `Floor` where `floor` is set.
+    pub(super) fn floor_if(floor: bool) -> Self {
+        if floor {
+            Start::Floor
+        } else {
+            Start::Beginning
+        }
+    }
+}
+
+/// What a lease claim writes into the lease column: the database's time plus
+/// [`Arg::LeaseFor`], or the expiry its locking read took from the database ([`Arg::Fence`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Expiry {
+    FromNow,
+    Fence,
+}
 
 impl Renderer<'_> {
     /// Whether the claim order is the id alone, ascending: a claim may start at an id.
@@ -29,9 +57,9 @@ impl Renderer<'_> {
             && !self.desc.custom_lock()
     }
 
-    /// `id >= floor`, after the claimable conditions (`wrote`: they wrote a `WHERE`).
-    pub(super) fn floor(&self, s: &mut Sql, wrote: bool) {
-        s.push(if wrote { " AND " } else { " WHERE " })
+    /// `id >= floor`, after the claimable conditions, opened by `lead`.
+    pub(super) fn floor(&self, s: &mut Sql, lead: Lead) {
+        s.push(lead.sql())
             .push(&self.id())
             .push(" >= ")
             .arg(Arg::Floor);
@@ -40,22 +68,22 @@ impl Renderer<'_> {
     pub(super) fn lock_row(&self, rows: Output) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT * FROM ").push(&self.table());
-        let _ = self.claimable(&mut s, true);
+        let _ = self.claimable(&mut s, Lead::Where);
         self.order(&mut s);
         s.push(" LIMIT 1 FOR UPDATE SKIP LOCKED");
         s.finish(StatementKind::LockRow, rows)
     }
 
-    /// The first `Arg::Limit` claimable rows' ids, `FOR UPDATE SKIP LOCKED`, as a subquery;
-    /// `floor`: from [`Arg::Floor`] on.
-    pub(super) fn first_row_id(&self, s: &mut Sql, floor: bool) {
+    /// The first `Arg::Limit` claimable rows' ids from `start` on, `FOR UPDATE SKIP LOCKED`,
+    /// as a subquery.
+    pub(super) fn first_row_id(&self, s: &mut Sql, start: Start) {
         s.push("SELECT ")
             .push(&self.id())
             .push(" FROM ")
             .push(&self.table());
-        let wrote = self.claimable(s, true);
-        if floor {
-            self.floor(s, wrote);
+        let lead = self.claimable(s, Lead::Where);
+        if start == Start::Floor {
+            self.floor(s, lead);
         }
         self.order(s);
         s.push(" LIMIT ")
@@ -66,9 +94,9 @@ impl Renderer<'_> {
     /// PostgreSQL: `WITH rs_claim AS (SELECT id .. FOR UPDATE SKIP LOCKED) `, the ids a claim
     /// takes, locked once: a sub-select in `WHERE id IN (..)` may run again while the update
     /// rechecks a row another transaction changed, and then wait for rows it did not lock.
-    pub(super) fn locked_ids(&self, s: &mut Sql, floor: bool) {
+    pub(super) fn locked_ids(&self, s: &mut Sql, start: Start) {
         s.push("WITH rs_claim AS (");
-        self.first_row_id(s, floor);
+        self.first_row_id(s, start);
         s.push(") ");
     }
 
@@ -108,7 +136,7 @@ impl Renderer<'_> {
     // another process counted and has not locked yet is passed over. The reply has a row for
     // each row looked at: its id, its count (`NULL` where it was not counted) and its mark's
     // second key, which [`Renderer::unmark_rows`] releases.
-    pub(super) fn count_row(&self, attempt_column: &'static str, floor: bool) -> Statement {
+    pub(super) fn count_row(&self, attempt_column: &'static str, start: Start) -> Statement {
         let attempt = self.q(attempt_column);
         let mut s = Sql::new(self.dialect);
         let columns = [
@@ -120,7 +148,7 @@ impl Renderer<'_> {
             let id = self.id();
             let table = self.table();
             s.push("WITH rs_claim AS (");
-            self.first_row_id(&mut s, floor);
+            self.first_row_id(&mut s, start);
             s.push("), rs_marked AS (SELECT ")
                 .push(&id)
                 .push(" FROM rs_claim WHERE pg_try_advisory_lock(")
@@ -172,7 +200,7 @@ impl Renderer<'_> {
             .push(", 0) + 1 WHERE ")
             .push(&self.id())
             .push(" IN (");
-        self.first_row_id(&mut s, floor);
+        self.first_row_id(&mut s, start);
         s.push(") RETURNING ")
             .push(&self.id())
             .push(", ")
@@ -202,8 +230,8 @@ impl Renderer<'_> {
         // A row another count marked is left out before the LIMIT; in the count's
         // transaction at read committed, InnoDB lets go of its lock as soon as the condition
         // has left it out, so this count does not hold it from that count's own lock.
-        let wrote = self.claimable(&mut s, true);
-        s.push(if wrote { " AND " } else { " WHERE " })
+        let lead = self.claimable(&mut s, Lead::Where);
+        s.push(lead.sql())
             .push("IS_FREE_LOCK(")
             .push(&self.mark_of(&id))
             .push(") = 1");
@@ -288,7 +316,7 @@ impl Renderer<'_> {
             .push(&self.q(attempt))
             .push(" = ")
             .arg(Arg::Attempt);
-        let _ = self.claimable(s, false);
+        let _ = self.claimable(s, Lead::And);
         s.push(" FOR UPDATE SKIP LOCKED");
     }
 
@@ -349,17 +377,15 @@ impl Renderer<'_> {
         s.finish(StatementKind::TakeCount, Output::Affected)
     }
 
-    /// ` SET <lease> = <the database's time + LeaseFor>` where `fence` is unset, or
-    /// ` = <Fence>` (MySQL and MariaDB: the expiry their claim read from the database), and
-    /// the attempt counted.
-    pub(super) fn lease_set(&self, s: &mut Sql, lease: &str, fence: bool) {
+    /// ` SET <lease> = <expiry>` (MySQL and MariaDB mark their rows with the expiry their
+    /// claim read from the database), and the attempt counted.
+    pub(super) fn lease_set(&self, s: &mut Sql, lease: &str, expiry: Expiry) {
         let lease = self.q(lease);
         s.push(" SET ").push(&lease).push(" = ");
-        if fence {
-            s.time(Arg::Fence);
-        } else {
-            s.db_now_plus(Arg::LeaseFor);
-        }
+        match expiry {
+            Expiry::Fence => s.time(Arg::Fence),
+            Expiry::FromNow => s.db_now_plus(Arg::LeaseFor),
+        };
         if let Some(attempt) = self.desc.attempt {
             let attempt = self.q(attempt.name);
             s.push(", ")
@@ -371,10 +397,10 @@ impl Renderer<'_> {
     }
 
     pub(super) fn claim_lease(&self, rows: Output, lease: &str) -> Statement {
-        self.claim_lease_from(rows, lease, false)
+        self.claim_lease_from(rows, lease, Start::Beginning)
     }
 
-    pub(super) fn claim_lease_from(&self, rows: Output, lease: &str, floor: bool) -> Statement {
+    pub(super) fn claim_lease_from(&self, rows: Output, lease: &str, start: Start) -> Statement {
         let mut s = Sql::new(self.dialect);
         let rows = with_until(rows);
         let column = match self.dialect {
@@ -386,9 +412,9 @@ impl Renderer<'_> {
             super::statement::micros(self.dialect, &column)
         );
         if self.dialect == Dialect::Postgres {
-            self.locked_ids(&mut s, floor);
+            self.locked_ids(&mut s, start);
             s.push("UPDATE ").push(&self.table());
-            self.lease_set(&mut s, lease, false);
+            self.lease_set(&mut s, lease, Expiry::FromNow);
             self.join_locked_ids(&mut s);
             s.push(" RETURNING ")
                 .push(&self.table())
@@ -397,15 +423,15 @@ impl Renderer<'_> {
             return s.finish(StatementKind::ClaimLease, rows);
         }
         s.push("UPDATE ").push(&self.table());
-        self.lease_set(&mut s, lease, false);
+        self.lease_set(&mut s, lease, Expiry::FromNow);
         s.push(" WHERE ")
             .push(&self.id())
             .push(" IN (SELECT ")
             .push(&self.id());
         s.push(" FROM ").push(&self.table());
-        let wrote = self.claimable(&mut s, true);
-        if floor {
-            self.floor(&mut s, wrote);
+        let lead = self.claimable(&mut s, Lead::Where);
+        if start == Start::Floor {
+            self.floor(&mut s, lead);
         }
         self.order(&mut s);
         s.push(" LIMIT ").arg(Arg::Limit);
@@ -429,7 +455,7 @@ impl Renderer<'_> {
             .push(UNTIL)
             .push(" FROM ")
             .push(&self.table());
-        let _ = self.claimable(&mut s, true);
+        let _ = self.claimable(&mut s, Lead::Where);
         self.order(&mut s);
         s.push(" LIMIT ")
             .arg(Arg::Limit)
@@ -440,7 +466,7 @@ impl Renderer<'_> {
     pub(super) fn mark_lease(&self, n: usize, lease: &str) -> Statement {
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ").push(&self.table());
-        self.lease_set(&mut s, lease, true);
+        self.lease_set(&mut s, lease, Expiry::Fence);
         s.push(" WHERE ").push(&self.id()).push(" IN (");
         for i in 0..n {
             if i > 0 {

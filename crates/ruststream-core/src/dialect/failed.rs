@@ -29,12 +29,28 @@ pub fn error_like(text: &str) -> String {
     out
 }
 
+/// Whether an assignment is the first of an update's `SET`, or follows another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Assign {
+    First,
+    Next,
+}
+
+impl Assign {
+    fn sql(self) -> &'static str {
+        match self {
+            Assign::First => " SET ",
+            Assign::Next => ", ",
+        }
+    }
+}
+
 impl Renderer<'_> {
     /// `, error = COALESCE(?, error)` where the table has an error column.
-    fn set_error(&self, s: &mut Sql, first: bool) {
+    fn set_error(&self, s: &mut Sql, assign: Assign) {
         if let Some(error) = self.desc.error {
             let error = self.q(error.name);
-            s.push(if first { " SET " } else { ", " })
+            s.push(assign.sql())
                 .push(&error)
                 .push(" = COALESCE(")
                 .arg(Arg::Error)
@@ -48,7 +64,7 @@ impl Renderer<'_> {
     /// errors: the error, the attempt and the database's time appended, the oldest dropped
     /// past [`ERRORS_KEPT`]; a settlement without an error leaves it as it was. A cell that
     /// holds no JSON array starts a new one.
-    fn set_errors(&self, s: &mut Sql, first: bool) {
+    fn set_errors(&self, s: &mut Sql, assign: Assign) {
         let Some(errors) = self.desc.errors else {
             return;
         };
@@ -59,9 +75,7 @@ impl Renderer<'_> {
             .map_or_else(|| "NULL".to_owned(), |c| self.q(c.name));
         let now = super::statement::micros(self.dialect, super::statement::db_now(self.dialect));
         let kept = ERRORS_KEPT.to_string();
-        s.push(if first { " SET " } else { ", " })
-            .push(&e)
-            .push(" = CASE WHEN ");
+        s.push(assign.sql()).push(&e).push(" = CASE WHEN ");
         if self.dialect == Dialect::Postgres {
             // The argument's first use gives its type.
             s.push("CAST(").arg(Arg::Error).push(" AS TEXT)");
@@ -124,8 +138,8 @@ impl Renderer<'_> {
             .push(&self.q(failed.name))
             .push(" = ");
         s.db_now();
-        self.set_error(&mut s, false);
-        self.set_errors(&mut s, false);
+        self.set_error(&mut s, Assign::Next);
+        self.set_errors(&mut s, Assign::Next);
         if let Some(lease) = self.desc.locked_until() {
             s.push(", ").push(&self.q(lease.name)).push(" = NULL");
         }
@@ -147,32 +161,29 @@ impl Renderer<'_> {
     pub(super) fn retry_later(&self, fence: Option<&str>) -> Option<Statement> {
         let mut s = Sql::new(self.dialect);
         s.push("UPDATE ").push(&self.table());
-        let mut first = true;
+        let mut assign = Assign::First;
         if let Some(due) = self.desc.due {
             s.push(" SET ").push(&self.q(due.name)).push(" = ");
             s.db_now_plus(Arg::RetryIn);
-            first = false;
+            assign = Assign::Next;
         }
         if let Some(lease) = self.desc.locked_until() {
-            s.push(if first { " SET " } else { ", " })
-                .push(&self.q(lease.name))
-                .push(" = ");
-            if first {
-                s.db_now_plus(Arg::RetryIn);
-            } else {
-                s.push("NULL");
-            }
-            first = false;
+            s.push(assign.sql()).push(&self.q(lease.name)).push(" = ");
+            match assign {
+                Assign::First => s.db_now_plus(Arg::RetryIn),
+                Assign::Next => s.push("NULL"),
+            };
+            assign = Assign::Next;
         }
         if self.desc.error.is_some() {
-            self.set_error(&mut s, first);
-            first = false;
+            self.set_error(&mut s, assign);
+            assign = Assign::Next;
         }
         if self.desc.errors.is_some() {
-            self.set_errors(&mut s, first);
-            first = false;
+            self.set_errors(&mut s, assign);
+            assign = Assign::Next;
         }
-        if first {
+        if assign == Assign::First {
             return None;
         }
         s.push(" WHERE ").push(&self.id()).push(" = ").arg(Arg::Id);

@@ -81,16 +81,12 @@ pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
         let c = chars[i];
         match c {
             '\'' => {
-                // An escape string when an `E` that begins a token stands before it.
-                let escape = i > 0
-                    && matches!(chars[i - 1], 'e' | 'E')
-                    && (i < 2 || !ident_char(chars[i - 2]));
-                let end = quoted_end(&chars, i, '\'', escape);
+                let end = quoted_end(&chars, i, '\'', Backslash::at(&chars, i));
                 out.extend(&chars[i..end]);
                 i = end;
             }
             '"' => {
-                let end = quoted_end(&chars, i, '"', false);
+                let end = quoted_end(&chars, i, '"', Backslash::Plain);
                 out.extend(&chars[i..end]);
                 i = end;
             }
@@ -154,13 +150,35 @@ pub(super) fn render(sql: &str, binds: &[Value]) -> Result<String, DbError> {
     Ok(out)
 }
 
+/// Whether a backslash escapes the character after it inside a quoted token: in an escape
+/// string (`E'..'`) it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backslash {
+    Escapes,
+    Plain,
+}
+
+impl Backslash {
+    /// How backslashes read in the string whose quote is at `i`: an escape string when an
+    /// `E` that begins a token stands before it.
+    fn at(chars: &[char], i: usize) -> Self {
+        let escape =
+            i > 0 && matches!(chars[i - 1], 'e' | 'E') && (i < 2 || !ident_char(chars[i - 2]));
+        if escape {
+            Backslash::Escapes
+        } else {
+            Backslash::Plain
+        }
+    }
+}
+
 /// The index past a quoted token that opens at `start` with `quote`; a doubled quote stays
 /// inside, and so does a backslash-escaped one in an escape string.
-fn quoted_end(chars: &[char], start: usize, quote: char, escape: bool) -> usize {
+fn quoted_end(chars: &[char], start: usize, quote: char, backslash: Backslash) -> usize {
     let mut i = start + 1;
     while i < chars.len() {
         let c = chars[i];
-        if escape && c == '\\' {
+        if backslash == Backslash::Escapes && c == '\\' {
             i += 2;
             continue;
         }

@@ -20,6 +20,7 @@
 //! MySQL's and MariaDB's `last_tick` holds UTC, SQLite's microseconds since the Unix epoch, as
 //! every time the queue writes.
 
+use super::session::LockCall;
 use super::statement::{db_now, micros};
 use super::{Arg, ColumnType, Dialect, Output, Renderer, Sql, Statement, StatementKind, named};
 use crate::spec::TableDesc;
@@ -101,23 +102,21 @@ pub fn periodic_table_ddl(dialect: Dialect) -> String {
     )
 }
 
-/// The retention lock's statement, `lock` or unlock, for `table` in `dialect`; `None` on
-/// SQLite.
-fn retention_lock(dialect: Dialect, table: &str, lock: bool) -> Option<Statement> {
-    let (kind, column) = if lock {
-        (MaintenanceKind::TryLock, "locked")
-    } else {
-        (MaintenanceKind::Unlock, "unlocked")
+/// The retention lock's statement, its lock or its unlock, for `table` in `dialect`; `None`
+/// on SQLite.
+fn retention_lock(dialect: Dialect, table: &str, call: LockCall) -> Option<Statement> {
+    let (kind, column) = match call {
+        LockCall::Lock => (MaintenanceKind::TryLock, "locked"),
+        LockCall::Unlock => (MaintenanceKind::Unlock, "unlocked"),
     };
     let table = dialect.text_literal(table);
     let call = match dialect {
         // The two-key form: its locks never meet the advisory form's 64-bit keys.
         Dialect::Postgres => format!(
             "{}(hashtext('ruststream.retention'), hashtext(current_schema() || '.' || {table}))",
-            if lock {
-                "pg_try_advisory_lock"
-            } else {
-                "pg_advisory_unlock"
+            match call {
+                LockCall::Lock => "pg_try_advisory_lock",
+                LockCall::Unlock => "pg_advisory_unlock",
             }
         ),
         // A lock name is at most 64 characters: a prefix and a hash of database and table.
@@ -125,10 +124,9 @@ fn retention_lock(dialect: Dialect, table: &str, lock: bool) -> Option<Statement
             let name = format!(
                 "CONCAT('ruststream.retention.', LEFT(SHA2(CONCAT(IFNULL(DATABASE(), ''), '.', {table}), 256), 40))"
             );
-            if lock {
-                format!("GET_LOCK({name}, 0)")
-            } else {
-                format!("RELEASE_LOCK({name})")
+            match call {
+                LockCall::Lock => format!("GET_LOCK({name}, 0)"),
+                LockCall::Unlock => format!("RELEASE_LOCK({name})"),
             }
         }
         Dialect::Sqlite => return None,
@@ -189,8 +187,8 @@ pub(super) fn retention(dialect: Dialect, desc: &TableDesc, batch: usize) -> Ret
     let r = Renderer::new(dialect, desc);
     let batch = batch.max(1);
     RetentionStatements {
-        try_lock: retention_lock(dialect, desc.table, true),
-        unlock: retention_lock(dialect, desc.table, false),
+        try_lock: retention_lock(dialect, desc.table, LockCall::Lock),
+        unlock: retention_lock(dialect, desc.table, LockCall::Unlock),
         delete_processed: desc
             .processed_at
             .map(|c| r.delete_marked(c.name, batch, MaintenanceKind::DeleteProcessed)),

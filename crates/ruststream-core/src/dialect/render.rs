@@ -6,11 +6,45 @@ use std::sync::Arc;
 
 use crate::spec::{KeyPart, OrderBy, TableDesc};
 
+use super::claims::Start;
+use super::session::LockCall;
+use super::statement::Binding;
 use super::{
     AdvisoryStatements, AdvisoryTake, Arg, ColumnType, Dialect, KeyLocks, LeaseClaim,
     LeaseStatements, OutColumn, Output, RowLockClaim, RowLockStatements, Sql, Statement,
     StatementKind, Statements, named,
 };
+
+/// What opens the next condition of a `WHERE` clause: `WHERE` before the first, `AND` after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lead {
+    Where,
+    And,
+}
+
+impl Lead {
+    pub(super) fn sql(self) -> &'static str {
+        match self {
+            Lead::Where => " WHERE ",
+            Lead::And => " AND ",
+        }
+    }
+}
+
+/// How a key's text renders a key column that is `NULL`: as `NULL` (no key), or as empty
+/// text (to compare keys with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyNulls {
+    Kept,
+    Empty,
+}
+
+/// Whether a publish notifies the table's listeners in the same statement (PostgreSQL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Notifies {
+    Notify,
+    Quiet,
+}
 
 pub(super) struct Renderer<'a> {
     pub(super) dialect: Dialect,
@@ -50,7 +84,7 @@ impl Renderer<'_> {
                 lock_row: self.lock_row(rows),
             },
             (Some(attempt), Dialect::Postgres | Dialect::Sqlite) => RowLockClaim::Count {
-                count_row: self.count_row(attempt.name, false),
+                count_row: self.count_row(attempt.name, Start::Beginning),
                 lock_row_by_id: self.lock_row_by_id(rows.clone(), attempt.name),
                 lock_row_by_id_unmarking: self.lock_row_by_id_unmarking(rows, attempt.name),
                 unmark_rows: (1..=batch.max(1)).map(|n| self.unmark_rows(n)).collect(),
@@ -88,7 +122,7 @@ impl Renderer<'_> {
             ping: self.fixed(StatementKind::Ping, "SELECT 1"),
             count_row_from: match (self.desc.attempt, self.dialect) {
                 (Some(attempt), Dialect::Postgres) if self.ordered_by_id() => {
-                    Some(self.count_row(attempt.name, true))
+                    Some(self.count_row(attempt.name, Start::Floor))
                 }
                 _ => None,
             },
@@ -98,7 +132,7 @@ impl Renderer<'_> {
                 "ROLLBACK TO SAVEPOINT rs_handler",
             ),
             session_probe: (self.dialect == Dialect::Postgres && self.desc.attempt.is_some())
-                .then(|| (self.lock_fn(true), self.lock_fn(false))),
+                .then(|| (self.lock_fn(LockCall::Lock), self.lock_fn(LockCall::Unlock))),
         }
     }
 
@@ -131,7 +165,7 @@ impl Renderer<'_> {
                 .expect("a lease table writes its retry into the lease"),
             settles_together: Statements::settles_leases_together(self.dialect, self.desc),
             claim_from: (self.dialect.update_returning() && self.ordered_by_id())
-                .then(|| self.claim_lease_from(rows.clone(), lease, true)),
+                .then(|| self.claim_lease_from(rows.clone(), lease, Start::Floor)),
         }
     }
 
@@ -140,8 +174,8 @@ impl Renderer<'_> {
             (true, _) => KeyLocks::Custom,
             (false, Dialect::Sqlite) => KeyLocks::Registry,
             (false, _) => KeyLocks::Database {
-                try_lock: self.lock_fn(true),
-                unlock: self.lock_fn(false),
+                try_lock: self.lock_fn(LockCall::Lock),
+                unlock: self.lock_fn(LockCall::Unlock),
             },
         };
         let take = match self.desc.attempt.filter(|_| self.dialect.mysql_like()) {
@@ -154,8 +188,10 @@ impl Renderer<'_> {
             },
         };
         AdvisoryStatements {
-            candidates: self.candidates(0, false),
-            candidates_from: self.advisory_floor().then(|| self.candidates(0, true)),
+            candidates: self.candidates(0, Start::Beginning),
+            candidates_from: self
+                .advisory_floor()
+                .then(|| self.candidates(0, Start::Floor)),
             keys,
             take,
             settle: self.settle(None),
@@ -181,12 +217,12 @@ impl Renderer<'_> {
         columns.into()
     }
 
-    /// `WHERE` and the conditions under which a row is claimable now, by the database's
-    /// clock, or nothing;
-    /// answers whether it wrote a condition.
-    pub(super) fn claimable(&self, s: &mut Sql, first: bool) -> bool {
+    /// The conditions under which a row is claimable now, by the database's clock, each
+    /// opened as `lead` says; answers what opens the condition after them.
+    pub(super) fn claimable(&self, s: &mut Sql, lead: Lead) -> Lead {
+        let first = lead;
         let mut wrote = false;
-        let mut lead = if first { " WHERE " } else { " AND " };
+        let mut lead = lead.sql();
         for mark in [self.desc.processed_at, self.desc.failed_at]
             .into_iter()
             .flatten()
@@ -224,7 +260,7 @@ impl Renderer<'_> {
             s.push(")");
             wrote = true;
         }
-        wrote
+        if wrote { Lead::And } else { first }
     }
 
     pub(super) fn order(&self, s: &mut Sql) {
@@ -322,9 +358,8 @@ impl Renderer<'_> {
         s.finish(StatementKind::ReleaseLease, Output::Affected)
     }
 
-    /// The key as text, rendered by the database; `NULL` where a key column is `NULL` unless
-    /// `coalesce`, which renders such a column as empty text (to compare keys with).
-    fn key_expr(&self, coalesce: bool) -> String {
+    /// The key as text, rendered by the database, its `NULL` columns as `nulls` says.
+    fn key_expr(&self, nulls: KeyNulls) -> String {
         let parts = self.desc.advisory().unwrap_or(&[]);
         let texts: Vec<String> = parts
             .iter()
@@ -336,7 +371,7 @@ impl Renderer<'_> {
                         Dialect::Postgres | Dialect::Sqlite => "TEXT",
                     };
                     let text = format!("CAST({} AS {cast})", self.q(column));
-                    if coalesce {
+                    if nulls == KeyNulls::Empty {
                         format!("COALESCE({text}, '')")
                     } else {
                         text
@@ -351,25 +386,25 @@ impl Renderer<'_> {
         }
     }
 
-    /// The first claimable rows' ids and keys, passing over the rows of `excluded` keys;
-    /// `from`: from [`Arg::Floor`] on.
-    pub(super) fn candidates(&self, excluded: usize, from: bool) -> Statement {
+    /// The first claimable rows' ids and keys, passing over the rows of `excluded` keys, from
+    /// the table's start or from [`Arg::Floor`] on.
+    pub(super) fn candidates(&self, excluded: usize, start: Start) -> Statement {
         let mut s = Sql::new(self.dialect);
         // A key column's `NULL` reads as no key, which the claim fails naming the column.
         s.push("SELECT ")
             .push(&self.id())
             .push(" AS rs_id, ")
-            .push(&self.key_expr(false))
+            .push(&self.key_expr(KeyNulls::Kept))
             .push(" AS rs_key FROM ")
             .push(&self.table());
-        let mut conditions = self.claimable(&mut s, true);
-        if from {
-            self.floor(&mut s, conditions);
-            conditions = true;
+        let mut lead = self.claimable(&mut s, Lead::Where);
+        if start == Start::Floor {
+            self.floor(&mut s, lead);
+            lead = Lead::And;
         }
         if excluded > 0 {
-            s.push(if conditions { " AND " } else { " WHERE " })
-                .push(&self.key_expr(true))
+            s.push(lead.sql())
+                .push(&self.key_expr(KeyNulls::Empty))
                 .push(" NOT IN (");
             for i in 0..excluded {
                 if i > 0 {
@@ -387,8 +422,8 @@ impl Renderer<'_> {
         )
     }
 
-    fn lock_fn(&self, lock: bool) -> Statement {
-        super::key_lock(self.dialect, lock)
+    fn lock_fn(&self, call: LockCall) -> Statement {
+        super::session::key_lock(self.dialect, call)
     }
 
     fn take(&self, rows: Output) -> Statement {
@@ -400,7 +435,7 @@ impl Renderer<'_> {
             }
             None => {
                 self.row_by_id(&mut s);
-                let _ = self.claimable(&mut s, false);
+                let _ = self.claimable(&mut s, Lead::And);
             }
         }
         s.finish(StatementKind::Take, rows)
@@ -421,7 +456,7 @@ impl Renderer<'_> {
             .push(&self.id())
             .push(" = ")
             .arg(Arg::Id);
-        let _ = self.claimable(s, false);
+        let _ = self.claimable(s, Lead::And);
     }
 
     /// `SELECT * FROM <table> WHERE <id> = ?`.
@@ -502,7 +537,11 @@ impl Renderer<'_> {
     /// a `WITH` whose query notifies once per row written: the reply is a row count all the
     /// same, and the notification leaves with the commit.
     pub(super) fn publish(&self) -> Statement {
-        self.publish_n(1, self.dialect == Dialect::Postgres)
+        let notifies = match self.dialect {
+            Dialect::Postgres => Notifies::Notify,
+            Dialect::MySql | Dialect::MariaDb | Dialect::Sqlite => Notifies::Quiet,
+        };
+        self.publish_n(1, notifies)
     }
 
     /// The columns publishing writes, with their arguments.
@@ -545,10 +584,10 @@ impl Renderer<'_> {
     }
 
     /// The insert of `rows` rows (one where the rows have no column to write).
-    pub(super) fn publish_n(&self, rows: usize, notifies: bool) -> Statement {
+    pub(super) fn publish_n(&self, rows: usize, notifies: Notifies) -> Statement {
         let columns = self.publish_columns();
         let mut s = Sql::new(self.dialect);
-        if notifies {
+        if notifies == Notifies::Notify {
             s.push("WITH rs_published AS (");
         }
         let deduplicates = !self.desc.unique.is_empty();
@@ -582,7 +621,7 @@ impl Renderer<'_> {
                     if *arg == Arg::Due {
                         // A row published without a due time is due at the database's time.
                         s.push("COALESCE(");
-                        s.time_placeholder(Arg::Due, true);
+                        s.time_placeholder(Arg::Due, Binding::Own);
                         s.push(", ").db_now().push(")");
                     } else {
                         s.fresh_arg(*arg);
@@ -596,7 +635,7 @@ impl Renderer<'_> {
             // constraint still fails the publish.
             s.push(" ON CONFLICT DO NOTHING");
         }
-        if notifies {
+        if notifies == Notifies::Notify {
             s.push(" RETURNING 1) SELECT ")
                 .push(&self.dialect.notify_call(self.desc.table))
                 .push(" FROM rs_published");

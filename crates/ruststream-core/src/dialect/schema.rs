@@ -209,20 +209,20 @@ impl Ddl {
         let mut out = Vec::new();
         let order = claim_order(d);
         if order.first().is_some_and(|o| o.column != d.id.name) {
-            let mut columns: Vec<(&'static str, bool)> = Vec::new();
+            let mut columns: Vec<OrderBy> = Vec::new();
             if self.mysql_like() {
                 // No partial indexes: the marks lead, each read as `IS NULL`.
                 for mark in [d.processed_at, d.failed_at].into_iter().flatten() {
-                    columns.push((mark.name, false));
+                    columns.push(OrderBy::asc(mark.name));
                 }
             }
-            columns.extend(order.iter().map(|o| (o.column, o.descending)));
+            columns.extend(order.iter().copied());
             if self.mysql_like()
                 && let Some(lease) = d.locked_until()
             {
                 // The lease is read beside the order: a count of the claimable rows reads it
                 // in the index.
-                columns.push((lease.name, false));
+                columns.push(OrderBy::asc(lease.name));
             }
             out.push(Index {
                 name: format!("{base}_claim"),
@@ -240,7 +240,7 @@ impl Ddl {
             if let Some(mark) = mark {
                 out.push(Index {
                     name: format!("{base}_{suffix}"),
-                    columns: vec![(mark.name, false)],
+                    columns: vec![OrderBy::asc(mark.name)],
                     partial: false,
                     not_null: (!self.mysql_like()).then_some(mark.name),
                     claim: false,
@@ -254,9 +254,9 @@ impl Ddl {
         index
             .columns
             .iter()
-            .map(|(c, desc)| {
-                let mut s = self.dialect.quote_one(c);
-                if *desc {
+            .map(|o| {
+                let mut s = self.dialect.quote_one(o.column);
+                if o.descending {
                     s.push_str(" DESC");
                 }
                 s
@@ -319,8 +319,8 @@ impl fmt::Display for Ddl {
 #[derive(Clone, Debug)]
 struct Index {
     name: String,
-    /// Its columns, each with whether it sorts largest first.
-    columns: Vec<(&'static str, bool)>,
+    /// Its columns, each in its order.
+    columns: Vec<OrderBy>,
     /// Only the rows whose marks are `NULL` (PostgreSQL, SQLite).
     partial: bool,
     /// Only the rows where this mark is set (PostgreSQL, SQLite).

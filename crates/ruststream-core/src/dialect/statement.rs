@@ -377,6 +377,14 @@ impl Statement {
     }
 }
 
+/// Whether an argument's placeholder is shared with its earlier uses in the statement, or
+/// its own (the rows of a batch insert each bind their own values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Binding {
+    Shared,
+    Own,
+}
+
 pub(super) struct Sql {
     pub(super) dialect: Dialect,
     pub(super) text: String,
@@ -398,23 +406,24 @@ impl Sql {
     }
 
     pub(super) fn arg(&mut self, arg: Arg) -> &mut Self {
-        self.placeholder(arg, false)
+        self.placeholder(arg, Binding::Shared)
     }
 
     /// A placeholder of its own for `arg`, even where `arg` has one already: the rows of a
     /// batch insert each bind their own values.
     pub(super) fn fresh_arg(&mut self, arg: Arg) -> &mut Self {
-        self.placeholder(arg, true)
+        self.placeholder(arg, Binding::Own)
     }
 
-    pub(super) fn placeholder(&mut self, arg: Arg, fresh: bool) -> &mut Self {
+    pub(super) fn placeholder(&mut self, arg: Arg, binding: Binding) -> &mut Self {
         match self.dialect {
             Dialect::MySql | Dialect::MariaDb => {
                 self.args.push(arg);
                 self.text.push('?');
             }
             Dialect::Postgres | Dialect::Sqlite => {
-                let n = match self.args.iter().position(|a| *a == arg).filter(|_| !fresh) {
+                let shared = binding == Binding::Shared;
+                let n = match self.args.iter().position(|a| *a == arg).filter(|_| shared) {
                     Some(i) => i + 1,
                     None => {
                         self.args.push(arg);
@@ -435,7 +444,7 @@ impl Sql {
 
     /// A time argument converted to the dialect's column type.
     pub(super) fn time(&mut self, arg: Arg) -> &mut Self {
-        self.time_placeholder(arg, false)
+        self.time_placeholder(arg, Binding::Shared)
     }
 
     /// The database's clock, read once per statement: every time the queue writes into a row
@@ -490,17 +499,17 @@ impl Sql {
         }
     }
 
-    pub(super) fn time_placeholder(&mut self, arg: Arg, fresh: bool) -> &mut Self {
+    pub(super) fn time_placeholder(&mut self, arg: Arg, binding: Binding) -> &mut Self {
         match self.dialect {
             Dialect::Postgres => self
                 .push("(TIMESTAMPTZ 'epoch' + CAST(")
-                .placeholder(arg, fresh)
+                .placeholder(arg, binding)
                 .push(" AS BIGINT) * INTERVAL '1 microsecond')"),
             Dialect::MySql | Dialect::MariaDb => self
                 .push("TIMESTAMPADD(MICROSECOND, ")
-                .placeholder(arg, fresh)
+                .placeholder(arg, binding)
                 .push(", TIMESTAMP'1970-01-01 00:00:00')"),
-            Dialect::Sqlite => self.placeholder(arg, fresh),
+            Dialect::Sqlite => self.placeholder(arg, binding),
         }
     }
 

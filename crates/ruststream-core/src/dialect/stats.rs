@@ -1,12 +1,22 @@
 //! The statements that read a table's state for people: its counts ([`Statements::stats`])
 //! and its failed rows ([`Statements::list_failed`]).
 
+use super::render::Lead;
 use super::{Arg, ColumnType, Dialect, OutColumn, Output, Renderer, Sql, Statement, StatementKind};
 use crate::spec::TableDesc;
 use crate::stats::{FailedRow, STATS_CAP, Stats};
 use crate::value::{Time, Value};
 
 use super::Statements;
+
+/// Which failed rows a list reads: the first, those after [`Arg::Floor`], or the one of
+/// [`Arg::Id`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Listing {
+    First,
+    After,
+    ById,
+}
 
 impl Statements {
     /// One statement that reads `desc`'s counts ([`Stats`]), each counted up to [`STATS_CAP`]
@@ -26,7 +36,12 @@ impl Statements {
         by_id: bool,
     ) -> Option<Statement> {
         let failed = desc.failed_at?;
-        Some(Renderer::new(dialect, desc).list_failed(failed.name, after, by_id))
+        let listing = match (after, by_id) {
+            (_, true) => Listing::ById,
+            (true, false) => Listing::After,
+            (false, false) => Listing::First,
+        };
+        Some(Renderer::new(dialect, desc).list_failed(failed.name, listing))
     }
 }
 
@@ -85,7 +100,7 @@ impl Renderer<'_> {
         let mut s = Sql::new(self.dialect);
         s.push("SELECT ");
         self.capped_count(&mut s, "due", |s| {
-            self.claimable(s, true);
+            self.claimable(s, Lead::Where);
         });
         s.push(", ");
         match d.due {
@@ -138,7 +153,7 @@ impl Renderer<'_> {
                     .push(&self.micros(&self.q(due.name)))
                     .push(" FROM ")
                     .push(&self.table());
-                self.claimable(&mut s, true);
+                self.claimable(&mut s, Lead::Where);
                 s.push(" ORDER BY ")
                     .push(&self.q(due.name))
                     .push(" ASC LIMIT 1) AS oldest_due");
@@ -153,7 +168,7 @@ impl Renderer<'_> {
         s.finish(StatementKind::Stats, super::named(&STATS_COLUMNS))
     }
 
-    pub(super) fn list_failed(&self, failed: &str, after: bool, by_id: bool) -> Statement {
+    pub(super) fn list_failed(&self, failed: &str, listing: Listing) -> Statement {
         let d = *self.desc;
         let mut s = Sql::new(self.dialect);
         let mut columns = vec![OutColumn::new("id", ColumnType::Id)];
@@ -191,10 +206,10 @@ impl Renderer<'_> {
             .push(" WHERE ")
             .push(&self.q(failed))
             .push(" IS NOT NULL");
-        if by_id {
+        if listing == Listing::ById {
             s.push(" AND ").push(&self.id()).push(" = ").arg(Arg::Id);
         } else {
-            if after {
+            if listing == Listing::After {
                 s.push(" AND ").push(&self.id()).push(" > ").arg(Arg::Floor);
             }
             s.push(" ORDER BY ")

@@ -16,6 +16,7 @@ use crate::types::{Action, ConnId, Reply, SubId};
 use crate::value::Value;
 
 use super::super::rows::{Candidate, Taken, affected_any, answer, rows_of};
+use super::super::sub::FormState;
 use super::super::waiting::{Passing, excluded_id};
 use super::super::{Broker, State};
 use super::ClaimId;
@@ -193,14 +194,17 @@ impl<R> Broker<R> {
     fn candidates_for(&mut self, sub: SubId, n: usize, from: bool) -> Option<crate::Statement> {
         let dialect = self.dialect;
         let s = &mut self.subs[sub.0];
-        if let Some(statement) = s.excluding.get(&(n, from)) {
+        let FormState::Advisory(advisory) = &mut s.form else {
+            return None;
+        };
+        if let Some(statement) = advisory.excluding.get(&(n, from)) {
             return Some(statement.clone());
         }
         let statement = match from {
             true => Statements::candidates_from(dialect, &s.desc, n)?,
             false => Statements::candidates_excluding(dialect, &s.desc, n)?,
         };
-        s.excluding.insert((n, from), statement.clone());
+        advisory.excluding.insert((n, from), statement.clone());
         Some(statement)
     }
 

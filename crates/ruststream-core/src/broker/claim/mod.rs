@@ -91,7 +91,9 @@ impl<R> Broker<R> {
         };
         s.claim_slots += limit;
         s.claims_running += 1;
-        s.gather_until = None;
+        if let Some(lease) = s.lease_mut() {
+            lease.gather_until = None;
+        }
         // After a claim that found all it asked for, the next may start as soon as a slot
         // frees, beside this one; otherwise this claim's end decides when the next runs.
         s.next_claim_at = (s.side_by_side() && s.last_full).then_some(self.now);
@@ -287,7 +289,9 @@ impl<R> Broker<R> {
         let s = &mut self.subs[c.sub.0];
         s.claim_slots -= c.limit;
         s.claims_running -= 1;
-        s.claim_took = now.since(c.started);
+        if let Some(lease) = s.lease_mut() {
+            lease.claim_took = now.since(c.started);
+        }
         s.last_full = !c.failed && c.found >= c.limit;
         let poll = now.plus(s.options.poll_interval);
         let next = match (s.last_full || c.again, c.failed) {

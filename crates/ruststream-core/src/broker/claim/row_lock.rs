@@ -166,10 +166,11 @@ impl<R> Broker<R> {
             return;
         };
         if self.subs[sub.0].counts_attempts() {
-            let s = &mut self.subs[sub.0];
-            s.counts.waiting.push_back(claim);
-            if s.counts.counting.is_none() {
-                self.next_count(sub);
+            if let Some(counts) = self.subs[sub.0].counts_mut() {
+                counts.waiting.push_back(claim);
+                if counts.counting.is_none() {
+                    self.next_count(sub);
+                }
             }
         } else {
             self.row_lock_fixed(claim, conn, Fixed::Begin, Stage::Begin);

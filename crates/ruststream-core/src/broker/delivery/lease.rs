@@ -12,6 +12,7 @@ use crate::value::{Time, Value};
 use super::super::Broker;
 use super::super::options::{DEADLOCK_RERUNS, SETTLE_BATCH};
 use super::super::rows::{affected_any, first_column};
+use super::super::sub::FormState;
 use super::{DeliveryStage, Ending, Leased};
 
 impl<R> Broker<R> {
@@ -45,8 +46,11 @@ impl<R> Broker<R> {
             return;
         }
         let together = d.lease().is_some_and(|l| l.st.settles_together);
-        if ending == Ending::Settle(Outcome::Ack) && together {
-            let settles = &mut self.subs[sub.0].settles;
+        if ending == Ending::Settle(Outcome::Ack)
+            && together
+            && let Some(lease) = self.subs[sub.0].lease_mut()
+        {
+            let settles = &mut lease.settles;
             if settles.settling.is_some() {
                 // Rides on the next settlement statement.
                 settles.waiting.push_back(delivery);
@@ -92,8 +96,9 @@ impl<R> Broker<R> {
         let id = d.id.clone();
         let fence = l.fence.unwrap_or_default();
         let st = l.st.clone();
-        let batched = self.subs[sub.0].settles.settling == Some(delivery)
-            && !self.subs[sub.0].settles.waiting.is_empty();
+        let batched = self.subs[sub.0]
+            .lease()
+            .is_some_and(|l| l.settles.settling == Some(delivery) && !l.settles.waiting.is_empty());
         match d.ending() {
             None => {
                 // The row's expiry moves by the time passed since the statement that wrote
@@ -291,10 +296,7 @@ impl<R> Broker<R> {
         };
         l.reruns += 1;
         let batch = std::mem::take(&mut l.batch);
-        let waiting = &mut self.subs[sub.0].settles.waiting;
-        for each in batch.into_iter().rev() {
-            waiting.push_front(each);
-        }
+        self.wait_again(sub, batch);
         self.lease_acquired(delivery);
         true
     }
@@ -305,15 +307,17 @@ impl<R> Broker<R> {
         let Some(sub) = self.deliveries.get(delivery).map(|d| d.sub) else {
             return;
         };
-        let s = &mut self.subs[sub.0];
-        let more = s.settles.waiting.len().min(SETTLE_BATCH - 1);
-        let batch: Vec<DeliveryId> = s.settles.waiting.drain(..more).collect();
+        let batch: Vec<DeliveryId> = match self.subs[sub.0].lease_mut() {
+            Some(lease) => {
+                let waiting = &mut lease.settles.waiting;
+                let more = waiting.len().min(SETTLE_BATCH - 1);
+                waiting.drain(..more).collect()
+            }
+            None => Vec::new(),
+        };
         let Some(statement) = self.batch_statement(sub, batch.len() + 1) else {
             // No statement settles them together: each settles on its own.
-            let waiting = &mut self.subs[sub.0].settles.waiting;
-            for each in batch.into_iter().rev() {
-                waiting.push_front(each);
-            }
+            self.wait_again(sub, batch);
             return self.settle_alone(delivery, conn);
         };
         let mut ids = Vec::with_capacity(batch.len() + 1);
@@ -362,18 +366,33 @@ impl<R> Broker<R> {
     fn batch_statement(&mut self, sub: SubId, rows: usize) -> Option<Statement> {
         let dialect = self.dialect;
         let s = &mut self.subs[sub.0];
-        if let Some(statement) = s.settles.batches.get(&rows) {
+        let FormState::Lease(lease) = &mut s.form else {
+            return None;
+        };
+        if let Some(statement) = lease.settles.batches.get(&rows) {
             return Some(statement.clone());
         }
         let statement = Statements::settle_leases(dialect, &s.desc, rows)?;
-        s.settles.batches.insert(rows, statement.clone());
+        lease.settles.batches.insert(rows, statement.clone());
         Some(statement)
+    }
+
+    /// Settlements taken off `sub`'s queue that did not run go back to its front, in order.
+    fn wait_again(&mut self, sub: SubId, batch: Vec<DeliveryId>) {
+        if let Some(lease) = self.subs[sub.0].lease_mut() {
+            for each in batch.into_iter().rev() {
+                lease.settles.waiting.push_front(each);
+            }
+        }
     }
 
     /// A settlement statement of `sub` that `delivery` ran has answered or will not run: the
     /// settlements waiting behind it start, together.
     pub(in crate::broker) fn settle_done(&mut self, sub: SubId, delivery: DeliveryId) {
-        let settles = &mut self.subs[sub.0].settles;
+        let Some(lease) = self.subs[sub.0].lease_mut() else {
+            return;
+        };
+        let settles = &mut lease.settles;
         if settles.settling != Some(delivery) {
             return;
         }

@@ -33,7 +33,7 @@ pub(super) enum Handler {
     /// Handed, and settled or dropped by the runtime.
     Done,
     /// As [`Handler::Done`], in the lease form: its row counts among the subscription's
-    /// [`settling_freed`](super::super::sub::Sub::settling_freed) until it ends.
+    /// [`settling_freed`](super::super::sub::LeaseState::settling_freed) until it ends.
     Freed,
 }
 
@@ -180,6 +180,12 @@ impl Delivery {
     /// The runtime settled or dropped it; `frees`: its worker is free while its statement
     /// runs. `false` where it took no worker's slot.
     pub(in crate::broker) fn leave_handler(&mut self, frees: bool) -> bool {
+        // A row pinged is one claimed ahead and not handed yet: the runtime, which learns a
+        // delivery's id from `Event::Delivered`, cannot name it.
+        debug_assert!(
+            self.handler != Handler::Pinging,
+            "the runtime settled or dropped a delivery it was not handed"
+        );
         self.handler = match self.handler {
             Handler::Working if frees => Handler::Freed,
             Handler::Working => Handler::Done,

@@ -269,7 +269,9 @@ impl<R> Broker<R> {
         self.settle_done(d.sub, delivery);
         let s = &mut self.subs[d.sub.0];
         s.rows_claimed -= 1;
-        s.settling_freed -= usize::from(d.is_freed());
+        if let Some(lease) = s.lease_mut() {
+            lease.settling_freed -= usize::from(d.is_freed());
+        }
         if d.is_handed() {
             s.rows_handed -= 1;
         }

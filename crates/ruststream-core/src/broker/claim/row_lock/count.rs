@@ -18,7 +18,9 @@ impl<R> Broker<R> {
     /// Once every other claim of `leader`'s count has locked its row (or ended) and the
     /// leader's own lock has answered, the leader releases the count's marks.
     pub(super) fn unmark_when_locked(&mut self, sub: SubId, leader: ClaimId) {
-        let counts = &self.subs[sub.0].counts;
+        let Some(counts) = self.subs[sub.0].counts() else {
+            return;
+        };
         let Some(count) = counts.locking.iter().find(|c| c.leader == leader) else {
             return;
         };
@@ -106,7 +108,8 @@ impl<R> Broker<R> {
             if st.count_row_from.is_some() {
                 let now = self.now;
                 let s = &mut self.subs[sub.0];
-                let from_floor = s.counts.counting.as_ref().is_some_and(|c| c.from_floor);
+                let counting = s.counts().and_then(|c| c.counting.as_ref());
+                let from_floor = counting.is_some_and(|c| c.from_floor);
                 s.floor
                     .found(counted.iter().map(|c| &c.id), take, from_floor, now);
             }
@@ -115,7 +118,7 @@ impl<R> Broker<R> {
             } else {
                 0
             };
-            self.subs[sub.0].counts.passed = passed;
+            self.set_passed(sub, passed);
             if let Some((_, r)) = Self::row_lock(&mut self.claims, claim) {
                 r.batch = counted;
             }
@@ -131,7 +134,7 @@ impl<R> Broker<R> {
         };
         let Some(mark) = r.batch.len().checked_sub(1).and_then(|n| mark_rows.get(n)) else {
             // Nothing to count: the count's claims all end at once.
-            self.subs[sub.0].counts.passed = 0;
+            self.set_passed(sub, 0);
             return self.row_lock_fixed(claim, conn, Fixed::Commit, Stage::CountCommit);
         };
         let marks: Vec<Value> = r.batch.iter().map(|c| c.mark.clone()).collect();
@@ -178,7 +181,7 @@ impl<R> Broker<R> {
         };
         r.batch = kept;
         let st = r.st.clone();
-        self.subs[sub.0].counts.passed = passed;
+        self.set_passed(sub, passed);
         let Some((_, r)) = Self::row_lock(&mut self.claims, claim) else {
             return;
         };
@@ -210,10 +213,16 @@ impl<R> Broker<R> {
             return (1, 1);
         };
         self.subs[sub.0]
-            .counts
-            .counting
-            .as_ref()
+            .counts()
+            .and_then(|counts| counts.counting.as_ref())
             .map_or((1, 1), |count| (count.look, count.take))
+    }
+
+    /// How many rows the last count of `sub` passed over, marked elsewhere.
+    fn set_passed(&mut self, sub: SubId, passed: usize) {
+        if let Some(counts) = self.subs[sub.0].counts_mut() {
+            counts.passed = passed;
+        }
     }
 
     // How many rows a count of `take` claims looks at: one for each claim, and as many more as
@@ -222,7 +231,7 @@ impl<R> Broker<R> {
     // then, and `SKIP LOCKED` passes them over before the limit.
     pub(super) fn count_look(&self, sub: SubId, take: usize) -> usize {
         let s = &self.subs[sub.0];
-        let counts = &s.counts;
+        let passed = s.counts().map_or(0, |counts| counts.passed);
         let most = match &s.statements.form {
             FormStatements::RowLock(f) => match &f.claim {
                 RowLockClaim::SelectCount { mark_rows, .. } => mark_rows.len(),
@@ -231,7 +240,7 @@ impl<R> Broker<R> {
             },
             FormStatements::Lease(_) | FormStatements::Advisory(_) => 1,
         };
-        let look = take + counts.passed.min(take);
+        let look = take + passed.min(take);
         look.min(most.max(take))
     }
 
@@ -247,7 +256,9 @@ impl<R> Broker<R> {
         };
         let mut rows = std::mem::take(&mut r.batch);
         let marks = r.marks.len();
-        let counts = &mut self.subs[sub.0].counts;
+        let Some(counts) = self.subs[sub.0].counts_mut() else {
+            return;
+        };
         let passed = counts.passed > 0;
         if counts.counting.as_ref().is_none_or(|c| c.leader != leader) {
             return;
@@ -273,8 +284,9 @@ impl<R> Broker<R> {
             // The count's only row is the leader's: its lock releases the mark too.
             r.unmark_in_lock = true;
         }
-        let counts = &mut self.subs[sub.0].counts;
-        counts.locking.push(count);
+        if let Some(counts) = self.subs[sub.0].counts_mut() {
+            counts.locking.push(count);
+        }
         for (member, counted) in members {
             match counted {
                 Some(counted) => {
@@ -314,7 +326,9 @@ impl<R> Broker<R> {
         }
         r.requeued = true;
         self.leave_count(sub, member);
-        self.subs[sub.0].counts.waiting.push_front(member);
+        if let Some(counts) = self.subs[sub.0].counts_mut() {
+            counts.waiting.push_front(member);
+        }
         true
     }
 
@@ -336,7 +350,9 @@ impl<R> Broker<R> {
         let Some(sub) = self.claims.get(&claim).map(|c| c.sub) else {
             return;
         };
-        let counts = &mut self.subs[sub.0].counts;
+        let Some(counts) = self.subs[sub.0].counts_mut() else {
+            return;
+        };
         counts.waiting.retain(|c| *c != claim);
         if let Some(count) = counts.counting.as_mut()
             && count.members.contains(&claim)
@@ -359,7 +375,9 @@ impl<R> Broker<R> {
     /// `claim` leaves the count that handed it a row (or none): the count ends with its last
     /// claim, and its leader releases the marks once the others have left.
     pub(super) fn leave_count(&mut self, sub: SubId, claim: ClaimId) {
-        let counts = &mut self.subs[sub.0].counts;
+        let Some(counts) = self.subs[sub.0].counts_mut() else {
+            return;
+        };
         let Some(at) = counts
             .locking
             .iter()
@@ -383,7 +401,10 @@ impl<R> Broker<R> {
     // looks at the first claimable rows, and a counted row is one of them until its lock), and
     // their locks would find them held.
     pub(super) fn locks_pending(&self, sub: SubId) -> bool {
-        self.subs[sub.0].counts.locking.iter().any(|count| {
+        let Some(counts) = self.subs[sub.0].counts() else {
+            return false;
+        };
+        counts.locking.iter().any(|count| {
             count.members.iter().any(|&member| {
                 member != count.leader
                     || self.claims.get(&member).is_some_and(|c| match &c.form {
@@ -398,7 +419,10 @@ impl<R> Broker<R> {
     /// rows of the counts before it are locked. From the shutdown on, a waiting claim counts
     /// nothing and lets its connection go.
     pub(super) fn next_count(&mut self, sub: SubId) {
-        if self.subs[sub.0].counts.counting.is_some() || self.locks_pending(sub) {
+        let counting = self.subs[sub.0]
+            .counts()
+            .is_none_or(|c| c.counting.is_some());
+        if counting || self.locks_pending(sub) {
             return;
         }
         // MySQL and MariaDB count at most as many rows as they have statements for.
@@ -422,14 +446,16 @@ impl<R> Broker<R> {
         let st = r.st.clone();
         let take = members.len();
         let look = self.count_look(sub, take);
-        self.subs[sub.0].counts.counting = Some(Count {
-            leader,
-            members,
-            take,
-            look,
-            marks: 0,
-            from_floor: false,
-        });
+        if let Some(counts) = self.subs[sub.0].counts_mut() {
+            counts.counting = Some(Count {
+                leader,
+                members,
+                take,
+                look,
+                marks: 0,
+                from_floor: false,
+            });
+        }
         match &st.claim {
             RowLockClaim::Count { count_row, .. } => {
                 let from = st.count_row_from.as_ref();
@@ -448,7 +474,10 @@ impl<R> Broker<R> {
     fn count_members(&mut self, sub: SubId, most: usize) -> Vec<ClaimId> {
         let mut members = Vec::new();
         while members.len() < most {
-            let Some(claim) = self.subs[sub.0].counts.waiting.pop_front() else {
+            let next = self.subs[sub.0]
+                .counts_mut()
+                .and_then(|c| c.waiting.pop_front());
+            let Some(claim) = next else {
                 break;
             };
             if self.claims.get(&claim).and_then(|c| c.conn).is_none() {
@@ -481,7 +510,10 @@ impl<R> Broker<R> {
             Some((from, floor)) => (from.clone(), floor),
             None => (count_row.clone(), i64::MIN),
         };
-        if let Some(count) = self.subs[sub.0].counts.counting.as_mut() {
+        if let Some(count) = self.subs[sub.0]
+            .counts_mut()
+            .and_then(|c| c.counting.as_mut())
+        {
             count.from_floor = floor != i64::MIN;
         }
         let passing = Passing::RowLock {
