@@ -5,6 +5,16 @@ use ruststream_core::{Arg, Reply, StatementKind, Value};
 use super::{Call, Db};
 
 impl Db {
+    /// Whether the row `id` is there and, for a fenced statement, still holds the fence and no
+    /// other session's lock: else the settlement touches nothing.
+    fn may_settle(&self, c: &Call<'_>, id: i64, fenced: bool) -> bool {
+        let Some(row) = self.rows.get(&id) else {
+            return false;
+        };
+        !fenced
+            || (row.locked_until == Some(c.int(Arg::Fence)) && !self.locked_by_other(id, c.sess))
+    }
+
     /// An acknowledgement: deletes the row or marks it processed, fenced by its lease.
     pub(super) fn settle_done(&mut self, c: &Call<'_>, fenced: bool) -> Reply<i64> {
         let Call {
@@ -15,13 +25,7 @@ impl Db {
             ..
         } = *c;
         let id = c.int(Arg::Id);
-        let Some(row) = self.rows.get(&id) else {
-            return Reply::Affected(0);
-        };
-        if fenced && row.locked_until != Some(c.int(Arg::Fence)) {
-            return Reply::Affected(0);
-        }
-        if fenced && self.locked_by_other(id, sess) {
+        if !self.may_settle(c, id, fenced) {
             return Reply::Affected(0);
         }
         if matches!(statement.kind, StatementKind::Delete { .. }) {
@@ -50,13 +54,7 @@ impl Db {
             ..
         } = *c;
         let id = c.int(Arg::Id);
-        let Some(row) = self.rows.get(&id) else {
-            return Reply::Affected(0);
-        };
-        if fenced && row.locked_until != Some(c.int(Arg::Fence)) {
-            return Reply::Affected(0);
-        }
-        if fenced && self.locked_by_other(id, sess) {
+        if !self.may_settle(c, id, fenced) {
             return Reply::Affected(0);
         }
         let error = statement
