@@ -11,16 +11,16 @@
 //! on one connection while the batches run, and releases it; a process that finds it taken
 //! leaves that run to the holder. On SQLite one broker runs a table's retention at a time.
 //!
-//! **Periodic jobs** publish one row per tick of a cron schedule ([`Schedule`]) into the
-//! subscription's table, across every process that runs the same job (by name): each tick
-//! once. The schedule's last tick is kept in the state table
-//! [`PERIODIC_TABLE`](ruststream_core::dialect::PERIODIC_TABLE) (its DDL per dialect in
-//! [`periodic_table_ddl`](ruststream_core::dialect::periodic_table_ddl); created where
-//! missing unless [`Periodic::create_table`] says not to); per tick one transaction moves it
-//! forward where it is still behind and, only then, inserts the row. So a tick is published
-//! once whatever became of its row (acknowledged and deleted, or marked), and a restart
-//! publishes the ticks missed while no process ran: the latest [`Periodic::catch_up`] of them
-//! ([`PERIODIC_CATCH_UP`] unless set).
+//! **Periodic jobs** publish one row per tick of a cron schedule ([`Schedule`], in UTC or in
+//! a time zone's wall clock) into the subscription's table, across every process that runs
+//! the same job (by name): each tick once. The schedule's last tick is kept, as a UTC
+//! instant, in the state table [`PERIODIC_TABLE`](ruststream_core::dialect::PERIODIC_TABLE)
+//! (its DDL per dialect in [`periodic_table_ddl`](ruststream_core::dialect::periodic_table_ddl);
+//! created where missing unless [`Periodic::create_table`] says not to); per tick one
+//! transaction moves it forward where it is still behind and, only then, inserts the row. So
+//! a tick is published once whatever became of its row (acknowledged and deleted, or marked),
+//! and a restart publishes the ticks missed while no process ran: the latest
+//! [`Periodic::catch_up`] of them ([`PERIODIC_CATCH_UP`] unless set).
 //!
 //! [`SubscriberBuilder::retain_processed`]: crate::SubscriberBuilder::retain_processed
 //! [`SubscriberBuilder::retain_failed`]: crate::SubscriberBuilder::retain_failed
@@ -31,97 +31,22 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chrono::{DateTime, Utc};
-use croner::Cron;
-use croner::parser::{CronParser, Seconds};
 use ruststream_core::{
     Broker, BrokerError, Maintained, PeriodicJob, Publish, Retention, TableDesc, Ticks, Time,
 };
 
 pub use ruststream_core::{PERIODIC_CATCH_UP, RETENTION_BATCH, RETENTION_EVERY};
 
+/// An IANA time zone (`Tz::Europe__Berlin`) for [`Schedule::in_zone`], from `chrono-tz`.
+pub use chrono_tz::Tz;
+pub use schedule::{Schedule, ScheduleError};
+
+mod schedule;
+
 use crate::adapter::Adapter;
 use crate::error::PublishError;
 use crate::handle::Message;
 use crate::subscriber::Subscription;
-
-/// A cron schedule, in UTC: five fields (minute, hour, day of month, month, day of week) or
-/// six with seconds first (`*/5 * * * * *`: every five seconds), as the `croner` crate reads
-/// them (`L`, `W`, `#` and the nicknames `@hourly`, `@daily`, ... included).
-#[derive(Clone)]
-pub struct Schedule {
-    cron: Cron,
-    pattern: Arc<str>,
-}
-
-impl fmt::Debug for Schedule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Schedule").field(&self.pattern).finish()
-    }
-}
-
-/// Why a cron pattern does not parse.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the cron pattern `{pattern}` does not parse: {why}")]
-pub struct ScheduleError {
-    /// The pattern.
-    pub pattern: String,
-    /// Why.
-    pub why: String,
-}
-
-impl Schedule {
-    /// The schedule of a cron pattern, seconds optional.
-    pub fn cron(pattern: &str) -> Result<Self, ScheduleError> {
-        let cron = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .build()
-            .parse(pattern)
-            .map_err(|e| ScheduleError {
-                pattern: pattern.to_owned(),
-                why: e.to_string(),
-            })?;
-        Ok(Self {
-            cron,
-            pattern: pattern.into(),
-        })
-    }
-
-    /// The pattern.
-    pub fn pattern(&self) -> &str {
-        &self.pattern
-    }
-
-    /// The first tick strictly after `at`.
-    pub fn next_after(&self, at: SystemTime) -> Option<SystemTime> {
-        self.after(time_of(at)).map(system_time)
-    }
-
-    /// `t` cut to its whole second, and whether it had a part of a second: cron ticks fall on
-    /// whole seconds, and `croner` reads a time by its whole second.
-    fn whole_second(t: Time) -> Option<(DateTime<Utc>, bool)> {
-        let micros = t.micros();
-        let whole = micros.div_euclid(1_000_000) * 1_000_000;
-        Some((
-            DateTime::<Utc>::from_timestamp_micros(whole)?,
-            whole != micros,
-        ))
-    }
-
-    fn after(&self, t: Time) -> Option<Time> {
-        let (at, _) = Self::whole_second(t)?;
-        let next = self.cron.find_next_occurrence(&at, false).ok()?;
-        Some(Time(next.timestamp_micros()))
-    }
-
-    fn before(&self, t: Time) -> Option<Time> {
-        // Strictly before `t`: a tick on `t`'s own whole second is before `t` when `t` is
-        // past it.
-        let (at, past) = Self::whole_second(t)?;
-        let previous = self.cron.find_previous_occurrence(&at, past).ok()?;
-        Some(Time(previous.timestamp_micros()))
-    }
-}
 
 /// What a periodic job publishes for a tick.
 type MessageOf = Arc<dyn Fn(SystemTime) -> Result<Message, PublishError> + Send + Sync>;
@@ -315,27 +240,4 @@ fn system_time(t: Time) -> SystemTime {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pattern_with_seconds_ticks_every_second_and_a_bad_one_names_itself() {
-        let every = Schedule::cron("* * * * * *").expect("parses");
-        let t = Time(1_700_000_000_500_000);
-        assert_eq!(every.after(t), Some(Time(1_700_000_001_000_000)));
-        assert_eq!(every.before(t), Some(Time(1_700_000_000_000_000)));
-        assert_eq!(
-            every.before(Time(1_700_000_000_000_000)),
-            Some(Time(1_699_999_999_000_000)),
-            "strictly before"
-        );
-        let minutes = Schedule::cron("*/5 * * * *").expect("five fields");
-        assert_eq!(
-            minutes.after(Time(0)),
-            Some(Time(300_000_000)),
-            "every five minutes from the epoch"
-        );
-        let error = Schedule::cron("61 * * * *").expect_err("no minute 61");
-        assert!(error.to_string().contains("`61 * * * *`"), "{error}");
-    }
-}
+mod tests;
