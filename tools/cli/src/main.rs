@@ -14,7 +14,8 @@
 //! The table is described with flags (`--table`, `--id-column`, `--payload`, `--attempt`,
 //! `--locked-until`, `--processed-at`, `--due`, `--failed-at`, `--error`, `--advisory-lock`,
 //! `--order`, `--unique`) or a TOML file of the same keys (`--config`). URLs are
-//! `postgres://`, `mysql://` (MySQL or MariaDB) and `sqlite://`.
+//! `postgres://`, `mysql://` (MySQL or MariaDB) and `sqlite://`; where a command's URL is left
+//! out, `DATABASE_URL` gives it.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,7 +44,8 @@ struct Cli {
 enum Command {
     /// The table's counts: due, scheduled, in work, failed, processed, the oldest due age.
     Stats {
-        /// The database.
+        /// The database's URL; `DATABASE_URL` where it is left out.
+        #[arg(env = "DATABASE_URL", value_name = "URL")]
         url: String,
         #[command(flatten)]
         table: TableArgs,
@@ -66,7 +68,8 @@ enum Command {
     },
     /// A live view of the table's depth and rates, one line per tick.
     Watch {
-        /// The database.
+        /// The database's URL; `DATABASE_URL` where it is left out.
+        #[arg(env = "DATABASE_URL", value_name = "URL")]
         url: String,
         #[command(flatten)]
         table: TableArgs,
@@ -83,7 +86,8 @@ enum Command {
 enum FailedCommand {
     /// Lists failed rows in id order.
     List {
-        /// The database.
+        /// The database's URL; `DATABASE_URL` where it is left out.
+        #[arg(env = "DATABASE_URL", value_name = "URL")]
         url: String,
         #[command(flatten)]
         table: TableArgs,
@@ -99,11 +103,10 @@ enum FailedCommand {
     },
     /// Shows one failed row, with its payload.
     Show {
-        /// The database.
-        url: String,
-        /// The row's id.
-        #[arg(value_name = "ID")]
-        row: String,
+        /// The database's URL, then the row's id; the URL may be left out where
+        /// `DATABASE_URL` gives it.
+        #[arg(value_name = "[URL] ID", num_args = 1..=2, required = true)]
+        url_and_row: Vec<String>,
         #[command(flatten)]
         table: TableArgs,
         /// Prints JSON.
@@ -112,7 +115,8 @@ enum FailedCommand {
     },
     /// Returns failed rows to the queue, due now, their attempts counted from zero.
     Redrive {
-        /// The database.
+        /// The database's URL; `DATABASE_URL` where it is left out.
+        #[arg(env = "DATABASE_URL", value_name = "URL")]
         url: String,
         #[command(flatten)]
         table: TableArgs,
@@ -121,7 +125,8 @@ enum FailedCommand {
     },
     /// Deletes failed rows.
     Delete {
-        /// The database.
+        /// The database's URL; `DATABASE_URL` where it is left out.
+        #[arg(env = "DATABASE_URL", value_name = "URL")]
         url: String,
         #[command(flatten)]
         table: TableArgs,
@@ -176,6 +181,20 @@ fn main() -> ExitCode {
             eprintln!("ruststream: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The URL and the id of `failed show URL ID`, or of `failed show ID` with the URL from
+/// `DATABASE_URL`.
+fn url_and_id(mut given: Vec<String>, env: Option<String>) -> Result<(String, String), String> {
+    let id = given
+        .pop()
+        .ok_or("no row id: give `failed show [URL] ID`")?;
+    match (given.pop(), env) {
+        (Some(url), _) | (None, Some(url)) => Ok((url, id)),
+        (None, None) => Err(format!(
+            "no database: give `failed show URL {id}`, or set DATABASE_URL"
+        )),
     }
 }
 
@@ -368,11 +387,11 @@ async fn failed(command: FailedCommand) -> Result<(), String> {
             Ok(())
         }
         FailedCommand::Show {
-            url,
-            row: id,
+            url_and_row,
             table,
             json,
         } => {
+            let (url, id) = url_and_id(url_and_row, std::env::var("DATABASE_URL").ok())?;
             let desc = table.resolved()?.desc()?;
             let db = Db::connect(&url).await?;
             let rows = failed_rows(&db, &desc, None, None, Some(id_value(&id))).await?;
@@ -501,6 +520,22 @@ mod tests {
     #[test]
     fn the_commands_are_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn failed_show_takes_its_url_from_the_line_or_database_url() {
+        let env = Some("postgres://env/db".to_owned());
+        let given = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            super::url_and_id(given(&["postgres://line/db", "7"]), env.clone()).unwrap(),
+            ("postgres://line/db".to_owned(), "7".to_owned())
+        );
+        assert_eq!(
+            super::url_and_id(given(&["7"]), env).unwrap(),
+            ("postgres://env/db".to_owned(), "7".to_owned())
+        );
+        let error = super::url_and_id(given(&["7"]), None).unwrap_err();
+        assert!(error.contains("DATABASE_URL"), "{error}");
     }
 
     #[test]

@@ -31,6 +31,22 @@ fn ruststream(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
+/// Runs the binary with `DATABASE_URL` set to `url`; answers its standard output, or fails
+/// with its standard error.
+fn ruststream_at(url: &str, args: &[String]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruststream"))
+        .args(args)
+        .env("DATABASE_URL", url)
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "DATABASE_URL={url} ruststream {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
 /// Runs the binary expecting a failure; answers its standard error.
 fn ruststream_fails(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_ruststream"))
@@ -169,6 +185,14 @@ async fn the_tool_reads_and_changes_a_table(case: Case) {
             && shown.contains("  attempt 5 at 2025-12-06 05:46:41.000000 UTC: boom two\n"),
         "{shown}"
     );
+    // The URL left out: `DATABASE_URL` gives it, to `failed show ID` as to the others.
+    let shown_by_env = ruststream_at(&case.url, &with(&["failed", "show", &second], &[]));
+    assert_eq!(shown_by_env, shown);
+    let stats_by_env: serde_json::Value =
+        serde_json::from_str(&ruststream_at(&case.url, &with(&["stats"], &["--json"])))
+            .expect("JSON");
+    assert_eq!(stats_by_env["table"], t);
+    assert_eq!(stats_by_env["failed"]["count"], 2, "{stats_by_env}");
     let missing = ruststream_fails(
         &with(&["failed", "show", &case.url, "999999"], &[])
             .iter()
