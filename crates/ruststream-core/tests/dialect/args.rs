@@ -50,133 +50,138 @@ fn args_are_the_ones_each_statement_needs() {
             for st in s.all() {
                 let what = format!("{name}, {dialect:?}, {:?}: {}", st.kind, st.sql);
                 for arg in st.args.iter() {
-                    let allowed = match st.kind {
-                        StatementKind::Begin
-                        | StatementKind::Commit
-                        | StatementKind::Rollback
-                        | StatementKind::CurrentDatabase
-                        | StatementKind::Notify
-                        | StatementKind::Ping
-                        | StatementKind::Savepoint
-                        | StatementKind::RollbackToSavepoint
-                        | StatementKind::ReadCommitted
-                        | StatementKind::Isolation
-                        | StatementKind::Maintenance(_) => false,
-                        StatementKind::ListColumns => {
-                            matches!(arg, Arg::TableName | Arg::Schema)
-                        }
-                        // The claims compare with the database's clock: they bind no time.
-                        StatementKind::LockRow => false,
-                        StatementKind::Candidates => matches!(arg, Arg::Limit | Arg::Floor),
-                        StatementKind::ClaimLease => {
-                            matches!(arg, Arg::Limit | Arg::LeaseFor | Arg::Floor)
-                        }
-                        StatementKind::SelectLease => matches!(arg, Arg::Limit | Arg::LeaseFor),
-                        // MySQL and MariaDB write the expiry their locking read read.
-                        StatementKind::MarkLease(n) => {
-                            matches!(arg, Arg::Fence) || matches!(arg, Arg::IdAt(i) if *i < n)
-                        }
-                        StatementKind::ExtendLease => {
-                            matches!(arg, Arg::Extend | Arg::Id | Arg::Fence)
-                        }
-                        StatementKind::ReleaseLease => matches!(arg, Arg::Id | Arg::Fence),
-                        StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
-                        StatementKind::ReadRow => *arg == Arg::Id,
-                        StatementKind::CountAttempt => matches!(arg, Arg::IdAt(_)),
-                        StatementKind::CountRow => {
-                            matches!(arg, Arg::Limit | Arg::Take | Arg::Floor)
-                        }
-                        StatementKind::SelectRowId => *arg == Arg::Limit,
-                        StatementKind::MarkRows(n) | StatementKind::UnmarkRows(n) => {
-                            matches!(arg, Arg::MarkAt(i) if *i < n)
-                        }
-                        StatementKind::LockRowById => matches!(arg, Arg::Id | Arg::Attempt),
-                        StatementKind::LockRowByIdUnmarking => {
-                            matches!(arg, Arg::Id | Arg::Attempt | Arg::MarkAt(0))
-                        }
-                        StatementKind::Take | StatementKind::TakeCount => *arg == Arg::Id,
-                        StatementKind::Delete { fenced }
-                        | StatementKind::MarkProcessed { fenced } => {
-                            *arg == Arg::Id || fenced && *arg == Arg::Fence
-                        }
-                        StatementKind::Publish => {
-                            matches!(arg, Arg::Id | Arg::Payload | Arg::Due | Arg::Column(_))
-                        }
-                        StatementKind::SettleLeases(n) => {
-                            matches!(arg, Arg::IdAt(i) | Arg::FenceAt(i) if *i < n)
-                        }
-                        StatementKind::Fail { fenced } => {
-                            matches!(arg, Arg::Id | Arg::Error) || fenced && *arg == Arg::Fence
-                        }
-                        StatementKind::RetryLater { fenced } => {
-                            matches!(arg, Arg::Id | Arg::RetryIn | Arg::Error)
-                                || fenced && *arg == Arg::Fence
-                        }
-                        StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
-                            matches!(arg, Arg::IdAt(_) | Arg::ErrorLike)
-                        }
-                        StatementKind::Stats => false,
-                        StatementKind::ListFailed => {
-                            matches!(arg, Arg::Id | Arg::Floor | Arg::Limit)
-                        }
-                        StatementKind::ListIndexes => {
-                            matches!(arg, Arg::TableName | Arg::Schema)
-                        }
-                        StatementKind::CreateSchema => false,
-                    };
-                    assert!(allowed, "unexpected {arg:?}: {what}");
+                    assert!(arg_allowed(&st.kind, arg), "unexpected {arg:?}: {what}");
                 }
-                if matches!(
-                    st.kind,
-                    StatementKind::Delete { .. }
-                        | StatementKind::MarkProcessed { .. }
-                        | StatementKind::ReadRow
-                        | StatementKind::Take
-                        | StatementKind::TakeCount
-                        | StatementKind::ExtendLease
-                        | StatementKind::ReleaseLease
-                ) {
-                    assert!(st.args.contains(&Arg::Id), "names its row: {what}");
-                }
-                if st.kind == StatementKind::CountAttempt {
-                    assert!(st.args.contains(&Arg::IdAt(0)), "names its rows: {what}");
-                }
-                if matches!(
-                    st.kind,
-                    StatementKind::Delete { fenced: true }
-                        | StatementKind::MarkProcessed { fenced: true }
-                        | StatementKind::ExtendLease
-                        | StatementKind::ReleaseLease
-                ) {
-                    assert!(st.args.contains(&Arg::Fence), "fenced: {what}");
-                }
-                // Each duration is bound where the database's time is moved by it.
-                let duration = match st.kind {
-                    StatementKind::ClaimLease | StatementKind::SelectLease => Some(Arg::LeaseFor),
-                    StatementKind::ExtendLease => Some(Arg::Extend),
-                    // Without a due column or a lease a retry writes only the error.
-                    StatementKind::RetryLater { .. }
-                        if desc.due.is_some() || desc.locked_until().is_some() =>
-                    {
-                        Some(Arg::RetryIn)
-                    }
-                    _ => None,
-                };
-                if let Some(duration) = duration {
-                    assert_eq!(
-                        st.args.iter().filter(|a| **a == duration).count(),
-                        1,
-                        "binds {duration:?} once: {what}"
-                    );
-                }
-                if st.kind == StatementKind::MarkLease(1) {
-                    assert!(
-                        st.args.contains(&Arg::Fence),
-                        "writes the expiry read: {what}"
-                    );
-                }
+                args_name_rows_fences_and_durations(&desc, st, &what);
             }
         }
+    }
+}
+
+/// Whether a statement of `kind` may bind `arg`.
+fn arg_allowed(kind: &StatementKind, arg: &Arg) -> bool {
+    match *kind {
+        StatementKind::Begin
+        | StatementKind::Commit
+        | StatementKind::Rollback
+        | StatementKind::CurrentDatabase
+        | StatementKind::Notify
+        | StatementKind::Ping
+        | StatementKind::Savepoint
+        | StatementKind::RollbackToSavepoint
+        | StatementKind::ReadCommitted
+        | StatementKind::Isolation
+        | StatementKind::Maintenance(_) => false,
+        StatementKind::ListColumns => {
+            matches!(arg, Arg::TableName | Arg::Schema)
+        }
+        // The claims compare with the database's clock: they bind no time.
+        StatementKind::LockRow => false,
+        StatementKind::Candidates => matches!(arg, Arg::Limit | Arg::Floor),
+        StatementKind::ClaimLease => {
+            matches!(arg, Arg::Limit | Arg::LeaseFor | Arg::Floor)
+        }
+        StatementKind::SelectLease => matches!(arg, Arg::Limit | Arg::LeaseFor),
+        // MySQL and MariaDB write the expiry their locking read read.
+        StatementKind::MarkLease(n) => {
+            matches!(arg, Arg::Fence) || matches!(arg, Arg::IdAt(i) if *i < n)
+        }
+        StatementKind::ExtendLease => {
+            matches!(arg, Arg::Extend | Arg::Id | Arg::Fence)
+        }
+        StatementKind::ReleaseLease => matches!(arg, Arg::Id | Arg::Fence),
+        StatementKind::TryLock | StatementKind::Unlock => *arg == Arg::Key,
+        StatementKind::ReadRow => *arg == Arg::Id,
+        StatementKind::CountAttempt => matches!(arg, Arg::IdAt(_)),
+        StatementKind::CountRow => {
+            matches!(arg, Arg::Limit | Arg::Take | Arg::Floor)
+        }
+        StatementKind::SelectRowId => *arg == Arg::Limit,
+        StatementKind::MarkRows(n) | StatementKind::UnmarkRows(n) => {
+            matches!(arg, Arg::MarkAt(i) if *i < n)
+        }
+        StatementKind::LockRowById => matches!(arg, Arg::Id | Arg::Attempt),
+        StatementKind::LockRowByIdUnmarking => {
+            matches!(arg, Arg::Id | Arg::Attempt | Arg::MarkAt(0))
+        }
+        StatementKind::Take | StatementKind::TakeCount => *arg == Arg::Id,
+        StatementKind::Delete { fenced } | StatementKind::MarkProcessed { fenced } => {
+            *arg == Arg::Id || fenced && *arg == Arg::Fence
+        }
+        StatementKind::Publish => {
+            matches!(arg, Arg::Id | Arg::Payload | Arg::Due | Arg::Column(_))
+        }
+        StatementKind::SettleLeases(n) => {
+            matches!(arg, Arg::IdAt(i) | Arg::FenceAt(i) if *i < n)
+        }
+        StatementKind::Fail { fenced } => {
+            matches!(arg, Arg::Id | Arg::Error) || fenced && *arg == Arg::Fence
+        }
+        StatementKind::RetryLater { fenced } => {
+            matches!(arg, Arg::Id | Arg::RetryIn | Arg::Error) || fenced && *arg == Arg::Fence
+        }
+        StatementKind::Redrive(_) | StatementKind::DeleteFailed(_) => {
+            matches!(arg, Arg::IdAt(_) | Arg::ErrorLike)
+        }
+        StatementKind::Stats => false,
+        StatementKind::ListFailed => {
+            matches!(arg, Arg::Id | Arg::Floor | Arg::Limit)
+        }
+        StatementKind::ListIndexes => {
+            matches!(arg, Arg::TableName | Arg::Schema)
+        }
+        StatementKind::CreateSchema => false,
+    }
+}
+
+/// A statement binds the row it names, the fence it checks and each duration it adds, once.
+fn args_name_rows_fences_and_durations(desc: &TableDesc, st: &Statement, what: &str) {
+    if matches!(
+        st.kind,
+        StatementKind::Delete { .. }
+            | StatementKind::MarkProcessed { .. }
+            | StatementKind::ReadRow
+            | StatementKind::Take
+            | StatementKind::TakeCount
+            | StatementKind::ExtendLease
+            | StatementKind::ReleaseLease
+    ) {
+        assert!(st.args.contains(&Arg::Id), "names its row: {what}");
+    }
+    if st.kind == StatementKind::CountAttempt {
+        assert!(st.args.contains(&Arg::IdAt(0)), "names its rows: {what}");
+    }
+    if matches!(
+        st.kind,
+        StatementKind::Delete { fenced: true }
+            | StatementKind::MarkProcessed { fenced: true }
+            | StatementKind::ExtendLease
+            | StatementKind::ReleaseLease
+    ) {
+        assert!(st.args.contains(&Arg::Fence), "fenced: {what}");
+    }
+    // Each duration is bound where the database's time is moved by it.
+    let duration = match st.kind {
+        StatementKind::ClaimLease | StatementKind::SelectLease => Some(Arg::LeaseFor),
+        StatementKind::ExtendLease => Some(Arg::Extend),
+        // Without a due column or a lease a retry writes only the error.
+        StatementKind::RetryLater { .. } if desc.due.is_some() || desc.locked_until().is_some() => {
+            Some(Arg::RetryIn)
+        }
+        _ => None,
+    };
+    if let Some(duration) = duration {
+        assert_eq!(
+            st.args.iter().filter(|a| **a == duration).count(),
+            1,
+            "binds {duration:?} once: {what}"
+        );
+    }
+    if st.kind == StatementKind::MarkLease(1) {
+        assert!(
+            st.args.contains(&Arg::Fence),
+            "writes the expiry read: {what}"
+        );
     }
 }
 

@@ -91,61 +91,73 @@ fn broker_renders_statements_once_per_subscription() {
                     .expect("the subscription's statements")
                     .clone(),
             );
-            let claim = match (desc.form(), dialect) {
-                // With an attempt column the row lock claim counts the attempt first.
-                (Form::RowLock, _) => statements
-                    .count_row
-                    .clone()
-                    .or_else(|| statements.select_row_id.clone())
-                    .or_else(|| statements.lock_row.clone()),
-                (Form::Lease, Dialect::MySql | Dialect::MariaDb) => statements.select_lease.clone(),
-                (Form::Lease, _) => statements.claim_lease.clone(),
-                (Form::Advisory, _) => statements.candidates.clone(),
-            }
-            .expect("a claim statement");
-            let claims = seen
-                .get(&format!("{:?}", claim.kind))
-                .unwrap_or_else(|| panic!("{name}, {dialect:?}: {:?} never ran", claim.kind));
-            assert!(
-                claims.len() >= 2,
-                "{name}, {dialect:?}: the claim ran {} times",
-                claims.len()
-            );
-            let publishes = &seen["Publish"];
-            assert_eq!(publishes.len(), 2, "{name}, {dialect:?}");
-            assert!(
-                Arc::ptr_eq(&publishes[0], &publishes[1]),
-                "{name}, {dialect:?}: a publisher renders its statement once"
-            );
-            for (kind, texts) in &seen {
-                if kind == "Publish" {
-                    continue;
-                }
-                // The start's session check (PostgreSQL) pings its second connection with a
-                // statement of its own, rendered once for the process.
-                let (session, texts): (Vec<&Arc<str>>, Vec<&Arc<str>>) = texts
-                    .iter()
-                    .partition(|t| t.starts_with("SELECT pg_backend_pid()"));
-                assert!(
-                    session.windows(2).all(|w| Arc::ptr_eq(w[0], w[1])),
-                    "{name}, {dialect:?}: the session check's ping was rendered again"
-                );
-                if texts.is_empty() {
-                    continue;
-                }
-                let rendered = statements
-                    .all()
-                    .into_iter()
-                    .find(|st| format!("{:?}", st.kind) == *kind)
-                    .unwrap_or_else(|| panic!("{kind} is among the subscription's statements"));
-                for text in texts {
-                    assert!(
-                        Arc::ptr_eq(text, &rendered.sql),
-                        "{name}, {dialect:?}: {kind} was rendered again"
-                    );
-                }
-            }
+            claims_and_statements_rendered_once(&statements, &seen, &desc, dialect, name);
             assert!(!broker.is_closed());
+        }
+    }
+}
+
+/// The claim ran, a publisher's insert was rendered once, and every other statement run is
+/// the text the subscription rendered (the session check's ping rendered once of its own).
+fn claims_and_statements_rendered_once(
+    statements: &Flat,
+    seen: &BTreeMap<String, Vec<Arc<str>>>,
+    desc: &TableDesc,
+    dialect: Dialect,
+    name: &str,
+) {
+    let claim = match (desc.form(), dialect) {
+        // With an attempt column the row lock claim counts the attempt first.
+        (Form::RowLock, _) => statements
+            .count_row
+            .clone()
+            .or_else(|| statements.select_row_id.clone())
+            .or_else(|| statements.lock_row.clone()),
+        (Form::Lease, Dialect::MySql | Dialect::MariaDb) => statements.select_lease.clone(),
+        (Form::Lease, _) => statements.claim_lease.clone(),
+        (Form::Advisory, _) => statements.candidates.clone(),
+    }
+    .expect("a claim statement");
+    let claims = seen
+        .get(&format!("{:?}", claim.kind))
+        .unwrap_or_else(|| panic!("{name}, {dialect:?}: {:?} never ran", claim.kind));
+    assert!(
+        claims.len() >= 2,
+        "{name}, {dialect:?}: the claim ran {} times",
+        claims.len()
+    );
+    let publishes = &seen["Publish"];
+    assert_eq!(publishes.len(), 2, "{name}, {dialect:?}");
+    assert!(
+        Arc::ptr_eq(&publishes[0], &publishes[1]),
+        "{name}, {dialect:?}: a publisher renders its statement once"
+    );
+    for (kind, texts) in seen {
+        if kind == "Publish" {
+            continue;
+        }
+        // The start's session check (PostgreSQL) pings its second connection with a
+        // statement of its own, rendered once for the process.
+        let (session, texts): (Vec<&Arc<str>>, Vec<&Arc<str>>) = texts
+            .iter()
+            .partition(|t| t.starts_with("SELECT pg_backend_pid()"));
+        assert!(
+            session.windows(2).all(|w| Arc::ptr_eq(w[0], w[1])),
+            "{name}, {dialect:?}: the session check's ping was rendered again"
+        );
+        if texts.is_empty() {
+            continue;
+        }
+        let rendered = statements
+            .all()
+            .into_iter()
+            .find(|st| format!("{:?}", st.kind) == *kind)
+            .unwrap_or_else(|| panic!("{kind} is among the subscription's statements"));
+        for text in texts {
+            assert!(
+                Arc::ptr_eq(text, &rendered.sql),
+                "{name}, {dialect:?}: {kind} was rendered again"
+            );
         }
     }
 }

@@ -8,9 +8,33 @@ use super::*;
 fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     let plain = *LEASE_PLAIN.desc();
     let marked = *LEASE.desc();
-    let three = |dialect, desc| Statements::settle_leases(dialect, desc, 3);
+    let st = settling_deletes_return_the_ids(&plain);
+    settling_marks_return_the_ids(&marked, &st);
+    // Neither MySQL nor MariaDB's UPDATE returns the rows it wrote; MySQL's DELETE neither.
+    assert!(settle_three(Dialect::MySql, &plain).is_none());
+    assert!(settle_three(Dialect::MySql, &marked).is_none());
+    assert!(settle_three(Dialect::MariaDb, &marked).is_none());
+    assert!(Statements::settles_leases_together(
+        Dialect::MariaDb,
+        &plain
+    ));
+    assert!(!Statements::settles_leases_together(
+        Dialect::MariaDb,
+        &marked
+    ));
+    // No lease, no batch.
+    assert!(Statements::settle_leases(Dialect::Postgres, ROW_LOCK.desc(), 3).is_none());
+}
+
+/// The statement settling three leases at once, if the dialect settles them together.
+fn settle_three(dialect: Dialect, desc: &TableDesc) -> Option<Statement> {
+    Statements::settle_leases(dialect, desc, 3)
+}
+
+/// Without a processed mark the settled rows are deleted, each fenced, the ids returned.
+fn settling_deletes_return_the_ids(plain: &TableDesc) -> Statement {
     assert_eq!(
-        three(Dialect::Postgres, &plain)
+        settle_three(Dialect::Postgres, plain)
             .expect("PostgreSQL")
             .sql
             .as_ref(),
@@ -21,12 +45,15 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
          AS BIGINT) * INTERVAL '1 microsecond')) RETURNING \"id\""
     );
     assert_eq!(
-        three(Dialect::Sqlite, &plain).expect("SQLite").sql.as_ref(),
+        settle_three(Dialect::Sqlite, plain)
+            .expect("SQLite")
+            .sql
+            .as_ref(),
         "DELETE FROM \"jobs\" WHERE (\"id\" = ?1 AND \"locked_until\" = ?2) OR \
          (\"id\" = ?3 AND \"locked_until\" = ?4) OR (\"id\" = ?5 AND \"locked_until\" = ?6) \
          RETURNING \"id\""
     );
-    let mariadb = three(Dialect::MariaDb, &plain).expect("MariaDB deletes with RETURNING");
+    let mariadb = settle_three(Dialect::MariaDb, plain).expect("MariaDB deletes with RETURNING");
     assert!(
         mariadb
             .sql
@@ -36,7 +63,7 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
     );
     assert!(mariadb.sql.ends_with(" RETURNING `id`"), "{}", mariadb.sql);
     assert_eq!(mariadb.sql.matches('?').count(), 6);
-    let st = three(Dialect::Postgres, &plain).expect("PostgreSQL");
+    let st = settle_three(Dialect::Postgres, plain).expect("PostgreSQL");
     assert_eq!(
         st.args.as_ref(),
         [
@@ -56,8 +83,12 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
             raw: false
         }
     );
-    // The processed_at mark clears the lease too.
-    let pg = three(Dialect::Postgres, &marked).expect("PostgreSQL");
+    st
+}
+
+/// The processed_at mark clears the lease too.
+fn settling_marks_return_the_ids(marked: &TableDesc, st: &Statement) {
+    let pg = settle_three(Dialect::Postgres, marked).expect("PostgreSQL");
     assert_eq!(
         &*pg.sql,
         format!(
@@ -71,7 +102,7 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
         pg.args, st.args,
         "the mark is the database's time: no time bound"
     );
-    let lite = three(Dialect::Sqlite, &marked).expect("SQLite");
+    let lite = settle_three(Dialect::Sqlite, marked).expect("SQLite");
     assert_eq!(
         &*lite.sql,
         format!(
@@ -79,20 +110,6 @@ fn settle_leases_fences_each_row_and_returns_the_ids_settled() {
         )
     );
     assert_eq!(lite.args, st.args);
-    // Neither MySQL nor MariaDB's UPDATE returns the rows it wrote; MySQL's DELETE neither.
-    assert!(three(Dialect::MySql, &plain).is_none());
-    assert!(three(Dialect::MySql, &marked).is_none());
-    assert!(three(Dialect::MariaDb, &marked).is_none());
-    assert!(Statements::settles_leases_together(
-        Dialect::MariaDb,
-        &plain
-    ));
-    assert!(!Statements::settles_leases_together(
-        Dialect::MariaDb,
-        &marked
-    ));
-    // No lease, no batch.
-    assert!(Statements::settle_leases(Dialect::Postgres, ROW_LOCK.desc(), 3).is_none());
 }
 
 /// The ping of a row claimed ahead: `SELECT 1`, no binds, nothing read, where a session holds

@@ -6,6 +6,13 @@ use super::*;
 /// failed mark is the database's time, a retry's due time the database's time plus a delay.
 #[test]
 fn failed_rows_and_delayed_retries() {
+    row_lock_fail_and_retry();
+    lease_fail_and_retry();
+    advisory_fail_without_retry();
+}
+
+/// The row lock form fails and retries by id; its claim passes over failed rows.
+fn row_lock_fail_and_retry() {
     let row_lock = |d| Statements::render(d, FAILING_ROW_LOCK.desc(), 1);
     let FormStatements::RowLock(f) = row_lock(Dialect::Postgres).form else {
         panic!("row lock");
@@ -59,7 +66,10 @@ fn failed_rows_and_delayed_retries() {
         &*f.retry.as_ref().unwrap().args,
         &[Arg::RetryIn, Arg::Error, Arg::Id]
     );
-    // The lease form: fenced; a retry without a due column writes the lease's expiry.
+}
+
+/// The lease form: fenced; a retry without a due column writes the lease's expiry.
+fn lease_fail_and_retry() {
     let FormStatements::Lease(f) =
         Statements::render(Dialect::Postgres, FAILING_LEASE.desc(), 1).form
     else {
@@ -100,7 +110,10 @@ fn failed_rows_and_delayed_retries() {
     );
     assert_eq!(&*f.retry.args, &[Arg::RetryIn, Arg::Id, Arg::Fence]);
     assert!(f.fail.is_none(), "no failed_at, no failed mark");
-    // The advisory form without a due or an error column writes no retry.
+}
+
+/// The advisory form without a due or an error column writes no retry.
+fn advisory_fail_without_retry() {
     let FormStatements::Advisory(f) =
         Statements::render(Dialect::MariaDb, FAILING_ADVISORY.desc(), 1).form
     else {
@@ -131,6 +144,21 @@ const HISTORY_ONLY: InboxSpec<(Advisory, Attempt, Payload, Failed)> =
 #[test]
 fn a_history_of_errors_appends_each_attempts_error() {
     assert_eq!(ruststream_core::ERRORS_KEPT, 10);
+    history_in_the_row_lock_form();
+    history_alone_in_the_advisory_form();
+    // The schema writes the column as JSON where the database has the type.
+    for (dialect, ty) in [
+        (Dialect::Postgres, r#""errors" JSONB NULL"#),
+        (Dialect::MariaDb, "`errors` JSON NULL"),
+        (Dialect::Sqlite, r#""errors" TEXT NULL"#),
+    ] {
+        let ddl = HISTORY.ddl(dialect).to_string();
+        assert!(ddl.contains(ty), "{dialect:?}: {ddl}");
+    }
+}
+
+/// The row lock form appends to the history on PostgreSQL and MySQL.
+fn history_in_the_row_lock_form() {
     let FormStatements::RowLock(f) = Statements::render(Dialect::Postgres, HISTORY.desc(), 1).form
     else {
         panic!("row lock");
@@ -172,9 +200,11 @@ fn a_history_of_errors_appends_each_attempts_error() {
         &*f.fail.as_ref().unwrap().args,
         &[Arg::Error, Arg::Error, Arg::Error, Arg::Id]
     );
+}
 
-    // No error column, no due column: the history alone makes a retry's statement, and its
-    // argument's first use is typed on PostgreSQL.
+/// No error column, no due column: the history alone makes a retry's statement, and its
+/// argument's first use is typed on PostgreSQL.
+fn history_alone_in_the_advisory_form() {
     let FormStatements::Advisory(f) =
         Statements::render(Dialect::Postgres, HISTORY_ONLY.desc(), 1).form
     else {
@@ -202,15 +232,6 @@ fn a_history_of_errors_appends_each_attempts_error() {
             r#"UPDATE "video_jobs" SET "failed_at" = {LITE_NOW}, "errors" = CASE WHEN ?1 IS NULL THEN "errors" ELSE json_insert(CASE WHEN json_array_length({lite_history}) >= 10 THEN json_remove({lite_history}, '$[0]') ELSE {lite_history} END, '$[#]', json_object('attempt', "attempt", 'at', {LITE_NOW}, 'error', ?1)) END WHERE "id" = ?2"#
         )
     );
-    // The schema writes the column as JSON where the database has the type.
-    for (dialect, ty) in [
-        (Dialect::Postgres, r#""errors" JSONB NULL"#),
-        (Dialect::MariaDb, "`errors` JSON NULL"),
-        (Dialect::Sqlite, r#""errors" TEXT NULL"#),
-    ] {
-        let ddl = HISTORY.ddl(dialect).to_string();
-        assert!(ddl.contains(ty), "{dialect:?}: {ddl}");
-    }
 }
 
 /// Redrive and the deletion of failed rows: all, by id, by the error's text.

@@ -127,170 +127,182 @@ fn statements_match_the_form() {
                 continue;
             }
             let s = Flat::of(Statements::render(dialect, &desc, 2));
-            let form = desc.form();
             let what = format!("{name}, {dialect:?}");
-            assert_eq!(s.form, form, "{what}");
-            assert_eq!(s.dialect, dialect, "{what}");
-            let mysql = dialect_is_mysql(dialect);
-            assert_eq!(s.current_database.is_some(), mysql, "{what}");
-            assert_eq!(
-                s.isolation.is_some(),
-                dialect == Dialect::Postgres && form == Form::RowLock,
-                "{what}"
-            );
-            assert_eq!(
-                s.lock_row.is_some(),
-                form == Form::RowLock && desc.attempt.is_none(),
-                "{what}"
-            );
-            let counted_row_lock =
-                form == Form::RowLock && dialect != Dialect::Sqlite && desc.attempt.is_some();
-            assert_eq!(
-                s.count_row.is_some(),
-                counted_row_lock && dialect == Dialect::Postgres,
-                "{what}"
-            );
-            assert_eq!(
-                s.select_row_id.is_some(),
-                counted_row_lock && mysql,
-                "{what}"
-            );
-            assert_eq!(s.lock_row_by_id.is_some(), counted_row_lock, "{what}");
-            assert_eq!(
-                s.count_attempt.is_some(),
-                counted_row_lock && mysql,
-                "{what}"
-            );
-            assert_eq!(
-                s.claim_lease.is_some(),
-                form == Form::Lease && !mysql,
-                "{what}"
-            );
-            assert_eq!(
-                s.select_lease.is_some(),
-                form == Form::Lease && mysql,
-                "{what}"
-            );
-            assert_eq!(s.extend_lease.is_some(), form == Form::Lease, "{what}");
-            assert_eq!(s.release_lease.is_some(), form == Form::Lease, "{what}");
-            assert_eq!(s.candidates.is_some(), form == Form::Advisory, "{what}");
-            assert_eq!(
-                s.try_lock.is_some(),
-                form == Form::Advisory && dialect != Dialect::Sqlite && !desc.custom_lock(),
-                "{what}"
-            );
-            assert_eq!(s.unlock.is_some(), s.try_lock.is_some(), "{what}");
-            assert_eq!(
-                s.take.is_some() || s.take_count.is_some(),
-                form == Form::Advisory,
-                "{what}"
-            );
-            assert_eq!(s.read_row.is_some(), s.take_count.is_some(), "{what}");
-            assert!(!(s.take.is_some() && s.take_count.is_some()), "{what}");
-            assert_eq!(
-                s.settle.kind,
-                match (desc.processed_at.is_some(), form == Form::Lease) {
-                    (true, fenced) => StatementKind::MarkProcessed { fenced },
-                    (false, fenced) => StatementKind::Delete { fenced },
-                },
-                "{what}"
-            );
-            // Each statement sits in the field of its kind.
-            let pairs: [(&Option<Statement>, StatementKind); 4] = [
-                (&s.lock_row, StatementKind::LockRow),
-                (&s.claim_lease, StatementKind::ClaimLease),
-                (&s.candidates, StatementKind::Candidates),
-                (&s.try_lock, StatementKind::TryLock),
-            ];
-            for (statement, kind) in pairs {
-                if let Some(statement) = statement {
-                    assert_eq!(statement.kind, kind, "{what}");
-                }
-            }
-            if let Some(read_row) = &s.read_row {
-                assert_eq!(read_row.kind, StatementKind::ReadRow);
-            }
-            assert_eq!(s.publish.kind, StatementKind::Publish);
-            assert_eq!(s.list_columns.kind, StatementKind::ListColumns);
-            // Rows of taken rows carry the id, then the attempt, and the driver's row.
-            let row_columns: Vec<OutColumn> =
-                std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
-                    .chain(
-                        desc.attempt
-                            .map(|a| OutColumn::new(a.name, ColumnType::Int)),
-                    )
-                    .collect();
-            for (statement, kind) in [
-                (&s.count_row, StatementKind::CountRow),
-                (&s.select_row_id, StatementKind::SelectRowId),
-                (&s.lock_row_by_id, StatementKind::LockRowById),
-            ] {
-                if let Some(statement) = statement {
-                    assert_eq!(statement.kind, kind, "{what}");
-                }
-            }
-            // The count reads back the row's id and the attempt it wrote, which the lock then
-            // checks, and the row's mark, which keeps other counts off it until the lock.
-            let counted = |mark: ColumnType| -> Vec<OutColumn> {
-                std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
-                    .chain(
-                        desc.attempt
-                            .map(|a| OutColumn::new(a.name, ColumnType::Int)),
-                    )
-                    .chain([OutColumn::new("rs_mark", mark)])
-                    .collect()
-            };
-            for (statement, mark) in [
-                (&s.count_row, ColumnType::Int),
-                (&s.select_row_id, ColumnType::Text),
-            ] {
-                let Some(statement) = statement else {
-                    continue;
-                };
-                assert_eq!(
-                    statement.output,
-                    Output::Rows {
-                        columns: counted(mark).into(),
-                        raw: false
-                    },
-                    "{what}"
-                );
-            }
-            if let Some(lock) = &s.lock_row_by_id {
-                assert_eq!(&lock.args[..2], &[Arg::Id, Arg::Attempt], "{what}");
-            }
-            for st in [&s.lock_row, &s.lock_row_by_id, &s.take, &s.read_row]
-                .into_iter()
-                .flatten()
-            {
-                assert_eq!(
-                    st.output,
-                    Output::Rows {
-                        columns: row_columns.clone().into(),
-                        raw: true
-                    },
-                    "{what}, {:?}",
-                    st.kind
-                );
-            }
-            // A lease claim reads the expiry it gave each row, by the database's clock, last.
-            let claimed: Vec<OutColumn> = row_columns
-                .iter()
-                .copied()
-                .chain([OutColumn::new(UNTIL, ColumnType::Int)])
-                .collect();
-            for st in [&s.claim_lease, &s.select_lease].into_iter().flatten() {
-                assert_eq!(
-                    st.output,
-                    Output::Rows {
-                        columns: claimed.clone().into(),
-                        raw: true
-                    },
-                    "{what}, {:?}",
-                    st.kind
-                );
-            }
+            statements_of_the_form(&desc, dialect, &s, &what);
+            statements_of_their_kind(&s, &what);
+            rows_each_statement_reads(&desc, &s, &what);
         }
+    }
+}
+
+/// Which statements a rendering holds, by form, dialect and the columns described.
+fn statements_of_the_form(desc: &TableDesc, dialect: Dialect, s: &Flat, what: &str) {
+    let form = desc.form();
+    assert_eq!(s.form, form, "{what}");
+    assert_eq!(s.dialect, dialect, "{what}");
+    let mysql = dialect_is_mysql(dialect);
+    assert_eq!(s.current_database.is_some(), mysql, "{what}");
+    assert_eq!(
+        s.isolation.is_some(),
+        dialect == Dialect::Postgres && form == Form::RowLock,
+        "{what}"
+    );
+    assert_eq!(
+        s.lock_row.is_some(),
+        form == Form::RowLock && desc.attempt.is_none(),
+        "{what}"
+    );
+    let counted_row_lock =
+        form == Form::RowLock && dialect != Dialect::Sqlite && desc.attempt.is_some();
+    assert_eq!(
+        s.count_row.is_some(),
+        counted_row_lock && dialect == Dialect::Postgres,
+        "{what}"
+    );
+    assert_eq!(
+        s.select_row_id.is_some(),
+        counted_row_lock && mysql,
+        "{what}"
+    );
+    assert_eq!(s.lock_row_by_id.is_some(), counted_row_lock, "{what}");
+    assert_eq!(
+        s.count_attempt.is_some(),
+        counted_row_lock && mysql,
+        "{what}"
+    );
+    assert_eq!(
+        s.claim_lease.is_some(),
+        form == Form::Lease && !mysql,
+        "{what}"
+    );
+    assert_eq!(
+        s.select_lease.is_some(),
+        form == Form::Lease && mysql,
+        "{what}"
+    );
+    assert_eq!(s.extend_lease.is_some(), form == Form::Lease, "{what}");
+    assert_eq!(s.release_lease.is_some(), form == Form::Lease, "{what}");
+    assert_eq!(s.candidates.is_some(), form == Form::Advisory, "{what}");
+    assert_eq!(
+        s.try_lock.is_some(),
+        form == Form::Advisory && dialect != Dialect::Sqlite && !desc.custom_lock(),
+        "{what}"
+    );
+    assert_eq!(s.unlock.is_some(), s.try_lock.is_some(), "{what}");
+    assert_eq!(
+        s.take.is_some() || s.take_count.is_some(),
+        form == Form::Advisory,
+        "{what}"
+    );
+    assert_eq!(s.read_row.is_some(), s.take_count.is_some(), "{what}");
+    assert!(!(s.take.is_some() && s.take_count.is_some()), "{what}");
+    assert_eq!(
+        s.settle.kind,
+        match (desc.processed_at.is_some(), form == Form::Lease) {
+            (true, fenced) => StatementKind::MarkProcessed { fenced },
+            (false, fenced) => StatementKind::Delete { fenced },
+        },
+        "{what}"
+    );
+}
+
+/// Each statement sits in the field of its kind.
+fn statements_of_their_kind(s: &Flat, what: &str) {
+    let pairs: [(&Option<Statement>, StatementKind); 4] = [
+        (&s.lock_row, StatementKind::LockRow),
+        (&s.claim_lease, StatementKind::ClaimLease),
+        (&s.candidates, StatementKind::Candidates),
+        (&s.try_lock, StatementKind::TryLock),
+    ];
+    for (statement, kind) in pairs {
+        if let Some(statement) = statement {
+            assert_eq!(statement.kind, kind, "{what}");
+        }
+    }
+    if let Some(read_row) = &s.read_row {
+        assert_eq!(read_row.kind, StatementKind::ReadRow);
+    }
+    assert_eq!(s.publish.kind, StatementKind::Publish);
+    assert_eq!(s.list_columns.kind, StatementKind::ListColumns);
+    for (statement, kind) in [
+        (&s.count_row, StatementKind::CountRow),
+        (&s.select_row_id, StatementKind::SelectRowId),
+        (&s.lock_row_by_id, StatementKind::LockRowById),
+    ] {
+        if let Some(statement) = statement {
+            assert_eq!(statement.kind, kind, "{what}");
+        }
+    }
+}
+
+/// Rows of taken rows carry the id, then the attempt, and the driver's row.
+fn rows_each_statement_reads(desc: &TableDesc, s: &Flat, what: &str) {
+    let row_columns: Vec<OutColumn> = std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
+        .chain(
+            desc.attempt
+                .map(|a| OutColumn::new(a.name, ColumnType::Int)),
+        )
+        .collect();
+    // The count reads back the row's id and the attempt it wrote, which the lock then
+    // checks, and the row's mark, which keeps other counts off it until the lock.
+    let counted = |mark: ColumnType| -> Vec<OutColumn> {
+        std::iter::once(OutColumn::new(desc.id.name, ColumnType::Id))
+            .chain(
+                desc.attempt
+                    .map(|a| OutColumn::new(a.name, ColumnType::Int)),
+            )
+            .chain([OutColumn::new("rs_mark", mark)])
+            .collect()
+    };
+    for (statement, mark) in [
+        (&s.count_row, ColumnType::Int),
+        (&s.select_row_id, ColumnType::Text),
+    ] {
+        let Some(statement) = statement else {
+            continue;
+        };
+        assert_eq!(
+            statement.output,
+            Output::Rows {
+                columns: counted(mark).into(),
+                raw: false
+            },
+            "{what}"
+        );
+    }
+    if let Some(lock) = &s.lock_row_by_id {
+        assert_eq!(&lock.args[..2], &[Arg::Id, Arg::Attempt], "{what}");
+    }
+    for st in [&s.lock_row, &s.lock_row_by_id, &s.take, &s.read_row]
+        .into_iter()
+        .flatten()
+    {
+        assert_eq!(
+            st.output,
+            Output::Rows {
+                columns: row_columns.clone().into(),
+                raw: true
+            },
+            "{what}, {:?}",
+            st.kind
+        );
+    }
+    // A lease claim reads the expiry it gave each row, by the database's clock, last.
+    let claimed: Vec<OutColumn> = row_columns
+        .iter()
+        .copied()
+        .chain([OutColumn::new(UNTIL, ColumnType::Int)])
+        .collect();
+    for st in [&s.claim_lease, &s.select_lease].into_iter().flatten() {
+        assert_eq!(
+            st.output,
+            Output::Rows {
+                columns: claimed.clone().into(),
+                raw: true
+            },
+            "{what}, {:?}",
+            st.kind
+        );
     }
 }
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream_core::dialect::{
-    AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, RowLockClaim, UNTIL,
+    AdvisoryStatements, AdvisoryTake, FormStatements, KeyLocks, LeaseClaim, LeaseStatements,
+    RowLockClaim, RowLockStatements, UNTIL,
 };
 use ruststream_core::spec::{
     Advisory, Attempt, Column, Due, ErrorText, Failed, InboxSpec, KeyPart, Lease, OrderBy, Payload,
@@ -253,71 +254,77 @@ impl Flat {
             statements: statements.clone(),
         };
         match &statements.form {
-            FormStatements::RowLock(f) => {
-                flat.isolation = f.isolation.clone();
-                match &f.claim {
-                    RowLockClaim::Lock { lock_row } => flat.lock_row = Some(lock_row.clone()),
-                    RowLockClaim::Count {
-                        count_row,
-                        lock_row_by_id,
-                        unmark_rows,
-                        ..
-                    } => {
-                        flat.count_row = Some(count_row.clone());
-                        flat.lock_row_by_id = Some(lock_row_by_id.clone());
-                        flat.unmark_rows = unmark_rows.get(1).cloned();
-                    }
-                    RowLockClaim::SelectCount {
-                        select_row_id,
-                        mark_rows,
-                        count_attempts,
-                        lock_row_by_id,
-                        unmark_rows,
-                        ..
-                    } => {
-                        flat.select_row_id = Some(select_row_id.clone());
-                        flat.mark_rows = mark_rows.get(1).cloned();
-                        flat.count_attempt = count_attempts.first().cloned();
-                        flat.lock_row_by_id = Some(lock_row_by_id.clone());
-                        flat.unmark_rows = unmark_rows.get(1).cloned();
-                    }
-                }
-                flat.settle = f.settle.clone();
-                flat.ping = Some(f.ping.clone());
-            }
-            FormStatements::Lease(f) => {
-                match &f.claim {
-                    LeaseClaim::Returning { claim } => flat.claim_lease = Some(claim.clone()),
-                    LeaseClaim::Locking { select, mark } => {
-                        flat.select_lease = Some(select.clone());
-                        flat.mark_lease = mark.clone();
-                    }
-                }
-                flat.extend_lease = Some(f.extend.clone());
-                flat.release_lease = Some(f.release.clone());
-                flat.settle = f.settle.clone();
-            }
-            FormStatements::Advisory(f) => {
-                flat.candidates = Some(f.candidates.clone());
-                if let KeyLocks::Database { try_lock, unlock } = &f.keys {
-                    flat.try_lock = Some(try_lock.clone());
-                    flat.unlock = Some(unlock.clone());
-                }
-                match &f.take {
-                    AdvisoryTake::Returning { take } => flat.take = Some(take.clone()),
-                    AdvisoryTake::CountThenRead {
-                        take_count,
-                        read_row,
-                    } => {
-                        flat.take_count = Some(take_count.clone());
-                        flat.read_row = Some(read_row.clone());
-                    }
-                }
-                flat.settle = f.settle.clone();
-                flat.ping = f.ping.clone();
-            }
+            FormStatements::RowLock(f) => flat.take_row_lock(f),
+            FormStatements::Lease(f) => flat.take_lease(f),
+            FormStatements::Advisory(f) => flat.take_advisory(f),
         }
         flat
+    }
+
+    fn take_row_lock(&mut self, f: &RowLockStatements) {
+        self.isolation = f.isolation.clone();
+        match &f.claim {
+            RowLockClaim::Lock { lock_row } => self.lock_row = Some(lock_row.clone()),
+            RowLockClaim::Count {
+                count_row,
+                lock_row_by_id,
+                unmark_rows,
+                ..
+            } => {
+                self.count_row = Some(count_row.clone());
+                self.lock_row_by_id = Some(lock_row_by_id.clone());
+                self.unmark_rows = unmark_rows.get(1).cloned();
+            }
+            RowLockClaim::SelectCount {
+                select_row_id,
+                mark_rows,
+                count_attempts,
+                lock_row_by_id,
+                unmark_rows,
+                ..
+            } => {
+                self.select_row_id = Some(select_row_id.clone());
+                self.mark_rows = mark_rows.get(1).cloned();
+                self.count_attempt = count_attempts.first().cloned();
+                self.lock_row_by_id = Some(lock_row_by_id.clone());
+                self.unmark_rows = unmark_rows.get(1).cloned();
+            }
+        }
+        self.settle = f.settle.clone();
+        self.ping = Some(f.ping.clone());
+    }
+
+    fn take_lease(&mut self, f: &LeaseStatements) {
+        match &f.claim {
+            LeaseClaim::Returning { claim } => self.claim_lease = Some(claim.clone()),
+            LeaseClaim::Locking { select, mark } => {
+                self.select_lease = Some(select.clone());
+                self.mark_lease = mark.clone();
+            }
+        }
+        self.extend_lease = Some(f.extend.clone());
+        self.release_lease = Some(f.release.clone());
+        self.settle = f.settle.clone();
+    }
+
+    fn take_advisory(&mut self, f: &AdvisoryStatements) {
+        self.candidates = Some(f.candidates.clone());
+        if let KeyLocks::Database { try_lock, unlock } = &f.keys {
+            self.try_lock = Some(try_lock.clone());
+            self.unlock = Some(unlock.clone());
+        }
+        match &f.take {
+            AdvisoryTake::Returning { take } => self.take = Some(take.clone()),
+            AdvisoryTake::CountThenRead {
+                take_count,
+                read_row,
+            } => {
+                self.take_count = Some(take_count.clone());
+                self.read_row = Some(read_row.clone());
+            }
+        }
+        self.settle = f.settle.clone();
+        self.ping = f.ping.clone();
     }
 
     fn mark_lease(&self, n: usize) -> Option<&Statement> {
