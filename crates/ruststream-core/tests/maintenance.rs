@@ -351,10 +351,15 @@ fn a_periodic_job_reads_its_last_tick_catches_up_then_publishes_each_tick_in_its
     let mut broker: Broker<()> = Broker::new(Dialect::Postgres);
     broker.set_connection_linger(Duration::ZERO);
     broker.periodic(job(2), now).unwrap();
-    // The last tick published was at 7 s: 8, 9 and 10 were missed; two are caught up. Tick 9
-    // was published meanwhile by another process: its advance changes no row.
+    catches_up_the_missed_ticks(&mut broker, now);
+    publishes_the_next_tick_on_its_timer(&mut broker);
+}
+
+/// The last tick published was at 7 s: 8, 9 and 10 were missed; two are caught up. Tick 9
+/// was published meanwhile by another process: its advance changes no row.
+fn catches_up_the_missed_ticks(broker: &mut Broker<()>, now: Time) {
     let mut advanced = Vec::new();
-    let seen = run_all(&mut broker, now, |action| match kind(action) {
+    let seen = run_all(broker, now, |action| match kind(action) {
         Some(MaintenanceKind::ReadState) => Some(rows(vec![Value::Int(7 * SECOND)])),
         Some(MaintenanceKind::Advance) => {
             let Action::Execute { binds, .. } = action else {
@@ -394,7 +399,7 @@ fn a_periodic_job_reads_its_last_tick_catches_up_then_publishes_each_tick_in_its
         [Value::Text("report".into()), Value::Int(now.micros())]
     );
     assert_eq!(
-        events(&mut broker),
+        events(broker),
         [
             Maintained::Tick {
                 schedule: "report".into(),
@@ -408,12 +413,15 @@ fn a_periodic_job_reads_its_last_tick_catches_up_then_publishes_each_tick_in_its
             },
         ]
     );
-    // The next tick, on its timer: the state and the database's time read again, then one
-    // transaction.
+}
+
+/// The next tick, on its timer: the state and the database's time read again, then one
+/// transaction.
+fn publishes_the_next_tick_on_its_timer(broker: &mut Broker<()>) {
     assert_eq!(broker.poll_timeout(), Some(Time(11 * SECOND)));
     let at = Time(11 * SECOND + 1);
     broker.handle_timeout(at);
-    let seen = run_all(&mut broker, at, |action| match kind(action) {
+    let seen = run_all(broker, at, |action| match kind(action) {
         Some(MaintenanceKind::ReadState) => Some(state(10 * SECOND, at.micros())),
         Some(MaintenanceKind::Advance) => Some(Reply::Affected(1)),
         _ => None,
