@@ -288,6 +288,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one [$harness] statements_lease_settlements_in_one_statement);
         $crate::conformance_tests!(@one [$harness] statements_lease_claims_skip_held_rows);
         $crate::conformance_tests!(@one [$harness] statements_advisory_form);
+        $crate::conformance_tests!(@one [$harness] statements_row_lock_form);
+        $crate::conformance_tests!(@one [$harness] statements_row_lock_counts_the_attempt_before_it_locks);
         $crate::conformance_tests!(@one [$harness] statements_advisory_take_reads_only_claimable_rows);
     };
     (@forms [$harness:expr] $scenario:ident: $($test:ident $form:ident),+) => {
