@@ -6,10 +6,16 @@
 //! that cannot reach it fails with a message naming the URL.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Params, Row};
+use mysql_async::{Conn, Row};
 use ruststream_core::dialect::UNTIL;
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
 use ruststream_core::{Arg, Dialect, Output, Statement, StatementKind, Statements, Value};
+
+#[path = "conformance/session.rs"]
+#[allow(dead_code, reason = "the suite's session; these tests use its binds")]
+mod session;
+
+use session::params;
 
 const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
 
@@ -33,24 +39,6 @@ async fn connect() -> Conn {
 /// A name unique to this test and process, kept for the life of the test.
 fn unique(test: &str) -> &'static str {
     Box::leak(format!("rs_{test}_{}", std::process::id()).into_boxed_str())
-}
-
-fn params(binds: &[Value]) -> Params {
-    if binds.is_empty() {
-        return Params::Empty;
-    }
-    Params::Positional(
-        binds
-            .iter()
-            .map(|v| match v {
-                Value::Null => mysql_async::Value::NULL,
-                Value::Bool(b) => mysql_async::Value::Int(i64::from(*b)),
-                Value::Int(i) => mysql_async::Value::Int(*i),
-                Value::Text(t) => mysql_async::Value::Bytes(t.clone().into_bytes()),
-                Value::Bytes(b) => mysql_async::Value::Bytes(b.clone()),
-            })
-            .collect(),
-    )
 }
 
 /// Runs `statement` with `binds` (one per `?`) as a prepared statement and returns its rows.

@@ -12,6 +12,12 @@ use ruststream_core::dialect::UNTIL;
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
 use ruststream_core::{Arg, Dialect, Form, Output, Statement, StatementKind, Statements, Value};
 
+#[path = "conformance/session.rs"]
+#[allow(dead_code, reason = "the suite's session; these tests use its binds")]
+mod session;
+
+use session::param;
+
 /// A database file unique to this test and process, removed when dropped.
 struct DbFile {
     path: PathBuf,
@@ -42,16 +48,6 @@ impl Drop for DbFile {
 /// A name unique to this test and process.
 fn unique(test: &str) -> &'static str {
     Box::leak(format!("rs_{test}_{}", std::process::id()).into_boxed_str())
-}
-
-fn param(value: &Value) -> SqlValue {
-    match value {
-        Value::Null => SqlValue::Null,
-        Value::Bool(b) => SqlValue::Integer(i64::from(*b)),
-        Value::Int(i) => SqlValue::Integer(*i),
-        Value::Text(t) => SqlValue::Text(t.clone()),
-        Value::Bytes(b) => SqlValue::Blob(b.clone()),
-    }
 }
 
 type Row = BTreeMap<String, SqlValue>;

@@ -10,8 +10,14 @@ use ruststream_core::dialect::UNTIL;
 use ruststream_core::keys::{POSTGRES_KEY_HASH_SQL, postgres_key_hash};
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
 use ruststream_core::{Arg, Dialect, Statement, StatementKind, Statements, TableDesc, Value};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Row};
+
+#[path = "conformance/session.rs"]
+#[allow(dead_code, reason = "the suite's session; these tests use its binds")]
+mod session;
+
+use session::param;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -66,25 +72,6 @@ fn assert_server_time(t: i64, before: i64, after: i64, plus: i64, what: &str) {
 /// The lease expiry a claim read back for a row, in microseconds since the epoch.
 fn until_of(row: &Row) -> i64 {
     row.get::<_, i64>(UNTIL)
-}
-
-/// A bind for a parameter of type `ty`: PostgreSQL infers a placeholder's type from where it
-/// stands (`"attempt" = $2` takes the column's type), so an integer is bound at the width the
-/// server asks for, as an adapter must.
-fn param(value: &Value, ty: &Type) -> Box<dyn ToSql + Sync + Send> {
-    match value {
-        Value::Int(i) if *ty == Type::INT2 => {
-            Box::new(i16::try_from(*i).expect("the value fits a SMALLINT"))
-        }
-        Value::Int(i) if *ty == Type::INT4 => {
-            Box::new(i32::try_from(*i).expect("the value fits an INT"))
-        }
-        Value::Int(i) => Box::new(*i),
-        Value::Text(t) => Box::new(t.clone()),
-        Value::Bytes(b) => Box::new(b.clone()),
-        Value::Bool(b) => Box::new(*b),
-        Value::Null => Box::new(None::<i64>),
-    }
 }
 
 /// Prepares `statement` and builds its binds at the types the server inferred.

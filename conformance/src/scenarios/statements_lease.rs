@@ -95,22 +95,7 @@ pub async fn statements_lease_form<R: Rows, H: Harness>(harness: &H, test: &Test
             "one statement claims"
         );
     }
-    let now = a.now().await;
-    // Due in claim order: the second published is due first; the third is not due yet.
-    a.publish(&s, b"late", Some(now - 1_000_000), channel())
-        .await;
-    a.publish(&s, b"early", Some(now - 2_000_000), channel())
-        .await;
-    a.publish(&s, b"future", Some(now + 3_600_000_000), channel())
-        .await;
-    let all = a.ids_by_payload(table).await;
-    let id_of = |payload: &[u8]| all.iter().find(|(_, p)| p == payload).expect("a row").0;
-    let (late, early, future) = (id_of(b"late"), id_of(b"early"), id_of(b"future"));
-    assert_eq!(
-        a.stored(table, "due_at", early).await,
-        Some(now - 2_000_000),
-        "a published due time keeps its microseconds"
-    );
+    let (late, early, future) = publish_three(&mut a, &s, table).await;
     let lease = 30_000_000;
     // The first claim in a transaction of its own (SQLite: BEGIN IMMEDIATE) runs as well.
     let wrap = !a.is_mysql();
@@ -173,10 +158,39 @@ pub async fn statements_lease_form<R: Rows, H: Harness>(harness: &H, test: &Test
         "a held lease, a processed row and a future one"
     );
 
-    // Every lease runs out and the future row falls due, by the database's clock.
+    claim_once_expired(&mut a, &s, table, (late, early, future)).await;
+    finish(harness, &mut a, &db, table).await
+}
+
+/// Publishes `late`, `early` and `future`, due in claim order `early`, `late` (the second
+/// published is due first) and `future` not due yet, by the database's clock; answers their ids.
+async fn publish_three(a: &mut Sql, s: &Statements, table: &str) -> (i64, i64, i64) {
+    let now = a.now().await;
+    a.publish(s, b"late", Some(now - 1_000_000), channel())
+        .await;
+    a.publish(s, b"early", Some(now - 2_000_000), channel())
+        .await;
+    a.publish(s, b"future", Some(now + 3_600_000_000), channel())
+        .await;
+    let all = a.ids_by_payload(table).await;
+    let id_of = |payload: &[u8]| all.iter().find(|(_, p)| p == payload).expect("a row").0;
+    let (late, early, future) = (id_of(b"late"), id_of(b"early"), id_of(b"future"));
+    assert_eq!(
+        a.stored(table, "due_at", early).await,
+        Some(now - 2_000_000),
+        "a published due time keeps its microseconds"
+    );
+    (late, early, future)
+}
+
+/// Every lease runs out and the future row falls due, by the database's clock: a claim takes
+/// `early` and `future`, never the processed `late`.
+async fn claim_once_expired(a: &mut Sql, s: &Statements, table: &str, rows: (i64, i64, i64)) {
+    let (late, early, future) = rows;
+    let lease = 30_000_000;
     a.set_from_now(table, "locked_until", early, -1_000).await;
     a.set_from_now(table, "due_at", future, -1_000).await;
-    let mut last = ids(&claim(&mut a, &s, lease, 10).await);
+    let mut last = ids(&claim(a, s, lease, 10).await);
     last.sort_unstable();
     assert!(!last.contains(&late), "a processed row stays settled");
     assert_eq!(
@@ -184,7 +198,6 @@ pub async fn statements_lease_form<R: Rows, H: Harness>(harness: &H, test: &Test
         [early, future],
         "the released row and the future one, now due"
     );
-    finish(harness, &mut a, &db, table).await
 }
 
 /// The channel the lease rows are published with.

@@ -88,15 +88,17 @@ pub async fn statements_row_lock_form<R: Rows, H: Harness>(
         .await;
     assert_eq!(second[0].int("attempt"), 0, "B's rollback counted nothing");
 
-    // A custom order: the highest priority first.
-    a.run(&format!(
-        "UPDATE {table} SET priority = 5 WHERE id = {}",
-        all[2]
-    ))
-    .await;
+    locks_by_priority(&mut a, harness.dialect(), table, all[2]).await;
+    finish(harness, &mut a, &db, table).await
+}
+
+/// A custom order locks the highest priority first: the row `id`, given the highest.
+async fn locks_by_priority(a: &mut Sql, dialect: Dialect, table: &'static str, id: i64) {
+    a.run(&format!("UPDATE {table} SET priority = 5 WHERE id = {id}"))
+        .await;
     const ORDER: &[OrderBy] = &[OrderBy::desc("priority")];
     let ordered = Statements::render(
-        harness.dialect(),
+        dialect,
         InboxSpec::new(table, Column::new("id").generated())
             .payload(Column::new("payload"))
             .order(ORDER)
@@ -105,9 +107,8 @@ pub async fn statements_row_lock_form<R: Rows, H: Harness>(
     );
     a.execute(&ordered.begin, &[]).await;
     let first = a.query(get(&ordered, StatementKind::LockRow), &[]).await;
-    assert_eq!(ids(&first), vec![all[2]]);
+    assert_eq!(ids(&first), vec![id]);
     a.execute(&ordered.rollback, &[]).await;
-    finish(harness, &mut a, &db, table).await
 }
 
 /// PostgreSQL's catalog as the core reads it: the table's columns in the session's schema,

@@ -10,7 +10,7 @@ use ruststream_core::Value;
 /// One connection.
 pub struct MySqlSession(pub Conn);
 
-fn params(binds: &[Value]) -> Params {
+pub fn params(binds: &[Value]) -> Params {
     if binds.is_empty() {
         return Params::Empty;
     }

@@ -12,7 +12,7 @@ use ruststream_rusqlite::rusqlite::{self, Connection};
 /// One connection, used on tokio's blocking threads.
 pub struct RusqliteSession(pub Arc<Mutex<Connection>>);
 
-fn param(value: &Value) -> SqlValue {
+pub fn param(value: &Value) -> SqlValue {
     match value {
         Value::Null => SqlValue::Null,
         Value::Bool(b) => SqlValue::Integer(i64::from(*b)),

@@ -169,3 +169,24 @@ where
         })
     }
 }
+
+/// A bind as MySQL and SQLite take it: a `NULL` as an integer's, which either binds into a
+/// column of any type.
+#[allow(dead_code, reason = "the PostgreSQL targets bind a NULL of no type instead")]
+pub(crate) fn bind<DB>(query: Query<'_, DB>, value: Value) -> Query<'_, DB>
+where
+    DB: sqlx::Database,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    bool: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Vec<u8>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    match value {
+        Value::Null => query.bind(Option::<i64>::None),
+        Value::Bool(b) => query.bind(b),
+        Value::Int(i) => query.bind(i),
+        Value::Text(t) => query.bind(t),
+        Value::Bytes(b) => query.bind(b),
+    }
+}

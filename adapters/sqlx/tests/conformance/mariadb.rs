@@ -22,7 +22,7 @@ use ruststream_sqlx::SqlxBroker;
 use sqlx::mysql::{MySql, MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Connection, Row, TypeInfo, ValueRef};
 
-use crate::common::{ACQUIRE, POOL, Query, SqlxSession, first_column};
+use crate::common::{ACQUIRE, POOL, SqlxSession, bind, first_column};
 
 ruststream_conformance::conformance_tests! {
     rows: rows::Rows,
@@ -178,7 +178,7 @@ impl Harness for SqlxMySqlHarness {
         Box::pin(async move {
             let session = SqlxSession::<MySql> {
                 conn: connect(db).await?,
-                bind: mysql_bind,
+                bind: bind::<MySql>,
                 value: mysql_value,
                 affected: |done| done.rows_affected(),
             };
@@ -252,16 +252,6 @@ impl Harness for SqlxMySqlHarness {
             }
             Ok(())
         })
-    }
-}
-
-fn mysql_bind(query: Query<'_, MySql>, value: Value) -> Query<'_, MySql> {
-    match value {
-        Value::Null => query.bind(Option::<i64>::None),
-        Value::Bool(b) => query.bind(b),
-        Value::Int(i) => query.bind(i),
-        Value::Text(t) => query.bind(t),
-        Value::Bytes(b) => query.bind(b),
     }
 }
 

@@ -22,7 +22,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Row, TypeInfo, ValueRef};
 
-use crate::common::{ACQUIRE, POOL, Query, SqlxSession, first_column};
+use crate::common::{ACQUIRE, POOL, SqlxSession, bind, first_column};
 
 ruststream_conformance::conformance_tests! {
     rows: rows::Rows,
@@ -146,7 +146,7 @@ impl Harness for SqlxSqliteHarness {
         Box::pin(async move {
             let session = SqlxSession::<Sqlite> {
                 conn: connect(db).await?,
-                bind: sqlite_bind,
+                bind: bind::<Sqlite>,
                 value: sqlite_value,
                 affected: |done| done.rows_affected(),
             };
@@ -177,16 +177,6 @@ impl Harness for SqlxSqliteHarness {
     fn cleanup<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, ()> {
         SqliteFiles::remove(db);
         Box::pin(async { Ok(()) })
-    }
-}
-
-fn sqlite_bind(query: Query<'_, Sqlite>, value: Value) -> Query<'_, Sqlite> {
-    match value {
-        Value::Null => query.bind(Option::<i64>::None),
-        Value::Bool(b) => query.bind(b),
-        Value::Int(i) => query.bind(i),
-        Value::Text(t) => query.bind(t),
-        Value::Bytes(b) => query.bind(b),
     }
 }
 

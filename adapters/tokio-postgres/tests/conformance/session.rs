@@ -14,7 +14,7 @@ pub struct PgSession(pub Client);
 
 /// A bind for a parameter of type `ty`: PostgreSQL infers a placeholder's type from where it
 /// stands (`"attempt" = $2` takes the column's type), so an integer is bound at that width.
-fn param(value: &Value, ty: &Type) -> Box<dyn ToSql + Sync + Send> {
+pub fn param(value: &Value, ty: &Type) -> Box<dyn ToSql + Sync + Send> {
     match value {
         Value::Int(i) if *ty == Type::INT2 => {
             Box::new(i16::try_from(*i).expect("the value fits a SMALLINT"))
