@@ -133,6 +133,10 @@ pub trait Harness: Send + Sync + Sized + 'static {
     /// `COALESCE`.
     fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>>;
 
+    /// A session on the database `db` names, on one connection of the harness's own: it runs
+    /// the core's statements with binds the adapter's test code builds from the core's values.
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn crate::session::Session>>;
+
     /// Holds the advisory key `key` (the key's text, as the database renders it from the
     /// template) on a connection of the harness's own until the answer is released: what
     /// another process would do. Only where [`Capabilities::hold_key`] says yes.

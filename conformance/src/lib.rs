@@ -94,6 +94,7 @@ mod harness;
 pub mod rows;
 pub mod scenarios;
 pub mod schema;
+pub mod session;
 mod support;
 pub mod urls;
 
@@ -282,6 +283,14 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one [$harness] outbox_commits_with_the_transaction);
         $crate::conformance_tests!(@one [$harness] outbox_skips_rows_already_there);
         $crate::conformance_tests!(@one [$harness] role_fields_checked_at_start);
+        $crate::conformance_tests!(@one [$harness] statements_lease_form);
+        $crate::conformance_tests!(@one [$harness] statements_lease_claim_reads_back_the_expiry_it_wrote);
+        $crate::conformance_tests!(@one [$harness] statements_lease_settlements_in_one_statement);
+        $crate::conformance_tests!(@one [$harness] statements_lease_claims_skip_held_rows);
+        $crate::conformance_tests!(@one [$harness] statements_advisory_form);
+        $crate::conformance_tests!(@one [$harness] statements_row_lock_form);
+        $crate::conformance_tests!(@one [$harness] statements_row_lock_counts_the_attempt_before_it_locks);
+        $crate::conformance_tests!(@one [$harness] statements_advisory_take_reads_only_claimable_rows);
     };
     (@forms [$harness:expr] $scenario:ident: $($test:ident $form:ident),+) => {
         #[doc = concat!("The scenario `", stringify!($scenario), "`, one test per form.")]

@@ -26,6 +26,14 @@
 //! - Deduplicated publishes (`dedup.rs`): [`outbox_skips_rows_already_there`].
 //! - Scaling out (`scale.rs`): [`brokers_count_each_take_once`], [`two_brokers_share_keys`],
 //!   [`free_keys_flow_past_a_held_key`], [`hot_key_long_handler`].
+//! - The core's statements on a session of the harness's own (`statements_lease.rs`,
+//!   `statements_keys.rs`, `statements_rows.rs`, `statements_count.rs`):
+//!   [`statements_lease_form`],
+//!   [`statements_lease_claim_reads_back_the_expiry_it_wrote`],
+//!   [`statements_lease_settlements_in_one_statement`],
+//!   [`statements_lease_claims_skip_held_rows`], [`statements_advisory_form`],
+//!   [`statements_advisory_take_reads_only_claimable_rows`], [`statements_row_lock_form`],
+//!   [`statements_row_lock_counts_the_attempt_before_it_locks`].
 
 mod ahead;
 mod claim;
@@ -38,6 +46,10 @@ mod outbox;
 mod scale;
 mod settle;
 mod shutdown;
+mod statements_count;
+mod statements_keys;
+mod statements_lease;
+mod statements_rows;
 
 pub use ahead::claims_ahead;
 pub use claim::claim_commits_with_the_ack;
@@ -63,6 +75,15 @@ pub use shutdown::{
     lease_kept_past_shutdown, publish_all_writes_every_row, publisher_closed_after_shutdown,
     shutdown_counts_locks_released, shutdown_releases_locks,
 };
+pub use statements_count::statements_row_lock_counts_the_attempt_before_it_locks;
+pub use statements_keys::{
+    statements_advisory_form, statements_advisory_take_reads_only_claimable_rows,
+};
+pub use statements_lease::{
+    statements_lease_claim_reads_back_the_expiry_it_wrote, statements_lease_claims_skip_held_rows,
+    statements_lease_form, statements_lease_settlements_in_one_statement,
+};
+pub use statements_rows::statements_row_lock_form;
 
 use crate::harness::{Harness, Runs, Support};
 use crate::rows::{Body, Tables};

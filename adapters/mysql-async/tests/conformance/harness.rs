@@ -5,10 +5,12 @@
 //! A lock name starts with the database's name (`keys::mysql_lock_name`): the database per
 //! scenario keeps the suite's advisory keys apart from every other suite's on the server.
 
+use crate::session::MySqlSession;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use ruststream::BrokerHandle;
 use ruststream::FromContext;
+use ruststream_conformance::session::Session;
 use ruststream_conformance::urls::{self, database_of, with_database};
 use ruststream_conformance::{
     Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
@@ -169,6 +171,10 @@ impl Harness for MySqlAsyncHarness {
             pool.disconnect().await?;
             Ok(stats?)
         })
+    }
+
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn Session>> {
+        Box::pin(async move { Ok(Box::new(MySqlSession(connect(db).await?)) as Box<dyn Session>) })
     }
 
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {

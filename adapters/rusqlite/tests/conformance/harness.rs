@@ -1,10 +1,13 @@
 //! The harness of the rusqlite adapter: SQLite, a new file per scenario.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::session::RusqliteSession;
 use ruststream::BrokerHandle;
 use ruststream::FromContext;
+use ruststream_conformance::session::Session;
 use ruststream_conformance::{
     Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles,
     Support,
@@ -147,6 +150,14 @@ impl Harness for RusqliteHarness {
     fn execute<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, ()> {
         let sql = sql.to_owned();
         blocking(db, move |conn| conn.execute_batch(&sql))
+    }
+
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn Session>> {
+        let db = db.to_owned();
+        Box::pin(async move {
+            let conn = tokio::task::spawn_blocking(move || open(&db)).await??;
+            Ok(Box::new(RusqliteSession(Arc::new(Mutex::new(conn)))) as Box<dyn Session>)
+        })
     }
 
     fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {

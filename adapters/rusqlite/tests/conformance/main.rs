@@ -5,6 +5,7 @@
 mod harness;
 mod lock;
 mod rows;
+mod session;
 
 ruststream_conformance::conformance_tests! {
     rows: rows::Rows,

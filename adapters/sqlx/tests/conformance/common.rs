@@ -6,9 +6,11 @@ use std::time::Duration;
 use ruststream::{
     Context, FromContext, HandlerOutcome, InboxContext, InboxTable, Message, Published, Stats,
 };
-use ruststream_conformance::{HarnessResult, TxEnd};
+use ruststream_conformance::session::{Session, SqlRow};
+use ruststream_conformance::{HarnessFuture, HarnessResult, TxEnd};
+use ruststream_core::Value;
 use ruststream_sqlx::{SqlxClaim, SqlxDatabase, SqlxOutbox};
-use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Row, ValueRef};
+use sqlx::{AssertSqlSafe, Column, ColumnIndex, Decode, Row, ValueRef};
 
 /// The most connections a broker's pool opens: the most workers of a scenario, a claim and a
 /// publish, and room.
@@ -113,4 +115,78 @@ where
         .await
         .map(drop)
         .map_err(|e| HandlerOutcome::retry().with_error(e))
+}
+
+/// A query with its binds, as sqlx builds it for `DB`.
+pub(crate) type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>;
+
+/// The suite's session on one sqlx connection: each bind and column converted by the
+/// database's own functions, `bind`, `value` and `affected`.
+pub(crate) struct SqlxSession<DB: sqlx::Database> {
+    pub(crate) conn: DB::Connection,
+    pub(crate) bind: for<'q> fn(Query<'q, DB>, Value) -> Query<'q, DB>,
+    pub(crate) value: fn(&DB::Row, usize) -> HarnessResult<Value>,
+    pub(crate) affected: fn(&DB::QueryResult) -> u64,
+}
+
+impl<DB> SqlxSession<DB>
+where
+    DB: sqlx::Database,
+{
+    fn build<'q>(&self, sql: &'q str, binds: &[Value]) -> Query<'q, DB> {
+        let query = sqlx::query(AssertSqlSafe(sql));
+        binds.iter().cloned().fold(query, self.bind)
+    }
+}
+
+impl<DB> Session for SqlxSession<DB>
+where
+    DB: sqlx::Database,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    fn query<'a>(&'a mut self, sql: &'a str, binds: &'a [Value]) -> HarnessFuture<'a, Vec<SqlRow>> {
+        Box::pin(async move {
+            let query = self.build(sql, binds);
+            let rows = query.fetch_all(&mut self.conn).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let mut cells = Vec::new();
+                for (i, column) in row.columns().iter().enumerate() {
+                    cells.push((column.name().to_owned(), (self.value)(row, i)?));
+                }
+                out.push(SqlRow(cells));
+            }
+            Ok(out)
+        })
+    }
+
+    fn execute<'a>(&'a mut self, sql: &'a str, binds: &'a [Value]) -> HarnessFuture<'a, u64> {
+        Box::pin(async move {
+            let query = self.build(sql, binds);
+            let done = query.execute(&mut self.conn).await?;
+            Ok((self.affected)(&done))
+        })
+    }
+}
+
+/// A bind as MySQL and SQLite take it: a `NULL` as an integer's, which either binds into a
+/// column of any type.
+#[allow(dead_code, reason = "the PostgreSQL targets bind a NULL of no type instead")]
+pub(crate) fn bind<DB>(query: Query<'_, DB>, value: Value) -> Query<'_, DB>
+where
+    DB: sqlx::Database,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    bool: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    String: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Vec<u8>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    match value {
+        Value::Null => query.bind(Option::<i64>::None),
+        Value::Bool(b) => query.bind(b),
+        Value::Int(i) => query.bind(i),
+        Value::Text(t) => query.bind(t),
+        Value::Bytes(b) => query.bind(b),
+    }
 }

@@ -10,17 +10,19 @@ mod lock;
 mod rows;
 
 use ruststream::BrokerHandle;
+use ruststream_conformance::session::Session;
 use ruststream_conformance::urls::{self, database_of, with_database};
 use ruststream_conformance::{
     Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
 };
 use ruststream_core::Dialect;
+use ruststream_core::Value;
 use ruststream_core::keys::mysql_lock_name;
 use ruststream_sqlx::SqlxBroker;
-use sqlx::mysql::{MySql, MySqlConnection, MySqlPoolOptions};
-use sqlx::{AssertSqlSafe, Connection, Row};
+use sqlx::mysql::{MySql, MySqlConnection, MySqlPoolOptions, MySqlRow};
+use sqlx::{AssertSqlSafe, Connection, Row, TypeInfo, ValueRef};
 
-use crate::common::{ACQUIRE, POOL, first_column};
+use crate::common::{ACQUIRE, POOL, SqlxSession, bind, first_column};
 
 ruststream_conformance::conformance_tests! {
     rows: rows::Rows,
@@ -172,6 +174,18 @@ impl Harness for SqlxMySqlHarness {
         })
     }
 
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn Session>> {
+        Box::pin(async move {
+            let session = SqlxSession::<MySql> {
+                conn: connect(db).await?,
+                bind: bind::<MySql>,
+                value: mysql_value,
+                affected: |done| done.rows_affected(),
+            };
+            Ok(Box::new(session) as Box<dyn Session>)
+        })
+    }
+
     fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
         Box::pin(async move {
             let mut conn = connect(db).await?;
@@ -239,4 +253,27 @@ impl Harness for SqlxMySqlHarness {
             Ok(())
         })
     }
+}
+
+/// A column as the core's value: integers as themselves, text and binary strings alike as
+/// bytes, any other type (a time) as its type's name.
+fn mysql_value(row: &MySqlRow, i: usize) -> HarnessResult<Value> {
+    let raw = row.try_get_raw(i)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let ty = raw.type_info().name().to_owned();
+    Ok(match ty.as_str() {
+        "BOOLEAN" => Value::Bool(row.try_get_unchecked::<bool, _>(i)?),
+        "TINYINT" | "SMALLINT" | "MEDIUMINT" | "INT" | "BIGINT" => {
+            Value::Int(row.try_get_unchecked::<i64, _>(i)?)
+        }
+        "TINYINT UNSIGNED" | "SMALLINT UNSIGNED" | "MEDIUMINT UNSIGNED" | "INT UNSIGNED"
+        | "BIGINT UNSIGNED" => Value::Int(i64::try_from(row.try_get_unchecked::<u64, _>(i)?)?),
+        "BINARY" | "VARBINARY" | "TINYBLOB" | "BLOB" | "MEDIUMBLOB" | "LONGBLOB" | "CHAR"
+        | "VARCHAR" | "TINYTEXT" | "TEXT" | "MEDIUMTEXT" | "LONGTEXT" => {
+            Value::Bytes(row.try_get_unchecked::<Vec<u8>, _>(i)?)
+        }
+        _ => Value::Text(ty),
+    })
 }

@@ -3,6 +3,7 @@
 //! (`conformance_postgres_simple`).
 
 use ruststream::BrokerHandle;
+use ruststream_conformance::session::Session;
 use ruststream_conformance::urls::{
     self, database_of, search_path_of, with_database, with_search_path,
 };
@@ -10,12 +11,14 @@ use ruststream_conformance::{
     Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
 };
 use ruststream_core::Dialect;
+use ruststream_core::Value;
 use ruststream_core::keys::POSTGRES_KEY_HASH_SQL;
 use ruststream_sqlx::SqlxBroker;
-use sqlx::postgres::{PgConnection, PgPoolOptions, Postgres};
-use sqlx::{AssertSqlSafe, Connection};
+use sqlx::postgres::types::Oid;
+use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow, PgTypeInfo, Postgres};
+use sqlx::{AssertSqlSafe, Connection, Row, TypeInfo, ValueRef};
 
-use crate::common::{ACQUIRE, POOL, first_column};
+use crate::common::{ACQUIRE, POOL, Query, SqlxSession, first_column};
 
 /// PostgreSQL on sqlx: the database `<database>_cf_sqlx` beside the URL's (created when
 /// missing), and in it the schema `<table>_<pid>` per scenario, on the search path of every
@@ -233,6 +236,18 @@ impl Harness for SqlxPostgresHarness {
         })
     }
 
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn Session>> {
+        Box::pin(async move {
+            let session = SqlxSession::<Postgres> {
+                conn: connect(db).await?,
+                bind: pg_bind,
+                value: pg_value,
+                affected: |done| done.rows_affected(),
+            };
+            Ok(Box::new(session) as Box<dyn Session>)
+        })
+    }
+
     fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
         Box::pin(async move {
             let mut conn = connect(db).await?;
@@ -308,4 +323,50 @@ impl Harness for SqlxPostgresHarness {
             Ok(())
         })
     }
+}
+
+/// A `NULL` of no declared type: PostgreSQL infers the parameter's type from where it stands.
+struct UntypedNull;
+
+impl sqlx::Type<Postgres> for UntypedNull {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(Oid(0))
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for UntypedNull {
+    fn encode_by_ref(
+        &self,
+        _: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        Ok(sqlx::encode::IsNull::Yes)
+    }
+}
+
+fn pg_bind(query: Query<'_, Postgres>, value: Value) -> Query<'_, Postgres> {
+    match value {
+        Value::Null => query.bind(UntypedNull),
+        Value::Bool(b) => query.bind(b),
+        Value::Int(i) => query.bind(i),
+        Value::Text(t) => query.bind(t),
+        Value::Bytes(b) => query.bind(b),
+    }
+}
+
+/// A column as the core's value: integers, booleans and `bytea` as themselves, any other
+/// type as its text where it reads as text (a time reads as its type's name).
+fn pg_value(row: &PgRow, i: usize) -> HarnessResult<Value> {
+    let raw = row.try_get_raw(i)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let ty = raw.type_info().name().to_owned();
+    Ok(match ty.as_str() {
+        "INT2" => Value::Int(row.try_get::<i16, _>(i)?.into()),
+        "INT4" => Value::Int(row.try_get::<i32, _>(i)?.into()),
+        "INT8" => Value::Int(row.try_get::<i64, _>(i)?),
+        "BOOL" => Value::Bool(row.try_get::<bool, _>(i)?),
+        "BYTEA" => Value::Bytes(row.try_get::<Vec<u8>, _>(i)?),
+        _ => Value::Text(row.try_get::<String, _>(i).unwrap_or(ty)),
+    })
 }

@@ -10,18 +10,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use ruststream::BrokerHandle;
+use ruststream_conformance::session::Session;
 use ruststream_conformance::{
     Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, NoRowLocks, SqliteFiles,
     Support,
 };
-use ruststream_core::Dialect;
+use ruststream_core::{Dialect, Value};
 use ruststream_sqlx::SqlxBroker;
 use sqlx::sqlite::{
-    Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions,
+    Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
 };
-use sqlx::{AssertSqlSafe, Connection};
+use sqlx::{AssertSqlSafe, Connection, Row, TypeInfo, ValueRef};
 
-use crate::common::{ACQUIRE, POOL, first_column};
+use crate::common::{ACQUIRE, POOL, SqlxSession, bind, first_column};
 
 ruststream_conformance::conformance_tests! {
     rows: rows::Rows,
@@ -143,6 +144,18 @@ impl Harness for SqlxSqliteHarness {
         })
     }
 
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn Session>> {
+        Box::pin(async move {
+            let session = SqlxSession::<Sqlite> {
+                conn: connect(db).await?,
+                bind: bind::<Sqlite>,
+                value: sqlite_value,
+                affected: |done| done.rows_affected(),
+            };
+            Ok(Box::new(session) as Box<dyn Session>)
+        })
+    }
+
     fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
         Box::pin(async move {
             let mut conn = connect(db).await?;
@@ -167,4 +180,19 @@ impl Harness for SqlxSqliteHarness {
         SqliteFiles::remove(db);
         Box::pin(async { Ok(()) })
     }
+}
+
+/// A SQLite value by its storage class; a `REAL` as the text of its decimal form.
+fn sqlite_value(row: &SqliteRow, i: usize) -> HarnessResult<Value> {
+    let raw = row.try_get_raw(i)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let ty = raw.type_info().name().to_owned();
+    Ok(match ty.as_str() {
+        "INTEGER" | "BOOLEAN" => Value::Int(row.try_get_unchecked::<i64, _>(i)?),
+        "REAL" => Value::Text(row.try_get_unchecked::<f64, _>(i)?.to_string()),
+        "BLOB" => Value::Bytes(row.try_get_unchecked::<Vec<u8>, _>(i)?),
+        _ => Value::Text(row.try_get_unchecked::<String, _>(i)?),
+    })
 }

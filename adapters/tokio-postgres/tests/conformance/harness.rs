@@ -1,8 +1,10 @@
 //! The harness of the tokio-postgres adapter: PostgreSQL at `RUSTSTREAM_PG_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), a schema of its own per scenario and process.
 
+use crate::session::PgSession;
 use ruststream::BrokerHandle;
 use ruststream::FromContext;
+use ruststream_conformance::session::Session;
 use ruststream_conformance::urls::{self, search_path_of, with_search_path};
 use ruststream_conformance::{
     Capabilities, ClaimFuture, Harness, HarnessFuture, HarnessResult, HeldKey, RowLocks, Support,
@@ -185,6 +187,10 @@ impl Harness for TokioPostgresHarness {
             connect(db).await?.batch_execute(sql).await?;
             Ok(())
         })
+    }
+
+    fn session<'a>(&'a self, db: &'a str) -> HarnessFuture<'a, Box<dyn Session>> {
+        Box::pin(async move { Ok(Box::new(PgSession(connect(db).await?)) as Box<dyn Session>) })
     }
 
     fn query_i64s<'a>(&'a self, db: &'a str, sql: &'a str) -> HarnessFuture<'a, Vec<i64>> {
