@@ -172,7 +172,10 @@ where
 
 /// A bind as MySQL and SQLite take it: a `NULL` as an integer's, which either binds into a
 /// column of any type.
-#[allow(dead_code, reason = "the PostgreSQL targets bind a NULL of no type instead")]
+#[allow(
+    dead_code,
+    reason = "the PostgreSQL targets bind a NULL of no type instead"
+)]
 pub(crate) fn bind<DB>(query: Query<'_, DB>, value: Value) -> Query<'_, DB>
 where
     DB: sqlx::Database,
