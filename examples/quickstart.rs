@@ -35,8 +35,6 @@ use ruststream_rusqlite::rusqlite::Connection;
 use ruststream_rusqlite::{RusqliteBroker, Synchronous};
 use ruststream_sqlx::SqlxBroker;
 use serde::{Deserialize, Serialize};
-use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
-use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection as _};
 
 /// One row of `quickstart_jobs`, held by a lock on its channel's key while it is in work; a job
@@ -284,8 +282,12 @@ pub async fn run(args: Args) -> Result<Summary, BoxError> {
     let worker = (counts.clone(), progress.clone());
     let (elapsed, rows_left) = match &args.database {
         Database::Sqlite(path) => on_sqlite(path, &args, worker).await?,
-        Database::Postgres(url) => on_postgres(url, &args, worker).await?,
-        Database::MySql(url) => on_mysql(url, &args, worker).await?,
+        Database::Postgres(url) => {
+            on_server::<sqlx::Postgres>(url, Dialect::Postgres, &args, worker).await?
+        }
+        Database::MySql(url) => {
+            on_server::<sqlx::MySql>(url, Dialect::MySql, &args, worker).await?
+        }
     };
     progress.finish();
     Ok(Summary {
@@ -343,54 +345,36 @@ async fn on_sqlite(
     Ok((elapsed, rows_left))
 }
 
-/// The run on PostgreSQL: how long the processing took, and the rows left.
-async fn on_postgres(
+/// The run on PostgreSQL or on MySQL/MariaDB (`DB`, in `dialect`): how long the processing
+/// took, and the rows left.
+async fn on_server<DB>(
     url: &str,
+    dialect: Dialect,
     args: &Args,
     worker: (Arc<Counts>, ProgressBar),
-) -> Result<(Duration, i64), BoxError> {
+) -> Result<(Duration, i64), BoxError>
+where
+    DB: ruststream_sqlx::SqlxDatabase,
+    SqlxBroker<DB>: TakesRows<JobRow>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
     // The table, on a connection of its own: a server that does not answer fails here at
     // once, naming the URL.
-    let mut conn = PgConnection::connect(url)
+    let mut conn = DB::Connection::connect(url)
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
-    sqlx::raw_sql(AssertSqlSafe(schema(Dialect::Postgres)))
+    sqlx::raw_sql(AssertSqlSafe(schema(dialect)))
         .execute(&mut conn)
         .await?;
     conn.close().await?;
-    let pool = PgPoolOptions::new()
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
         .max_connections(connections(args))
         .connect(url)
         .await?;
     let elapsed = process(SqlxBroker::new(pool.clone()).handle(), args, worker).await?;
-    let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
-        .fetch_one(&pool)
-        .await?;
-    pool.close().await;
-    Ok((elapsed, rows_left))
-}
-
-/// The run on MySQL or MariaDB: how long the processing took, and the rows left.
-async fn on_mysql(
-    url: &str,
-    args: &Args,
-    worker: (Arc<Counts>, ProgressBar),
-) -> Result<(Duration, i64), BoxError> {
-    // The table, on a connection of its own: a server that does not answer fails here at
-    // once, naming the URL.
-    let mut conn = MySqlConnection::connect(url)
-        .await
-        .map_err(|e| format!("cannot connect to {}: {e}", redact(url)))?;
-    sqlx::raw_sql(AssertSqlSafe(schema(Dialect::MySql)))
-        .execute(&mut conn)
-        .await?;
-    conn.close().await?;
-    let pool = MySqlPoolOptions::new()
-        .max_connections(connections(args))
-        .connect(url)
-        .await?;
-    let elapsed = process(SqlxBroker::new(pool.clone()).handle(), args, worker).await?;
-    let rows_left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quickstart_jobs")
+    let (rows_left,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM quickstart_jobs")
         .fetch_one(&pool)
         .await?;
     pool.close().await;
