@@ -136,6 +136,8 @@ macro_rules! __suite_tables {
             hot_key_long_handler HotKeyLongHandler delete;
             brokers_count_each_take_once BrokersCountEachTakeOnce failing;
             claim_commits_with_the_ack ClaimCommitsWithTheAck delete;
+            service_records_its_metrics ServiceRecordsItsMetrics failing;
+            brokers_add_their_gauges BrokersAddTheirGauges delete;
         ] }
     };
 }

@@ -22,6 +22,7 @@
 //! - Crashes (`crash.rs`): [`panicking_handler_returns_the_row`], [`sigkill_worker`],
 //!   [`killed_connection`], [`killed_while_claimed_ahead`].
 //! - The claim extractor (`claim.rs`): [`claim_commits_with_the_ack`].
+//! - Metrics (`metrics.rs`): [`service_records_its_metrics`], [`brokers_add_their_gauges`].
 //! - The outbox (`outbox.rs`): [`outbox_commits_with_the_transaction`].
 //! - Deduplicated publishes (`dedup.rs`): [`outbox_skips_rows_already_there`].
 //! - Scaling out (`scale.rs`): [`brokers_count_each_take_once`], [`two_brokers_share_keys`],
@@ -42,6 +43,7 @@ mod dedup;
 mod failures;
 mod keys;
 mod lease;
+mod metrics;
 mod outbox;
 mod scale;
 mod settle;
@@ -65,6 +67,7 @@ pub use failures::{
 };
 pub use keys::{custom_lock_answers, key_held_elsewhere, key_one_at_a_time, workers};
 pub use lease::{lease_acks_together, lease_extended_while_in_work, lease_marks_together};
+pub use metrics::{brokers_add_their_gauges, service_records_its_metrics};
 pub use outbox::outbox_commits_with_the_transaction;
 pub use scale::{
     brokers_count_each_take_once, free_keys_flow_past_a_held_key, hot_key_long_handler,

@@ -185,13 +185,46 @@ struct SubMetrics {
     retried: Counter,
     failed: Counter,
     returned: Counter,
-    in_work: Gauge,
-    ahead: Gauge,
-    waiting: Gauge,
+    in_work: Level,
+    ahead: Level,
+    waiting: Level,
     claim: Histogram,
     pickup: Histogram,
     handler: Histogram,
     settle: Histogram,
+}
+
+/// This broker's share of a gauge that every broker of the process with the same table and
+/// subscription adds to: it moves the gauge by its own changes, and takes its share back when
+/// the broker ends, so that two brokers do not overwrite each other's counts.
+struct Level {
+    gauge: Gauge,
+    share: f64,
+}
+
+impl Level {
+    /// The share of `gauge`, at 0; the series exists from the start.
+    fn new(gauge: Gauge) -> Self {
+        gauge.increment(0.0);
+        Self { gauge, share: 0.0 }
+    }
+
+    /// Sets this broker's share to `value`.
+    fn set(&mut self, value: f64) {
+        let change = value - self.share;
+        if change > 0.0 {
+            self.gauge.increment(change);
+        } else if change < 0.0 {
+            self.gauge.decrement(-change);
+        }
+        self.share = value;
+    }
+}
+
+impl Drop for Level {
+    fn drop(&mut self) {
+        self.set(0.0);
+    }
 }
 
 impl SubMetrics {
@@ -212,9 +245,21 @@ impl SubMetrics {
             retried: metrics::counter!(RETRIED, TABLE => table, SUBSCRIPTION => subscription),
             failed: metrics::counter!(FAILED, TABLE => table, SUBSCRIPTION => subscription),
             returned: metrics::counter!(RETURNED, TABLE => table, SUBSCRIPTION => subscription),
-            in_work: metrics::gauge!(IN_WORK, TABLE => table, SUBSCRIPTION => subscription),
-            ahead: metrics::gauge!(CLAIMED_AHEAD, TABLE => table, SUBSCRIPTION => subscription),
-            waiting: metrics::gauge!(WAITING, TABLE => table, SUBSCRIPTION => subscription),
+            in_work: Level::new(metrics::gauge!(
+                IN_WORK,
+                TABLE => table,
+                SUBSCRIPTION => subscription
+            )),
+            ahead: Level::new(metrics::gauge!(
+                CLAIMED_AHEAD,
+                TABLE => table,
+                SUBSCRIPTION => subscription
+            )),
+            waiting: Level::new(metrics::gauge!(
+                WAITING,
+                TABLE => table,
+                SUBSCRIPTION => subscription
+            )),
             claim: metrics::histogram!(
                 CLAIM_DURATION,
                 TABLE => table,
@@ -244,9 +289,6 @@ impl SubMetrics {
         ] {
             counter.increment(0);
         }
-        m.in_work.set(0.0);
-        m.ahead.set(0.0);
-        m.waiting.set(0.0);
         m
     }
 }
@@ -478,8 +520,8 @@ impl DriverMetrics {
     }
 
     /// The gauges, as the core counts them now.
-    pub(crate) fn gauges<R>(&self, core: &Broker<R>) {
-        for (i, m) in self.subs.iter().enumerate() {
+    pub(crate) fn gauges<R>(&mut self, core: &Broker<R>) {
+        for (i, m) in self.subs.iter_mut().enumerate() {
             m.in_work.set(core.in_work(SubId(i)) as f64);
             m.ahead.set(core.claimed_ahead(SubId(i)) as f64);
             m.waiting.set(core.waiting(SubId(i)) as f64);
