@@ -236,6 +236,12 @@ where
     };
     service.run_until(stop).await.expect("the service runs");
     drop(broker);
+    assert_totals(cx, &recorded);
+}
+
+/// What [`service_records_its_metrics`] recorded once every row is settled.
+fn assert_totals<H: Harness>(cx: &Cx<'_, H>, recorded: &Table) {
+    let sub = [("subscription", recorded.name)];
     // Job 0, then three of each act: a row retried once is handed twice, and so is a row
     // retried at every attempt, whose second retry fails it.
     let handed = 1 + 3 + 2 * 3 + 3 + 2 * 3;

@@ -72,8 +72,13 @@ async fn one_video_per_channel_and_retries(test: &str, service: fn(&str) -> Rust
         })
         .await
         .expect("the service runs");
+    assert_one_per_channel_then_retried();
+    db.remove();
+}
 
-    // One video per channel in work at a time, by the events in the order they happened.
+/// One video per channel in work at a time, by the recorded events in the order they happened,
+/// and each video encoded at its second attempt after a failed first.
+fn assert_one_per_channel_then_retried() {
     let mut in_work: BTreeMap<String, usize> = BTreeMap::new();
     let mut most: BTreeMap<String, usize> = BTreeMap::new();
     let mut attempts: BTreeMap<String, Vec<(i64, bool)>> = BTreeMap::new();
@@ -115,7 +120,6 @@ async fn one_video_per_channel_and_retries(test: &str, service: fn(&str) -> Rust
             "video {title}: the first attempt fails and is retried, the second encodes"
         );
     }
-    db.remove();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
