@@ -275,6 +275,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@forms [$harness] claim_commits_with_the_ack: lease Lease, advisory Advisory, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] service_records_its_metrics: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@forms [$harness] brokers_add_their_gauges: lease Lease, advisory Advisory, row_lock RowLock);
+        $crate::conformance_tests!(@forms [$harness] missing_table_fails_the_start: lease Lease, advisory Advisory, custom Custom, row_lock RowLock);
         $crate::conformance_tests!(@one [$harness] custom_lock_answers);
         $crate::conformance_tests!(@one [$harness] lease_extended_while_in_work);
         $crate::conformance_tests!(@one [$harness] lease_acks_together);

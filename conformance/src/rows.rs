@@ -138,6 +138,7 @@ macro_rules! __suite_tables {
             claim_commits_with_the_ack ClaimCommitsWithTheAck delete;
             service_records_its_metrics ServiceRecordsItsMetrics failing;
             brokers_add_their_gauges BrokersAddTheirGauges delete;
+            missing_table_fails_the_start MissingTableFailsTheStart delete;
         ] }
     };
 }

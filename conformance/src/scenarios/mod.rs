@@ -22,6 +22,7 @@
 //! - Crashes (`crash.rs`): [`panicking_handler_returns_the_row`], [`sigkill_worker`],
 //!   [`killed_connection`], [`killed_while_claimed_ahead`].
 //! - The claim extractor (`claim.rs`): [`claim_commits_with_the_ack`].
+//! - What a start refuses (`start.rs`): [`missing_table_fails_the_start`].
 //! - Metrics (`metrics.rs`): [`service_records_its_metrics`], [`brokers_add_their_gauges`].
 //! - The outbox (`outbox.rs`): [`outbox_commits_with_the_transaction`].
 //! - Deduplicated publishes (`dedup.rs`): [`outbox_skips_rows_already_there`].
@@ -48,6 +49,7 @@ mod outbox;
 mod scale;
 mod settle;
 mod shutdown;
+mod start;
 mod statements_count;
 mod statements_keys;
 mod statements_lease;
@@ -78,6 +80,7 @@ pub use shutdown::{
     lease_kept_past_shutdown, publish_all_writes_every_row, publisher_closed_after_shutdown,
     shutdown_counts_locks_released, shutdown_releases_locks,
 };
+pub use start::missing_table_fails_the_start;
 pub use statements_count::statements_row_lock_counts_the_attempt_before_it_locks;
 pub use statements_keys::{
     statements_advisory_form, statements_advisory_take_reads_only_claimable_rows,

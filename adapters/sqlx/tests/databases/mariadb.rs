@@ -2,12 +2,10 @@
 
 use std::time::Duration;
 
-use ruststream::StartError;
-use ruststream::core::CheckError;
 use ruststream::core::keys::mysql_lock_name;
 use ruststream_sqlx::prelude::*;
 use ruststream_sqlx::sqlx;
-use sqlx::{AssertSqlSafe, Connection};
+use sqlx::Connection;
 
 use crate::common::*;
 use crate::forms;
@@ -33,10 +31,6 @@ mod shutdown {
 mod killed {
     crate::tables!("my_kill");
 }
-mod missing {
-    crate::tables!("my_missing");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_lock_service_end_to_end() {
     let db = My::new("my_rl").await;
@@ -285,44 +279,3 @@ async fn connection_killed_mid_delivery_returns_the_row() {
     db.drop().await;
 }
 
-/// A table that does not exist fails its check at the start; MariaDB is told from MySQL.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_table_fails_the_check() {
-    use missing::Keyed;
-    let db = My::new("my_missing").await;
-    let version: String = {
-        let mut conn = MySqlConnection::connect_with(&db.options)
-            .await
-            .expect("connect");
-        let v = sqlx::query_scalar(AssertSqlSafe("SELECT VERSION()"))
-            .fetch_one(&mut conn)
-            .await
-            .expect("version");
-        conn.close().await.ok();
-        v
-    };
-    assert!(
-        version.contains("MariaDB"),
-        "the test server is MariaDB: {version}"
-    );
-    let (seen, gate) = (Seen::default(), Gate::open());
-    let started = db
-        .broker()
-        .start([subscription::<Keyed, MySql>(
-            Record::new(&seen, &gate),
-            1,
-            None,
-        )])
-        .await;
-    match started {
-        Err(SqlxBrokerError::Start(StartError::Check(CheckError::MissingTable { table }))) => {
-            assert_eq!(table, "my_missing_keyed");
-        }
-        Err(other) => panic!("expected a missing table, got: {other}"),
-        Ok(running) => {
-            running.shutdown().await;
-            panic!("a missing table passed its check");
-        }
-    }
-    db.drop().await;
-}

@@ -40,10 +40,6 @@ mod own_pool {
 mod killed {
     crate::tables!("pg_kill");
 }
-mod missing {
-    crate::tables!("pg_missing");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_lock_service_end_to_end() {
     let db = Pg::new("pg_rl").await;
@@ -391,33 +387,6 @@ async fn connection_killed_mid_delivery_returns_the_row() {
         db.sessions("").await == 0
     })
     .await;
-    db.drop().await;
-}
-
-/// A table that does not exist fails its check at the start.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_table_fails_the_check() {
-    use missing::Leased;
-    let db = Pg::new("pg_missing").await;
-    let (seen, gate) = (Seen::default(), Gate::open());
-    let started = db
-        .broker()
-        .start([subscription::<Leased, Postgres>(
-            Record::new(&seen, &gate),
-            1,
-            Some(Duration::from_secs(5)),
-        )])
-        .await;
-    match started {
-        Err(SqlxBrokerError::Start(StartError::Check(CheckError::MissingTable { table }))) => {
-            assert_eq!(table, "pg_missing_lease");
-        }
-        Err(other) => panic!("expected a missing table, got: {other}"),
-        Ok(running) => {
-            running.shutdown().await;
-            panic!("a missing table passed its check");
-        }
-    }
     db.drop().await;
 }
 
