@@ -278,4 +278,3 @@ async fn connection_killed_mid_delivery_returns_the_row() {
     .await;
     db.drop().await;
 }
-

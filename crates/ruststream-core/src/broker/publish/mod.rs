@@ -7,24 +7,16 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::dialect::{Arg, Dialect, FailedRows, Statement, Statements};
 use crate::spec::{DescError, TableDesc};
 use crate::stats::{FailedRow, Stats};
-use crate::types::{
-    Action, ConnId, Event, PublishId, Published, PublisherId, ReadTable, Reply, TableRead,
-};
+use crate::types::{Action, Event, PublishId, Published, PublisherId, ReadTable, Reply, TableRead};
 use crate::value::{DbError, Time, Value};
 
 use super::options::{BrokerError, FailedRowsOf, NOTIFY_EVERY, PUBLISH_BATCH, Publish};
 use super::{Broker, State, Step, Sweep};
 
-/// Where a publish is.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum PublishStage {
-    Acquire,
-    Begin,
-    Insert,
-    Commit,
-    Release,
-    Close,
-}
+mod flow;
+
+use flow::{Ended, Next, PublishRun, Purpose};
+pub(super) use flow::{PublishFlow, PublishStage};
 
 /// Whether an insert notifies the table's listeners (PostgreSQL) itself, or leaves it to a
 /// notification that follows.
@@ -34,17 +26,6 @@ enum Notice {
     Deferred,
 }
 
-/// How a publish's inserts run.
-#[derive(Clone, Copy, Debug, Default)]
-struct PublishRun {
-    /// In one transaction.
-    in_tx: bool,
-    /// Without notifying: a notification follows them.
-    quiet: bool,
-    /// The broker's own notification: no [`Event::Published`].
-    internal: bool,
-}
-
 /// What a change of failed rows does to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum FailedChange {
@@ -52,33 +33,6 @@ pub(super) enum FailedChange {
     Redrive,
     /// Deleted.
     Delete,
-}
-
-#[derive(Debug)]
-pub(super) struct PublishFlow {
-    publisher: PublisherId,
-    conn: ConnId,
-    /// The inserts still to run, in order.
-    inserts: VecDeque<(Statement, Vec<Value>)>,
-    /// The inserts run in one transaction: a batch of more than one statement.
-    in_tx: bool,
-    /// Its inserts do not notify: a notification follows them ([`NOTIFY_EVERY`]).
-    quiet: bool,
-    /// The broker's own notification after quiet inserts: no [`Event::Published`].
-    internal: bool,
-    /// A change of failed rows: [`Event::Changed`] with the rows affected.
-    change: bool,
-    affected: u64,
-    /// The rows each insert wrote, in order; where the table deduplicates its publishes, one
-    /// insert per row.
-    written: Vec<u64>,
-    /// The table deduplicates its publishes.
-    deduplicates: bool,
-    /// A read of the table's state: [`Event::Read`] with what its rows say.
-    read: Option<ReadTable>,
-    /// The values of the rows a read returned.
-    read_rows: Vec<Vec<Value>>,
-    result: Option<Result<(), DbError>>,
 }
 
 /// A table publishes write into, with its statements.
@@ -344,15 +298,13 @@ impl<R> Broker<R> {
         };
         let inserts = p.inserts(dialect, binds, notice);
         let in_tx = inserts.len() > 1;
-        Ok(self.run_publish(
-            publisher,
-            inserts,
-            PublishRun {
-                in_tx,
-                quiet,
-                internal: false,
-            },
-        ))
+        let run = PublishRun {
+            in_tx,
+            quiet,
+            internal: false,
+        };
+        let written = Vec::new();
+        Ok(self.run_publish(publisher, inserts, run, Purpose::Publish { written }))
     }
 
     /// Starts a redrive or a deletion (`change`) of the failed rows `which` selects in
@@ -402,10 +354,8 @@ impl<R> Broker<R> {
         if let Some(notify) = p.notify.clone().filter(|_| change == FailedChange::Redrive) {
             steps.push_back((notify, Vec::new()));
         }
-        let id = self.run_publish(publisher, steps, PublishRun::default());
-        if let Some(flow) = self.publishes.get_mut(&id) {
-            flow.change = true;
-        }
+        let change = Purpose::Change { affected: 0 };
+        let id = self.run_publish(publisher, steps, PublishRun::default(), change);
         self.drive();
         Ok(id)
     }
@@ -445,14 +395,14 @@ impl<R> Broker<R> {
             (Arg::Id, ReadTable::FailedRow(id)) => id.clone(),
             _ => Value::Int(now.micros()),
         });
+        let steps = VecDeque::from([(statement, binds)]);
+        let rows = Vec::new();
         let id = self.run_publish(
             publisher,
-            VecDeque::from([(statement, binds)]),
+            steps,
             PublishRun::default(),
+            Purpose::Read { read, rows },
         );
-        if let Some(flow) = self.publishes.get_mut(&id) {
-            flow.read = Some(read);
-        }
         self.drive();
         Ok(id)
     }
@@ -462,117 +412,55 @@ impl<R> Broker<R> {
         publisher: PublisherId,
         inserts: VecDeque<(Statement, Vec<Value>)>,
         run: PublishRun,
+        purpose: Purpose,
     ) -> PublishId {
-        let PublishRun {
-            in_tx,
-            quiet,
-            internal,
-        } = run;
         let id = PublishId(self.next_publish);
         self.next_publish += 1;
         let conn = self.new_conn();
-        self.publishes.insert(
-            id,
-            PublishFlow {
-                publisher,
-                conn,
-                inserts,
-                in_tx,
-                quiet,
-                internal,
-                change: false,
-                affected: 0,
-                written: Vec::new(),
-                deduplicates: self.publishers[publisher.0].deduplicates(),
-                read: None,
-                read_rows: Vec::new(),
-                result: None,
+        let flow = PublishFlow::new(publisher, conn, inserts, run, purpose);
+        self.publishes.insert(id, flow);
+        self.send(
+            conn,
+            Action::Acquire,
+            Step::Publish {
+                publish: id,
+                stage: PublishStage::Acquire,
             },
         );
-        self.publish_step(id, conn, Action::Acquire, PublishStage::Acquire);
         id
     }
 
-    fn publish_step(
-        &mut self,
-        publish: PublishId,
-        conn: ConnId,
-        action: Action,
-        stage: PublishStage,
-    ) {
-        self.send(conn, action, Step::Publish { publish, stage });
-    }
-
+    /// The reply to a publish's command: the flow decides, the broker carries it out.
     pub(super) fn on_publish(&mut self, publish: PublishId, stage: PublishStage, reply: Reply<R>) {
         let Some(flow) = self.publishes.get_mut(&publish) else {
             return;
         };
         let conn = flow.conn;
-        if let Reply::Failed(error) = reply {
-            if flow.result.is_none() {
-                flow.result = Some(Err(error));
+        match flow.on_reply(stage, reply, &self.publishers[flow.publisher.0]) {
+            Next::Send(action, stage) => self.send(conn, action, Step::Publish { publish, stage }),
+            Next::Forget => {
+                self.conns.forget(conn);
+                self.end_publish(publish);
             }
-            match stage {
-                PublishStage::Acquire => {
-                    self.conns.forget(conn);
-                    self.end_publish(publish);
-                }
-                PublishStage::Begin | PublishStage::Insert | PublishStage::Commit => {
-                    // Closing the session ends a transaction left open: nothing is written.
-                    self.publish_step(publish, conn, Action::Close, PublishStage::Close);
-                }
-                PublishStage::Release | PublishStage::Close => self.end_publish(publish),
-            }
-            return;
-        }
-        match (stage, reply) {
-            (PublishStage::Insert, Reply::Affected(n)) => {
-                flow.affected += n;
-                flow.written.push(n);
-            }
-            (PublishStage::Insert, Reply::Rows(rows)) if flow.read.is_some() => {
-                flow.read_rows
-                    .extend(rows.into_iter().map(|row| row.values));
-            }
-            _ => {}
-        }
-        let p = &self.publishers[flow.publisher.0];
-        let next = match stage {
-            PublishStage::Acquire if flow.in_tx => {
-                Some((p.begin.clone(), Vec::new(), PublishStage::Begin))
-            }
-            PublishStage::Acquire | PublishStage::Begin | PublishStage::Insert => {
-                match flow.inserts.pop_front() {
-                    Some((statement, binds)) => Some((statement, binds, PublishStage::Insert)),
-                    None if flow.in_tx => {
-                        Some((p.commit.clone(), Vec::new(), PublishStage::Commit))
-                    }
-                    None => None,
-                }
-            }
-            PublishStage::Commit => None,
-            PublishStage::Release | PublishStage::Close => return self.end_publish(publish),
-        };
-        match next {
-            Some((statement, binds, stage)) => {
-                let action = Action::Execute { statement, binds };
-                self.publish_step(publish, conn, action, stage);
-            }
-            None => {
-                flow.result = Some(Ok(()));
-                self.publish_step(publish, conn, Action::Release, PublishStage::Release);
-            }
+            Next::End => self.end_publish(publish),
         }
     }
 
+    /// A publish ended: the notification its quiet inserts owe, and its report.
     fn end_publish(&mut self, publish: PublishId) {
         let Some(flow) = self.publishes.remove(&publish) else {
             return;
         };
-        let result = flow.result.unwrap_or(Ok(()));
-        if flow.quiet && result.is_ok() {
+        let Ended {
+            publisher,
+            owes_notice,
+            internal,
+            purpose,
+            result,
+        } = flow.end();
+        if owes_notice {
             let now = self.now;
-            let p = &mut self.publishers[flow.publisher.0];
+            let p = &mut self.publishers[publisher.0];
             let due = p.notified_at.map_or(now, |t| t.plus(NOTIFY_EVERY)).max(now);
             if p.notify_due.is_none_or(|t| t > due) {
                 p.notify_due = Some(due);
@@ -581,35 +469,50 @@ impl<R> Broker<R> {
                 self.notify_owed(Sweep::All);
             }
         }
-        if let Some(read) = flow.read {
-            let table = self.publishers[flow.publisher.0].desc.table;
-            let now = self.now;
-            let result = result.and_then(|()| match read {
-                ReadTable::Stats => {
-                    let row = flow.read_rows.first().map_or(&[][..], |r| &r[..]);
-                    Stats::from_values(table, row, now)
-                        .map(|stats| TableRead::Stats(self.with_waiting(stats)))
-                        .map_err(|message| DbError::new(crate::ErrorKind::Other, message))
+        let event = match purpose {
+            Purpose::Read { read, rows } => {
+                let table = self.publishers[publisher.0].desc.table;
+                let result = result.and_then(|()| self.table_read(table, read, rows));
+                Event::Read { publish, result }
+            }
+            Purpose::Change { affected } => Event::Changed {
+                publish,
+                result: result.map(|()| affected),
+            },
+            Purpose::Publish { .. } if internal => return,
+            Purpose::Publish { written } => {
+                let deduplicates = self.publishers[publisher.0].deduplicates();
+                let skipped = if deduplicates {
+                    skipped(&written)
+                } else {
+                    Vec::new()
+                };
+                Event::Published {
+                    publish,
+                    result: result.map(|()| Published { skipped }),
                 }
-                ReadTable::Failed { .. } | ReadTable::FailedRow(_) => Ok(TableRead::Failed(
-                    flow.read_rows
-                        .into_iter()
-                        .map(FailedRow::from_values)
-                        .collect(),
-                )),
-            });
-            self.events.push_back(Event::Read { publish, result });
-        } else if flow.change {
-            let result = result.map(|()| flow.affected);
-            self.events.push_back(Event::Changed { publish, result });
-        } else if !flow.internal {
-            let skipped = if flow.deduplicates {
-                skipped(&flow.written)
-            } else {
-                Vec::new()
-            };
-            let result = result.map(|()| Published { skipped });
-            self.events.push_back(Event::Published { publish, result });
+            }
+        };
+        self.events.push_back(event);
+    }
+
+    /// What a read of `table`'s state says, from the rows it returned.
+    fn table_read(
+        &mut self,
+        table: &'static str,
+        read: ReadTable,
+        rows: Vec<Vec<Value>>,
+    ) -> Result<TableRead, DbError> {
+        match read {
+            ReadTable::Stats => {
+                let row = rows.first().map_or(&[][..], |r| &r[..]);
+                Stats::from_values(table, row, self.now)
+                    .map(|stats| TableRead::Stats(self.with_waiting(stats)))
+                    .map_err(|message| DbError::new(crate::ErrorKind::Other, message))
+            }
+            ReadTable::Failed { .. } | ReadTable::FailedRow(_) => Ok(TableRead::Failed(
+                rows.into_iter().map(FailedRow::from_values).collect(),
+            )),
         }
     }
 
@@ -628,14 +531,12 @@ impl<R> Broker<R> {
             p.notify_due = None;
             p.notified_at = Some(now);
             let inserts = VecDeque::from([(statement, Vec::new())]);
-            self.run_publish(
-                PublisherId(i),
-                inserts,
-                PublishRun {
-                    internal: true,
-                    ..PublishRun::default()
-                },
-            );
+            let run = PublishRun {
+                internal: true,
+                ..PublishRun::default()
+            };
+            let written = Vec::new();
+            self.run_publish(PublisherId(i), inserts, run, Purpose::Publish { written });
         }
     }
 }
