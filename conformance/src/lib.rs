@@ -94,6 +94,7 @@ mod harness;
 pub mod rows;
 pub mod scenarios;
 pub mod schema;
+pub mod servers;
 pub mod session;
 mod support;
 pub mod urls;

@@ -16,17 +16,13 @@
 
 #[path = "databases/common.rs"]
 mod common;
-#[path = "../../tokio-postgres/tests/support/tls_server.rs"]
-mod tls_server;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use ruststream_conformance::servers::bouncer::{Bouncer, Pooling};
+use ruststream_conformance::servers::postgres::TlsServer;
 use ruststream_sqlx::prelude::*;
 use ruststream_sqlx::{SqlxOutbox, sqlx};
 use sqlx::postgres::{PgPoolOptions, PgRow};
@@ -46,7 +42,7 @@ use rows::{Keyed, RowLock};
 async fn fresh_pg(test: &str) -> Pg {
     static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let url = SERVER.get_or_init(|| {
-        let server = tls_server::TlsServer::plain("pooler-sqlx");
+        let server = TlsServer::plain("pooler-sqlx");
         let url = server.url("");
         server.stop_at_exit();
         url
@@ -63,136 +59,14 @@ async fn fresh_pg(test: &str) -> Pg {
     db
 }
 
-/// A PgBouncer process of the test's own, killed when dropped.
-struct Bouncer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    /// The application name its clients give: the test's schema.
-    name: String,
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pgbouncer() -> PathBuf {
-    ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .expect(
-            "pgbouncer is not installed: install Debian's pgbouncer package (scripts/test does)",
-        )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// Starts PgBouncer in `mode` (`transaction` or `session`) in front of the test's server, every
-/// server session on the test's schema.
-fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
-    let target: PgConnectOptions = pg_url().parse().expect("the test URL parses");
-    let host = target.get_host().to_owned();
-    let port = target.get_port();
-    let dbname = target.get_database().unwrap_or("test").to_owned();
-    let user = target.get_username().to_owned();
-    let listen = free_port();
-    static STARTED: AtomicUsize = AtomicUsize::new(0);
-    let n = STARTED.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!(
-        "rs-sqlx-pgbouncer-{mode}-{}-{n}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("the pgbouncer directory");
-    let ini = format!(
-        "[databases]\n\
-         bounced = host={host} port={port} dbname={dbname} user={user} connect_query='SET search_path = {schema}'\n\
-         [pgbouncer]\n\
-         listen_addr = 127.0.0.1\n\
-         listen_port = {listen}\n\
-         unix_socket_dir =\n\
-         auth_type = trust\n\
-         auth_file = {auth}\n\
-         pool_mode = {mode}\n\
-         default_pool_size = 8\n\
-         ignore_startup_parameters = extra_float_digits\n\
-         logfile = {log}\n",
-        auth = dir.join("users.txt").display(),
-        log = dir.join("pgbouncer.log").display(),
-    );
-    std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
-    std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"\"\n")).expect("users.txt");
-    // PgBouncer does not run as root: as root, it switches to the `postgres` user itself, so
-    // the child is PgBouncer's own process and its kill ends it.
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    let mut command = Command::new(pgbouncer());
-    if root {
-        let _ = Command::new("chmod")
-            .args(["-R", "a+rwX"])
-            .arg(&dir)
-            .status();
-        command.args(["-u", "postgres"]);
-    }
-    let child = command
-        .arg(dir.join("pgbouncer.ini"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("pgbouncer starts");
-    let since = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
-        assert!(
-            since.elapsed() < Duration::from_secs(10),
-            "pgbouncer did not listen on {listen} within 10 s (log in {})",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Bouncer {
-        child,
-        port: listen,
-        dir,
-        name: schema.to_owned(),
-    }
-}
-
-impl Bouncer {
-    /// The URL of the pooler. PgBouncer sets the client's application name on each server
-    /// session it lends it, so the sessions and locks the test counts are its own clients'.
-    fn url(&self) -> String {
-        let user = pg_url()
-            .parse::<PgConnectOptions>()
-            .map(|o| o.get_username().to_owned())
-            .unwrap_or_else(|_| "postgres".to_owned());
-        format!(
-            "postgres://{user}@127.0.0.1:{}/bounced?application_name={}",
-            self.port, self.name
-        )
-    }
-
-    /// A broker through the pooler, with a pool of four connections.
-    fn broker(&self) -> SqlxBroker<Postgres> {
-        SqlxBroker::from_url(
-            self.url(),
-            PgPoolOptions::new()
-                .max_connections(4)
-                .acquire_timeout(Duration::from_secs(10)),
-        )
-    }
+/// A broker through `bouncer`, with a pool of four connections.
+fn broker_through(bouncer: &Bouncer) -> SqlxBroker<Postgres> {
+    SqlxBroker::from_url(
+        bouncer.url(),
+        PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10)),
+    )
 }
 
 /// The test's tables: those of `tables!("pooler")`, the lease form's `exports` with a text
@@ -322,10 +196,9 @@ async fn the_lease_form_and_publishing_work_through_transaction_pooling() {
     const OUTBOX: u32 = 5;
     let db = fresh_pg("pooler_lease").await;
     schema(&db).await;
-    let bouncer = start_bouncer("transaction", &db.schema);
+    let bouncer = Bouncer::start(Pooling::Transaction, &pg_url(), &db.schema);
     let seen = Seen::default();
-    let broker = bouncer
-        .broker()
+    let broker = broker_through(&bouncer)
         .simple_query(true)
         .listen_on(db.options.clone());
     assert!(broker.is_simple_query());
@@ -397,10 +270,9 @@ async fn the_row_lock_form_without_attempts_works_through_transaction_pooling() 
     const N: u32 = 12;
     let db = fresh_pg("pooler_plain").await;
     schema(&db).await;
-    let bouncer = start_bouncer("transaction", &db.schema);
+    let bouncer = Bouncer::start(Pooling::Transaction, &pg_url(), &db.schema);
     let seen = Seen::default();
-    let running = bouncer
-        .broker()
+    let running = broker_through(&bouncer)
         .simple_query(true)
         .without_listener()
         .start([subscription::<Plain, Postgres>(
@@ -437,10 +309,9 @@ async fn the_row_lock_form_without_attempts_works_through_transaction_pooling() 
 async fn the_forms_that_hold_session_locks_refuse_transaction_pooling() {
     let db = fresh_pg("pooler_locks").await;
     schema(&db).await;
-    let bouncer = start_bouncer("transaction", &db.schema);
+    let bouncer = Bouncer::start(Pooling::Transaction, &pg_url(), &db.schema);
     let broker = || {
-        bouncer
-            .broker()
+        broker_through(&bouncer)
             .simple_query(true)
             .listen_on(db.options.clone())
     };
@@ -486,7 +357,7 @@ async fn the_forms_that_hold_session_locks_refuse_transaction_pooling() {
 async fn without_simple_query_the_start_fails_at_once_naming_the_pooler() {
     let db = fresh_pg("pooler_prepared").await;
     schema(&db).await;
-    let bouncer = start_bouncer("transaction", &db.schema);
+    let bouncer = Bouncer::start(Pooling::Transaction, &pg_url(), &db.schema);
     let lease = || {
         subscription::<Export, Postgres>(
             Record::new(&Seen::default(), &Gate::open()),
@@ -502,7 +373,7 @@ async fn without_simple_query_the_start_fails_at_once_naming_the_pooler() {
     };
     for (broker, what) in [
         (
-            bouncer.broker().listen_on(db.options.clone()),
+            broker_through(&bouncer).listen_on(db.options.clone()),
             "sqlx's prepared statements",
         ),
         (
@@ -532,7 +403,10 @@ async fn without_simple_query_the_start_fails_at_once_naming_the_pooler() {
     // The listener through the pooler too, even under the simple query protocol: the start's
     // notification comes back on the pool's connection, handed the listening session's server
     // session, and the start says so.
-    for broker in [bouncer.broker(), bouncer.broker().simple_query(true)] {
+    for broker in [
+        broker_through(&bouncer),
+        broker_through(&bouncer).simple_query(true),
+    ] {
         let since = Instant::now();
         let error = refused(broker, lease(), "a listener through the pooler").await;
         eprintln!("a listener through the pooler: {error}");

@@ -1,6 +1,5 @@
-//! TLS on a real PostgreSQL: a throwaway server of the test's own (the helper of the
-//! tokio-postgres adapter's TLS test, adapters/tokio-postgres/tests/support/tls_server.rs;
-//! never the shared server) that takes TLS sessions only, its certificate signed by a CA made
+//! TLS on a real PostgreSQL: a throwaway server of the test's own (the conformance suite's
+//! `servers::postgres`; never the shared server) that takes TLS sessions only, its certificate signed by a CA made
 //! for the test. The features `postgres` and `tls-rustls` (this target's required features):
 //!
 //! - a URL with `sslmode=disable` does not start, and its error names the server's refusal;
@@ -14,17 +13,15 @@
 
 #[path = "../../tokio-postgres/tests/support/tls_jobs.rs"]
 mod tls_jobs;
-#[path = "../../tokio-postgres/tests/support/tls_server.rs"]
-mod tls_server;
 
 use std::time::{Duration, Instant};
 
+use ruststream_conformance::servers::postgres::TlsServer;
 use ruststream_sqlx::prelude::*;
 use ruststream_sqlx::sqlx;
 use sqlx::Connection;
 use sqlx::postgres::PgPoolOptions;
 use tls_jobs::{Job, Seen};
-use tls_server::TlsServer;
 
 /// Rows the test publishes.
 const JOBS: u32 = 5;

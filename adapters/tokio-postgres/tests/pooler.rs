@@ -6,15 +6,12 @@
 //! PgBouncer's transaction pooling serves.
 
 mod common;
-#[path = "support/tls_server.rs"]
-mod tls_server;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use ruststream_conformance::servers::bouncer::{Bouncer, Pooling};
+use ruststream_conformance::servers::postgres::TlsServer;
 use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
 use ruststream_tokio_postgres::prelude::*;
 use ruststream_tokio_postgres::tokio_postgres;
@@ -25,7 +22,7 @@ use ruststream_tokio_postgres::tokio_postgres;
 async fn fresh_db(test: &str) -> Db {
     static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let url = SERVER.get_or_init(|| {
-        let server = tls_server::TlsServer::plain("pooler-tp");
+        let server = TlsServer::plain("pooler-tp");
         let url = server.url("");
         server.stop_at_exit();
         url
@@ -40,129 +37,6 @@ async fn fresh_db(test: &str) -> Db {
         "the test's schema is on the fresh server"
     );
     db
-}
-
-/// A PgBouncer process of the test's own, killed when dropped.
-struct Bouncer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    /// The application name its clients give: the test's schema.
-    name: String,
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pgbouncer() -> PathBuf {
-    ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .expect(
-            "pgbouncer is not installed: install Debian's pgbouncer package (scripts/test does)",
-        )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// Starts PgBouncer in `mode` (`transaction` or `session`) in front of the test's server, every
-/// server session on the test's schema.
-fn start_bouncer(mode: &str, schema: &str) -> Bouncer {
-    let target: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
-    let host = match target.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-        _ => "127.0.0.1".to_owned(),
-    };
-    let port = target.get_ports().first().copied().unwrap_or(5432);
-    let dbname = target.get_dbname().unwrap_or("test");
-    let user = target.get_user().unwrap_or("postgres");
-    let listen = free_port();
-    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("rs-pgbouncer-{mode}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("the pgbouncer directory");
-    let ini = format!(
-        "[databases]\n\
-         bounced = host={host} port={port} dbname={dbname} user={user} connect_query='SET search_path = {schema}'\n\
-         [pgbouncer]\n\
-         listen_addr = 127.0.0.1\n\
-         listen_port = {listen}\n\
-         unix_socket_dir =\n\
-         auth_type = trust\n\
-         auth_file = {auth}\n\
-         pool_mode = {mode}\n\
-         default_pool_size = 8\n\
-         ignore_startup_parameters = extra_float_digits\n\
-         logfile = {log}\n",
-        auth = dir.join("users.txt").display(),
-        log = dir.join("pgbouncer.log").display(),
-    );
-    std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
-    std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"\"\n")).expect("users.txt");
-    // PgBouncer does not run as root: as root, it switches to the `postgres` user itself, so
-    // the child is PgBouncer's own process and its kill ends it.
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    let mut command = Command::new(pgbouncer());
-    if root {
-        let _ = Command::new("chmod")
-            .args(["-R", "a+rwX"])
-            .arg(&dir)
-            .status();
-        command.args(["-u", "postgres"]);
-    }
-    let child = command
-        .arg(dir.join("pgbouncer.ini"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("pgbouncer starts");
-    let since = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
-        assert!(
-            since.elapsed() < Duration::from_secs(10),
-            "pgbouncer did not listen on {listen} within 10 s (log in {})",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Bouncer {
-        child,
-        port: listen,
-        dir,
-        name: schema.to_owned(),
-    }
-}
-
-impl Bouncer {
-    fn url(&self) -> String {
-        let user = base_url()
-            .parse::<tokio_postgres::Config>()
-            .ok()
-            .and_then(|c| c.get_user().map(str::to_owned))
-            .unwrap_or_else(|| "postgres".to_owned());
-        // PgBouncer sets the client's application name on each server session it lends it,
-        // so the locks the test counts are its own clients'.
-        format!(
-            "postgres://{user}@127.0.0.1:{}/bounced?application_name={}",
-            self.port, self.name
-        )
-    }
 }
 
 /// Advisory locks held by server sessions PgBouncer lent the test's clients, which carry the
@@ -208,7 +82,7 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
 
     // Transaction pooling: the start fails, naming it, and leaves no lock behind. The
     // listening session connects directly, so the session check is what refuses.
-    let bouncer = start_bouncer("transaction", &db.name);
+    let bouncer = Bouncer::start(Pooling::Transaction, &base_url(), &db.name);
     let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
     let broker = TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4))
         .simple_query(true)
@@ -243,7 +117,7 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
     drop(bouncer);
 
     // Session pooling: the form starts and serves every row.
-    let bouncer = start_bouncer("session", &db.name);
+    let bouncer = Bouncer::start(Pooling::Session, &base_url(), &db.name);
     let seen = Seen::default();
     let broker =
         TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
@@ -282,7 +156,7 @@ async fn the_advisory_form_refuses_transaction_pooling_and_runs_on_session_pooli
 async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
     let db = fresh_db("pooler_rowlock").await;
     let before = advisory_locks_held(&db).await;
-    let bouncer = start_bouncer("transaction", &db.name);
+    let bouncer = Bouncer::start(Pooling::Transaction, &base_url(), &db.name);
     let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
     let broker = TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4))
         .simple_query(true)
@@ -310,7 +184,7 @@ async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
     assert_eq!(advisory_locks_held(&db).await, before, "no lock left");
     drop(bouncer);
 
-    let bouncer = start_bouncer("session", &db.name);
+    let bouncer = Bouncer::start(Pooling::Session, &base_url(), &db.name);
     let seen = Seen::default();
     let broker =
         TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
@@ -353,7 +227,7 @@ async fn the_row_lock_form_with_attempts_refuses_transaction_pooling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_start() {
     let db = fresh_db("pooler_listen").await;
-    let bouncer = start_bouncer("transaction", &db.name);
+    let bouncer = Bouncer::start(Pooling::Transaction, &base_url(), &db.name);
     let broker =
         TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
     let since = Instant::now();
@@ -381,7 +255,7 @@ async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_s
     );
     drop(bouncer);
 
-    let bouncer = start_bouncer("session", &db.name);
+    let bouncer = Bouncer::start(Pooling::Session, &base_url(), &db.name);
     let seen = Seen::default();
     let broker =
         TokioPostgresBroker::from_url(bouncer.url(), PoolConfig::new(4)).simple_query(true);
@@ -415,7 +289,7 @@ async fn a_listener_that_hears_nothing_through_transaction_pooling_refuses_the_s
 async fn the_lease_form_works_through_transaction_pooling_under_the_simple_query_protocol() {
     const N: u32 = 20;
     let db = fresh_db("pooler_lease").await;
-    let bouncer = start_bouncer("transaction", &db.name);
+    let bouncer = Bouncer::start(Pooling::Transaction, &base_url(), &db.name);
     let direct: tokio_postgres::Config = base_url().parse().expect("the test URL parses");
 
     let since = Instant::now();

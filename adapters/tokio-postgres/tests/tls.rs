@@ -1,5 +1,5 @@
-//! TLS on a real server: a throwaway PostgreSQL of the test's own (tests/support/tls_server.rs,
-//! never the shared server) that takes TLS sessions only, its certificate signed by a CA made
+//! TLS on a real server: a throwaway PostgreSQL of the test's own (the conformance suite's
+//! `servers::postgres`, never the shared server) that takes TLS sessions only, its certificate signed by a CA made
 //! for the test. The feature `rustls` (this target's required feature):
 //!
 //! - `from_url` (no TLS) does not start, and its error names the server's refusal;
@@ -13,18 +13,16 @@
 
 #[path = "support/tls_jobs.rs"]
 mod tls_jobs;
-#[path = "support/tls_server.rs"]
-mod tls_server;
 
 use std::time::{Duration, Instant};
 
+use ruststream_conformance::servers::postgres::TlsServer;
 use ruststream_tokio_postgres::deadpool_postgres::PoolConfig;
 use ruststream_tokio_postgres::prelude::*;
 use ruststream_tokio_postgres::rustls;
 use ruststream_tokio_postgres::tokio_postgres::{self, Client};
 use ruststream_tokio_postgres::tokio_postgres_rustls::MakeRustlsConnect;
 use tls_jobs::{Job, Seen};
-use tls_server::TlsServer;
 
 /// Rows the test publishes.
 const JOBS: u32 = 5;

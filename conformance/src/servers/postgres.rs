@@ -1,7 +1,6 @@
 //! A throwaway PostgreSQL server that takes TLS sessions only, for the TLS tests of the
-//! tokio-postgres adapter (`tests/tls.rs`) and the sqlx adapter (`adapters/sqlx/tests/tls.rs`,
-//! which includes this file with `#[path]`), or any session (`TlsServer::plain`), for the
-//! pooler tests. Never the shared server on 5432.
+//! tokio-postgres and sqlx adapters, or any session (`TlsServer::plain`), for their pooler
+//! tests. Never the shared server on 5432.
 //!
 //! It starts as tools/chaos/src/cluster.rs starts its own: `initdb` in a fresh temporary
 //! directory, on a free port of 127.0.0.1, TCP only, durability off (the data is thrown away),
@@ -13,8 +12,6 @@
 //!
 //! Without `initdb` and `pg_ctl` (Debian's `postgresql` package, which scripts/test installs
 //! where they are missing) the test fails, saying so: it never passes without its server.
-
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::net::TcpListener;
