@@ -1,5 +1,5 @@
-//! `ruststream`: a queue table's counts, its failed rows, its schema and a live view, from the
-//! command line.
+//! `ruststream`: a queue table's counts, its failed rows, its schema, a live view, and jobs
+//! enqueued by hand, from the command line.
 //!
 //! ```text
 //! ruststream stats postgres://localhost/app --table jobs --due due_at --failed-at failed_at
@@ -9,6 +9,7 @@
 //! ruststream failed delete URL --config jobs.toml --error-contains "timeout"
 //! ruststream schema --dialect postgres --config jobs.toml
 //! ruststream watch URL --config jobs.toml --every 1
+//! ruststream enqueue URL --config jobs.toml --message '{"title":"n1"}' --column channel=news
 //! ```
 //!
 //! The table is described with flags (`--table`, `--id-column`, `--payload`, `--attempt`,
@@ -22,7 +23,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ruststream_core::{
-    Arg, Ddl, Dialect, FailedRow, FailedRows, Statements, Stats, TableDesc, Time, Value, error_like,
+    Arg, Ddl, Dialect, FailedRow, FailedRows, Inserts, Publish, Statements, Stats, TableDesc, Time,
+    Value, error_like,
 };
 use serde_json::json;
 
@@ -32,7 +34,7 @@ mod table;
 use db::{Db, Ran};
 use table::TableArgs;
 
-/// A queue table's counts, failed rows, schema and a live view.
+/// A queue table's counts, failed rows, schema, a live view, and jobs enqueued by hand.
 #[derive(Parser, Debug)]
 #[command(name = "ruststream", version, about)]
 struct Cli {
@@ -52,6 +54,16 @@ enum Command {
         /// Prints JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Publishes a job into the table, due now (at the database's time).
+    Enqueue {
+        /// The database's URL; `DATABASE_URL` where it is left out.
+        #[arg(env = "DATABASE_URL", value_name = "URL")]
+        url: String,
+        #[command(flatten)]
+        table: TableArgs,
+        #[command(flatten)]
+        job: JobArgs,
     },
     /// The failed rows: list, show, redrive, delete.
     Failed {
@@ -133,6 +145,21 @@ enum FailedCommand {
         #[command(flatten)]
         which: Which,
     },
+}
+
+/// The job `enqueue` publishes.
+#[derive(Args, Debug)]
+struct JobArgs {
+    /// The payload, written as given (JSON for a handler of a JSON message).
+    #[arg(long = "message", value_name = "PAYLOAD")]
+    message: String,
+    /// A value of a column the row's key or the table needs, as `COLUMN=VALUE` (repeatable);
+    /// a value that reads as an integer is written as one.
+    #[arg(long = "column", value_name = "COLUMN=VALUE")]
+    columns: Vec<String>,
+    /// The row's id, where the database does not generate it.
+    #[arg(long = "job-id", value_name = "ID")]
+    id: Option<String>,
 }
 
 /// Which failed rows: by id, by their error's text, or all.
@@ -243,8 +270,50 @@ async fn run(command: Command) -> Result<(), String> {
             every,
             count,
         } => watch(&url, &table.resolved()?.desc()?, every, count).await,
+        Command::Enqueue { url, table, job } => enqueue(&url, &table, &job).await,
         Command::Failed { command } => failed(command).await,
     }
+}
+
+/// Publishes `job` into the table with the statements a publisher runs (on PostgreSQL they
+/// wake the subscriptions that listen).
+async fn enqueue(url: &str, table: &TableArgs, job: &JobArgs) -> Result<(), String> {
+    let desc = table.resolved()?.desc()?;
+    let columns = job
+        .columns
+        .iter()
+        .map(|given| match given.split_once('=') {
+            Some((column, value)) if !column.is_empty() => {
+                Ok((table::leak(column.to_owned()), id_value(value)))
+            }
+            _ => Err(format!("--column {given}: give COLUMN=VALUE")),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let row = Publish {
+        id: job.id.as_deref().map(id_value),
+        payload: job.message.clone().into_bytes(),
+        columns,
+        due: None,
+    };
+    let db = Db::connect(url).await?;
+    let mut inserts = Inserts::new(db.dialect(), desc);
+    let statements = inserts.statements(&[row]).map_err(|e| e.to_string())?;
+    let mut written = Vec::new();
+    for (statement, binds) in statements {
+        written.push(match db.run(&statement, binds).await? {
+            Ran::Affected(n) => n,
+            Ran::Rows(rows) => rows.len() as u64,
+        });
+    }
+    if inserts.published(&written).skipped.is_empty() {
+        println!("enqueued 1 job into `{}`", desc.table);
+    } else {
+        println!(
+            "`{}` holds a job with the same unique columns already: nothing enqueued",
+            desc.table
+        );
+    }
+    Ok(())
 }
 
 async fn stats(db: &Db, desc: &TableDesc) -> Result<Stats, String> {

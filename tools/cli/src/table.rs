@@ -71,7 +71,7 @@ pub struct TableArgs {
 }
 
 /// Leaks a string: a description's names live for the whole run.
-fn leak(s: String) -> &'static str {
+pub fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 

@@ -329,3 +329,133 @@ fn a_description_in_a_file() {
     assert!(bad.contains("payload_column"), "{bad}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `enqueue` publishes a job as a publisher does: due now, its payload as given, the key's
+/// column written; a table with a unique column takes a job of the same value once; a job
+/// without a column the table needs, or with one it does not write, fails naming the column.
+async fn the_tool_enqueues_jobs(case: Case) {
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(&case.url)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", case.url));
+    let t = format!("{}_enqueued", case.table);
+    exec(&pool, &format!("DROP TABLE IF EXISTS {t}")).await;
+    let table: Vec<String> = [
+        "--table",
+        &t,
+        "--generated-id",
+        "--payload",
+        "payload",
+        "--due",
+        "due_at",
+        "--advisory-lock",
+        "channel-{channel}",
+        "--unique",
+        "channel",
+        "--type",
+        "channel=VARCHAR(100)",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let with = |head: &[&str], tail: &[&str]| -> Vec<String> {
+        let head = head.iter().map(|s| s.to_string());
+        let tail = tail.iter().map(|s| s.to_string());
+        head.chain(table.iter().cloned()).chain(tail).collect()
+    };
+    let run = |args: Vec<String>| ruststream(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let fails =
+        |args: Vec<String>| ruststream_fails(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    exec(
+        &pool,
+        &run(with(&["schema", "--dialect", case.dialect], &[])),
+    )
+    .await;
+
+    let enqueue = ["enqueue", case.url.as_str()];
+    let job = ["--message", r#"{"title":"n1"}"#, "--column", "channel=news"];
+    let said = run(with(&enqueue, &job));
+    assert!(
+        said.contains(&format!("enqueued 1 job into `{t}`")),
+        "{said}"
+    );
+    let again = run(with(&enqueue, &job));
+    assert!(again.contains("nothing enqueued"), "{again}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&run(with(&["stats", &case.url], &["--json"]))).expect("JSON");
+    assert_eq!(stats["due"]["count"], 1, "the job is due at once: {stats}");
+    // SQLite compares a blob with text as unequal: the payload is read as text there.
+    let payload = match case.dialect {
+        "sqlite" => "CAST(payload AS TEXT)",
+        _ => "payload",
+    };
+    let payload = scalar(
+        &pool,
+        &format!(
+            "SELECT COUNT(*) FROM {t} WHERE channel = 'news' AND {payload} = '{{\"title\":\"n1\"}}'"
+        ),
+    )
+    .await;
+    assert_eq!(payload, 1, "the row holds the payload and the key's column");
+
+    let missing = fails(with(&enqueue, &["--message", "{}"]));
+    assert!(
+        missing.contains(&t) && missing.contains("channel"),
+        "the refusal names the table and the column: {missing}"
+    );
+    let unknown = fails(with(
+        &enqueue,
+        &[
+            "--message",
+            "{}",
+            "--column",
+            "channel=a",
+            "--column",
+            "chanel=b",
+        ],
+    ));
+    assert!(
+        unknown.contains("chanel"),
+        "the refusal names the column: {unknown}"
+    );
+    let malformed = fails(with(&enqueue, &["--message", "{}", "--column", "channel"]));
+    assert!(malformed.contains("COLUMN=VALUE"), "{malformed}");
+    exec(&pool, &format!("DROP TABLE {t}")).await;
+}
+
+#[tokio::test]
+async fn postgres_enqueue() {
+    the_tool_enqueues_jobs(Case {
+        url: pg_url(),
+        dialect: "postgres",
+        table: format!("cli_jobs_{}", std::process::id()),
+        mark: "now()",
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mariadb_enqueue() {
+    the_tool_enqueues_jobs(Case {
+        url: mysql_url(),
+        dialect: "mariadb",
+        table: format!("cli_jobs_{}", std::process::id()),
+        mark: "UTC_TIMESTAMP(6)",
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sqlite_enqueue() {
+    let dir = std::env::temp_dir().join(format!("ruststream-cli-enqueue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let path = dir.join("jobs.db");
+    the_tool_enqueues_jobs(Case {
+        url: format!("sqlite://{}?mode=rwc", path.display()),
+        dialect: "sqlite",
+        table: "cli_jobs".into(),
+        mark: "1",
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
