@@ -37,33 +37,20 @@ pub(super) enum CheckStage {
     CreateIndex,
     Database,
     Isolation,
-    /// The session check ([`super::session`]): its second connection, `b`.
-    SessionAcquire {
-        b: ConnId,
-    },
+    /// The session check ([`super::session`]): its second connection, `b`, acquired.
+    SessionAcquire,
     /// The first statement on `b`, before any lock is taken.
-    SessionPing {
-        b: ConnId,
-    },
+    SessionPing,
     /// The same first statement on the check's connection: its server session's process id.
-    SessionPingA {
-        b: ConnId,
-    },
+    SessionPingA,
     /// The probe key's lock on the check's connection.
-    SessionLock {
-        b: ConnId,
-    },
+    SessionLock,
     /// The probe key's lock tried on `b`.
-    SessionTry {
-        b: ConnId,
-    },
+    SessionTry,
     /// The probe key's unlock on the check's connection.
-    SessionUnlock {
-        b: ConnId,
-    },
+    SessionUnlock,
     /// The probe key's unlock on `b`, where `b` took it; `left` more tries.
     SessionCleanup {
-        b: ConnId,
         left: u8,
     },
     /// `b` goes back.
@@ -138,15 +125,18 @@ impl<R> Broker<R> {
                 }
                 self.check_next(sub, conn, CheckStage::Isolation);
             }
-            CheckStage::SessionLock { .. }
-            | CheckStage::SessionAcquire { .. }
-            | CheckStage::SessionPing { .. }
-            | CheckStage::SessionPingA { .. }
-            | CheckStage::SessionTry { .. }
-            | CheckStage::SessionUnlock { .. }
+            CheckStage::SessionLock
+            | CheckStage::SessionAcquire
+            | CheckStage::SessionPing
+            | CheckStage::SessionPingA
+            | CheckStage::SessionTry
+            | CheckStage::SessionUnlock
             | CheckStage::SessionCleanup { .. }
-            | CheckStage::SessionRelease
-            | CheckStage::SessionAbandon => self.on_session_check(sub, conn, stage, reply),
+            | CheckStage::SessionRelease => self.on_session_check(sub, stage, reply),
+            // `a` released the probe key after `b` failed: it closes, as after any failed step.
+            CheckStage::SessionAbandon => {
+                self.check_step(sub, conn, Action::Close, CheckStage::Close);
+            }
             CheckStage::Release | CheckStage::Close => self.on_check_done(sub),
         }
     }
@@ -167,7 +157,7 @@ impl<R> Broker<R> {
             self.check_step(sub, conn, Action::Close, CheckStage::Close);
             return;
         }
-        let then = match self.session_check_failed(sub, conn, stage, &error) {
+        let then = match self.session_check_failed(sub, stage, &error) {
             SessionFailed::Handled => return,
             SessionFailed::Close => None,
             SessionFailed::Then(action) => Some(action),

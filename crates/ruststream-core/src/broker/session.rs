@@ -34,6 +34,7 @@
 //! (a prepared statement that clashed), `a` releases the key before it closes.
 
 use crate::dialect::{Dialect, FormStatements, KeyLocks, Statement, session_ping, session_probe};
+use crate::spec::Form;
 use crate::types::{Action, CheckError, ConnId, Event, Reply, SubId};
 use crate::value::Value;
 
@@ -57,21 +58,221 @@ const CLEANUPS: u8 = 2;
 /// pooler escapes one round now and then, and seldom every one.
 const ROUNDS: u8 = 4;
 
-/// The session check's statements for a subscription, and whether its form needs it.
-struct Probe {
+/// The session check of one subscription, while it runs: it owns its state and answers what
+/// it decided ([`Do`]); the broker carries that out.
+#[derive(Debug)]
+pub(super) struct SessionCheck {
+    /// The check's connection, and its second one.
+    a: ConnId,
+    b: ConnId,
+    /// The probe key's lock argument, and its lock and unlock.
+    probe: Value,
     try_lock: Statement,
     unlock: Statement,
     /// The form holds session locks: it cannot work through transaction pooling. Else the
     /// adapter's prepared statements are what cannot.
     needed: bool,
+    /// A second connection reached the first one's session: a pooler in transaction pooling.
+    pooled: bool,
+    /// Rounds still to run while none has found a pooler yet.
+    rounds: u8,
+    /// The server process ids the two connections first answered.
+    pids: (Option<i64>, Option<i64>),
+}
+
+/// What a session check decided, for the broker to carry out in order.
+#[derive(Debug)]
+pub(super) enum Do {
+    /// Sends an action on a connection of the check; its reply comes back at the stage.
+    Send(ConnId, Action, CheckStage),
+    /// Sends an action whose reply nothing waits for.
+    Orphan(ConnId, Action),
+    /// A connection that was never had.
+    Forget(ConnId),
+    /// The check fails with this error.
+    Fail(CheckError),
+    /// The start warns.
+    Warn(String),
+    /// The session check is over.
+    Ended,
+}
+
+impl SessionCheck {
+    fn run(&self, conn: ConnId, statement: &Statement, stage: CheckStage) -> Do {
+        let binds = statement.binds(|_| self.probe.clone());
+        Do::Send(
+            conn,
+            Action::Execute {
+                statement: statement.clone(),
+                binds,
+            },
+            stage,
+        )
+    }
+
+    fn ping(conn: ConnId, stage: CheckStage) -> Do {
+        Do::Send(
+            conn,
+            Action::Execute {
+                statement: session_ping(),
+                binds: Vec::new(),
+            },
+            stage,
+        )
+    }
+
+    /// A step answered: what the check does next. `table` and `form` name the subscription
+    /// in a failure.
+    pub(super) fn step<R>(
+        &mut self,
+        stage: CheckStage,
+        reply: Reply<R>,
+        table: &'static str,
+        form: Form,
+    ) -> Vec<Do> {
+        let (a, b) = (self.a, self.b);
+        let pinged = matches!(stage, CheckStage::SessionPing | CheckStage::SessionPingA);
+        let (yes, pid) = if pinged {
+            (false, first_int(reply))
+        } else {
+            (answer(reply), None)
+        };
+        let next = match stage {
+            CheckStage::SessionAcquire => Self::ping(b, CheckStage::SessionPing),
+            CheckStage::SessionPing => {
+                self.note_pid(Side::B, pid);
+                Self::ping(a, CheckStage::SessionPingA)
+            }
+            CheckStage::SessionPingA => {
+                self.note_pid(Side::A, pid);
+                self.run(a, &self.try_lock, CheckStage::SessionLock)
+            }
+            CheckStage::SessionLock if yes => self.run(b, &self.try_lock, CheckStage::SessionTry),
+            // Someone holds the probe key: there is nothing to tell by.
+            CheckStage::SessionLock => Do::Send(b, Action::Release, CheckStage::SessionRelease),
+            CheckStage::SessionTry => {
+                self.pooled |= yes;
+                self.run(a, &self.unlock, CheckStage::SessionUnlock)
+            }
+            CheckStage::SessionUnlock => self.round_ended(yes),
+            CheckStage::SessionCleanup { left } => self.cleanup(yes, left),
+            CheckStage::SessionRelease => return self.released(table, form),
+            _ => return Vec::new(),
+        };
+        vec![next]
+    }
+
+    /// `a` released the probe key (`unlocked`): where no pooler showed yet, another round
+    /// from `b`'s first statement, else the cleanup of what the rounds left.
+    fn round_ended(&mut self, unlocked: bool) -> Do {
+        self.pooled |= !unlocked;
+        if !self.pooled && self.rounds > 0 {
+            self.rounds -= 1;
+            return Self::ping(self.b, CheckStage::SessionPing);
+        }
+        self.cleanup(self.pooled, CLEANUPS)
+    }
+
+    /// Where `b` may hold the probe key (`again`) and tries are `left`: `b` releases it once
+    /// more; else `b` goes back.
+    fn cleanup(&self, again: bool, left: u8) -> Do {
+        let b = self.b;
+        if again && left > 0 {
+            let stage = CheckStage::SessionCleanup { left: left - 1 };
+            self.run(b, &self.unlock, stage)
+        } else {
+            Do::Send(b, Action::Release, CheckStage::SessionRelease)
+        }
+    }
+
+    /// The second connection went back: the check fails where it found a pooler (the form
+    /// `needed` sessions, or the adapter's statements live in them); `a` goes back.
+    fn released(&self, table: &'static str, form: Form) -> Vec<Do> {
+        let mut decided = vec![Do::Ended];
+        if self.pooled {
+            decided.push(Do::Fail(if self.needed {
+                CheckError::TransactionPooling { table, form }
+            } else {
+                CheckError::PreparedStatements { table }
+            }));
+        }
+        decided.push(Do::Send(self.a, Action::Release, CheckStage::Release));
+        decided
+    }
+
+    /// A connection (`side`) answered its server process id: one that changed, or one the
+    /// other connection has, is a pooler in transaction pooling.
+    fn note_pid(&mut self, side: Side, pid: Option<i64>) {
+        let Some(pid) = pid else {
+            return;
+        };
+        let (mine, other) = match side {
+            Side::A => (&mut self.pids.0, self.pids.1),
+            Side::B => (&mut self.pids.1, self.pids.0),
+        };
+        let first = *mine.get_or_insert(pid);
+        self.pooled |= first != pid || other == Some(pid);
+    }
+
+    // A step failed with `error`: the second connection closes (or, not yet taken, is
+    // forgotten), and the check ends. Answers what the check's connection `a` does next:
+    // [`SessionFailed::Close`] as after any failed step (the error counts, and `a` closes).
+    //
+    // - `b` could not be had where the form does not need the check: the start warns, and
+    //   the check passes, `a` going back.
+    // - `b`'s try failed while `a` holds the probe key: `a` releases it, then closes.
+    pub(super) fn failed(
+        &self,
+        stage: CheckStage,
+        error: &crate::DbError,
+        table: &'static str,
+    ) -> (Vec<Do>, SessionFailed) {
+        let (a, b) = (self.a, self.b);
+        let mut decided = vec![Do::Ended];
+        let then = match stage {
+            CheckStage::SessionAcquire => {
+                decided.push(Do::Forget(b));
+                if !self.needed {
+                    decided.push(Do::Warn(format!(
+                        "table `{table}`: the start could not take a second connection to check for a pooler in transaction pooling (PgBouncer's `pool_mode = transaction`), where the adapter's prepared statements fail; the check is skipped: {error}"
+                    )));
+                    decided.push(Do::Send(a, Action::Release, CheckStage::Release));
+                    return (decided, SessionFailed::Handled);
+                }
+                SessionFailed::Close
+            }
+            CheckStage::SessionLock => {
+                decided.push(Do::Orphan(b, Action::Release));
+                SessionFailed::Close
+            }
+            CheckStage::SessionTry => {
+                decided.push(Do::Orphan(b, Action::Close));
+                let binds = self.unlock.binds(|_| self.probe.clone());
+                SessionFailed::Then(Action::Execute {
+                    statement: self.unlock.clone(),
+                    binds,
+                })
+            }
+            CheckStage::SessionPing
+            | CheckStage::SessionPingA
+            | CheckStage::SessionUnlock
+            | CheckStage::SessionCleanup { .. } => {
+                decided.push(Do::Orphan(b, Action::Close));
+                SessionFailed::Close
+            }
+            _ => SessionFailed::Close,
+        };
+        (decided, then)
+    }
 }
 
 impl<R> Broker<R> {
-    // The lock and unlock of the session check, where the subscription needs it: on
-    // PostgreSQL, the advisory lock form on the database's locks and the row lock form with an
-    // attempt column, which need a server session of their own per connection; and every
-    // form where the adapter's prepared statements live in the server session.
-    fn session_probe(&self, sub: SubId) -> Option<Probe> {
+    // The lock and unlock of the session check, and whether the form needs it, where the
+    // subscription has one: on PostgreSQL, the advisory lock form on the database's locks and
+    // the row lock form with an attempt column, which need a server session of their own per
+    // connection; and every form where the adapter's prepared statements live in the server
+    // session.
+    fn session_probe(&self, sub: SubId) -> Option<(Statement, Statement, bool)> {
         if self.dialect != Dialect::Postgres {
             return None;
         }
@@ -84,18 +285,10 @@ impl<R> Broker<R> {
             FormStatements::Lease(_) => None,
         };
         match needed {
-            Some((try_lock, unlock)) => Some(Probe {
-                try_lock,
-                unlock,
-                needed: true,
-            }),
+            Some((try_lock, unlock)) => Some((try_lock, unlock, true)),
             None if self.prepared_statements => {
                 let (try_lock, unlock) = session_probe();
-                Some(Probe {
-                    try_lock,
-                    unlock,
-                    needed: false,
-                })
+                Some((try_lock, unlock, false))
             }
             None => None,
         }
@@ -104,9 +297,9 @@ impl<R> Broker<R> {
     /// After the rest of the check on `a`: the session check where the subscription needs it
     /// (its second connection first), or the release of `a`.
     pub(super) fn start_session_check(&mut self, sub: SubId, a: ConnId) {
-        if self.session_probe(sub).is_none() {
+        let Some((try_lock, unlock, needed)) = self.session_probe(sub) else {
             return self.check_step(sub, a, Action::Release, CheckStage::Release);
-        }
+        };
         let table = self.subs[sub.0].desc.table;
         let key = format!(
             "ruststream-session-check {table} {}.{}",
@@ -114,218 +307,69 @@ impl<R> Broker<R> {
             sub.0
         );
         let probe = self.key_arg(sub, &key);
-        let s = &mut self.subs[sub.0];
-        s.check.probe = Some(probe);
-        s.check.pooled = false;
-        s.check.rounds = ROUNDS - 1;
-        s.check.pids = (None, None);
         let b = self.new_conn();
-        self.check_step(sub, b, Action::Acquire, CheckStage::SessionAcquire { b });
-    }
-
-    /// A step of the session check answered.
-    pub(super) fn on_session_check(
-        &mut self,
-        sub: SubId,
-        a: ConnId,
-        stage: CheckStage,
-        reply: Reply<R>,
-    ) {
-        let Some(Probe {
+        self.subs[sub.0].check.session = Some(SessionCheck {
+            a,
+            b,
+            probe,
             try_lock,
             unlock,
             needed,
-        }) = self.session_probe(sub)
-        else {
+            pooled: false,
+            rounds: ROUNDS - 1,
+            pids: (None, None),
+        });
+        self.check_step(sub, b, Action::Acquire, CheckStage::SessionAcquire);
+    }
+
+    /// A step of the session check answered.
+    pub(super) fn on_session_check(&mut self, sub: SubId, stage: CheckStage, reply: Reply<R>) {
+        let s = &mut self.subs[sub.0];
+        let (table, form) = (s.desc.table, s.desc.form());
+        let Some(session) = s.check.session.as_mut() else {
             return;
         };
-        let probe = self.subs[sub.0].check.probe.clone().unwrap_or(Value::Null);
-        let pinged = matches!(
-            stage,
-            CheckStage::SessionPing { .. } | CheckStage::SessionPingA { .. }
-        );
-        let (yes, reply) = if pinged {
-            (false, Some(reply))
-        } else {
-            (answer(reply), None)
-        };
-        let pid_of = |reply: Option<Reply<R>>| reply.and_then(first_int);
-        match stage {
-            CheckStage::SessionAcquire { b } => {
-                let ping = session_ping();
-                self.check_execute(sub, b, ping, Vec::new(), CheckStage::SessionPing { b });
-            }
-            CheckStage::SessionPing { b } => {
-                self.note_pid(sub, Side::B, pid_of(reply));
-                let ping = session_ping();
-                self.check_execute(sub, a, ping, Vec::new(), CheckStage::SessionPingA { b });
-            }
-            CheckStage::SessionPingA { b } => {
-                self.note_pid(sub, Side::A, pid_of(reply));
-                let binds = try_lock.binds(|_| probe.clone());
-                self.check_execute(sub, a, try_lock, binds, CheckStage::SessionLock { b });
-            }
-            CheckStage::SessionLock { b } if yes => {
-                let binds = try_lock.binds(|_| probe.clone());
-                self.check_execute(sub, b, try_lock, binds, CheckStage::SessionTry { b });
-            }
-            // Someone holds the probe key: there is nothing to tell by.
-            CheckStage::SessionLock { b } => {
-                self.check_step(sub, b, Action::Release, CheckStage::SessionRelease)
-            }
-            CheckStage::SessionTry { b } => {
-                self.subs[sub.0].check.pooled |= yes;
-                let binds = unlock.binds(|_| probe.clone());
-                self.check_execute(sub, a, unlock, binds, CheckStage::SessionUnlock { b });
-            }
-            CheckStage::SessionUnlock { b } => self.session_round_ended(sub, b, unlock, probe, yes),
-            CheckStage::SessionCleanup { b, left } => {
-                self.session_cleanup(sub, b, unlock, probe, yes, left);
-            }
-            CheckStage::SessionRelease => self.session_released(sub, a, needed),
-            // `a` released the key after `b` failed: it closes, as after any failed step.
-            CheckStage::SessionAbandon => {
-                self.subs[sub.0].check.probe = None;
-                self.check_step(sub, a, Action::Close, CheckStage::Close);
-            }
-            _ => {}
-        }
+        let decided = session.step(stage, reply, table, form);
+        self.carry_out_session(sub, decided);
     }
 
-    /// `a` released the probe key (`unlocked`): where no pooler showed yet, another round
-    /// from `b`'s first statement, else the cleanup of what the rounds left.
-    fn session_round_ended(
-        &mut self,
-        sub: SubId,
-        b: ConnId,
-        unlock: Statement,
-        probe: Value,
-        unlocked: bool,
-    ) {
-        let s = &mut self.subs[sub.0];
-        s.check.pooled |= !unlocked;
-        let pooled = s.check.pooled;
-        if !pooled && s.check.rounds > 0 {
-            s.check.rounds -= 1;
-            let ping = session_ping();
-            return self.check_execute(sub, b, ping, Vec::new(), CheckStage::SessionPing { b });
-        }
-        self.session_cleanup(sub, b, unlock, probe, pooled, CLEANUPS);
-    }
-
-    /// The session check's second connection went back: the check fails where it found a
-    /// pooler (the form `needed` sessions, or the adapter's statements live in them).
-    fn session_released(&mut self, sub: SubId, a: ConnId, needed: bool) {
-        let s = &mut self.subs[sub.0];
-        s.check.probe = None;
-        if std::mem::take(&mut s.check.pooled) {
-            let table = s.desc.table;
-            let form = s.desc.form();
-            let error = if needed {
-                CheckError::TransactionPooling { table, form }
-            } else {
-                CheckError::PreparedStatements { table }
-            };
-            self.check_failed(sub, error);
-        }
-        self.check_step(sub, a, Action::Release, CheckStage::Release);
-    }
-
-    /// A session check's connection (`side`) answered its server process id: one that
-    /// changed, or one the other connection has, is a pooler in transaction pooling.
-    fn note_pid(&mut self, sub: SubId, side: Side, pid: Option<i64>) {
-        let Some(pid) = pid else {
-            return;
-        };
-        let check = &mut self.subs[sub.0].check;
-        let (mine, other) = match side {
-            Side::A => (&mut check.pids.0, check.pids.1),
-            Side::B => (&mut check.pids.1, check.pids.0),
-        };
-        let first = *mine.get_or_insert(pid);
-        check.pooled |= first != pid || other == Some(pid);
-    }
-
-    /// Where `b` may hold the probe key (`again`) and tries are `left`: `b` releases it once
-    /// more; else `b` goes back.
-    fn session_cleanup(
-        &mut self,
-        sub: SubId,
-        b: ConnId,
-        unlock: Statement,
-        probe: Value,
-        again: bool,
-        left: u8,
-    ) {
-        if again && left > 0 {
-            let binds = unlock.binds(|_| probe.clone());
-            let stage = CheckStage::SessionCleanup { b, left: left - 1 };
-            self.check_execute(sub, b, unlock, binds, stage);
-        } else {
-            self.check_step(sub, b, Action::Release, CheckStage::SessionRelease);
-        }
-    }
-
-    // A step of the session check failed with `error`: the second connection closes (or, not
-    // yet taken, is forgotten). Answers what the check's connection `a` does next: `None` as
-    // after any failed step (the error counts, and `a` closes); `Some(next)` where the
-    // session check has seen to it.
-    //
-    // - `b` could not be had where the form does not need the check: the start warns, and
-    //   the check passes, `a` going back.
-    // - `b`'s try failed while `a` holds the probe key: `a` releases it, then closes.
+    /// A step of the session check failed with `error`: what the check's connection `a`
+    /// does next ([`SessionFailed`]).
     pub(super) fn session_check_failed(
         &mut self,
         sub: SubId,
-        a: ConnId,
         stage: CheckStage,
         error: &crate::DbError,
     ) -> SessionFailed {
-        match stage {
-            CheckStage::SessionAcquire { b } => {
-                self.conns.forget(b);
-                if self.session_probe(sub).is_some_and(|p| !p.needed) {
-                    let s = &mut self.subs[sub.0];
-                    s.check.probe = None;
-                    let table = s.desc.table;
-                    let message = format!(
-                        "table `{table}`: the start could not take a second connection to check for a pooler in transaction pooling (PgBouncer's `pool_mode = transaction`), where the adapter's prepared statements fail; the check is skipped: {error}"
-                    );
-                    self.events.push_back(Event::Warning {
-                        sub,
-                        message: message.into(),
-                    });
-                    self.check_step(sub, a, Action::Release, CheckStage::Release);
-                    return SessionFailed::Handled;
-                }
+        let s = &self.subs[sub.0];
+        let Some(session) = s.check.session.as_ref() else {
+            return SessionFailed::Close;
+        };
+        let (decided, then) = session.failed(stage, error, s.desc.table);
+        self.carry_out_session(sub, decided);
+        then
+    }
+
+    /// Carries out what the session check decided, in order.
+    fn carry_out_session(&mut self, sub: SubId, decided: Vec<Do>) {
+        for step in decided {
+            match step {
+                Do::Send(conn, action, stage) => self.check_step(sub, conn, action, stage),
+                Do::Orphan(conn, action) => self.send(conn, action, Step::Orphan),
+                Do::Forget(conn) => self.conns.forget(conn),
+                Do::Fail(error) => self.check_failed(sub, error),
+                Do::Warn(message) => self.events.push_back(Event::Warning {
+                    sub,
+                    message: message.into(),
+                }),
+                Do::Ended => self.subs[sub.0].check.session = None,
             }
-            CheckStage::SessionLock { b } => self.send(b, Action::Release, Step::Orphan),
-            CheckStage::SessionPing { b } | CheckStage::SessionPingA { b } => {
-                self.send(b, Action::Close, Step::Orphan)
-            }
-            CheckStage::SessionTry { b } => {
-                self.send(b, Action::Close, Step::Orphan);
-                if let Some(Probe { unlock, .. }) = self.session_probe(sub) {
-                    let probe = self.subs[sub.0].check.probe.clone().unwrap_or(Value::Null);
-                    let binds = unlock.binds(|_| probe.clone());
-                    return SessionFailed::Then(Action::Execute {
-                        statement: unlock,
-                        binds,
-                    });
-                }
-            }
-            CheckStage::SessionUnlock { b } | CheckStage::SessionCleanup { b, .. } => {
-                self.send(b, Action::Close, Step::Orphan)
-            }
-            _ => {}
         }
-        self.subs[sub.0].check.probe = None;
-        SessionFailed::Close
     }
 }
 
 /// What the check's connection does after a failed step of the session check
-/// ([`Broker::session_check_failed`]).
+/// ([`SessionCheck::failed`]).
 pub(super) enum SessionFailed {
     /// The failure is seen to: nothing counts it.
     Handled,

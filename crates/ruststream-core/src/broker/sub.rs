@@ -36,14 +36,8 @@ pub(super) struct CheckState {
     pub(super) failures: u32,
     /// MySQL and MariaDB: the database's name, for lock names.
     pub(super) database: Option<String>,
-    /// The session check: the probe key's lock argument, and whether a second connection
-    /// reached the first one's session.
-    pub(super) probe: Option<crate::value::Value>,
-    pub(super) pooled: bool,
-    /// Rounds of the session check still to run where none has found a pooler yet.
-    pub(super) rounds: u8,
-    /// The server process ids the session check's two connections first answered.
-    pub(super) pids: (Option<i64>, Option<i64>),
+    /// The session check ([`super::session`]), while it runs.
+    pub(super) session: Option<super::session::SessionCheck>,
     /// `ensure_schema`: the schema's statements ran once, so a table still missing fails.
     pub(super) schema_ran: bool,
 }
