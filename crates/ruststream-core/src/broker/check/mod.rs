@@ -10,18 +10,18 @@
 //! cannot confuse them; where the adapter's prepared statements clash with another client's on
 //! the way, the start fails at once naming transaction pooling ([`CheckError::Refused`]).
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use crate::dialect::{Arg, Ddl, Dialect, FormStatements, Statement, claim_order, serves_claims};
-use crate::spec::{FieldKind, RowField, TableDesc};
+use crate::dialect::{Arg, Ddl, FormStatements, Statement};
 use crate::types::{Action, CheckError, ConnId, Event, Reply, SubId};
 use crate::value::{ErrorKind, Value};
 
-use super::options::MissingIndex;
-use super::rows::{first_text, rows_of};
+use super::rows::first_text;
 use super::session::SessionFailed;
 use super::sub::SubState;
 use super::{Broker, State, Step};
+
+mod catalog;
+
+use catalog::{Columns, Indexes};
 
 /// Where a check is.
 #[derive(Clone, Copy, Debug)]
@@ -211,110 +211,50 @@ impl<R> Broker<R> {
         }
     }
 
-    /// The table's columns and their types: a missing table (created where
-    /// `ensure_schema` says so), a missing column, a type that does not hold what the queue
-    /// writes; then the indexes, unless nothing is to be done about them.
+    /// The table's columns and their types, judged ([`catalog::columns`]): the schema created
+    /// (`ensure_schema`), a failure, the indexes listed, or the next step.
     fn on_columns(&mut self, sub: SubId, conn: ConnId, reply: Reply<R>) {
-        let table = self.subs[sub.0].desc.table;
-        let mut types: BTreeMap<String, String> = BTreeMap::new();
-        for row in rows_of(reply) {
-            let mut values = row.values.into_iter();
-            if let Some(Value::Text(name)) = values.next() {
-                let ty = match values.next() {
-                    Some(Value::Text(ty)) => ty,
-                    _ => String::new(),
-                };
-                types.insert(name, ty);
-            }
-        }
-        let found: BTreeSet<String> = types.keys().cloned().collect();
         let s = &self.subs[sub.0];
-        if found.is_empty() && s.options.ensure_schema && !s.check.schema_ran {
-            self.subs[sub.0].check.schema_ran = true;
-            return self.schema_step(sub, conn, 0);
-        }
-        let error = if found.is_empty() {
-            Some(CheckError::MissingTable { table })
-        } else {
-            missing_column(&s.desc, &found)
-                .map(|(column, role)| CheckError::MissingColumn {
-                    table,
-                    column,
-                    role,
-                })
-                .or_else(|| type_mismatch(self.dialect, &s.desc, s.options.row_fields, &types))
-        };
-        match error {
-            Some(error) => {
+        let verdict =
+            catalog::columns(self.dialect, &s.desc, &s.options, s.check.schema_ran, reply);
+        match verdict {
+            Columns::CreateSchema => {
+                self.subs[sub.0].check.schema_ran = true;
+                self.schema_step(sub, conn, 0);
+            }
+            Columns::Fail(error) => {
                 self.check_failed(sub, error);
                 self.check_step(sub, conn, Action::Release, CheckStage::Release);
             }
-            None if s.options.missing_claim_index == MissingIndex::Ignore
-                && !s.options.ensure_schema =>
-            {
-                self.check_next(sub, conn, CheckStage::Columns)
-            }
-            None => {
+            Columns::ListIndexes => {
                 let statement = s.statements.list_indexes.clone();
                 self.check_catalog(sub, conn, statement, CheckStage::Indexes);
             }
+            Columns::Pass => self.check_next(sub, conn, CheckStage::Columns),
         }
     }
 
-    /// The table's indexes: one that serves the claims passes; without one the claim index
-    /// is created (`ensure_schema`), the check fails, or the start warns, as the
-    /// subscription says.
+    /// The table's indexes, judged ([`catalog::indexes`]): the claim index created
+    /// (`ensure_schema`), a failure, or a warning, and the next step.
     fn on_indexes(&mut self, sub: SubId, conn: ConnId, reply: Reply<R>) {
-        let table = self.subs[sub.0].desc.table;
-        let indexes: Vec<Vec<String>> = rows_of(reply)
-            .into_iter()
-            .filter_map(|row| match row.values.into_iter().nth(1) {
-                Some(Value::Text(columns)) => Some(columns.split(',').map(str::to_owned).collect()),
-                _ => None,
-            })
-            .collect();
         let s = &self.subs[sub.0];
-        if serves_claims(&s.desc, &indexes) {
-            return self.check_next(sub, conn, CheckStage::Columns);
+        match catalog::indexes(self.dialect, &s.desc, &s.options, reply) {
+            Indexes::Create(create) => {
+                self.check_execute(sub, conn, create, Vec::new(), CheckStage::CreateIndex);
+            }
+            Indexes::Fail(error) => {
+                self.check_failed(sub, error);
+                self.check_step(sub, conn, Action::Release, CheckStage::Release);
+            }
+            Indexes::Warn(message) => {
+                self.events.push_back(Event::Warning {
+                    sub,
+                    message: message.into(),
+                });
+                self.check_next(sub, conn, CheckStage::Columns);
+            }
+            Indexes::Pass => self.check_next(sub, conn, CheckStage::Columns),
         }
-        let ddl = Ddl::new(self.dialect, &s.desc);
-        let Some(create) = ddl.create_claim_index() else {
-            return self.check_next(sub, conn, CheckStage::Columns);
-        };
-        if s.options.ensure_schema {
-            return self.check_execute(sub, conn, create, Vec::new(), CheckStage::CreateIndex);
-        }
-        let order = claim_order(&s.desc)
-            .iter()
-            .map(|o| o.column)
-            .collect::<Vec<_>>()
-            .join(", ");
-        if s.options.missing_claim_index == MissingIndex::Fail {
-            self.check_failed(
-                sub,
-                CheckError::MissingClaimIndex {
-                    table,
-                    order,
-                    create: create.sql.to_string(),
-                },
-            );
-            self.check_step(sub, conn, Action::Release, CheckStage::Release);
-            return;
-        }
-        let message = format!(
-            "table `{table}` has no index that serves its claims (ordered by {order}): each claim sorts the claimable rows{}; create it: {}",
-            if self.dialect.has_row_locks() && self.dialect != Dialect::Postgres {
-                ", and locks every row it sorts"
-            } else {
-                ""
-            },
-            create.sql
-        );
-        self.events.push_back(Event::Warning {
-            sub,
-            message: message.into(),
-        });
-        self.check_next(sub, conn, CheckStage::Columns);
     }
 
     /// Runs a statement of the catalog about the table (its columns, its indexes), bound to
@@ -380,189 +320,6 @@ impl<R> Broker<R> {
             self.events.push_back(Event::Ready { sub });
         }
     }
-}
-
-/// The first described column the table lacks, with its role.
-fn missing_column(
-    desc: &TableDesc,
-    found: &BTreeSet<String>,
-) -> Option<(&'static str, &'static str)> {
-    let mut roles: Vec<(&'static str, &'static str)> = vec![(desc.id.name, "the id")];
-    let described = [
-        (desc.payload, "the payload"),
-        (desc.attempt, "the attempt"),
-        (desc.locked_until(), "the lease's `locked_until`"),
-        (desc.processed_at, "`processed_at`"),
-        (desc.due, "the due time"),
-        (desc.failed_at, "`failed_at`, the mark of a failed row"),
-        (desc.error, "the error text"),
-    ];
-    for (column, role) in described {
-        if let Some(column) = column {
-            roles.push((column.name, role));
-        }
-    }
-    for column in desc.key_columns() {
-        roles.push((column, "a part of the advisory lock key"));
-    }
-    for order in desc.order {
-        roles.push((order.column, "a column of the claim order"));
-    }
-    roles.into_iter().find(|(column, _)| {
-        !found.contains(*column) && !found.iter().any(|f| f.eq_ignore_ascii_case(column))
-    })
-}
-
-/// What a role's column holds: a time, an integer, bytes (or text), or text.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Family {
-    Time,
-    Integer,
-    Payload,
-    Text,
-    Json,
-}
-
-impl Family {
-    /// The type the queue needs the column to be of, in messages, and the Rust types that
-    /// decode it.
-    fn expected(self, dialect: Dialect) -> (&'static str, &'static str) {
-        match (self, dialect) {
-            (Family::Time, Dialect::Postgres) => (
-                "TIMESTAMPTZ",
-                "`chrono::DateTime<Utc>` or `time::OffsetDateTime` (in an `Option` where it may be NULL)",
-            ),
-            (Family::Time, Dialect::MySql | Dialect::MariaDb) => (
-                "DATETIME(6)",
-                "`chrono::NaiveDateTime` or `time::PrimitiveDateTime` (in an `Option` where it may be NULL)",
-            ),
-            (Family::Time, Dialect::Sqlite) => (
-                "INTEGER (microseconds since the Unix epoch)",
-                "`i64` (in an `Option` where it may be NULL)",
-            ),
-            (Family::Integer, _) => ("an integer type", "an integer type such as `i64`"),
-            (Family::Payload, Dialect::Postgres) => ("BYTEA or TEXT", "`Vec<u8>`"),
-            (Family::Payload, _) => ("a binary or text type", "`Vec<u8>`"),
-            (Family::Text, _) => (
-                "a text type",
-                "`String` (in an `Option` where it may be NULL)",
-            ),
-            (Family::Json, Dialect::Postgres) => ("JSONB", "`serde_json::Value`"),
-            (Family::Json, _) => (
-                "JSON or a text type",
-                "`String` or `serde_json::Value` (in an `Option` where it may be NULL)",
-            ),
-        }
-    }
-
-    /// Whether a column of this type, as the database names it (lower case), holds what
-    /// the queue writes.
-    fn holds(self, dialect: Dialect, ty: &str) -> bool {
-        let text = ty.contains("char") || ty.contains("text") || ty.contains("clob");
-        match (self, dialect) {
-            (Family::Time, Dialect::Postgres) => ty == "timestamp with time zone",
-            // The lease's fence compares the expiry written to the microsecond.
-            (Family::Time, Dialect::MySql | Dialect::MariaDb) => {
-                ty == "datetime(6)" || ty == "timestamp(6)"
-            }
-            // SQLite keeps an integer in any column but one of text affinity, where it
-            // compares as text.
-            (Family::Time | Family::Integer, Dialect::Sqlite) => !text,
-            (Family::Integer, _) => ty.contains("int"),
-            (Family::Payload, Dialect::Postgres) => ty == "bytea" || text,
-            (Family::Payload, Dialect::MySql | Dialect::MariaDb) => {
-                ty.contains("blob") || ty.contains("binary") || text
-            }
-            (Family::Payload, Dialect::Sqlite) => true,
-            (Family::Text | Family::Json, Dialect::Sqlite) => true,
-            (Family::Text, _) => text,
-            (Family::Json, Dialect::Postgres) => ty == "jsonb",
-            (Family::Json, Dialect::MySql | Dialect::MariaDb) => ty == "json" || text,
-        }
-    }
-
-    /// Whether a field of this kind decodes such a column.
-    fn decodes(self, dialect: Dialect, kind: FieldKind) -> bool {
-        match (self, kind) {
-            (_, FieldKind::Other) => true,
-            (Family::Time, kind) => match dialect {
-                Dialect::Sqlite => !matches!(
-                    kind,
-                    FieldKind::Time | FieldKind::LocalTime | FieldKind::Bytes
-                ),
-                // A zone-aware time decodes `timestamptz`; a local one does not.
-                Dialect::Postgres => kind == FieldKind::Time,
-                Dialect::MySql | Dialect::MariaDb => {
-                    matches!(kind, FieldKind::Time | FieldKind::LocalTime)
-                }
-            },
-            (Family::Integer, kind) => kind == FieldKind::Integer,
-            (Family::Payload, kind) => matches!(kind, FieldKind::Bytes | FieldKind::Text),
-            (Family::Text, kind) => kind == FieldKind::Text,
-            (Family::Json, kind) => dialect != Dialect::Postgres && kind == FieldKind::Text,
-        }
-    }
-}
-
-/// The first described column whose type does not hold what the queue writes into it (a
-/// time, an attempt count, the payload, an error's text), or whose field in the row type
-/// cannot decode it.
-fn type_mismatch(
-    dialect: Dialect,
-    desc: &TableDesc,
-    fields: &[RowField],
-    types: &BTreeMap<String, String>,
-) -> Option<CheckError> {
-    let roles = [
-        (desc.locked_until(), "locked_until", Family::Time),
-        (desc.due, "due", Family::Time),
-        (desc.processed_at, "processed_at", Family::Time),
-        (desc.failed_at, "failed_at", Family::Time),
-        (desc.attempt, "attempt", Family::Integer),
-        (desc.payload, "payload", Family::Payload),
-        (desc.error, "error", Family::Text),
-        (desc.errors, "errors", Family::Json),
-    ];
-    for (column, role, family) in roles {
-        let Some(column) = column else { continue };
-        let Some(found) = types
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(column.name))
-            .map(|(_, ty)| ty.clone())
-        else {
-            continue;
-        };
-        let ty = found.to_ascii_lowercase();
-        if ty.is_empty() && dialect != Dialect::Sqlite {
-            // The server named no type: nothing to compare.
-            continue;
-        }
-        let (expected, hint) = family.expected(dialect);
-        if !family.holds(dialect, &ty) {
-            return Some(CheckError::ColumnType {
-                table: desc.table,
-                column: column.name,
-                role,
-                found,
-                expected,
-            });
-        }
-        let Some(field) = fields.iter().find(|f| f.column == column.name) else {
-            continue;
-        };
-        if !family.decodes(dialect, field.kind) {
-            return Some(CheckError::FieldType {
-                table: desc.table,
-                column: column.name,
-                role,
-                field: field.field,
-                rust: field.rust,
-                found,
-                hint,
-            });
-        }
-    }
-    None
 }
 
 /// The first wait of a check that failed on a passing error; each failure in a row doubles it,
