@@ -68,6 +68,44 @@ struct Case {
     mark: &'static str,
 }
 
+impl Case {
+    fn postgres() -> Self {
+        Self {
+            url: pg_url(),
+            dialect: "postgres",
+            table: format!("cli_jobs_{}", std::process::id()),
+            mark: "now()",
+        }
+    }
+
+    fn mariadb() -> Self {
+        Self {
+            url: mysql_url(),
+            dialect: "mariadb",
+            table: format!("cli_jobs_{}", std::process::id()),
+            mark: "UTC_TIMESTAMP(6)",
+        }
+    }
+
+    /// A directory of this process's own for a SQLite file, made.
+    fn sqlite_dir(test: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ruststream-cli-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        dir
+    }
+
+    /// A SQLite file in `dir`.
+    fn sqlite(dir: &std::path::Path) -> Self {
+        Self {
+            url: format!("sqlite://{}?mode=rwc", dir.join("jobs.db").display()),
+            dialect: "sqlite",
+            table: "cli_jobs".into(),
+            mark: "1",
+        }
+    }
+}
+
 async fn scalar(pool: &AnyPool, sql: &str) -> i64 {
     sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.to_owned()))
         .fetch_one(pool)
@@ -240,38 +278,18 @@ async fn the_tool_reads_and_changes_a_table(case: Case) {
 
 #[tokio::test]
 async fn postgres() {
-    the_tool_reads_and_changes_a_table(Case {
-        url: pg_url(),
-        dialect: "postgres",
-        table: format!("cli_jobs_{}", std::process::id()),
-        mark: "now()",
-    })
-    .await;
+    the_tool_reads_and_changes_a_table(Case::postgres()).await;
 }
 
 #[tokio::test]
 async fn mariadb() {
-    the_tool_reads_and_changes_a_table(Case {
-        url: mysql_url(),
-        dialect: "mariadb",
-        table: format!("cli_jobs_{}", std::process::id()),
-        mark: "UTC_TIMESTAMP(6)",
-    })
-    .await;
+    the_tool_reads_and_changes_a_table(Case::mariadb()).await;
 }
 
 #[tokio::test]
 async fn sqlite() {
-    let dir = std::env::temp_dir().join(format!("ruststream-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a directory");
-    let path = dir.join("jobs.db");
-    the_tool_reads_and_changes_a_table(Case {
-        url: format!("sqlite://{}?mode=rwc", path.display()),
-        dialect: "sqlite",
-        table: "cli_jobs".into(),
-        mark: "1",
-    })
-    .await;
+    let dir = Case::sqlite_dir("reads");
+    the_tool_reads_and_changes_a_table(Case::sqlite(&dir)).await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -425,37 +443,17 @@ async fn the_tool_enqueues_jobs(case: Case) {
 
 #[tokio::test]
 async fn postgres_enqueue() {
-    the_tool_enqueues_jobs(Case {
-        url: pg_url(),
-        dialect: "postgres",
-        table: format!("cli_jobs_{}", std::process::id()),
-        mark: "now()",
-    })
-    .await;
+    the_tool_enqueues_jobs(Case::postgres()).await;
 }
 
 #[tokio::test]
 async fn mariadb_enqueue() {
-    the_tool_enqueues_jobs(Case {
-        url: mysql_url(),
-        dialect: "mariadb",
-        table: format!("cli_jobs_{}", std::process::id()),
-        mark: "UTC_TIMESTAMP(6)",
-    })
-    .await;
+    the_tool_enqueues_jobs(Case::mariadb()).await;
 }
 
 #[tokio::test]
 async fn sqlite_enqueue() {
-    let dir = std::env::temp_dir().join(format!("ruststream-cli-enqueue-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a directory");
-    let path = dir.join("jobs.db");
-    the_tool_enqueues_jobs(Case {
-        url: format!("sqlite://{}?mode=rwc", path.display()),
-        dialect: "sqlite",
-        table: "cli_jobs".into(),
-        mark: "1",
-    })
-    .await;
+    let dir = Case::sqlite_dir("enqueue");
+    the_tool_enqueues_jobs(Case::sqlite(&dir)).await;
     let _ = std::fs::remove_dir_all(dir);
 }

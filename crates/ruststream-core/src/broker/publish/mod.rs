@@ -307,6 +307,21 @@ impl<R> Broker<R> {
         Ok(self.run_publish(publisher, inserts, run, Purpose::Publish { written }))
     }
 
+    /// `publisher`, at `now`, where the broker still runs.
+    fn open_publisher(
+        &mut self,
+        publisher: PublisherId,
+        now: Time,
+    ) -> Result<&Publisher, BrokerError> {
+        self.now = now;
+        if self.state != State::Running {
+            return Err(BrokerError::Closed);
+        }
+        self.publishers
+            .get(publisher.0)
+            .ok_or(BrokerError::Unknown("publisher"))
+    }
+
     /// Starts a redrive or a deletion (`change`) of the failed rows `which` selects in
     /// `publisher`'s table.
     pub(super) fn change_failed(
@@ -316,15 +331,8 @@ impl<R> Broker<R> {
         change: FailedChange,
         now: Time,
     ) -> Result<PublishId, BrokerError> {
-        self.now = now;
-        if self.state != State::Running {
-            return Err(BrokerError::Closed);
-        }
         let dialect = self.dialect;
-        let p = self
-            .publishers
-            .get(publisher.0)
-            .ok_or(BrokerError::Unknown("publisher"))?;
+        let p = self.open_publisher(publisher, now)?;
         let selects = match &which {
             FailedRowsOf::All => FailedRows::All,
             FailedRowsOf::Ids(ids) => FailedRows::Ids(ids.len()),
@@ -367,15 +375,8 @@ impl<R> Broker<R> {
         read: ReadTable,
         now: Time,
     ) -> Result<PublishId, BrokerError> {
-        self.now = now;
-        if self.state != State::Running {
-            return Err(BrokerError::Closed);
-        }
         let dialect = self.dialect;
-        let p = self
-            .publishers
-            .get(publisher.0)
-            .ok_or(BrokerError::Unknown("publisher"))?;
+        let p = self.open_publisher(publisher, now)?;
         let statement = match &read {
             ReadTable::Stats => Some(Statements::stats(dialect, &p.desc)),
             ReadTable::Failed { after, .. } => {
