@@ -55,7 +55,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Publishes a job into the table, due now (at the database's time).
+    /// Publishes a job into the table, due now (at the database's time) or at a given time.
     Enqueue {
         /// The database's URL; `DATABASE_URL` where it is left out.
         #[arg(env = "DATABASE_URL", value_name = "URL")]
@@ -160,6 +160,10 @@ struct JobArgs {
     /// The row's id, where the database does not generate it.
     #[arg(long = "job-id", value_name = "ID")]
     id: Option<String>,
+    /// When the job becomes due, as RFC 3339 (`2026-12-24T18:00:00Z`); now (at the
+    /// database's time) when left out. The table needs a due column.
+    #[arg(long, value_name = "TIME")]
+    at: Option<String>,
 }
 
 /// Which failed rows: by id, by their error's text, or all.
@@ -289,11 +293,25 @@ async fn enqueue(url: &str, table: &TableArgs, job: &JobArgs) -> Result<(), Stri
             _ => Err(format!("--column {given}: give COLUMN=VALUE")),
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let due = match &job.at {
+        Some(at) => {
+            let at = chrono::DateTime::parse_from_rfc3339(at)
+                .map_err(|e| format!("--at {at}: not an RFC 3339 time ({e})"))?;
+            if desc.due.is_none() {
+                return Err(format!(
+                    "--at: table `{}` has no due column to write it into: give it (--due)",
+                    desc.table
+                ));
+            }
+            Some(Time(at.timestamp_micros()))
+        }
+        None => None,
+    };
     let row = Publish {
         id: job.id.as_deref().map(id_value),
         payload: job.message.clone().into_bytes(),
         columns,
-        due: None,
+        due,
     };
     let db = Db::connect(url).await?;
     let mut inserts = Inserts::new(db.dialect(), desc);
@@ -306,7 +324,10 @@ async fn enqueue(url: &str, table: &TableArgs, job: &JobArgs) -> Result<(), Stri
         });
     }
     if inserts.published(&written).skipped.is_empty() {
-        println!("enqueued 1 job into `{}`", desc.table);
+        match &job.at {
+            Some(at) => println!("enqueued 1 job into `{}`, due at {at}", desc.table),
+            None => println!("enqueued 1 job into `{}`", desc.table),
+        }
     } else {
         println!(
             "`{}` holds a job with the same unique columns already: nothing enqueued",

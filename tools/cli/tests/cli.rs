@@ -416,6 +416,38 @@ async fn the_tool_enqueues_jobs(case: Case) {
     .await;
     assert_eq!(payload, 1, "the row holds the payload and the key's column");
 
+    let later = run(with(
+        &enqueue,
+        &[
+            "--message",
+            "{}",
+            "--column",
+            "channel=later",
+            "--at",
+            "2099-01-01T00:00:00Z",
+        ],
+    ));
+    assert!(later.contains("due at 2099-01-01T00:00:00Z"), "{later}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&run(with(&["stats", &case.url], &["--json"]))).expect("JSON");
+    assert_eq!(stats["due"]["count"], 1, "{stats}");
+    assert_eq!(
+        stats["scheduled"]["count"], 1,
+        "the job at a time to come waits: {stats}"
+    );
+    let not_a_time = fails(with(
+        &enqueue,
+        &[
+            "--message",
+            "{}",
+            "--column",
+            "channel=x",
+            "--at",
+            "tomorrow",
+        ],
+    ));
+    assert!(not_a_time.contains("RFC 3339"), "{not_a_time}");
+
     let missing = fails(with(&enqueue, &["--message", "{}"]));
     assert!(
         missing.contains(&t) && missing.contains("channel"),
