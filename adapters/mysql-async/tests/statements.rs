@@ -7,6 +7,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
+use ruststream_conformance::session::binds;
 use ruststream_core::dialect::UNTIL;
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
 use ruststream_core::{Arg, Dialect, Output, Statement, StatementKind, Statements, Value};
@@ -61,17 +62,6 @@ async fn execute(conn: &mut Conn, statement: &Statement, binds: &[Value]) -> u64
 
 fn get(statement: Option<&Statement>) -> &Statement {
     statement.expect("the statement is rendered")
-}
-
-/// The binds of a statement whose args are all among the given values.
-fn binds(statement: &Statement, values: &[(Arg, Value)]) -> Vec<Value> {
-    statement.binds(|arg| {
-        values
-            .iter()
-            .find(|(a, _)| *a == arg)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("no value for {arg:?} in {}", statement.sql))
-    })
 }
 
 fn int(row: &Row, column: &str) -> i64 {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use rusqlite::Connection;
 use rusqlite::types::Value as SqlValue;
+use ruststream_conformance::session::binds;
 use ruststream_core::dialect::UNTIL;
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
 use ruststream_core::{Arg, Dialect, Form, Output, Statement, StatementKind, Statements, Value};
@@ -88,17 +89,6 @@ fn execute(conn: &Connection, statement: &Statement, binds: &[Value]) -> usize {
 
 fn get(statement: Option<&Statement>) -> &Statement {
     statement.expect("the statement is rendered")
-}
-
-/// The binds of a statement whose args are all among the given values.
-fn binds(statement: &Statement, values: &[(Arg, Value)]) -> Vec<Value> {
-    statement.binds(|arg| {
-        values
-            .iter()
-            .find(|(a, _)| *a == arg)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("no value for {arg:?} in {}", statement.sql))
-    })
 }
 
 fn int(row: &Row, column: &str) -> i64 {

@@ -6,6 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use ruststream_conformance::session::binds;
 use ruststream_core::dialect::UNTIL;
 use ruststream_core::keys::{POSTGRES_KEY_HASH_SQL, postgres_key_hash};
 use ruststream_core::spec::{Column, InboxSpec, KeyPart};
@@ -118,17 +119,6 @@ async fn execute(client: &Client, statement: &Statement, binds: &[Value]) -> u64
 
 fn get(statement: Option<&Statement>) -> &Statement {
     statement.expect("the statement is rendered")
-}
-
-/// The binds of a statement whose args are all among the given values.
-fn binds(statement: &Statement, values: &[(Arg, Value)]) -> Vec<Value> {
-    statement.binds(|arg| {
-        values
-            .iter()
-            .find(|(a, _)| *a == arg)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("no value for {arg:?} in {}", statement.sql))
-    })
 }
 
 fn ids(rows: &[Row]) -> Vec<i64> {
