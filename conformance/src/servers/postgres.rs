@@ -125,6 +125,30 @@ impl TlsServer {
     }
 
     fn start_with(name: &str, tls: bool) -> Self {
+        let server = Self::prepared(name);
+        let data = server.path("data");
+        server.run(
+            &server.tool("initdb"),
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+            ],
+        );
+        server.configure(tls);
+        server.chown();
+        server.pg_ctl("start");
+        server
+    }
+
+    /// A server's directory, with the test CA's certificates and keys, owned by the user the
+    /// server runs as; not initialized yet.
+    fn prepared(name: &str) -> Self {
         let bin = find_bin().unwrap_or_else(|| {
             panic!(
                 "this TLS test starts a throwaway PostgreSQL of its own and needs initdb and \
@@ -169,26 +193,17 @@ impl TlsServer {
         // PostgreSQL takes a key that its user owns and no one else reads.
         server.write("server.key", &certs.server_key_pem, 0o600);
         server.chown();
+        server
+    }
 
-        let data = server.path("data");
-        server.run(
-            &server.tool("initdb"),
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-            ],
-        );
+    /// The initialized server's settings: its port, durability off, TLS where `tls`, and who
+    /// may connect (TLS sessions only where `tls`).
+    fn configure(&self, tls: bool) {
         let ssl = if tls {
             format!(
                 "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
-                server.path("server.crt"),
-                server.path("server.key"),
+                self.path("server.crt"),
+                self.path("server.key"),
             )
         } else {
             String::new()
@@ -197,9 +212,9 @@ impl TlsServer {
             "\n# ruststream test: a throwaway server\nlisten_addresses = '127.0.0.1'\n\
              port = {port}\nunix_socket_directories = ''\nmax_connections = 100\nfsync = off\n\
              synchronous_commit = off\nfull_page_writes = off\n{ssl}log_connections = on\n",
-            port = server.port,
+            port = self.port,
         );
-        let conf_path = server.base.join("data").join("postgresql.conf");
+        let conf_path = self.base.join("data").join("postgresql.conf");
         std::fs::OpenOptions::new()
             .append(true)
             .open(&conf_path)
@@ -211,11 +226,7 @@ impl TlsServer {
         } else {
             "# ruststream test: any session from this machine\nhost all all 127.0.0.1/32 trust\n"
         };
-        std::fs::write(server.base.join("data").join("pg_hba.conf"), hba)
-            .expect("write pg_hba.conf");
-        server.chown();
-        server.pg_ctl("start");
-        server
+        std::fs::write(self.base.join("data").join("pg_hba.conf"), hba).expect("write pg_hba.conf");
     }
 
     /// Keeps the server for the rest of the test process: a watchdog stops it and removes its
